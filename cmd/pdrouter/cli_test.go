@@ -1,0 +1,151 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+
+	"github.com/pdrouter/pdrouter/events"
+	"github.com/pdrouter/pdrouter/events/eventstest"
+	"github.com/pdrouter/pdrouter/internal/kafkatest"
+)
+
+// run executes the CLI in-process with the given environment.
+func run(t *testing.T, env map[string]string, args ...string) (string, string, error) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	a := &app{env: func(k string) (string, bool) { v, ok := env[k]; return v, ok }, stdout: &out, stderr: &errb}
+	root := newRootCmd(a)
+	root.SetArgs(args)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	err := root.ExecuteContext(ctx)
+	return out.String(), errb.String(), err
+}
+
+func TestMigrateCommandTwiceThenDrift(t *testing.T) {
+	kafkatest.Both(t, func(t *testing.T, brokers []string) {
+		prefix := kafkatest.Prefix(t)
+		t.Cleanup(func() { kafkatest.DeleteTopics(t, brokers, prefix) })
+		env := map[string]string{"PDR_BROKERS": strings.Join(brokers, ","), "PDR_TOPIC_PREFIX": prefix}
+		args := []string{"migrate", "--replication-factor", "1", "--min-insync-replicas", "1"}
+		out, _, err := run(t, env, args...)
+		if err != nil || !strings.Contains(out, "5 created, 0 unchanged, 0 drifted") {
+			t.Fatalf("first migrate: %v\n%s", err, out)
+		}
+		var second string
+		for i := 0; i < 50; i++ { // until the new topics show in metadata
+			second, _, err = run(t, env, args...)
+			if err == nil && strings.Contains(second, "0 created, 5 unchanged, 0 drifted") {
+				break
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		if err != nil || !strings.Contains(second, "0 created, 5 unchanged, 0 drifted") {
+			t.Fatalf("second migrate changed something: %v\n%s", err, second)
+		}
+		// Planted drift: exit status 3, the difference printed, --allow-drift exits 0.
+		adm := kadm.NewClient(kafkatest.Client(t, brokers))
+		if _, err := adm.AlterTopicConfigs(context.Background(), []kadm.AlterConfig{{Op: kadm.SetConfig, Name: "min.insync.replicas", Value: kadm.StringPtr("1")}, {Op: kadm.SetConfig, Name: "cleanup.policy", Value: kadm.StringPtr("delete")}}, prefix+"workers"); err != nil {
+			t.Fatal(err)
+		}
+		out, _, err = run(t, env, args...)
+		var ec exitCode
+		if !errors.As(err, &ec) || ec != exitDrift {
+			t.Fatalf("drift: err %v, want exit status %d\n%s", err, exitDrift, out)
+		}
+		if !strings.Contains(out, "drift cleanup.policy: declared compact, actual delete") {
+			t.Fatalf("drift not reported exactly:\n%s", out)
+		}
+		if _, _, err := run(t, env, append(args, "--allow-drift")...); err != nil {
+			t.Fatalf("--allow-drift: %v", err)
+		}
+	})
+}
+
+func TestLogTailCommand(t *testing.T) {
+	kafkatest.Both(t, func(t *testing.T, brokers []string) {
+		prefix := kafkatest.Prefix(t)
+		kafkatest.Migrate(t, brokers, prefix)
+		n := events.Names{Prefix: prefix}
+		s := eventstest.All()[2] // workers
+		r, err := events.NewRecord(n, s.Key, s.Msg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := kafkatest.Client(t, brokers).ProduceSync(context.Background(), r).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+		out, _, err := run(t, nil, "log", "tail", "workers", "--json", "--brokers", strings.Join(brokers, ","), "--topic-prefix", prefix)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, want := range []string{`"schema":"pdrouter.events.v1.WorkerRegistration"`, `"worker_id":"decode-1"`, `"pool":"POOL_DECODE"`, `"total_kv_blocks":"16384"`} {
+			if !strings.Contains(out, want) {
+				t.Errorf("output lacks %s:\n%s", want, out)
+			}
+		}
+		text, _, err := run(t, nil, "log", "tail", "workers", "--brokers", strings.Join(brokers, ","), "--topic-prefix", prefix)
+		if err != nil || !strings.HasPrefix(text, prefix+"workers/") || !strings.Contains(text, "WorkerRegistration") {
+			t.Fatalf("text output: %v\n%s", err, text)
+		}
+	})
+}
+
+func TestBadInputIsAPreciseError(t *testing.T) {
+	cases := []struct {
+		env  map[string]string
+		args []string
+		want string
+	}{
+		{nil, []string{"migrate"}, "migrate needs --brokers"},
+		{nil, []string{"log", "tail", "nope", "--brokers", "127.0.0.1:1"}, `unknown topic "nope"`},
+		{nil, []string{"log", "tail", "load"}, "log tail needs --brokers"},
+		{nil, []string{"log", "tail", "load", "--brokers", "127.0.0.1:1", "--from-offset", "x"}, "--from-offset \"x\""},
+		{nil, []string{"log", "tail", "load", "--brokers", "127.0.0.1:1", "--from-offset", "1", "--from-time", "0"}, "exclude each other"},
+		{map[string]string{"PDR_LOG_LEVEL": "loud"}, []string{"version"}, "--log-level \"loud\""},
+		{map[string]string{"PDR_TOPIC_PREFIX": "a/b"}, []string{"version"}, "--topic-prefix"},
+		{nil, []string{"migrate", "--brokers", "nohost"}, `--brokers: "nohost" is not host:port`},
+		{nil, []string{"migrate", "--brokers", "h:1", "--partitions", "kv-events"}, "want topic=n"},
+		{nil, []string{"migrate", "--brokers", "h:1", "--min-insync-replicas", "4"}, "--min-insync-replicas 4"},
+		{nil, []string{"migrate", "--brokers", "h:1", "--kafka-sasl-mechanism", "plain"}, "needs --kafka-sasl-user"},
+		{map[string]string{"PDR_BROKERS": "h:1"}, []string{"dev"}, "dev runs its own broker"},
+		{map[string]string{"PDR_KAFKA_TLS": "maybe"}, []string{"version"}, "PDR_KAFKA_TLS"},
+	}
+	for _, c := range cases {
+		_, _, err := run(t, c.env, c.args...)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v %v: error %v, want it to say %q", c.env, c.args, err, c.want)
+		}
+	}
+}
+
+func TestDevStartsMigratesAndRestarts(t *testing.T) {
+	dir := t.TempDir()
+	args := []string{"dev", "--data-dir", dir, "--kafka-port", "0", "--exit-after", "500ms"}
+	out, _, err := run(t, nil, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"DEVELOPMENT BROKER", "not for production", "kafka      127.0.0.1:", "5 created, 0 already there"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("dev output lacks %q:\n%s", want, out)
+		}
+	}
+	out, _, err = run(t, nil, args...)
+	if err != nil || !strings.Contains(out, "0 created, 5 already there") {
+		t.Fatalf("restart on the same data dir: %v\n%s", err, out)
+	}
+}
+
+func TestVersionListsSchemas(t *testing.T) {
+	out, _, err := run(t, nil, "version")
+	if err != nil || !strings.Contains(out, "pdrouter.events.v1.DecisionRecord") {
+		t.Fatalf("%v\n%s", err, out)
+	}
+}

@@ -1,0 +1,75 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/pdrouter/pdrouter/kafkaconn/devbroker"
+	"github.com/pdrouter/pdrouter/migrations"
+)
+
+// defaultDevKafkaPort is Kafka's usual port, so tools find the dev broker
+// without flags.
+const defaultDevKafkaPort = 9092
+
+func newDevCmd(a *app) *cobra.Command {
+	var (
+		port      int
+		exitAfter time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "dev",
+		Short: "Run the embedded development stack (what `make run` runs)",
+		Long: `dev runs everything on this machine with no external service: an embedded
+Kafka-protocol broker (franz-go's kfake, persisted under --data-dir/kafka so
+the log survives a restart) with pdrouter's topics migrated. It prints where
+everything listens. It is for development and demos, not production: point
+` + "`pdrouter serve`" + ` at a real Kafka with --brokers instead.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if !a.kafka.Embedded() {
+				return fmt.Errorf("dev runs its own broker: drop --brokers/PDR_BROKERS (%s), or use `pdrouter serve` for a real Kafka", strings.Join(a.kafka.Brokers, ","))
+			}
+			ctx := cmd.Context()
+			if exitAfter > 0 {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(ctx, exitAfter)
+				defer cancel()
+			}
+			start := time.Now()
+			b, err := devbroker.Start(filepath.Join(a.dataDir, "kafka"), devbroker.Port(port))
+			if err != nil {
+				return err
+			}
+			defer b.Close()
+			specs, err := migrations.Declarations(migrations.SingleNodeOptions(a.topicPrefix))
+			if err != nil {
+				return err
+			}
+			mctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			res, err := runMigrate(mctx, []kgo.Opt{kgo.SeedBrokers(b.Addrs()...)}, specs, false)
+			cancel()
+			if err != nil {
+				return fmt.Errorf("dev: migrate the dev broker: %w", err)
+			}
+			fmt.Fprintf(a.stdout, "pdrouter dev — %s\n", devbroker.Label)
+			fmt.Fprintf(a.stdout, "  kafka      %s   (log in %s)\n", strings.Join(b.Addrs(), ","), b.Dir())
+			fmt.Fprintf(a.stdout, "  topics     %d created, %d already there, prefix %q\n", res.Changed(), len(res.Topics)-res.Changed(), a.topicPrefix)
+			fmt.Fprintf(a.stdout, "  try        pdrouter log tail workers --brokers %s --json\n", b.Addrs()[0])
+			fmt.Fprintf(a.stdout, "  stop       Ctrl-C\n")
+			a.log.Info("dev broker ready", "addr", b.Addrs()[0], "data_dir", b.Dir(), "startup", time.Since(start).Round(time.Millisecond))
+			<-ctx.Done()
+			a.log.Info("dev stopping")
+			return nil
+		},
+	}
+	cmd.Flags().IntVar(&port, "kafka-port", defaultDevKafkaPort, "port of the embedded broker on 127.0.0.1 (0: any free port)")
+	cmd.Flags().DurationVar(&exitAfter, "exit-after", 0, "stop after this long (0: run until interrupted); for scripted demos")
+	return cmd
+}

@@ -1,0 +1,124 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/pdrouter/pdrouter/events"
+	"github.com/pdrouter/pdrouter/internal/envflags"
+	"github.com/pdrouter/pdrouter/kafkaconn"
+)
+
+// app holds what every command shares: the process environment and output
+// streams (passed in, so tests run commands in-process), and the common
+// flags of the CLI contract in design.md.
+type app struct {
+	env    func(string) (string, bool)
+	stdout io.Writer
+	stderr io.Writer
+
+	kafka       kafkaconn.Config
+	topicPrefix string
+	dataDir     string
+	httpAddr    string
+	logLevel    string
+	logFormat   string
+
+	log *slog.Logger
+}
+
+// exitCode is an error that asks for a specific process exit status.
+type exitCode int
+
+func (e exitCode) Error() string { return fmt.Sprintf("exit status %d", int(e)) }
+
+func newRootCmd(a *app) *cobra.Command {
+	root := &cobra.Command{
+		Use:   "pdrouter",
+		Short: "Event-sourced router for disaggregated LLM serving",
+		Long: `pdrouter picks, for every request, the decode worker with the longest cached
+prefix that has room, decides between local prefill and a prefill worker
+(conditional disaggregation), and logs the decision as an auditable event.
+Its state is materialized from Kafka topics into a per-replica Pebble store.
+
+Every flag also reads an environment variable: --topic-prefix is
+PDR_TOPIC_PREFIX. A flag on the command line wins over the environment.`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			if err := envflags.Apply(cmd.Flags(), a.env); err != nil {
+				return err
+			}
+			if err := events.ValidatePrefix(a.topicPrefix); err != nil {
+				return err
+			}
+			l, err := newLogger(a.stderr, a.logLevel, a.logFormat)
+			if err != nil {
+				return err
+			}
+			a.log = l
+			return nil
+		},
+	}
+	root.SetOut(a.stdout)
+	root.SetErr(a.stderr)
+	pf := root.PersistentFlags()
+	a.kafka.BindFlags(pf)
+	pf.StringVar(&a.topicPrefix, "topic-prefix", "", "prefix of every topic name, e.g. 'prod.'")
+	pf.StringVar(&a.dataDir, "data-dir", "data", "directory of the Pebble store, the snapshots and the dev broker's log")
+	pf.StringVar(&a.httpAddr, "http-addr", "127.0.0.1:8080", "HTTP listen address of the API and /metrics")
+	pf.StringVar(&a.logLevel, "log-level", "info", "debug, info, warn or error")
+	pf.StringVar(&a.logFormat, "log-format", "text", "text or json")
+
+	root.AddCommand(newMigrateCmd(a), newLogCmd(a), newDevCmd(a), newVersionCmd(a))
+	// Annotate after every command has registered its flags.
+	var annotate func(c *cobra.Command)
+	annotate = func(c *cobra.Command) {
+		envflags.Annotate(c.LocalNonPersistentFlags())
+		envflags.Annotate(c.PersistentFlags())
+		for _, s := range c.Commands() {
+			annotate(s)
+		}
+	}
+	annotate(root)
+	return root
+}
+
+func (a *app) names() events.Names { return events.Names{Prefix: a.topicPrefix} }
+
+func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", level)
+	}
+	opts := &slog.HandlerOptions{Level: lv}
+	switch strings.ToLower(format) {
+	case "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	}
+	return nil, fmt.Errorf("--log-format %q: want text or json", format)
+}
+
+func newVersionCmd(a *app) *cobra.Command {
+	return &cobra.Command{
+		Use:   "version",
+		Short: "Print the version and the schemas this build reads and writes",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			fmt.Fprintf(a.stdout, "pdrouter %s\n", version)
+			for _, t := range events.AllTopics {
+				fmt.Fprintf(a.stdout, "  %-10s %s\n", t, events.SchemaOf(t))
+			}
+			return nil
+		},
+	}
+}
+
+// version is set at link time (-ldflags "-X main.version=...").
+var version = "dev"

@@ -1,0 +1,192 @@
+package events
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+
+	pb "github.com/pdrouter/pdrouter/events/eventspb"
+)
+
+// HeaderSchema is the record header that names the value's Protobuf message.
+const HeaderSchema = "pdr-schema"
+
+// MaxValueBytes bounds a record value this build will decode. Kafka's default
+// max.message.bytes is about 1 MiB; the margin lets operators raise it for
+// very long prompts, while a hostile multi-gigabyte value is refused before
+// any allocation.
+const MaxValueBytes = 16 << 20
+
+// schemas lists, per topic, every message name this build can decode. A new
+// schema version is added here next to the old one, never in its place: old
+// records stay readable forever (SCHEMA.md).
+var schemas = map[Topic][]protoreflect.FullName{
+	TopicKvEvents:  {(&pb.KvEventRecord{}).ProtoReflect().Descriptor().FullName()},
+	TopicLoad:      {(&pb.LoadSample{}).ProtoReflect().Descriptor().FullName()},
+	TopicWorkers:   {(&pb.WorkerRegistration{}).ProtoReflect().Descriptor().FullName()},
+	TopicDecisions: {(&pb.DecisionRecord{}).ProtoReflect().Descriptor().FullName()},
+	TopicOutcomes:  {(&pb.OutcomeEvent{}).ProtoReflect().Descriptor().FullName()},
+}
+
+// newMessage returns an empty message for a schema name, or nil.
+func newMessage(name protoreflect.FullName) proto.Message {
+	switch name {
+	case "pdrouter.events.v1.KvEventRecord":
+		return &pb.KvEventRecord{}
+	case "pdrouter.events.v1.LoadSample":
+		return &pb.LoadSample{}
+	case "pdrouter.events.v1.WorkerRegistration":
+		return &pb.WorkerRegistration{}
+	case "pdrouter.events.v1.DecisionRecord":
+		return &pb.DecisionRecord{}
+	case "pdrouter.events.v1.OutcomeEvent":
+		return &pb.OutcomeEvent{}
+	}
+	return nil
+}
+
+// SchemaOf returns the schema name this build writes for a topic.
+func SchemaOf(t Topic) string {
+	s := schemas[t]
+	return string(s[len(s)-1])
+}
+
+// TopicOf returns the topic a message type belongs to.
+func TopicOf(m proto.Message) (Topic, error) {
+	name := m.ProtoReflect().Descriptor().FullName()
+	for _, t := range AllTopics {
+		for _, s := range schemas[t] {
+			if s == name {
+				return t, nil
+			}
+		}
+	}
+	return "", fmt.Errorf("events: %s is not the value of any topic", name)
+}
+
+var marshal = proto.MarshalOptions{Deterministic: true}
+
+// Marshal encodes a message with deterministic field order, so a replay
+// that re-encodes a record produces the same bytes.
+func Marshal(m proto.Message) ([]byte, error) { return marshal.Marshal(m) }
+
+// NewRecord frames a message as a Kafka record for its topic under names,
+// keyed by key. It validates the message first: nothing invalid is written.
+func NewRecord(names Names, key []byte, m proto.Message) (*kgo.Record, error) {
+	t, err := TopicOf(m)
+	if err != nil {
+		return nil, err
+	}
+	if err := Validate(m); err != nil {
+		return nil, fmt.Errorf("events: refusing to write an invalid %s record: %w", t, err)
+	}
+	v, err := Marshal(m)
+	if err != nil {
+		return nil, fmt.Errorf("events: encode %s: %w", t, err)
+	}
+	if len(v) > MaxValueBytes {
+		return nil, fmt.Errorf("events: %s record is %d bytes, over the %d-byte limit", t, len(v), MaxValueBytes)
+	}
+	return &kgo.Record{
+		Topic:   names.Physical(t),
+		Key:     key,
+		Value:   v,
+		Headers: []kgo.RecordHeader{{Key: HeaderSchema, Value: []byte(SchemaOf(t))}},
+	}, nil
+}
+
+// NewTombstone frames the deregistration of a worker on the workers topic.
+func NewTombstone(names Names, workerID string) *kgo.Record {
+	return &kgo.Record{Topic: names.Physical(TopicWorkers), Key: WorkerKey(workerID)}
+}
+
+// Envelope is a decoded record.
+type Envelope struct {
+	Topic     Topic
+	Partition int32
+	Offset    int64
+	Key       []byte
+	// Schema is the value's message name; empty for a tombstone.
+	Schema string
+	// Message is the decoded value; nil for a tombstone.
+	Message proto.Message
+}
+
+// Tombstone reports whether the record deregisters a worker.
+func (e *Envelope) Tombstone() bool { return e.Message == nil }
+
+// Decode decodes one record read from a topic under names. Every failure is
+// a *DecodeError that names where the record sits, so an operator can find
+// it with `pdrouter log tail --from-offset`.
+func Decode(names Names, r *kgo.Record) (*Envelope, error) {
+	t, ok := names.Logical(r.Topic)
+	if !ok {
+		return nil, &DecodeError{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Kind: ErrWrongTopic,
+			Err: fmt.Errorf("topic is not one of pdrouter's under prefix %q", names.Prefix)}
+	}
+	env := &Envelope{Topic: t, Partition: r.Partition, Offset: r.Offset, Key: r.Key}
+	fail := func(kind error, schema string, err error) (*Envelope, error) {
+		return nil, &DecodeError{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Kind: kind, Schema: schema, Err: err}
+	}
+	var schema []byte
+	found := false
+	for _, h := range r.Headers {
+		if h.Key == HeaderSchema {
+			schema, found = h.Value, true
+		}
+	}
+	if r.Value == nil && !found {
+		if t != TopicWorkers {
+			return fail(ErrUnexpectedTombstone, "", errors.New("null value: only the workers topic takes tombstones"))
+		}
+		if len(r.Key) == 0 {
+			return fail(ErrInvalid, "", errors.New("tombstone without a worker id key"))
+		}
+		return env, nil
+	}
+	if !found {
+		return fail(ErrMissingSchema, "", fmt.Errorf("no %q header", HeaderSchema))
+	}
+	name := protoreflect.FullName(schema)
+	if !accepts(t, name) {
+		if newMessage(name) != nil {
+			return fail(ErrWrongTopic, string(schema), fmt.Errorf("a %s belongs on another topic", name))
+		}
+		return fail(ErrUnknownSchema, string(schema), fmt.Errorf("this build reads %s", schemaList(t)))
+	}
+	if len(r.Value) > MaxValueBytes {
+		return fail(ErrTooLarge, string(schema), fmt.Errorf("value is %d bytes, over the %d-byte limit", len(r.Value), MaxValueBytes))
+	}
+	m := newMessage(name)
+	if err := proto.Unmarshal(r.Value, m); err != nil {
+		return fail(ErrMalformed, string(schema), err)
+	}
+	if err := Validate(m); err != nil {
+		return fail(ErrInvalid, string(schema), err)
+	}
+	env.Schema, env.Message = string(schema), m
+	return env, nil
+}
+
+func accepts(t Topic, name protoreflect.FullName) bool {
+	for _, s := range schemas[t] {
+		if s == name {
+			return true
+		}
+	}
+	return false
+}
+
+func schemaList(t Topic) string {
+	s := ""
+	for i, n := range schemas[t] {
+		if i > 0 {
+			s += ", "
+		}
+		s += string(n)
+	}
+	return s
+}

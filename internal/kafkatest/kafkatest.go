@@ -1,0 +1,137 @@
+// Package kafkatest gives tests a Kafka to talk to.
+//
+// Integration tests use the real Apache Kafka broker that `make test` starts
+// (scripts/kafka-local.sh) and announces in PDR_TEST_BROKERS. Without it they
+// skip locally, and fail under CI=true: CI must never pass by skipping the
+// tests that matter. Fake returns an in-process kfake cluster, for fast unit
+// tests only.
+package kafkatest
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/pdrouter/pdrouter/events"
+	"github.com/pdrouter/pdrouter/migrations"
+)
+
+// EnvBrokers names the real test broker.
+const EnvBrokers = "PDR_TEST_BROKERS"
+
+// Brokers returns the real broker's addresses, after checking it answers.
+func Brokers(t testing.TB) []string {
+	t.Helper()
+	v := strings.TrimSpace(os.Getenv(EnvBrokers))
+	if v == "" {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("%s is not set under CI=true: integration tests must run against the real broker (run `make test`)", EnvBrokers)
+		}
+		t.Skipf("%s not set: run `make test`, which starts a real Kafka broker, to run this integration test", EnvBrokers)
+	}
+	brokers := strings.Split(v, ",")
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		t.Fatalf("client for %s=%s: %v", EnvBrokers, v, err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := kadm.NewClient(cl).BrokerMetadata(ctx); err != nil {
+		t.Fatalf("the test broker at %s=%s does not answer: %v", EnvBrokers, v, err)
+	}
+	return brokers
+}
+
+// Fake starts an in-process kfake cluster with one broker, closed at the end
+// of the test.
+func Fake(t testing.TB) []string {
+	t.Helper()
+	c, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		t.Fatalf("kfake: %v", err)
+	}
+	t.Cleanup(c.Close)
+	return c.ListenAddrs()
+}
+
+// Prefix returns a topic prefix unique to this test run, so tests sharing a
+// broker never see each other's records.
+func Prefix(t testing.TB) string {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	name := strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' {
+			return r
+		}
+		return '-'
+	}, t.Name())
+	if len(name) > 60 {
+		name = name[:60]
+	}
+	return "t-" + name + "-" + hex.EncodeToString(b[:]) + "."
+}
+
+// Migrate creates pdrouter's topics under prefix on a single-node cluster
+// and deletes them when the test ends.
+func Migrate(t testing.TB, brokers []string, prefix string) {
+	t.Helper()
+	specs, err := migrations.Declarations(migrations.SingleNodeOptions(prefix))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl := Client(t, brokers)
+	adm := kadm.NewClient(cl)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if _, err := migrations.Apply(ctx, adm, specs, false); err != nil {
+		t.Fatalf("migrate: %v", err)
+	}
+	t.Cleanup(func() { DeleteTopics(t, brokers, prefix) })
+}
+
+// DeleteTopics removes every pdrouter topic under prefix.
+func DeleteTopics(t testing.TB, brokers []string, prefix string) {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		return
+	}
+	defer cl.Close()
+	names := events.Names{Prefix: prefix}
+	var ts []string
+	for _, tp := range events.AllTopics {
+		ts = append(ts, names.Physical(tp))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := kadm.NewClient(cl).DeleteTopics(ctx, ts...); err != nil {
+		t.Logf("delete topics under %s: %v", prefix, err)
+	}
+}
+
+// Client returns a franz-go client closed at the end of the test.
+func Client(t testing.TB, brokers []string, opts ...kgo.Opt) *kgo.Client {
+	t.Helper()
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(brokers...)}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	return cl
+}
+
+// Both runs fn once against kfake and once against the real broker, as
+// subtests "kfake" and "kafka". Behaviour that differs between the two is a
+// kfake quirk to know about, or a bug in pdrouter to fix.
+func Both(t *testing.T, fn func(t *testing.T, brokers []string)) {
+	t.Run("kfake", func(t *testing.T) { fn(t, Fake(t)) })
+	t.Run("kafka", func(t *testing.T) { fn(t, Brokers(t)) })
+}

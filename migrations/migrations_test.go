@@ -1,0 +1,195 @@
+package migrations_test
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+
+	"github.com/pdrouter/pdrouter/events"
+	"github.com/pdrouter/pdrouter/internal/kafkatest"
+	"github.com/pdrouter/pdrouter/migrations"
+)
+
+func TestDeclarationsCoverEveryTopic(t *testing.T) {
+	specs, err := migrations.Declarations(migrations.Options{Prefix: "p.", ReplicationFactor: 3, MinInsyncReplicas: 2,
+		Partitions: map[events.Topic]int32{events.TopicKvEvents: 32}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(specs) != len(events.AllTopics) {
+		t.Fatalf("%d declarations for %d topics", len(specs), len(events.AllTopics))
+	}
+	for i, s := range specs {
+		if s.Topic != events.AllTopics[i] || s.Name != "p."+string(s.Topic) {
+			t.Errorf("declaration %d is %s (%s)", i, s.Topic, s.Name)
+		}
+		for _, k := range []string{"cleanup.policy", "min.insync.replicas"} {
+			if s.Configs[k] == "" {
+				t.Errorf("%s: %s not declared", s.Name, k)
+			}
+		}
+		if s.Configs["min.insync.replicas"] != "2" || s.ReplicationFactor != 3 {
+			t.Errorf("%s: options not applied", s.Name)
+		}
+		if compacted := s.Topic == events.TopicWorkers; compacted != (s.Configs["cleanup.policy"] == "compact") {
+			t.Errorf("%s: cleanup.policy %s", s.Name, s.Configs["cleanup.policy"])
+		}
+		if s.Configs["cleanup.policy"] == "delete" && s.Configs["retention.ms"] == "" {
+			t.Errorf("%s: delete topic without retention.ms", s.Name)
+		}
+	}
+	if specs[0].Partitions != 32 {
+		t.Errorf("partition override ignored: %d", specs[0].Partitions)
+	}
+}
+
+func TestDeclarationsRejectBadOptions(t *testing.T) {
+	cases := map[string]struct {
+		o    migrations.Options
+		want string
+	}{
+		"rf 0":             {migrations.Options{MinInsyncReplicas: 1}, "--replication-factor 0"},
+		"isr above rf":     {migrations.Options{ReplicationFactor: 1, MinInsyncReplicas: 2}, "--min-insync-replicas 2: must be in [1, --replication-factor=1]"},
+		"bad prefix":       {migrations.Options{Prefix: "a b", ReplicationFactor: 1, MinInsyncReplicas: 1}, "--topic-prefix"},
+		"zero partitions":  {migrations.Options{ReplicationFactor: 1, MinInsyncReplicas: 1, Partitions: map[events.Topic]int32{events.TopicLoad: 0}}, "--partitions load=0"},
+		"unknown topic":    {migrations.Options{ReplicationFactor: 1, MinInsyncReplicas: 1, Partitions: map[events.Topic]int32{"lod": 3}}, "unknown topic \"lod\""},
+	}
+	for name, c := range cases {
+		_, err := migrations.Declarations(c.o)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: error %v, want it to say %q", name, err, c.want)
+		}
+	}
+}
+
+// TestMigrateIsIdempotentAndReportsDrift: the first run creates every topic,
+// the second changes nothing, and a planted difference is reported exactly
+// and left in place.
+func TestMigrateIsIdempotentAndReportsDrift(t *testing.T) {
+	kafkatest.Both(t, func(t *testing.T, brokers []string) {
+		prefix := kafkatest.Prefix(t)
+		t.Cleanup(func() { kafkatest.DeleteTopics(t, brokers, prefix) })
+		adm := kadm.NewClient(kafkatest.Client(t, brokers))
+		ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+		defer cancel()
+		specs, err := migrations.Declarations(migrations.SingleNodeOptions(prefix))
+		if err != nil {
+			t.Fatal(err)
+		}
+
+		dry, err := migrations.Apply(ctx, adm, specs, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if dry.Changed() != len(specs) {
+			t.Fatalf("dry run plans %d creates, want %d", dry.Changed(), len(specs))
+		}
+		if topics, _ := adm.ListTopics(ctx, specs[0].Name); topics[specs[0].Name].Err == nil {
+			t.Fatal("dry run created a topic")
+		}
+
+		first, err := migrations.Apply(ctx, adm, specs, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if first.Changed() != len(specs) || first.Drifted() != 0 {
+			t.Fatalf("first run: %d created, %d drifted", first.Changed(), first.Drifted())
+		}
+		second := waitStable(t, ctx, adm, specs)
+		if second.Changed() != 0 || second.Drifted() != 0 {
+			var b bytes.Buffer
+			second.Print(&b)
+			t.Fatalf("second run changed something:\n%s", b.String())
+		}
+
+		// Plant drift: a shorter retention on decisions, a partition more on load.
+		decisions, load := prefix+"decisions", prefix+"load"
+		if _, err := adm.AlterTopicConfigs(ctx, []kadm.AlterConfig{{Op: kadm.SetConfig, Name: "retention.ms", Value: kadm.StringPtr("3600000")}}, decisions); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := adm.CreatePartitions(ctx, 1, load); err != nil {
+			t.Fatal(err)
+		}
+		var third migrations.Result
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			third, err = migrations.Apply(ctx, adm, specs, false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if third.Drifted() == 2 || time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(200 * time.Millisecond) // metadata propagation
+		}
+		var out bytes.Buffer
+		third.Print(&out)
+		report := out.String()
+		for _, want := range []string{
+			"drift         " + decisions,
+			"    drift retention.ms: declared 2592000000, actual 3600000",
+			"drift         " + load,
+			"    drift partitions: declared 8, actual 9",
+			"0 created, 3 unchanged, 2 drifted",
+		} {
+			if !strings.Contains(report, want) {
+				t.Errorf("report lacks %q:\n%s", want, report)
+			}
+		}
+		if third.Changed() != 0 {
+			t.Error("a drifted run created topics")
+		}
+		// Never altered: the drifted values are still there.
+		cfgs, err := adm.DescribeTopicConfigs(ctx, decisions)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rc, _ := cfgs.On(decisions, nil)
+		for _, c := range rc.Configs {
+			if c.Key == "retention.ms" && (c.Value == nil || *c.Value != "3600000") {
+				t.Errorf("migrate altered retention.ms of %s", decisions)
+			}
+		}
+	})
+}
+
+// waitStable re-runs Apply until the just-created topics show in metadata.
+func waitStable(t *testing.T, ctx context.Context, adm *kadm.Client, specs []migrations.TopicSpec) migrations.Result {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		res, err := migrations.Apply(ctx, adm, specs, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Changed() == 0 && res.Drifted() == 0 || time.Now().After(deadline) {
+			return res
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+func TestStoreRule(t *testing.T) {
+	cur := migrations.StoreSchemaVersion
+	cases := []struct {
+		name   string
+		found  uint32
+		exists bool
+		want   migrations.StoreAction
+	}{
+		{"no store", 0, false, migrations.StoreInit},
+		{"current", cur, true, migrations.StoreOpen},
+		{"newer store from a rolled-forward binary", cur + 1, true, migrations.StoreRebuild},
+		{"older without upgrade path", cur - 1, true, migrations.StoreRebuild},
+	}
+	for _, c := range cases {
+		got, why := migrations.StoreRule(c.found, c.exists)
+		if got != c.want || why == "" {
+			t.Errorf("%s: %v (%q), want %v", c.name, got, why, c.want)
+		}
+	}
+}
