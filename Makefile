@@ -1,0 +1,56 @@
+# pdrouter — the two set-up commands are `make run` and `make test`.
+# Everything else here is for developers.
+
+GO        ?= go
+BIN       := bin/pdrouter
+VERSION   ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
+LDFLAGS   := -s -w -X main.version=$(VERSION)
+FUZZTIME  ?= 15s
+BENCHTIME ?= 1s
+BENCHCOUNT ?= 5
+RUN_ARGS  ?=
+
+.PHONY: all build run test test-unit vet fmt proto bench fuzz kafka-start kafka-stop kafka-restart clean help
+
+all: build
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
+
+build: ## build bin/pdrouter
+	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/pdrouter
+
+run: build ## run the embedded development stack (pdrouter dev); extra flags in RUN_ARGS
+	./$(BIN) dev $(RUN_ARGS)
+
+test: ## install what is needed, start a real Kafka unless PDR_TEST_BROKERS is set, run every test, stop what was started
+	./scripts/test.sh
+
+test-unit: ## fast tests only: kfake, no real broker (integration subtests skip)
+	$(GO) test -count=1 ./...
+
+vet: ## go vet and gofmt
+	$(GO) vet ./...
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+
+proto: ## regenerate events/eventspb with the pinned generators
+	./scripts/gen-proto.sh
+
+bench: ## run the Go benchmarks (BENCHCOUNT runs each) into .cache/bench.txt
+	$(GO) test -run '^$$' -bench . -benchmem -count $(BENCHCOUNT) -benchtime $(BENCHTIME) ./... | tee .cache/bench.txt
+
+fuzz: ## run every fuzz target for FUZZTIME each
+	./scripts/fuzz.sh $(FUZZTIME)
+
+kafka-start: ## start the local Apache Kafka broker (installs it on first use)
+	./scripts/kafka-local.sh install
+	./scripts/kafka-local.sh start
+
+kafka-stop: ## stop the local Apache Kafka broker
+	./scripts/kafka-local.sh stop
+
+kafka-restart: ## restart the local broker on the same data
+	./scripts/kafka-local.sh restart
+
+clean: ## remove build output and local data (keeps the jar cache)
+	rm -rf bin data .cache/kafka-run

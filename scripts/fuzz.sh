@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Runs every Go fuzz target in the module for $1 (default 15s) each.
+# `go test -fuzz` takes one target in one package at a time, so this finds
+# them all and loops.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+fuzztime=${1:-15s}
+targets=$(grep -rl --include='*_test.go' '^func Fuzz' . | sort)
+for f in $targets; do
+  pkg=./$(dirname "${f#./}")
+  for fn in $(grep -oE '^func Fuzz[A-Za-z0-9_]*' "$f" | sed 's/^func //'); do
+    echo "fuzz $pkg $fn for $fuzztime"
+    go test "$pkg" -run '^$' -fuzz "^${fn}\$" -fuzztime "$fuzztime"
+  done
+done

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# `make test`: everything the test suite needs, on a fresh machine.
+#
+#  1. Go modules (go mod download) and the Python test packages (.cache/venv).
+#  2. A real Apache Kafka 4.x broker, unless PDR_TEST_BROKERS names one:
+#     installed from Maven Central jars (cached) and started on 127.0.0.1 by
+#     scripts/kafka-local.sh, stopped again on exit, whatever happens.
+#  3. go vet and gofmt, every Go test (with the race detector) against that
+#     broker, the Python tests, and a short run of every fuzz target.
+#
+# Under CI=true the integration tests fail, not skip, without a broker.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+start=$(date +%s)
+step() { printf '\n== %s (%ds)\n' "$*" $(( $(date +%s) - start )); }
+
+command -v go >/dev/null || { echo "make test: Go is not installed (need go >= 1.26)" >&2; exit 1; }
+command -v python3 >/dev/null || { echo "make test: python3 is not installed" >&2; exit 1; }
+
+step "Go modules"
+go mod download
+
+step "Python test packages"
+[ -x .cache/venv/bin/python ] || python3 -m venv .cache/venv
+.cache/venv/bin/pip install -q --disable-pip-version-check -r tests/python/requirements.txt
+
+started=""
+cleanup() {
+  if [ -n "$started" ]; then
+    step "stopping the Kafka broker this run started"
+    ./scripts/kafka-local.sh stop || true
+  fi
+}
+trap cleanup EXIT
+
+if [ -z "${PDR_TEST_BROKERS:-}" ]; then
+  step "Apache Kafka broker (none given in PDR_TEST_BROKERS)"
+  ./scripts/kafka-local.sh install
+  ./scripts/kafka-local.sh wipe >/dev/null 2>&1 || true
+  started=yes
+  ./scripts/kafka-local.sh start
+  eval "export $(./scripts/kafka-local.sh env)"
+fi
+echo "PDR_TEST_BROKERS=$PDR_TEST_BROKERS"
+export PDR_TEST_BROKERS
+export PDR_KAFKA_SCRIPT="$root/scripts/kafka-local.sh"
+
+step "go vet and gofmt"
+go vet ./...
+unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './.cache/*'))
+if [ -n "$unformatted" ]; then echo "gofmt needed: $unformatted" >&2; exit 1; fi
+
+step "Go tests (race detector, real broker)"
+go test -race -count=1 -timeout 30m ./...
+
+step "Python tests"
+.cache/venv/bin/python -m pytest -q tests/python
+
+step "fuzz smoke (${PDR_FUZZTIME:-10s} per target)"
+./scripts/fuzz.sh "${PDR_FUZZTIME:-10s}"
+
+step "make test passed"
