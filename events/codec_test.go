@@ -51,7 +51,9 @@ func TestTombstone(t *testing.T) {
 // *DecodeError of the right kind that names topic, partition and offset.
 func TestBadRecordsGiveTypedErrors(t *testing.T) {
 	good, _ := events.NewRecord(names, []byte("w"), eventstest.OneBlockStored())
-	hdr := func(s string) []kgo.RecordHeader { return []kgo.RecordHeader{{Key: events.HeaderSchema, Value: []byte(s)}} }
+	hdr := func(s string) []kgo.RecordHeader {
+		return []kgo.RecordHeader{{Key: events.HeaderSchema, Value: []byte(s)}}
+	}
 	badBlock := eventstest.OneBlockStored()
 	badBlock.Events[0].GetStored().TokenIds = badBlock.Events[0].GetStored().TokenIds[:5]
 	badBlockBytes, _ := proto.Marshal(badBlock)

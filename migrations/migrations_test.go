@@ -52,11 +52,11 @@ func TestDeclarationsRejectBadOptions(t *testing.T) {
 		o    migrations.Options
 		want string
 	}{
-		"rf 0":             {migrations.Options{MinInsyncReplicas: 1}, "--replication-factor 0"},
-		"isr above rf":     {migrations.Options{ReplicationFactor: 1, MinInsyncReplicas: 2}, "--min-insync-replicas 2: must be in [1, --replication-factor=1]"},
-		"bad prefix":       {migrations.Options{Prefix: "a b", ReplicationFactor: 1, MinInsyncReplicas: 1}, "--topic-prefix"},
-		"zero partitions":  {migrations.Options{ReplicationFactor: 1, MinInsyncReplicas: 1, Partitions: map[events.Topic]int32{events.TopicLoad: 0}}, "--partitions load=0"},
-		"unknown topic":    {migrations.Options{ReplicationFactor: 1, MinInsyncReplicas: 1, Partitions: map[events.Topic]int32{"lod": 3}}, "unknown topic \"lod\""},
+		"rf 0":            {migrations.Options{MinInsyncReplicas: 1}, "--replication-factor 0"},
+		"isr above rf":    {migrations.Options{ReplicationFactor: 1, MinInsyncReplicas: 2}, "--min-insync-replicas 2: must be in [1, --replication-factor=1]"},
+		"bad prefix":      {migrations.Options{Prefix: "a b", ReplicationFactor: 1, MinInsyncReplicas: 1}, "--topic-prefix"},
+		"zero partitions": {migrations.Options{ReplicationFactor: 1, MinInsyncReplicas: 1, Partitions: map[events.Topic]int32{events.TopicLoad: 0}}, "--partitions load=0"},
+		"unknown topic":   {migrations.Options{ReplicationFactor: 1, MinInsyncReplicas: 1, Partitions: map[events.Topic]int32{"lod": 3}}, "unknown topic \"lod\""},
 	}
 	for name, c := range cases {
 		_, err := migrations.Declarations(c.o)
