@@ -54,8 +54,14 @@ func TestMigrateCommandTwiceThenDrift(t *testing.T) {
 		if _, err := adm.AlterTopicConfigs(context.Background(), []kadm.AlterConfig{{Op: kadm.SetConfig, Name: "min.insync.replicas", Value: kadm.StringPtr("1")}, {Op: kadm.SetConfig, Name: "cleanup.policy", Value: kadm.StringPtr("delete")}}, prefix+"workers"); err != nil {
 			t.Fatal(err)
 		}
-		out, _, err = run(t, env, args...)
 		var ec exitCode
+		for i := 0; i < 50; i++ { // until the broker's metadata shows the new configs
+			out, _, err = run(t, env, args...)
+			if errors.As(err, &ec) {
+				break
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
 		if !errors.As(err, &ec) || ec != exitDrift {
 			t.Fatalf("drift: err %v, want exit status %d\n%s", err, exitDrift, out)
 		}

@@ -96,6 +96,34 @@ func Migrate(t testing.TB, brokers []string, prefix string) {
 		t.Fatalf("migrate: %v", err)
 	}
 	t.Cleanup(func() { DeleteTopics(t, brokers, prefix) })
+	names := make([]string, len(specs))
+	for i, s := range specs {
+		names[i] = s.Name
+	}
+	WaitTopics(t, adm, names...)
+}
+
+// WaitTopics waits until every partition of the topics has a leader that
+// answers: a real broker applies topic creation through its controller, so a
+// topic can be unknown for a moment after CreateTopics returned.
+func WaitTopics(t testing.TB, adm *kadm.Client, topics ...string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for {
+		ends, err := adm.ListEndOffsets(ctx, topics...)
+		if err == nil {
+			err = ends.Error()
+		}
+		if err == nil && len(ends) == len(topics) {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("topics %v not ready after 30s: %v", topics, err)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
 
 // DeleteTopics removes every pdrouter topic under prefix.
