@@ -136,3 +136,24 @@ func TestTopicNames(t *testing.T) {
 		t.Fatal("Logical accepted an unknown topic")
 	}
 }
+
+func TestWorkerRankRoundTrip(t *testing.T) {
+	for _, c := range []struct {
+		id   string
+		rank uint32
+	}{{"decode-1", 0}, {"decode-1", 3}, {"d", 12}} {
+		s := events.WorkerRank(c.id, c.rank)
+		id, rank, ok := events.ParseWorkerRank(s)
+		if !ok || id != c.id || rank != c.rank {
+			t.Errorf("%q parsed to %q %d %v", s, id, rank, ok)
+		}
+	}
+	for _, bad := range []string{"a/b", "a/dp0", "a/dp01", "a/dpx", "a/b/dp1"} {
+		if _, _, ok := events.ParseWorkerRank(bad); ok {
+			t.Errorf("%q parsed", bad)
+		}
+	}
+	if err := events.ValidateWorkerID("a/dp1"); err == nil {
+		t.Error("a worker id with '/' was accepted")
+	}
+}

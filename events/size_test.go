@@ -30,10 +30,10 @@ func varied(m proto.Message, n int) []proto.Message {
 		case *pb.DecisionRecord:
 			for _, cand := range v.Candidates {
 				cand.OverlapBlocks = rng.Uint32N(1000)
-				cand.ActiveDecodeBlocks = rng.Uint64N(16384)
+				cand.ActiveDecodeBlocks = rng.Int64N(16384)
 				cand.Cost = rng.Float64() * 2000
-				cand.PrefillCost = rng.Float64() * 1000
-				cand.TieBreak = rng.Uint64()
+				cand.PrefillTerm = rng.Float64() * 1000
+				cand.TieHash = rng.Uint64()
 			}
 			for _, ch := range v.Chains {
 				for j := range ch.BlockHashes {

@@ -58,7 +58,8 @@ func Validate(m proto.Message) error {
 	return fmt.Errorf("events: no validation rule for %T", m)
 }
 
-// ValidateWorkerID rejects empty, overlong or non-printable worker ids.
+// ValidateWorkerID rejects empty, overlong or non-printable worker ids, and
+// ids with '/', which WorkerRank reserves.
 func ValidateWorkerID(id string) error {
 	if id == "" {
 		return errors.New("worker_id is required")
@@ -69,6 +70,10 @@ func ValidateWorkerID(id string) error {
 	for i, r := range id {
 		if r == unicode.ReplacementChar || !unicode.IsPrint(r) || unicode.IsSpace(r) {
 			return fmt.Errorf("worker_id %q has a non-printable or space character at byte %d", id, i)
+		}
+		if r == '/' {
+			// "/" separates a worker from its data-parallel rank (WorkerRank).
+			return fmt.Errorf("worker_id %q has '/' at byte %d: it is reserved for the dp rank suffix", id, i)
 		}
 	}
 	return nil

@@ -61,8 +61,19 @@ type DecisionRecord struct {
 	// The request's router hash chains, one per block size, so the state check
 	// can recompute overlaps from a rebuilt state.
 	Chains []*HashChain `protobuf:"bytes,20,rep,name=chains,proto3" json:"chains,omitempty"`
-	// Which rule decided the mode, the value it compared and the threshold.
-	Verdict *Verdict `protobuf:"bytes,21,opt,name=verdict,proto3" json:"verdict,omitempty"`
+	// The decode worker's block size: the B of the cached-token credit.
+	BlockSize uint32 `protobuf:"varint,21,opt,name=block_size,json=blockSize,proto3" json:"block_size,omitempty"`
+	// What the policy said before the decode busy guard.
+	PolicyBypass bool `protobuf:"varint,25,opt,name=policy_bypass,json=policyBypass,proto3" json:"policy_bypass,omitempty"`
+	// The check that settled the mode (a CheckName of the decider, for example
+	// "eff_isl_threshold"), and that check's value minus its limit: how far, in
+	// its own unit, the decision was from flipping.
+	DecidedBy        string  `protobuf:"bytes,26,opt,name=decided_by,json=decidedBy,proto3" json:"decided_by,omitempty"`
+	Distance         float64 `protobuf:"fixed64,27,opt,name=distance,proto3" json:"distance,omitempty"`
+	EffIslCheck      *Check  `protobuf:"bytes,28,opt,name=eff_isl_check,json=effIslCheck,proto3" json:"eff_isl_check,omitempty"`
+	RatioCheck       *Check  `protobuf:"bytes,29,opt,name=ratio_check,json=ratioCheck,proto3" json:"ratio_check,omitempty"`
+	PrefillBusyCheck *Check  `protobuf:"bytes,30,opt,name=prefill_busy_check,json=prefillBusyCheck,proto3" json:"prefill_busy_check,omitempty"`
+	DecodeBusyCheck  *Check  `protobuf:"bytes,31,opt,name=decode_busy_check,json=decodeBusyCheck,proto3" json:"decode_busy_check,omitempty"`
 	// Event time of the decision, Unix nanoseconds (router clock at receipt).
 	DecidedAtUnixNano int64 `protobuf:"varint,22,opt,name=decided_at_unix_nano,json=decidedAtUnixNano,proto3" json:"decided_at_unix_nano,omitempty"`
 	// The replica that made the decision.
@@ -243,9 +254,58 @@ func (x *DecisionRecord) GetChains() []*HashChain {
 	return nil
 }
 
-func (x *DecisionRecord) GetVerdict() *Verdict {
+func (x *DecisionRecord) GetBlockSize() uint32 {
 	if x != nil {
-		return x.Verdict
+		return x.BlockSize
+	}
+	return 0
+}
+
+func (x *DecisionRecord) GetPolicyBypass() bool {
+	if x != nil {
+		return x.PolicyBypass
+	}
+	return false
+}
+
+func (x *DecisionRecord) GetDecidedBy() string {
+	if x != nil {
+		return x.DecidedBy
+	}
+	return ""
+}
+
+func (x *DecisionRecord) GetDistance() float64 {
+	if x != nil {
+		return x.Distance
+	}
+	return 0
+}
+
+func (x *DecisionRecord) GetEffIslCheck() *Check {
+	if x != nil {
+		return x.EffIslCheck
+	}
+	return nil
+}
+
+func (x *DecisionRecord) GetRatioCheck() *Check {
+	if x != nil {
+		return x.RatioCheck
+	}
+	return nil
+}
+
+func (x *DecisionRecord) GetPrefillBusyCheck() *Check {
+	if x != nil {
+		return x.PrefillBusyCheck
+	}
+	return nil
+}
+
+func (x *DecisionRecord) GetDecodeBusyCheck() *Check {
+	if x != nil {
+		return x.DecodeBusyCheck
 	}
 	return nil
 }
@@ -323,42 +383,48 @@ func (x *HashChain) GetBlockHashes() []uint64 {
 	return nil
 }
 
-// Candidate is one row of the candidate table: one worker and every input and
-// term of its cost.
+// Candidate is one row of the candidate table: one worker of the request's
+// model in one pool, with every input and term of its cost
+// (conditional-disagg.md, step 1). Decode rows come first, then prefill rows,
+// each in worker order. Capacities of 0 mean unknown.
 type Candidate struct {
-	state  protoimpl.MessageState `protogen:"open.v1"`
-	Worker *WorkerRef             `protobuf:"bytes,1,opt,name=worker,proto3" json:"worker,omitempty"`
-	Pool   Pool                   `protobuf:"varint,2,opt,name=pool,proto3,enum=pdrouter.events.v1.Pool" json:"pool,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Worker   *WorkerRef             `protobuf:"bytes,1,opt,name=worker,proto3" json:"worker,omitempty"`
+	Pool     Pool                   `protobuf:"varint,2,opt,name=pool,proto3,enum=pdrouter.events.v1.Pool" json:"pool,omitempty"`
+	Eligible bool                   `protobuf:"varint,3,opt,name=eligible,proto3" json:"eligible,omitempty"`
 	// Why a registered worker was not eligible ("" when it was).
-	Ineligible string `protobuf:"bytes,3,opt,name=ineligible,proto3" json:"ineligible,omitempty"`
-	BlockSize  uint32 `protobuf:"varint,4,opt,name=block_size,json=blockSize,proto3" json:"block_size,omitempty"`
-	// Leading blocks of the prompt held on device, and further ones held only
-	// on host or disk.
-	OverlapBlocks uint32 `protobuf:"varint,5,opt,name=overlap_blocks,json=overlapBlocks,proto3" json:"overlap_blocks,omitempty"`
-	HostBlocks    uint32 `protobuf:"varint,6,opt,name=host_blocks,json=hostBlocks,proto3" json:"host_blocks,omitempty"`
-	DiskBlocks    uint32 `protobuf:"varint,7,opt,name=disk_blocks,json=diskBlocks,proto3" json:"disk_blocks,omitempty"`
-	// Router-side accounting.
-	ActiveDecodeBlocks  uint64 `protobuf:"varint,8,opt,name=active_decode_blocks,json=activeDecodeBlocks,proto3" json:"active_decode_blocks,omitempty"`
-	AlreadyActiveBlocks uint64 `protobuf:"varint,9,opt,name=already_active_blocks,json=alreadyActiveBlocks,proto3" json:"already_active_blocks,omitempty"`
-	ActivePrefillTokens uint64 `protobuf:"varint,10,opt,name=active_prefill_tokens,json=activePrefillTokens,proto3" json:"active_prefill_tokens,omitempty"`
-	// Capacity; absent when unknown.
-	TotalKvBlocks       *uint64 `protobuf:"varint,11,opt,name=total_kv_blocks,json=totalKvBlocks,proto3,oneof" json:"total_kv_blocks,omitempty"`
-	MaxNumBatchedTokens *uint64 `protobuf:"varint,12,opt,name=max_num_batched_tokens,json=maxNumBatchedTokens,proto3,oneof" json:"max_num_batched_tokens,omitempty"`
-	// The worker's latest load sample, when one exists.
-	LoadKvUsedBlocks        *uint64 `protobuf:"varint,13,opt,name=load_kv_used_blocks,json=loadKvUsedBlocks,proto3,oneof" json:"load_kv_used_blocks,omitempty"`
-	LoadActivePrefillTokens *uint64 `protobuf:"varint,14,opt,name=load_active_prefill_tokens,json=loadActivePrefillTokens,proto3,oneof" json:"load_active_prefill_tokens,omitempty"`
-	LoadSampleTimeUnixNano  *int64  `protobuf:"varint,15,opt,name=load_sample_time_unix_nano,json=loadSampleTimeUnixNano,proto3,oneof" json:"load_sample_time_unix_nano,omitempty"`
-	// Cost terms (conditional-disagg.md, step 1).
-	RawPrefillBlocks      float64 `protobuf:"fixed64,16,opt,name=raw_prefill_blocks,json=rawPrefillBlocks,proto3" json:"raw_prefill_blocks,omitempty"`
-	OverlapCredit         float64 `protobuf:"fixed64,17,opt,name=overlap_credit,json=overlapCredit,proto3" json:"overlap_credit,omitempty"`
-	PrefillCost           float64 `protobuf:"fixed64,18,opt,name=prefill_cost,json=prefillCost,proto3" json:"prefill_cost,omitempty"`
-	PotentialDecodeBlocks float64 `protobuf:"fixed64,19,opt,name=potential_decode_blocks,json=potentialDecodeBlocks,proto3" json:"potential_decode_blocks,omitempty"`
-	Cost                  float64 `protobuf:"fixed64,20,opt,name=cost,proto3" json:"cost,omitempty"`
-	// Stable tie-break key: hash(request_id, worker_id).
-	TieBreak uint64 `protobuf:"fixed64,21,opt,name=tie_break,json=tieBreak,proto3" json:"tie_break,omitempty"`
-	Chosen   bool   `protobuf:"varint,22,opt,name=chosen,proto3" json:"chosen,omitempty"`
+	Excluded  string `protobuf:"bytes,4,opt,name=excluded,proto3" json:"excluded,omitempty"`
+	BlockSize uint32 `protobuf:"varint,5,opt,name=block_size,json=blockSize,proto3" json:"block_size,omitempty"`
+	// overlap(w), host(w), disk(w): leading blocks held on device, and further
+	// ones held only on host or disk.
+	OverlapBlocks       uint32 `protobuf:"varint,6,opt,name=overlap_blocks,json=overlapBlocks,proto3" json:"overlap_blocks,omitempty"`
+	HostBlocks          uint32 `protobuf:"varint,7,opt,name=host_blocks,json=hostBlocks,proto3" json:"host_blocks,omitempty"`
+	DiskBlocks          uint32 `protobuf:"varint,8,opt,name=disk_blocks,json=diskBlocks,proto3" json:"disk_blocks,omitempty"`
+	ActivePrefillTokens int64  `protobuf:"varint,9,opt,name=active_prefill_tokens,json=activePrefillTokens,proto3" json:"active_prefill_tokens,omitempty"`
+	// (active_prefill_tokens + P) / B.
+	RawPrefillBlocks float64 `protobuf:"fixed64,10,opt,name=raw_prefill_blocks,json=rawPrefillBlocks,proto3" json:"raw_prefill_blocks,omitempty"`
+	// overlap_score_credit·overlap + 0.75·host + 0.25·disk.
+	OverlapCredit float64 `protobuf:"fixed64,11,opt,name=overlap_credit,json=overlapCredit,proto3" json:"overlap_credit,omitempty"`
+	// prefill_load_scale · max(0, raw_prefill_blocks − overlap_credit).
+	PrefillTerm float64 `protobuf:"fixed64,12,opt,name=prefill_term,json=prefillTerm,proto3" json:"prefill_term,omitempty"`
+	// Decode rows: potential = active + request − shared.
+	ActiveDecodeBlocks    int64   `protobuf:"varint,13,opt,name=active_decode_blocks,json=activeDecodeBlocks,proto3" json:"active_decode_blocks,omitempty"`
+	RequestBlocks         int64   `protobuf:"varint,14,opt,name=request_blocks,json=requestBlocks,proto3" json:"request_blocks,omitempty"`
+	SharedActiveBlocks    int64   `protobuf:"varint,15,opt,name=shared_active_blocks,json=sharedActiveBlocks,proto3" json:"shared_active_blocks,omitempty"`
+	PotentialDecodeBlocks int64   `protobuf:"varint,16,opt,name=potential_decode_blocks,json=potentialDecodeBlocks,proto3" json:"potential_decode_blocks,omitempty"`
+	Cost                  float64 `protobuf:"fixed64,17,opt,name=cost,proto3" json:"cost,omitempty"`
+	// hash(request id, worker id): the lowest breaks an exact cost tie.
+	TieHash uint64 `protobuf:"fixed64,18,opt,name=tie_hash,json=tieHash,proto3" json:"tie_hash,omitempty"`
 	// Softmax probability when temperature > 0.
-	Probability   float64 `protobuf:"fixed64,23,opt,name=probability,proto3" json:"probability,omitempty"`
+	Probability         float64 `protobuf:"fixed64,19,opt,name=probability,proto3" json:"probability,omitempty"`
+	TotalKvBlocks       int64   `protobuf:"varint,20,opt,name=total_kv_blocks,json=totalKvBlocks,proto3" json:"total_kv_blocks,omitempty"`
+	MaxNumBatchedTokens int64   `protobuf:"varint,21,opt,name=max_num_batched_tokens,json=maxNumBatchedTokens,proto3" json:"max_num_batched_tokens,omitempty"`
+	// Whether a load sample existed, and its values.
+	LoadKnown         bool  `protobuf:"varint,22,opt,name=load_known,json=loadKnown,proto3" json:"load_known,omitempty"`
+	LoadKvUsedBlocks  int64 `protobuf:"varint,23,opt,name=load_kv_used_blocks,json=loadKvUsedBlocks,proto3" json:"load_kv_used_blocks,omitempty"`
+	LoadPrefillTokens int64 `protobuf:"varint,24,opt,name=load_prefill_tokens,json=loadPrefillTokens,proto3" json:"load_prefill_tokens,omitempty"`
+	// The worker selection chose in this pool.
+	Picked        bool `protobuf:"varint,25,opt,name=picked,proto3" json:"picked,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -407,9 +473,16 @@ func (x *Candidate) GetPool() Pool {
 	return Pool_POOL_UNSPECIFIED
 }
 
-func (x *Candidate) GetIneligible() string {
+func (x *Candidate) GetEligible() bool {
 	if x != nil {
-		return x.Ineligible
+		return x.Eligible
+	}
+	return false
+}
+
+func (x *Candidate) GetExcluded() string {
+	if x != nil {
+		return x.Excluded
 	}
 	return ""
 }
@@ -442,58 +515,9 @@ func (x *Candidate) GetDiskBlocks() uint32 {
 	return 0
 }
 
-func (x *Candidate) GetActiveDecodeBlocks() uint64 {
-	if x != nil {
-		return x.ActiveDecodeBlocks
-	}
-	return 0
-}
-
-func (x *Candidate) GetAlreadyActiveBlocks() uint64 {
-	if x != nil {
-		return x.AlreadyActiveBlocks
-	}
-	return 0
-}
-
-func (x *Candidate) GetActivePrefillTokens() uint64 {
+func (x *Candidate) GetActivePrefillTokens() int64 {
 	if x != nil {
 		return x.ActivePrefillTokens
-	}
-	return 0
-}
-
-func (x *Candidate) GetTotalKvBlocks() uint64 {
-	if x != nil && x.TotalKvBlocks != nil {
-		return *x.TotalKvBlocks
-	}
-	return 0
-}
-
-func (x *Candidate) GetMaxNumBatchedTokens() uint64 {
-	if x != nil && x.MaxNumBatchedTokens != nil {
-		return *x.MaxNumBatchedTokens
-	}
-	return 0
-}
-
-func (x *Candidate) GetLoadKvUsedBlocks() uint64 {
-	if x != nil && x.LoadKvUsedBlocks != nil {
-		return *x.LoadKvUsedBlocks
-	}
-	return 0
-}
-
-func (x *Candidate) GetLoadActivePrefillTokens() uint64 {
-	if x != nil && x.LoadActivePrefillTokens != nil {
-		return *x.LoadActivePrefillTokens
-	}
-	return 0
-}
-
-func (x *Candidate) GetLoadSampleTimeUnixNano() int64 {
-	if x != nil && x.LoadSampleTimeUnixNano != nil {
-		return *x.LoadSampleTimeUnixNano
 	}
 	return 0
 }
@@ -512,14 +536,35 @@ func (x *Candidate) GetOverlapCredit() float64 {
 	return 0
 }
 
-func (x *Candidate) GetPrefillCost() float64 {
+func (x *Candidate) GetPrefillTerm() float64 {
 	if x != nil {
-		return x.PrefillCost
+		return x.PrefillTerm
 	}
 	return 0
 }
 
-func (x *Candidate) GetPotentialDecodeBlocks() float64 {
+func (x *Candidate) GetActiveDecodeBlocks() int64 {
+	if x != nil {
+		return x.ActiveDecodeBlocks
+	}
+	return 0
+}
+
+func (x *Candidate) GetRequestBlocks() int64 {
+	if x != nil {
+		return x.RequestBlocks
+	}
+	return 0
+}
+
+func (x *Candidate) GetSharedActiveBlocks() int64 {
+	if x != nil {
+		return x.SharedActiveBlocks
+	}
+	return 0
+}
+
+func (x *Candidate) GetPotentialDecodeBlocks() int64 {
 	if x != nil {
 		return x.PotentialDecodeBlocks
 	}
@@ -533,18 +578,11 @@ func (x *Candidate) GetCost() float64 {
 	return 0
 }
 
-func (x *Candidate) GetTieBreak() uint64 {
+func (x *Candidate) GetTieHash() uint64 {
 	if x != nil {
-		return x.TieBreak
+		return x.TieHash
 	}
 	return 0
-}
-
-func (x *Candidate) GetChosen() bool {
-	if x != nil {
-		return x.Chosen
-	}
-	return false
 }
 
 func (x *Candidate) GetProbability() float64 {
@@ -554,34 +592,80 @@ func (x *Candidate) GetProbability() float64 {
 	return 0
 }
 
-// Verdict records the comparison that decided the mode, so explain can say
-// how far the value was from the threshold.
-type Verdict struct {
+func (x *Candidate) GetTotalKvBlocks() int64 {
+	if x != nil {
+		return x.TotalKvBlocks
+	}
+	return 0
+}
+
+func (x *Candidate) GetMaxNumBatchedTokens() int64 {
+	if x != nil {
+		return x.MaxNumBatchedTokens
+	}
+	return 0
+}
+
+func (x *Candidate) GetLoadKnown() bool {
+	if x != nil {
+		return x.LoadKnown
+	}
+	return false
+}
+
+func (x *Candidate) GetLoadKvUsedBlocks() int64 {
+	if x != nil {
+		return x.LoadKvUsedBlocks
+	}
+	return 0
+}
+
+func (x *Candidate) GetLoadPrefillTokens() int64 {
+	if x != nil {
+		return x.LoadPrefillTokens
+	}
+	return 0
+}
+
+func (x *Candidate) GetPicked() bool {
+	if x != nil {
+		return x.Picked
+	}
+	return false
+}
+
+// Check is one comparison of the policy or the guard, with both sides. For
+// the ISL checks hit means value < limit (bypass allowed by that check); for
+// the busy checks hit means value > limit (busy).
+type Check struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// For example "eff_isl_threshold", "eff_isl_ratio_threshold",
-	// "prefill_busy_threshold", "decode_busy_threshold".
-	Rule          string  `protobuf:"bytes,1,opt,name=rule,proto3" json:"rule,omitempty"`
-	Value         float64 `protobuf:"fixed64,2,opt,name=value,proto3" json:"value,omitempty"`
-	Threshold     float64 `protobuf:"fixed64,3,opt,name=threshold,proto3" json:"threshold,omitempty"`
-	Detail        string  `protobuf:"bytes,4,opt,name=detail,proto3" json:"detail,omitempty"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// False when the config did not call for this check.
+	Evaluated bool `protobuf:"varint,2,opt,name=evaluated,proto3" json:"evaluated,omitempty"`
+	// False when an input was missing and the spec's rule for it decided.
+	Known         bool    `protobuf:"varint,3,opt,name=known,proto3" json:"known,omitempty"`
+	Value         float64 `protobuf:"fixed64,4,opt,name=value,proto3" json:"value,omitempty"`
+	Limit         float64 `protobuf:"fixed64,5,opt,name=limit,proto3" json:"limit,omitempty"`
+	Hit           bool    `protobuf:"varint,6,opt,name=hit,proto3" json:"hit,omitempty"`
+	Note          string  `protobuf:"bytes,7,opt,name=note,proto3" json:"note,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
-func (x *Verdict) Reset() {
-	*x = Verdict{}
+func (x *Check) Reset() {
+	*x = Check{}
 	mi := &file_pdrouter_events_v1_decisions_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
 
-func (x *Verdict) String() string {
+func (x *Check) String() string {
 	return protoimpl.X.MessageStringOf(x)
 }
 
-func (*Verdict) ProtoMessage() {}
+func (*Check) ProtoMessage() {}
 
-func (x *Verdict) ProtoReflect() protoreflect.Message {
+func (x *Check) ProtoReflect() protoreflect.Message {
 	mi := &file_pdrouter_events_v1_decisions_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
@@ -593,35 +677,56 @@ func (x *Verdict) ProtoReflect() protoreflect.Message {
 	return mi.MessageOf(x)
 }
 
-// Deprecated: Use Verdict.ProtoReflect.Descriptor instead.
-func (*Verdict) Descriptor() ([]byte, []int) {
+// Deprecated: Use Check.ProtoReflect.Descriptor instead.
+func (*Check) Descriptor() ([]byte, []int) {
 	return file_pdrouter_events_v1_decisions_proto_rawDescGZIP(), []int{3}
 }
 
-func (x *Verdict) GetRule() string {
+func (x *Check) GetName() string {
 	if x != nil {
-		return x.Rule
+		return x.Name
 	}
 	return ""
 }
 
-func (x *Verdict) GetValue() float64 {
+func (x *Check) GetEvaluated() bool {
+	if x != nil {
+		return x.Evaluated
+	}
+	return false
+}
+
+func (x *Check) GetKnown() bool {
+	if x != nil {
+		return x.Known
+	}
+	return false
+}
+
+func (x *Check) GetValue() float64 {
 	if x != nil {
 		return x.Value
 	}
 	return 0
 }
 
-func (x *Verdict) GetThreshold() float64 {
+func (x *Check) GetLimit() float64 {
 	if x != nil {
-		return x.Threshold
+		return x.Limit
 	}
 	return 0
 }
 
-func (x *Verdict) GetDetail() string {
+func (x *Check) GetHit() bool {
 	if x != nil {
-		return x.Detail
+		return x.Hit
+	}
+	return false
+}
+
+func (x *Check) GetNote() string {
+	if x != nil {
+		return x.Note
 	}
 	return ""
 }
@@ -630,7 +735,8 @@ var File_pdrouter_events_v1_decisions_proto protoreflect.FileDescriptor
 
 const file_pdrouter_events_v1_decisions_proto_rawDesc = "" +
 	"\n" +
-	"\"pdrouter/events/v1/decisions.proto\x12\x12pdrouter.events.v1\x1a\x1fpdrouter/events/v1/common.proto\"\xf2\a\n" +
+	"\"pdrouter/events/v1/decisions.proto\x12\x12pdrouter.events.v1\x1a\x1fpdrouter/events/v1/common.proto\"\xc5\n" +
+	"\n" +
 	"\x0eDecisionRecord\x12\x1f\n" +
 	"\vdecision_id\x18\x01 \x01(\tR\n" +
 	"decisionId\x12\x1d\n" +
@@ -658,8 +764,18 @@ const file_pdrouter_events_v1_decisions_proto_rawDesc = "" +
 	"\n" +
 	"candidates\x18\x13 \x03(\v2\x1d.pdrouter.events.v1.CandidateR\n" +
 	"candidates\x125\n" +
-	"\x06chains\x18\x14 \x03(\v2\x1d.pdrouter.events.v1.HashChainR\x06chains\x125\n" +
-	"\averdict\x18\x15 \x01(\v2\x1b.pdrouter.events.v1.VerdictR\averdict\x12/\n" +
+	"\x06chains\x18\x14 \x03(\v2\x1d.pdrouter.events.v1.HashChainR\x06chains\x12\x1d\n" +
+	"\n" +
+	"block_size\x18\x15 \x01(\rR\tblockSize\x12#\n" +
+	"\rpolicy_bypass\x18\x19 \x01(\bR\fpolicyBypass\x12\x1d\n" +
+	"\n" +
+	"decided_by\x18\x1a \x01(\tR\tdecidedBy\x12\x1a\n" +
+	"\bdistance\x18\x1b \x01(\x01R\bdistance\x12=\n" +
+	"\reff_isl_check\x18\x1c \x01(\v2\x19.pdrouter.events.v1.CheckR\veffIslCheck\x12:\n" +
+	"\vratio_check\x18\x1d \x01(\v2\x19.pdrouter.events.v1.CheckR\n" +
+	"ratioCheck\x12G\n" +
+	"\x12prefill_busy_check\x18\x1e \x01(\v2\x19.pdrouter.events.v1.CheckR\x10prefillBusyCheck\x12E\n" +
+	"\x11decode_busy_check\x18\x1f \x01(\v2\x19.pdrouter.events.v1.CheckR\x0fdecodeBusyCheck\x12/\n" +
 	"\x14decided_at_unix_nano\x18\x16 \x01(\x03R\x11decidedAtUnixNano\x12\x1d\n" +
 	"\n" +
 	"replica_id\x18\x17 \x01(\tR\treplicaId\x12'\n" +
@@ -667,47 +783,46 @@ const file_pdrouter_events_v1_decisions_proto_rawDesc = "" +
 	"\tHashChain\x12\x1d\n" +
 	"\n" +
 	"block_size\x18\x01 \x01(\rR\tblockSize\x12!\n" +
-	"\fblock_hashes\x18\x02 \x03(\x06R\vblockHashes\"\xf0\b\n" +
+	"\fblock_hashes\x18\x02 \x03(\x06R\vblockHashes\"\xe3\a\n" +
 	"\tCandidate\x125\n" +
 	"\x06worker\x18\x01 \x01(\v2\x1d.pdrouter.events.v1.WorkerRefR\x06worker\x12,\n" +
-	"\x04pool\x18\x02 \x01(\x0e2\x18.pdrouter.events.v1.PoolR\x04pool\x12\x1e\n" +
+	"\x04pool\x18\x02 \x01(\x0e2\x18.pdrouter.events.v1.PoolR\x04pool\x12\x1a\n" +
+	"\beligible\x18\x03 \x01(\bR\beligible\x12\x1a\n" +
+	"\bexcluded\x18\x04 \x01(\tR\bexcluded\x12\x1d\n" +
 	"\n" +
-	"ineligible\x18\x03 \x01(\tR\n" +
-	"ineligible\x12\x1d\n" +
-	"\n" +
-	"block_size\x18\x04 \x01(\rR\tblockSize\x12%\n" +
-	"\x0eoverlap_blocks\x18\x05 \x01(\rR\roverlapBlocks\x12\x1f\n" +
-	"\vhost_blocks\x18\x06 \x01(\rR\n" +
+	"block_size\x18\x05 \x01(\rR\tblockSize\x12%\n" +
+	"\x0eoverlap_blocks\x18\x06 \x01(\rR\roverlapBlocks\x12\x1f\n" +
+	"\vhost_blocks\x18\a \x01(\rR\n" +
 	"hostBlocks\x12\x1f\n" +
-	"\vdisk_blocks\x18\a \x01(\rR\n" +
-	"diskBlocks\x120\n" +
-	"\x14active_decode_blocks\x18\b \x01(\x04R\x12activeDecodeBlocks\x122\n" +
-	"\x15already_active_blocks\x18\t \x01(\x04R\x13alreadyActiveBlocks\x122\n" +
-	"\x15active_prefill_tokens\x18\n" +
-	" \x01(\x04R\x13activePrefillTokens\x12+\n" +
-	"\x0ftotal_kv_blocks\x18\v \x01(\x04H\x00R\rtotalKvBlocks\x88\x01\x01\x128\n" +
-	"\x16max_num_batched_tokens\x18\f \x01(\x04H\x01R\x13maxNumBatchedTokens\x88\x01\x01\x122\n" +
-	"\x13load_kv_used_blocks\x18\r \x01(\x04H\x02R\x10loadKvUsedBlocks\x88\x01\x01\x12@\n" +
-	"\x1aload_active_prefill_tokens\x18\x0e \x01(\x04H\x03R\x17loadActivePrefillTokens\x88\x01\x01\x12?\n" +
-	"\x1aload_sample_time_unix_nano\x18\x0f \x01(\x03H\x04R\x16loadSampleTimeUnixNano\x88\x01\x01\x12,\n" +
-	"\x12raw_prefill_blocks\x18\x10 \x01(\x01R\x10rawPrefillBlocks\x12%\n" +
-	"\x0eoverlap_credit\x18\x11 \x01(\x01R\roverlapCredit\x12!\n" +
-	"\fprefill_cost\x18\x12 \x01(\x01R\vprefillCost\x126\n" +
-	"\x17potential_decode_blocks\x18\x13 \x01(\x01R\x15potentialDecodeBlocks\x12\x12\n" +
-	"\x04cost\x18\x14 \x01(\x01R\x04cost\x12\x1b\n" +
-	"\ttie_break\x18\x15 \x01(\x06R\btieBreak\x12\x16\n" +
-	"\x06chosen\x18\x16 \x01(\bR\x06chosen\x12 \n" +
-	"\vprobability\x18\x17 \x01(\x01R\vprobabilityB\x12\n" +
-	"\x10_total_kv_blocksB\x19\n" +
-	"\x17_max_num_batched_tokensB\x16\n" +
-	"\x14_load_kv_used_blocksB\x1d\n" +
-	"\x1b_load_active_prefill_tokensB\x1d\n" +
-	"\x1b_load_sample_time_unix_nano\"i\n" +
-	"\aVerdict\x12\x12\n" +
-	"\x04rule\x18\x01 \x01(\tR\x04rule\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x01R\x05value\x12\x1c\n" +
-	"\tthreshold\x18\x03 \x01(\x01R\tthreshold\x12\x16\n" +
-	"\x06detail\x18\x04 \x01(\tR\x06detailB.Z,github.com/pdrouter/pdrouter/events/eventspbb\x06proto3"
+	"\vdisk_blocks\x18\b \x01(\rR\n" +
+	"diskBlocks\x122\n" +
+	"\x15active_prefill_tokens\x18\t \x01(\x03R\x13activePrefillTokens\x12,\n" +
+	"\x12raw_prefill_blocks\x18\n" +
+	" \x01(\x01R\x10rawPrefillBlocks\x12%\n" +
+	"\x0eoverlap_credit\x18\v \x01(\x01R\roverlapCredit\x12!\n" +
+	"\fprefill_term\x18\f \x01(\x01R\vprefillTerm\x120\n" +
+	"\x14active_decode_blocks\x18\r \x01(\x03R\x12activeDecodeBlocks\x12%\n" +
+	"\x0erequest_blocks\x18\x0e \x01(\x03R\rrequestBlocks\x120\n" +
+	"\x14shared_active_blocks\x18\x0f \x01(\x03R\x12sharedActiveBlocks\x126\n" +
+	"\x17potential_decode_blocks\x18\x10 \x01(\x03R\x15potentialDecodeBlocks\x12\x12\n" +
+	"\x04cost\x18\x11 \x01(\x01R\x04cost\x12\x19\n" +
+	"\btie_hash\x18\x12 \x01(\x06R\atieHash\x12 \n" +
+	"\vprobability\x18\x13 \x01(\x01R\vprobability\x12&\n" +
+	"\x0ftotal_kv_blocks\x18\x14 \x01(\x03R\rtotalKvBlocks\x123\n" +
+	"\x16max_num_batched_tokens\x18\x15 \x01(\x03R\x13maxNumBatchedTokens\x12\x1d\n" +
+	"\n" +
+	"load_known\x18\x16 \x01(\bR\tloadKnown\x12-\n" +
+	"\x13load_kv_used_blocks\x18\x17 \x01(\x03R\x10loadKvUsedBlocks\x12.\n" +
+	"\x13load_prefill_tokens\x18\x18 \x01(\x03R\x11loadPrefillTokens\x12\x16\n" +
+	"\x06picked\x18\x19 \x01(\bR\x06picked\"\xa1\x01\n" +
+	"\x05Check\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1c\n" +
+	"\tevaluated\x18\x02 \x01(\bR\tevaluated\x12\x14\n" +
+	"\x05known\x18\x03 \x01(\bR\x05known\x12\x14\n" +
+	"\x05value\x18\x04 \x01(\x01R\x05value\x12\x14\n" +
+	"\x05limit\x18\x05 \x01(\x01R\x05limit\x12\x10\n" +
+	"\x03hit\x18\x06 \x01(\bR\x03hit\x12\x12\n" +
+	"\x04note\x18\a \x01(\tR\x04noteB.Z,github.com/pdrouter/pdrouter/events/eventspbb\x06proto3"
 
 var (
 	file_pdrouter_events_v1_decisions_proto_rawDescOnce sync.Once
@@ -726,25 +841,28 @@ var file_pdrouter_events_v1_decisions_proto_goTypes = []any{
 	(*DecisionRecord)(nil), // 0: pdrouter.events.v1.DecisionRecord
 	(*HashChain)(nil),      // 1: pdrouter.events.v1.HashChain
 	(*Candidate)(nil),      // 2: pdrouter.events.v1.Candidate
-	(*Verdict)(nil),        // 3: pdrouter.events.v1.Verdict
+	(*Check)(nil),          // 3: pdrouter.events.v1.Check
 	(*WorkerRef)(nil),      // 4: pdrouter.events.v1.WorkerRef
 	(*Watermark)(nil),      // 5: pdrouter.events.v1.Watermark
 	(Pool)(0),              // 6: pdrouter.events.v1.Pool
 }
 var file_pdrouter_events_v1_decisions_proto_depIdxs = []int32{
-	4, // 0: pdrouter.events.v1.DecisionRecord.decode_worker:type_name -> pdrouter.events.v1.WorkerRef
-	4, // 1: pdrouter.events.v1.DecisionRecord.prefill_worker:type_name -> pdrouter.events.v1.WorkerRef
-	5, // 2: pdrouter.events.v1.DecisionRecord.watermark:type_name -> pdrouter.events.v1.Watermark
-	2, // 3: pdrouter.events.v1.DecisionRecord.candidates:type_name -> pdrouter.events.v1.Candidate
-	1, // 4: pdrouter.events.v1.DecisionRecord.chains:type_name -> pdrouter.events.v1.HashChain
-	3, // 5: pdrouter.events.v1.DecisionRecord.verdict:type_name -> pdrouter.events.v1.Verdict
-	4, // 6: pdrouter.events.v1.Candidate.worker:type_name -> pdrouter.events.v1.WorkerRef
-	6, // 7: pdrouter.events.v1.Candidate.pool:type_name -> pdrouter.events.v1.Pool
-	8, // [8:8] is the sub-list for method output_type
-	8, // [8:8] is the sub-list for method input_type
-	8, // [8:8] is the sub-list for extension type_name
-	8, // [8:8] is the sub-list for extension extendee
-	0, // [0:8] is the sub-list for field type_name
+	4,  // 0: pdrouter.events.v1.DecisionRecord.decode_worker:type_name -> pdrouter.events.v1.WorkerRef
+	4,  // 1: pdrouter.events.v1.DecisionRecord.prefill_worker:type_name -> pdrouter.events.v1.WorkerRef
+	5,  // 2: pdrouter.events.v1.DecisionRecord.watermark:type_name -> pdrouter.events.v1.Watermark
+	2,  // 3: pdrouter.events.v1.DecisionRecord.candidates:type_name -> pdrouter.events.v1.Candidate
+	1,  // 4: pdrouter.events.v1.DecisionRecord.chains:type_name -> pdrouter.events.v1.HashChain
+	3,  // 5: pdrouter.events.v1.DecisionRecord.eff_isl_check:type_name -> pdrouter.events.v1.Check
+	3,  // 6: pdrouter.events.v1.DecisionRecord.ratio_check:type_name -> pdrouter.events.v1.Check
+	3,  // 7: pdrouter.events.v1.DecisionRecord.prefill_busy_check:type_name -> pdrouter.events.v1.Check
+	3,  // 8: pdrouter.events.v1.DecisionRecord.decode_busy_check:type_name -> pdrouter.events.v1.Check
+	4,  // 9: pdrouter.events.v1.Candidate.worker:type_name -> pdrouter.events.v1.WorkerRef
+	6,  // 10: pdrouter.events.v1.Candidate.pool:type_name -> pdrouter.events.v1.Pool
+	11, // [11:11] is the sub-list for method output_type
+	11, // [11:11] is the sub-list for method input_type
+	11, // [11:11] is the sub-list for extension type_name
+	11, // [11:11] is the sub-list for extension extendee
+	0,  // [0:11] is the sub-list for field type_name
 }
 
 func init() { file_pdrouter_events_v1_decisions_proto_init() }
@@ -753,7 +871,6 @@ func file_pdrouter_events_v1_decisions_proto_init() {
 		return
 	}
 	file_pdrouter_events_v1_common_proto_init()
-	file_pdrouter_events_v1_decisions_proto_msgTypes[2].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{

@@ -64,17 +64,21 @@ func Decision(n, m, blocks int) *pb.DecisionRecord {
 			{Topic: "kv-events", Partitions: []*pb.PartitionOffset{{Partition: 0, Offset: 125}, {Partition: 1, Offset: 88}}},
 			{Topic: "load", Partitions: []*pb.PartitionOffset{{Partition: 0, Offset: 40}}},
 		}},
-		Verdict:           &pb.Verdict{Rule: "eff_isl_threshold", Value: 904, Threshold: 2048},
+		BlockSize: 16, PolicyBypass: true, DecidedBy: "eff_isl_threshold", Distance: -1144,
+		EffIslCheck:      &pb.Check{Name: "eff_isl_threshold", Evaluated: true, Known: true, Value: 904, Limit: 2048, Hit: true},
+		RatioCheck:       &pb.Check{Name: "eff_isl_ratio_threshold", Evaluated: true, Known: true, Value: 0.1808, Limit: 0.7, Hit: true},
+		PrefillBusyCheck: &pb.Check{Name: "prefill_busy_threshold"},
+		DecodeBusyCheck:  &pb.Check{Name: "decode_busy_threshold"},
 		DecidedAtUnixNano: 1764400001000000000, ReplicaId: "router-0", DeciderVersion: 1,
 	}
 	cand := func(i int, pool pb.Pool, prefix string) *pb.Candidate {
 		return &pb.Candidate{
 			Worker: &pb.WorkerRef{WorkerId: prefix + "-" + string(rune('a'+i%26)) + string(rune('0'+i/26))}, Pool: pool,
-			BlockSize: 16, OverlapBlocks: uint32(256 - i), HostBlocks: 2, ActiveDecodeBlocks: uint64(1000 + i),
-			AlreadyActiveBlocks: 12, ActivePrefillTokens: uint64(64 * i), TotalKvBlocks: u64(16384),
-			MaxNumBatchedTokens: u64(8192), LoadKvUsedBlocks: u64(9000), LoadSampleTimeUnixNano: i64(1764400000500000000),
-			RawPrefillBlocks: 312.5, OverlapCredit: 257.5, PrefillCost: 55, PotentialDecodeBlocks: 1056, Cost: 1111 + float64(i),
-			TieBreak: 0xabcdef0123456789 ^ uint64(i), Chosen: i == 0,
+			Eligible: true, BlockSize: 16, OverlapBlocks: uint32(256 - i), HostBlocks: 2, ActivePrefillTokens: int64(64 * i),
+			RawPrefillBlocks: 312.5, OverlapCredit: 257.5, PrefillTerm: 55,
+			ActiveDecodeBlocks: int64(1000 + i), RequestBlocks: 312, SharedActiveBlocks: 12, PotentialDecodeBlocks: int64(1300 + i),
+			Cost: 1355 + float64(i), TieHash: 0xabcdef0123456789 ^ uint64(i), TotalKvBlocks: 16384, MaxNumBatchedTokens: 8192,
+			LoadKnown: true, LoadKvUsedBlocks: 9000, LoadPrefillTokens: 4096, Picked: i == 0,
 		}
 	}
 	for i := 0; i < n; i++ {
