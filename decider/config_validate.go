@@ -1,0 +1,177 @@
+package decider
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// Flag names, shared with deciderflags so that error messages and flags cannot drift.
+const (
+	FlagRouterMode             = "router-mode"
+	FlagKVEvents               = "router-kv-events"
+	FlagConditionalDisagg      = "router-conditional-disagg"
+	FlagConditionalDisaggCfg   = "router-conditional-disagg-config"
+	FlagQueueThreshold         = "router-queue-threshold"
+	FlagOverlapScoreCredit     = "router-kv-overlap-score-credit"
+	FlagPrefillLoadScale       = "router-prefill-load-scale"
+	FlagTemperature            = "router-temperature"
+	FlagActiveRequestExpiry    = "router-active-request-expiry"
+	fieldPolicy                = "policy"
+	fieldEffISLThreshold       = "eff_isl_threshold"
+	fieldEffISLRatioThreshold  = "eff_isl_ratio_threshold"
+	fieldPrefillBusyThreshold  = "prefill_busy_threshold"
+	fieldDecodeBusyThreshold   = "decode_busy_threshold"
+	fieldDecodeBusySource      = "decode_busy_source"
+	validRangeNonNegative      = "valid range is [0, +Inf)"
+	validRangeUnit             = "valid range is [0.0, 1.0]"
+	validRangeNonNegativeInt64 = "valid range is integers in [0, 9223372036854775807]"
+)
+
+// ConfigError is one start-up configuration error. It names the flag and, for the JSON
+// config, the field, so the operator knows exactly what to change.
+type ConfigError struct {
+	Flag  string // without the leading dashes
+	Field string // JSON field of --router-conditional-disagg-config, or ""
+	Msg   string
+}
+
+func (e *ConfigError) Error() string {
+	if e.Field != "" {
+		return "--" + e.Flag + ": " + e.Field + " " + e.Msg
+	}
+	return "--" + e.Flag + ": " + e.Msg
+}
+
+// Validate reports every problem of the config at once (errors.Join, in a fixed order),
+// so that an operator fixes a bad deployment in one round. It checks ranges, that a load
+// policy has a prefill busy threshold after inheriting --router-queue-threshold, and that
+// conditional disaggregation has KV mode and KV events. Whether both pools exist can only
+// be known from the registry: see CheckPools.
+func (c *Config) Validate() error {
+	var errs []error
+	add := func(err error) {
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	switch c.RouterMode {
+	case RouterModeKV, RouterModeRoundRobin, RouterModeRandom:
+	default:
+		add(&ConfigError{Flag: FlagRouterMode, Msg: fmt.Sprintf("is %q; valid values are kv, round-robin, random", string(c.RouterMode))})
+	}
+	add(c.Disagg.Validate())
+	add(checkNonNegative(FlagQueueThreshold, "", c.QueueThreshold))
+	add(checkNonNegative(FlagOverlapScoreCredit, "", Some(c.OverlapScoreCredit)))
+	add(checkNonNegative(FlagPrefillLoadScale, "", Some(c.PrefillLoadScale)))
+	add(checkNonNegative(FlagTemperature, "", Some(c.Temperature)))
+	if c.ActiveRequestExpiry <= 0 {
+		add(&ConfigError{Flag: FlagActiveRequestExpiry, Msg: fmt.Sprintf("is %s; valid range is (0s, +Inf)", c.ActiveRequestExpiry)})
+	}
+	if c.Disagg.Policy.usesLoad() {
+		if _, ok := c.PrefillBusyThreshold(); !ok {
+			add(&ConfigError{Flag: FlagConditionalDisaggCfg, Field: fieldPrefillBusyThreshold, Msg: fmt.Sprintf(
+				"is unset and --%s is unset, but policy %s needs a prefill busy threshold; set one of them (%s)",
+				FlagQueueThreshold, c.Disagg.Policy, validRangeNonNegative)})
+		}
+	}
+	if c.ConditionalDisagg {
+		var missing []string
+		if c.RouterMode != RouterModeKV {
+			missing = append(missing, fmt.Sprintf("KV-aware mode (--%s kv; it is %q)", FlagRouterMode, string(c.RouterMode)))
+		}
+		if !c.KVEvents {
+			missing = append(missing, fmt.Sprintf("KV events from the workers (--%s; it is off, which is approximate mode)", FlagKVEvents))
+		}
+		if len(missing) > 0 {
+			add(&ConfigError{Flag: FlagConditionalDisagg, Msg: "requires " + strings.Join(missing, " and ")})
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Validate checks the JSON config's values.
+func (d *DisaggConfig) Validate() error {
+	var errs []error
+	switch d.Policy {
+	case PolicyISLBounding, PolicyPrefillLoad, PolicyISLOrLoad:
+	default:
+		errs = append(errs, &ConfigError{Flag: FlagConditionalDisaggCfg, Field: fieldPolicy,
+			Msg: fmt.Sprintf("is %q; valid values are isl_bounding, prefill_load, isl_or_load", string(d.Policy))})
+	}
+	if d.EffISLThreshold < 0 {
+		errs = append(errs, &ConfigError{Flag: FlagConditionalDisaggCfg, Field: fieldEffISLThreshold,
+			Msg: fmt.Sprintf("is %d; %s", d.EffISLThreshold, validRangeNonNegativeInt64)})
+	}
+	if r := d.EffISLRatioThreshold; !(r >= 0 && r <= 1) {
+		errs = append(errs, &ConfigError{Flag: FlagConditionalDisaggCfg, Field: fieldEffISLRatioThreshold,
+			Msg: fmt.Sprintf("is %s; %s", fmtFloat(r), validRangeUnit)})
+	}
+	if err := checkNonNegative(FlagConditionalDisaggCfg, fieldPrefillBusyThreshold, d.PrefillBusyThreshold); err != nil {
+		errs = append(errs, err)
+	}
+	if err := checkNonNegative(FlagConditionalDisaggCfg, fieldDecodeBusyThreshold, d.DecodeBusyThreshold); err != nil {
+		errs = append(errs, err)
+	}
+	switch d.DecodeBusySource {
+	case BusySourceRouter, BusySourceWorker, BusySourceMax:
+	default:
+		errs = append(errs, &ConfigError{Flag: FlagConditionalDisaggCfg, Field: fieldDecodeBusySource,
+			Msg: fmt.Sprintf("is %q; valid values are router, worker, max", string(d.DecodeBusySource))})
+	}
+	return errors.Join(errs...)
+}
+
+// checkNonNegative rejects negative, NaN and infinite values: a threshold of +Inf would
+// silently switch a rule off, and NaN would make every comparison false.
+func checkNonNegative(flag, field string, v OptFloat) error {
+	if !v.Set {
+		return nil
+	}
+	if !(v.Value >= 0) || math.IsInf(v.Value, 0) {
+		return &ConfigError{Flag: flag, Field: field, Msg: fmt.Sprintf("is %s; %s", fmtFloat(v.Value), validRangeNonNegative)}
+	}
+	return nil
+}
+
+func fmtFloat(f float64) string { return strconv.FormatFloat(f, 'g', -1, 64) }
+
+// CheckPools is the start-up check that needs the registry: conditional disaggregation
+// requires separate prefill and decode pools. It reports, per model that has decode
+// workers, a missing prefill pool, and a fleet with no decode pool at all. With the
+// feature off it accepts anything. The caller runs it once the registry has been
+// replayed, and again whenever it wants to warn about a pool that emptied.
+func CheckPools(c *Config, workers []WorkerInfo) error {
+	if !c.ConditionalDisagg {
+		return nil
+	}
+	var decodeModels []string
+	prefill := map[string]bool{}
+	for i := range workers {
+		switch workers[i].Pool {
+		case PoolDecode:
+			decodeModels = append(decodeModels, workers[i].Model)
+		case PoolPrefill:
+			prefill[workers[i].Model] = true
+		}
+	}
+	if len(decodeModels) == 0 {
+		return &ConfigError{Flag: FlagConditionalDisagg, Msg: "requires separate prefill and decode pools: no decode worker is registered"}
+	}
+	// Sorted, not ranged from a map, so the message is the same on every run.
+	slices.Sort(decodeModels)
+	var missing []string
+	for _, m := range slices.Compact(decodeModels) {
+		if !prefill[m] {
+			missing = append(missing, strconv.Quote(m))
+		}
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	return &ConfigError{Flag: FlagConditionalDisagg, Msg: "requires separate prefill and decode pools: no prefill worker is registered for model " +
+		strings.Join(missing, ", ")}
+}

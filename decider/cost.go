@@ -1,0 +1,55 @@
+package decider
+
+// Tier credits for blocks that must be brought back from a lower cache tier. The device
+// tier is credited overlap_score_credit (configurable); host and disk are fixed by the
+// spec.
+const (
+	hostCredit = 0.75
+	diskCredit = 0.25
+)
+
+// costInputs are the numbers one worker's cost is made of.
+type costInputs struct {
+	prompt        int64 // P
+	blockSize     int   // B
+	overlap       TierOverlap
+	active        ActiveLoad
+	sharedActive  int64 // request blocks already active on the worker
+	decode        bool  // decode pool: add the potential decode blocks term
+	overlapCredit float64
+	prefillScale  float64
+}
+
+// scoreRow fills the cost terms of an eligible row (conditional-disagg.md, Step 1):
+//
+//	raw_prefill_blocks = (active_prefill_tokens + P) / B
+//	overlap_credit     = overlap_score_credit·overlap + 0.75·host + 0.25·disk
+//	cost               = prefill_load_scale · max(0, raw_prefill_blocks − overlap_credit)
+//	                   + potential_decode_blocks            (decode pool only)
+//
+// A prefill worker's cost has no decode term: it never holds the request while it
+// decodes. Each term is computed in one fixed order of float operations, so a row's cost
+// depends only on its own inputs and never on the order of the other rows.
+func scoreRow(row *Candidate, in *costInputs) {
+	row.OverlapBlocks = in.overlap.Device
+	row.HostBlocks = in.overlap.Host
+	row.DiskBlocks = in.overlap.Disk
+	row.ActivePrefillTokens = in.active.PrefillTokens
+	row.RawPrefillBlocks = float64(in.active.PrefillTokens+in.prompt) / float64(in.blockSize)
+	row.OverlapCredit = in.overlapCredit*float64(in.overlap.Device) +
+		hostCredit*float64(in.overlap.Host) + diskCredit*float64(in.overlap.Disk)
+	row.PrefillTerm = in.prefillScale * max(0, row.RawPrefillBlocks-row.OverlapCredit)
+	row.Cost = row.PrefillTerm
+	if !in.decode {
+		return
+	}
+	row.ActiveDecodeBlocks = in.active.DecodeBlocks
+	row.RequestBlocks = ceilDiv(in.prompt, int64(in.blockSize))
+	row.SharedActiveBlocks = in.sharedActive
+	row.PotentialDecodeBlocks = in.active.DecodeBlocks + row.RequestBlocks - in.sharedActive
+	row.Cost += float64(row.PotentialDecodeBlocks)
+}
+
+// ceilDiv is ⌈a/b⌉ for a ≥ 0, b > 0: a request occupies a KV block for its trailing
+// partial block too.
+func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }

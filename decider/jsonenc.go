@@ -1,0 +1,110 @@
+package decider
+
+import (
+	"strconv"
+	"unicode/utf8"
+)
+
+// The canonical encodings (Config and Decision) are written by hand rather than with
+// encoding/json: the field order, the float format and the escaping are part of the
+// byte-identical contract, and the hot path must not allocate. These helpers append to a
+// caller's buffer.
+
+// appendFloat writes f as strconv 'g' with the shortest precision that round-trips, the
+// same digits on every platform. Negative zero is written as 0 so that two equal values
+// always encode alike. Non-finite values cannot occur in a valid decision; they are
+// written as null rather than as invalid JSON.
+func appendFloat(b []byte, f float64) []byte {
+	if f != f || f > 1.7976931348623157e308 || f < -1.7976931348623157e308 {
+		return append(b, "null"...)
+	}
+	if f == 0 {
+		f = 0
+	}
+	return strconv.AppendFloat(b, f, 'g', -1, 64)
+}
+
+func appendInt(b []byte, v int64) []byte { return strconv.AppendInt(b, v, 10) }
+
+func appendBool(b []byte, v bool) []byte { return strconv.AppendBool(b, v) }
+
+// appendHex64 writes a 64-bit hash as 16 lower-case hex digits in a JSON string, so that
+// JSON readers that hold numbers as doubles do not round it.
+func appendHex64(b []byte, v uint64) []byte {
+	const digits = "0123456789abcdef"
+	b = append(b, '"')
+	for shift := 60; shift >= 0; shift -= 4 {
+		b = append(b, digits[(v>>uint(shift))&0xf])
+	}
+	return append(b, '"')
+}
+
+// appendString writes s as a JSON string. It escapes '"', '\\', control characters,
+// U+2028 and U+2029, and replaces invalid UTF-8 with U+FFFD, as encoding/json does, so
+// that the output is valid JSON whatever a client sent as a request id.
+func appendString(b []byte, s string) []byte {
+	const hex = "0123456789abcdef"
+	b = append(b, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			if c >= 0x20 && c != '"' && c != '\\' {
+				i++
+				continue
+			}
+			b = append(b, s[start:i]...)
+			switch c {
+			case '"', '\\':
+				b = append(b, '\\', c)
+			case '\n':
+				b = append(b, '\\', 'n')
+			case '\r':
+				b = append(b, '\\', 'r')
+			case '\t':
+				b = append(b, '\\', 't')
+			default:
+				b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
+			}
+			i++
+			start = i
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			b = append(b, s[start:i]...)
+			b = append(b, `\ufffd`...)
+			i += size
+			start = i
+			continue
+		}
+		if r == '\u2028' || r == '\u2029' {
+			b = append(b, s[start:i]...)
+			b = append(b, '\\', 'u', '2', '0', '2', hex[r&0xf])
+			i += size
+			start = i
+			continue
+		}
+		i += size
+	}
+	b = append(b, s[start:]...)
+	return append(b, '"')
+}
+
+// appendKey writes `,"key":` (without the comma for the first key of an object).
+func appendKey(b []byte, key string, first bool) []byte {
+	if !first {
+		b = append(b, ',')
+	}
+	b = append(b, '"')
+	b = append(b, key...)
+	return append(b, '"', ':')
+}
+
+// appendOptFloat writes an OptFloat as its value or null.
+func appendOptFloat(b []byte, o OptFloat) []byte {
+	if !o.Set {
+		return append(b, "null"...)
+	}
+	return appendFloat(b, o.Value)
+}
