@@ -1,0 +1,68 @@
+package api
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/pdrouter/pdrouter/events"
+)
+
+// Position is where a record landed.
+type Position struct {
+	Topic     events.Topic
+	Partition int32
+	Offset    int64
+}
+
+// EventLog is the log the API appends to: decisions, lifecycle events and
+// HTTP ingest.
+type EventLog interface {
+	// Append makes the records durable and returns where each landed, in
+	// order. It returns only when every record is acknowledged by the
+	// broker (acks=all, so by min.insync.replicas replicas), or with an
+	// error, in which case none may be reported as written.
+	Append(ctx context.Context, recs ...*kgo.Record) ([]Position, error)
+}
+
+// KafkaLog appends synchronously through a franz-go client. The client must
+// keep franz-go's defaults of acks=all and idempotent writes, so a retried
+// produce never duplicates a record.
+type KafkaLog struct {
+	Client *kgo.Client
+	Names  events.Names
+}
+
+// Append implements EventLog.
+func (l *KafkaLog) Append(ctx context.Context, recs ...*kgo.Record) ([]Position, error) {
+	res := l.Client.ProduceSync(ctx, recs...)
+	if err := res.FirstErr(); err != nil {
+		return nil, fmt.Errorf("append to the event log: %w", err)
+	}
+	out := make([]Position, len(res))
+	for i, r := range res {
+		t, _ := l.Names.Logical(r.Record.Topic)
+		out[i] = Position{Topic: t, Partition: r.Record.Partition, Offset: r.Record.Offset}
+	}
+	return out, nil
+}
+
+// offsetsBody renders positions as the ingest answer: the next offset after
+// each record, per topic and partition, ready to pass as `after`.
+func offsetsBody(ps []Position) map[string]map[string]int64 {
+	out := map[string]map[string]int64{}
+	for _, p := range ps {
+		t := string(p.Topic)
+		if out[t] == nil {
+			out[t] = map[string]int64{}
+		}
+		k := fmt.Sprint(p.Partition)
+		if next := p.Offset + 1; next > out[t][k] {
+			out[t][k] = next
+		}
+	}
+	return out
+}
+
+type kgoRecord = kgo.Record

@@ -1,0 +1,304 @@
+package api
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gin-gonic/gin"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/pdrouter/pdrouter/events"
+	pb "github.com/pdrouter/pdrouter/events/eventspb"
+)
+
+// engineHash is an engine's block hash in JSON: engines hash with uint64,
+// signed int64 (negative values) or bytes, so a number of either sign, or a
+// string (decimal, or 0x hex) is accepted and normalized to 64 bits.
+type engineHash uint64
+
+func (h *engineHash) UnmarshalJSON(b []byte) error {
+	s := string(b)
+	if unq, err := strconv.Unquote(s); err == nil {
+		s = unq
+	}
+	if rest, ok := strings.CutPrefix(s, "0x"); ok {
+		v, err := strconv.ParseUint(rest, 16, 64)
+		if err != nil {
+			return &fieldError{field: "block_hashes", msg: fmt.Sprintf("%s is not 64-bit hex", b)}
+		}
+		*h = engineHash(v)
+		return nil
+	}
+	if v, err := strconv.ParseUint(s, 10, 64); err == nil {
+		*h = engineHash(v)
+		return nil
+	}
+	v, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		return &fieldError{field: "block_hashes", msg: fmt.Sprintf("%s is not a 64-bit integer hash", b)}
+	}
+	*h = engineHash(uint64(v))
+	return nil
+}
+
+type kvEventJSON struct {
+	Type            string       `json:"type"`
+	BlockHashes     []engineHash `json:"block_hashes"`
+	ParentBlockHash *engineHash  `json:"parent_block_hash"`
+	TokenIDs        []uint32     `json:"token_ids"`
+	BlockSize       uint32       `json:"block_size"`
+	Medium          *string      `json:"medium"`
+	LoraName        *string      `json:"lora_name"`
+}
+
+type kvBody struct {
+	WorkerID string        `json:"worker_id"`
+	DPRank   uint32        `json:"dp_rank"`
+	TS       *float64      `json:"ts"`
+	Events   []kvEventJSON `json:"events"`
+}
+
+// maxIngestEvents bounds the events of one HTTP ingest call.
+const maxIngestEvents = 10000
+
+func (s *Server) ingestKV(c *gin.Context) {
+	var body kvBody
+	raw, err := decodeBody(c, s.cfg.bodyLimit, &body)
+	if err != nil {
+		fail(c, err)
+		return
+	}
+	if err := events.ValidateWorkerID(body.WorkerID); err != nil {
+		fail(c, unprocessable("invalid_value", "worker_id", err.Error()))
+		return
+	}
+	if len(body.Events) == 0 || len(body.Events) > maxIngestEvents {
+		fail(c, unprocessable("invalid_value", "events", fmt.Sprintf("%d events; send 1 to %d", len(body.Events), maxIngestEvents)))
+		return
+	}
+	ts, err := s.eventTime(body.TS, "ts")
+	if err != nil {
+		fail(c, err)
+		return
+	}
+	rec := &pb.KvEventRecord{
+		Worker:            &pb.WorkerRef{WorkerId: body.WorkerID, DpRank: body.DPRank},
+		EventTimeUnixNano: ts,
+		Source:            &pb.KvSource{Engine: pb.Engine_ENGINE_HTTP, IngestId: s.cfg.replicaID},
+		Raw:               &pb.RawPayload{Format: pb.RawFormat_RAW_FORMAT_HTTP_JSON, Payload: raw},
+	}
+	for i, e := range body.Events {
+		ev, err := kvEvent(e, fmt.Sprintf("events[%d]", i))
+		if err != nil {
+			fail(c, err)
+			return
+		}
+		rec.Events = append(rec.Events, ev)
+	}
+	s.appendAndAnswer(c, events.WorkerKey(body.WorkerID), rec)
+}
+
+func kvEvent(e kvEventJSON, path string) (*pb.KvEvent, error) {
+	medium := ""
+	if e.Medium != nil {
+		medium = *e.Medium
+	}
+	hashes := func() []uint64 {
+		out := make([]uint64, len(e.BlockHashes))
+		for i, h := range e.BlockHashes {
+			out[i] = uint64(h)
+		}
+		return out
+	}
+	switch e.Type {
+	case "stored":
+		if len(e.BlockHashes) == 0 {
+			return nil, unprocessable("invalid_value", path+".block_hashes", "a stored event needs at least one block hash")
+		}
+		if e.BlockSize == 0 || e.BlockSize > events.MaxBlockSize {
+			return nil, unprocessable("invalid_value", path+".block_size", fmt.Sprintf("must be in [1, %d]", events.MaxBlockSize))
+		}
+		if want := len(e.BlockHashes) * int(e.BlockSize); len(e.TokenIDs) != want {
+			return nil, unprocessable("invalid_value", path+".token_ids", fmt.Sprintf("has %d token ids; %d blocks of %d need %d", len(e.TokenIDs), len(e.BlockHashes), e.BlockSize, want))
+		}
+		st := &pb.BlockStored{BlockHashes: hashes(), TokenIds: e.TokenIDs, BlockSize: e.BlockSize, Tier: events.TierOf(medium), Medium: medium}
+		if e.ParentBlockHash != nil {
+			p := uint64(*e.ParentBlockHash)
+			st.ParentBlockHash = &p
+		}
+		if e.LoraName != nil {
+			st.LoraName = *e.LoraName
+		}
+		return &pb.KvEvent{Event: &pb.KvEvent_Stored{Stored: st}}, nil
+	case "removed":
+		if len(e.BlockHashes) == 0 {
+			return nil, unprocessable("invalid_value", path+".block_hashes", "a removed event needs at least one block hash")
+		}
+		return &pb.KvEvent{Event: &pb.KvEvent_Removed{Removed: &pb.BlockRemoved{BlockHashes: hashes(), Tier: events.TierOf(medium), Medium: medium}}}, nil
+	case "cleared":
+		return &pb.KvEvent{Event: &pb.KvEvent_Cleared{Cleared: &pb.AllBlocksCleared{}}}, nil
+	}
+	return nil, unprocessable("invalid_value", path+".type", fmt.Sprintf("%q; want stored, removed or cleared", e.Type))
+}
+
+type loadBody struct {
+	WorkerID            string   `json:"worker_id"`
+	DPRank              uint32   `json:"dp_rank"`
+	TS                  *float64 `json:"ts"`
+	NumRequestsRunning  *uint64  `json:"num_requests_running"`
+	NumRequestsWaiting  *uint64  `json:"num_requests_waiting"`
+	KVUsedBlocks        *uint64  `json:"kv_used_blocks"`
+	KVTotalBlocks       *uint64  `json:"kv_total_blocks"`
+	ActivePrefillTokens *uint64  `json:"active_prefill_tokens"`
+	KVUsageRatio        *float64 `json:"kv_usage_ratio"`
+}
+
+func (s *Server) ingestLoad(c *gin.Context) {
+	var b loadBody
+	if _, err := decodeBody(c, s.cfg.bodyLimit, &b); err != nil {
+		fail(c, err)
+		return
+	}
+	if err := events.ValidateWorkerID(b.WorkerID); err != nil {
+		fail(c, unprocessable("invalid_value", "worker_id", err.Error()))
+		return
+	}
+	if b.KVUsageRatio != nil && !(*b.KVUsageRatio >= 0 && *b.KVUsageRatio <= 1) {
+		fail(c, unprocessable("invalid_value", "kv_usage_ratio", "must be in [0, 1]"))
+		return
+	}
+	ts, err := s.eventTime(b.TS, "ts")
+	if err != nil {
+		fail(c, err)
+		return
+	}
+	rec := &pb.LoadSample{
+		Worker: &pb.WorkerRef{WorkerId: b.WorkerID, DpRank: b.DPRank}, SampleTimeUnixNano: ts,
+		NumRequestsRunning: b.NumRequestsRunning, NumRequestsWaiting: b.NumRequestsWaiting,
+		KvUsedBlocks: b.KVUsedBlocks, KvTotalBlocks: b.KVTotalBlocks, ActivePrefillTokens: b.ActivePrefillTokens,
+		KvUsageRatio: b.KVUsageRatio, Origin: "http",
+	}
+	s.appendAndAnswer(c, events.WorkerKey(b.WorkerID), rec)
+}
+
+type workerBody struct {
+	WorkerID            string  `json:"worker_id"`
+	Pool                string  `json:"pool"`
+	Model               string  `json:"model"`
+	BlockSize           uint32  `json:"block_size"`
+	TotalKVBlocks       *uint64 `json:"total_kv_blocks"`
+	MaxNumBatchedTokens *uint64 `json:"max_num_batched_tokens"`
+	KVEventsEndpoint    string  `json:"kv_events_endpoint"`
+	KVReplayEndpoint    string  `json:"kv_replay_endpoint"`
+	KVEventsTopic       string  `json:"kv_events_topic"`
+	MetricsURL          string  `json:"metrics_url"`
+	DPSize              uint32  `json:"dp_size"`
+	Engine              string  `json:"engine"`
+}
+
+var engines = map[string]pb.Engine{"": pb.Engine_ENGINE_UNSPECIFIED, "vllm": pb.Engine_ENGINE_VLLM,
+	"sglang": pb.Engine_ENGINE_SGLANG, "trtllm": pb.Engine_ENGINE_TRTLLM, "sim": pb.Engine_ENGINE_SIM}
+
+func (s *Server) registerWorker(c *gin.Context) {
+	var b workerBody
+	if _, err := decodeBody(c, s.cfg.bodyLimit, &b); err != nil {
+		fail(c, err)
+		return
+	}
+	if err := events.ValidateWorkerID(b.WorkerID); err != nil {
+		fail(c, unprocessable("invalid_value", "worker_id", err.Error()))
+		return
+	}
+	pool := map[string]pb.Pool{"prefill": pb.Pool_POOL_PREFILL, "decode": pb.Pool_POOL_DECODE}[b.Pool]
+	if pool == pb.Pool_POOL_UNSPECIFIED {
+		fail(c, unprocessable("invalid_value", "pool", fmt.Sprintf("%q; want prefill or decode", b.Pool)))
+		return
+	}
+	if b.Model == "" || len(b.Model) > 512 {
+		fail(c, unprocessable("invalid_value", "model", "a model name of 1 to 512 bytes is required"))
+		return
+	}
+	if b.BlockSize == 0 || b.BlockSize > events.MaxBlockSize {
+		fail(c, unprocessable("invalid_value", "block_size", fmt.Sprintf("must be in [1, %d]", events.MaxBlockSize)))
+		return
+	}
+	eng, ok := engines[strings.ToLower(b.Engine)]
+	if !ok {
+		fail(c, unprocessable("invalid_value", "engine", fmt.Sprintf("%q; want vllm, sglang, trtllm or sim", b.Engine)))
+		return
+	}
+	for field, v := range map[string]string{"kv_events_endpoint": b.KVEventsEndpoint, "kv_replay_endpoint": b.KVReplayEndpoint} {
+		if v != "" && !strings.HasPrefix(v, "tcp://") && !strings.HasPrefix(v, "ipc://") && !strings.HasPrefix(v, "inproc://") {
+			fail(c, unprocessable("invalid_value", field, fmt.Sprintf("%q is not a ZMQ endpoint (tcp://host:port)", v)))
+			return
+		}
+	}
+	if b.MetricsURL != "" && !strings.HasPrefix(b.MetricsURL, "http://") && !strings.HasPrefix(b.MetricsURL, "https://") {
+		fail(c, unprocessable("invalid_value", "metrics_url", fmt.Sprintf("%q is not an http(s) URL", b.MetricsURL)))
+		return
+	}
+	rec := &pb.WorkerRegistration{
+		WorkerId: b.WorkerID, Pool: pool, Model: b.Model, BlockSize: b.BlockSize,
+		TotalKvBlocks: b.TotalKVBlocks, MaxNumBatchedTokens: b.MaxNumBatchedTokens,
+		KvEventsEndpoint: b.KVEventsEndpoint, KvReplayEndpoint: b.KVReplayEndpoint, KvEventsTopic: b.KVEventsTopic,
+		MetricsUrl: b.MetricsURL, DpSize: b.DPSize, Engine: eng, RegisteredAtUnixNano: s.cfg.now().UnixNano(),
+	}
+	s.appendAndAnswer(c, events.WorkerKey(b.WorkerID), rec)
+}
+
+func (s *Server) deregisterWorker(c *gin.Context) {
+	id := c.Param("id")
+	if err := events.ValidateWorkerID(id); err != nil {
+		fail(c, unprocessable("invalid_value", "worker_id", err.Error()))
+		return
+	}
+	known := false
+	for _, w := range s.deps.State.Workers() {
+		known = known || w.WorkerID == id
+	}
+	if !known {
+		fail(c, notFound("unknown_worker", "no registered worker "+id))
+		return
+	}
+	s.appendRecords(c, events.NewTombstone(s.deps.Names, id))
+}
+
+// eventTime converts an engine timestamp (float seconds) to Unix
+// nanoseconds; absent means "now" (the receipt time).
+func (s *Server) eventTime(ts *float64, field string) (int64, error) {
+	if ts == nil {
+		return s.cfg.now().UnixNano(), nil
+	}
+	if math.IsNaN(*ts) || *ts < 0 || *ts > 4e9 {
+		return 0, unprocessable("invalid_value", field, "must be Unix seconds in [0, 4e9]")
+	}
+	return int64(*ts * float64(time.Second)), nil
+}
+
+// appendAndAnswer frames msg for its topic, appends it and answers 202 with
+// the offsets, ready to pass as `after` to /v1/route.
+func (s *Server) appendAndAnswer(c *gin.Context, key []byte, msg proto.Message) {
+	r, err := events.NewRecord(s.deps.Names, key, msg)
+	if err != nil {
+		fail(c, unprocessable("invalid_record", "", err.Error()))
+		return
+	}
+	s.appendRecords(c, r)
+}
+
+func (s *Server) appendRecords(c *gin.Context, r ...*kgoRecord) {
+	ctx, cancel := context.WithTimeout(c.Request.Context(), s.cfg.auditTimeout)
+	defer cancel()
+	pos, err := s.deps.Log.Append(ctx, r...)
+	if err != nil {
+		s.cfg.log.Error("ingest append failed", "err", err)
+		fail(c, unavailable("log_unavailable", "the event log did not take the record; retry", 1))
+		return
+	}
+	c.JSON(http.StatusAccepted, gin.H{"offsets": offsetsBody(pos)})
+}

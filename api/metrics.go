@@ -1,0 +1,60 @@
+package api
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// metrics of the API. Label values are bounded: mode, reason and policy are
+// the decider's fixed enumerations; route is the registered path template;
+// code is the HTTP status.
+type metrics struct {
+	decisions     *prometheus.CounterVec
+	decisionSecs  prometheus.Histogram
+	effISL        prometheus.Histogram
+	requests      *prometheus.CounterVec
+	requestSecs   *prometheus.HistogramVec
+	auditFailures prometheus.Counter
+	auditSecs     prometheus.Histogram
+	idempotent    prometheus.Counter
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	m := &metrics{
+		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "pdrouter_decisions_total",
+			Help: "Routing decisions answered, by mode, reason code and policy.",
+		}, []string{"mode", "reason", "policy"}),
+		decisionSecs: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "pdrouter_decision_duration_seconds",
+			Help:    "Time to decide (hashing, state read and decider), excluding the audit append.",
+			Buckets: prometheus.ExponentialBuckets(5e-6, 2.5, 12),
+		}),
+		effISL: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "pdrouter_effective_isl_tokens",
+			Help:    "Effective ISL (uncached prompt tokens on the chosen decode worker) of each decision.",
+			Buckets: prometheus.ExponentialBuckets(16, 2, 14),
+		}),
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "pdrouter_http_requests_total",
+			Help: "HTTP requests by route template, method and status code.",
+		}, []string{"route", "method", "code"}),
+		requestSecs: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "pdrouter_http_request_duration_seconds",
+			Help:    "HTTP request latency by route template.",
+			Buckets: prometheus.ExponentialBuckets(1e-4, 3, 11),
+		}, []string{"route"}),
+		auditFailures: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "pdrouter_audit_append_failures_total",
+			Help: "Decisions that could not be made durable on the decisions topic (answered 503, never returned).",
+		}),
+		auditSecs: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "pdrouter_audit_append_duration_seconds",
+			Help:    "Time to make a decision durable on the decisions topic (acks=all).",
+			Buckets: prometheus.ExponentialBuckets(1e-4, 2.5, 14),
+		}),
+		idempotent: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "pdrouter_route_idempotent_replays_total",
+			Help: "Route requests answered with an earlier decision for the same request_id.",
+		}),
+	}
+	reg.MustRegister(m.decisions, m.decisionSecs, m.effISL, m.requests, m.requestSecs, m.auditFailures, m.auditSecs, m.idempotent)
+	return m
+}

@@ -1,0 +1,81 @@
+package api
+
+import (
+	"log/slog"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Option configures a Server.
+type Option func(*config)
+
+type config struct {
+	log          *slog.Logger
+	registerer   prometheus.Registerer
+	gatherer     prometheus.Gatherer
+	bodyLimit    int64
+	maxTokens    int
+	afterTimeout time.Duration
+	authToken    string
+	replicaID    string
+	readyLag     int64
+	now          func() time.Time
+	newID        func() string
+	auditTimeout time.Duration
+}
+
+func defaultConfig() config {
+	return config{
+		log:          slog.New(slog.DiscardHandler),
+		bodyLimit:    16 << 20,
+		maxTokens:    1 << 21,
+		afterTimeout: 5 * time.Second,
+		replicaID:    "router-0",
+		readyLag:     1000,
+		now:          time.Now,
+		auditTimeout: 10 * time.Second,
+	}
+}
+
+// WithLogger sets the structured logger. Default: discard.
+func WithLogger(l *slog.Logger) Option { return func(c *config) { c.log = l } }
+
+// WithMetrics registers the API's metrics on reg and serves /metrics from
+// gather. Without it the API keeps its metrics on a private registry.
+func WithMetrics(reg prometheus.Registerer, gather prometheus.Gatherer) Option {
+	return func(c *config) { c.registerer, c.gatherer = reg, gather }
+}
+
+// WithBodyLimit caps every request body, in bytes (413 above it). Default
+// 16 MiB: a 2M-token prompt as JSON token ids.
+func WithBodyLimit(n int64) Option { return func(c *config) { c.bodyLimit = n } }
+
+// WithMaxTokens caps the prompt length of /v1/route, in tokens (413 above
+// it). Default 2,097,152.
+func WithMaxTokens(n int) Option { return func(c *config) { c.maxTokens = n } }
+
+// WithAfterTimeout bounds how long /v1/route waits for its `after` offsets
+// before answering 504. Default 5 s.
+func WithAfterTimeout(d time.Duration) Option { return func(c *config) { c.afterTimeout = d } }
+
+// WithAuthToken requires "Authorization: Bearer <token>" on every endpoint
+// but /healthz, /readyz and /metrics. The comparison is constant-time.
+func WithAuthToken(token string) Option { return func(c *config) { c.authToken = token } }
+
+// WithReplicaID names this replica in the decisions it records.
+func WithReplicaID(id string) Option { return func(c *config) { c.replicaID = id } }
+
+// WithReadyLag is the total lag, in records, under which /readyz answers 200.
+func WithReadyLag(n int64) Option { return func(c *config) { c.readyLag = n } }
+
+// WithAuditTimeout bounds how long a decision waits to be durable on the
+// decisions topic before /v1/route answers 503. Default 10 s.
+func WithAuditTimeout(d time.Duration) Option { return func(c *config) { c.auditTimeout = d } }
+
+// WithClock replaces the wall clock that stamps event times on records the
+// API writes (decided_at, outcome times). Decisions never read it.
+func WithClock(now func() time.Time) Option { return func(c *config) { c.now = now } }
+
+// WithIDGenerator replaces the generator of request and decision ids.
+func WithIDGenerator(f func() string) Option { return func(c *config) { c.newID = f } }

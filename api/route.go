@@ -1,0 +1,331 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/pdrouter/pdrouter/decider"
+	"github.com/pdrouter/pdrouter/events"
+	pb "github.com/pdrouter/pdrouter/events/eventspb"
+	"github.com/pdrouter/pdrouter/kvhash"
+)
+
+// maxRequestIDLen bounds request ids: they become record fields and keys of
+// the idempotency index.
+const maxRequestIDLen = 256
+
+type routeRequest struct {
+	RequestID            string                      `json:"request_id"`
+	Model                string                      `json:"model"`
+	TokenIDs             []uint32                    `json:"token_ids"`
+	BlockHashes          []hashValue                 `json:"block_hashes"`
+	BlockSize            int                         `json:"block_size"`
+	PromptTokens         *int64                      `json:"prompt_tokens"`
+	LoraName             *string                     `json:"lora_name"`
+	ExpectedOutputTokens *int64                      `json:"expected_output_tokens"`
+	After                map[string]map[string]int64 `json:"after"`
+}
+
+// hashValue is a 64-bit hash in JSON: a number (exact, up to 2^64−1) or a
+// string of decimal digits or 0x-prefixed hex, for clients whose JSON numbers
+// are doubles.
+type hashValue uint64
+
+func (h *hashValue) UnmarshalJSON(b []byte) error {
+	s := string(b)
+	if unq, err := strconv.Unquote(s); err == nil {
+		s = unq
+	}
+	base := 10
+	if rest, ok := strings.CutPrefix(s, "0x"); ok {
+		s, base = rest, 16
+	}
+	v, err := strconv.ParseUint(s, base, 64)
+	if err != nil {
+		return &fieldError{field: "block_hashes", msg: fmt.Sprintf("%s is not a 64-bit unsigned hash (a number, a decimal string or 0x hex)", b)}
+	}
+	*h = hashValue(v)
+	return nil
+}
+
+// parsed is a validated route request.
+type parsed struct {
+	id        string
+	model     string
+	tokens    []uint32
+	hashes    []uint64
+	blockSize int
+	prompt    int64
+	expected  uint32
+	lora      string
+	after     Offsets
+}
+
+func (s *Server) parseRoute(c *gin.Context) (*parsed, error) {
+	var req routeRequest
+	if _, err := decodeBody(c, s.cfg.bodyLimit, &req); err != nil {
+		return nil, err
+	}
+	p := &parsed{id: req.RequestID, model: req.Model}
+	if len(p.id) > maxRequestIDLen {
+		return nil, unprocessable("invalid_request_id", "request_id", fmt.Sprintf("is %d bytes; at most %d", len(p.id), maxRequestIDLen))
+	}
+	if req.LoraName != nil {
+		p.lora = *req.LoraName
+	}
+	if req.ExpectedOutputTokens != nil {
+		if *req.ExpectedOutputTokens < 0 || *req.ExpectedOutputTokens > 1<<31 {
+			return nil, unprocessable("invalid_value", "expected_output_tokens", "must be in [0, 2147483648]")
+		}
+		p.expected = uint32(*req.ExpectedOutputTokens)
+	}
+	switch {
+	case req.TokenIDs != nil && req.BlockHashes != nil:
+		return nil, unprocessable("ambiguous_prompt", "block_hashes", "send either token_ids or block_hashes, not both")
+	case req.TokenIDs != nil:
+		if len(req.TokenIDs) > s.cfg.maxTokens {
+			return nil, tooLarge("too_many_tokens", "token_ids", fmt.Sprintf("%d tokens; at most %d", len(req.TokenIDs), s.cfg.maxTokens))
+		}
+		if req.PromptTokens != nil && *req.PromptTokens != int64(len(req.TokenIDs)) {
+			return nil, unprocessable("invalid_value", "prompt_tokens", fmt.Sprintf("is %d but token_ids has %d tokens; leave it out with token_ids", *req.PromptTokens, len(req.TokenIDs)))
+		}
+		if req.BlockSize != 0 {
+			return nil, unprocessable("invalid_value", "block_size", "goes with block_hashes only; with token_ids the router hashes per worker block size")
+		}
+		p.tokens, p.prompt = req.TokenIDs, int64(len(req.TokenIDs))
+	case req.BlockHashes != nil:
+		if req.PromptTokens == nil {
+			return nil, unprocessable("missing_field", "prompt_tokens", "block_hashes need prompt_tokens, the prompt's length in tokens")
+		}
+		if req.BlockSize <= 0 || req.BlockSize > events.MaxBlockSize {
+			return nil, unprocessable("invalid_value", "block_size", fmt.Sprintf("block_hashes need block_size, the tokens per block they were hashed with, in [1, %d]", events.MaxBlockSize))
+		}
+		if *req.PromptTokens < 0 || *req.PromptTokens > int64(s.cfg.maxTokens) {
+			return nil, tooLarge("too_many_tokens", "prompt_tokens", fmt.Sprintf("must be in [0, %d]", s.cfg.maxTokens))
+		}
+		if full := *req.PromptTokens / int64(req.BlockSize); int64(len(req.BlockHashes)) > full {
+			return nil, unprocessable("invalid_value", "block_hashes", fmt.Sprintf("%d hashes, but %d prompt tokens hold only %d complete blocks of %d", len(req.BlockHashes), *req.PromptTokens, full, req.BlockSize))
+		}
+		p.hashes = make([]uint64, len(req.BlockHashes))
+		for i, h := range req.BlockHashes {
+			p.hashes[i] = uint64(h)
+		}
+		p.blockSize, p.prompt = req.BlockSize, *req.PromptTokens
+	default:
+		return nil, unprocessable("missing_field", "token_ids", "send token_ids (or block_hashes with block_size and prompt_tokens)")
+	}
+	after, err := parseAfter(req.After)
+	if err != nil {
+		return nil, err
+	}
+	p.after = after
+	return p, nil
+}
+
+// parseAfter validates an `after` offset vector.
+func parseAfter(in map[string]map[string]int64) (Offsets, error) {
+	if len(in) == 0 {
+		return nil, nil
+	}
+	out := Offsets{}
+	for t, ps := range in {
+		topic, err := events.ParseTopic(t)
+		if err != nil {
+			return nil, unprocessable("invalid_value", "after."+t, err.Error())
+		}
+		m := map[int32]int64{}
+		for ps, off := range ps {
+			p, err := strconv.ParseInt(ps, 10, 32)
+			if err != nil || p < 0 {
+				return nil, unprocessable("invalid_value", "after."+t+"."+ps, "partition keys are non-negative integers")
+			}
+			if off < 0 {
+				return nil, unprocessable("invalid_value", "after."+t+"."+ps, "offsets are non-negative")
+			}
+			m[int32(p)] = off
+		}
+		out[topic] = m
+	}
+	return out, nil
+}
+
+func (s *Server) route(c *gin.Context) {
+	p, err := s.parseRoute(c)
+	if err != nil {
+		fail(c, err)
+		return
+	}
+	if p.id == "" {
+		p.id = s.cfg.newID()
+	}
+	explain := c.Query("explain") == "true"
+	unlock := s.inflight.lock(p.id)
+	defer unlock()
+	if rec, ok := s.deps.State.DecisionForRequest(p.id); ok {
+		s.metrics.idempotent.Inc()
+		resp := responseOf(rec, explain)
+		resp.Idempotent = true
+		c.JSON(http.StatusOK, resp)
+		return
+	}
+	if p.after != nil {
+		ctx, cancel := context.WithTimeout(c.Request.Context(), s.cfg.afterTimeout)
+		err := s.deps.State.WaitApplied(ctx, p.after)
+		cancel()
+		if err != nil {
+			fail(c, &Error{Status: http.StatusGatewayTimeout, Code: "after_timeout", Field: "after",
+				Message: fmt.Sprintf("this replica did not reach the requested offsets within %s: %v", s.cfg.afterTimeout, err)})
+			return
+		}
+	}
+	rec, err := s.decide(p)
+	if err != nil {
+		fail(c, err)
+		return
+	}
+	rec.DecisionId = s.cfg.newID()
+	rec.DecidedAtUnixNano = s.cfg.now().UnixNano()
+	rec.ReplicaId = s.cfg.replicaID
+	rec.ExpectedOutputTokens = p.expected
+	rec.LoraName = p.lora
+	rec.ConfigJson = s.configJSON()
+	if err := s.appendDecision(c.Request.Context(), rec); err != nil {
+		fail(c, err)
+		return
+	}
+	s.deps.State.RecordLocalDecision(rec)
+	s.metrics.decisions.WithLabelValues(rec.GetMode(), rec.GetReason(), rec.GetPolicy()).Inc()
+	s.metrics.effISL.Observe(float64(rec.GetEffectiveIsl()))
+	c.JSON(http.StatusOK, responseOf(rec, explain))
+}
+
+// decide runs the decider under one consistent read of the state.
+func (s *Server) decide(p *parsed) (*pb.DecisionRecord, error) {
+	start := time.Now()
+	d := s.decisions.Get().(*decider.Decision)
+	defer s.decisions.Put(d)
+	var (
+		rec *pb.DecisionRecord
+		err error
+	)
+	s.deps.State.Read(func(v decider.View, wm Offsets) {
+		model, merr := resolveModel(v.Workers(), p.model)
+		if merr != nil {
+			err = merr
+			return
+		}
+		req := &decider.Request{ID: p.id, Model: model, PromptTokens: p.prompt, Chains: chains(v.Workers(), model, p)}
+		if derr := s.deps.Decider.DecideInto(d, v, req); derr != nil {
+			err = decideError(derr)
+			return
+		}
+		rec = decisionRecord(d, req)
+		rec.Watermark = watermarkPB(wm)
+		rec.RequestDigest = requestDigest(p, req)
+	})
+	s.metrics.decisionSecs.Observe(time.Since(start).Seconds())
+	return rec, err
+}
+
+// resolveModel applies api.md: the model may be left out when only one model
+// is served.
+func resolveModel(ws []decider.WorkerInfo, model string) (string, error) {
+	var models []string
+	for i := range ws {
+		if !slices.Contains(models, ws[i].Model) {
+			models = append(models, ws[i].Model)
+		}
+	}
+	slices.Sort(models)
+	switch {
+	case model != "" && slices.Contains(models, model):
+		return model, nil
+	case model != "":
+		return "", unprocessable("unknown_model", "model", fmt.Sprintf("no registered worker serves %q; served: %s", model, listOrNone(models)))
+	case len(models) == 1:
+		return models[0], nil
+	case len(models) == 0:
+		return "", unavailable("no_workers", "no worker is registered yet; POST /v1/workers first", 1)
+	}
+	return "", unprocessable("missing_field", "model", fmt.Sprintf("this router serves %d models (%s); name one", len(models), strings.Join(models, ", ")))
+}
+
+func listOrNone(s []string) string {
+	if len(s) == 0 {
+		return "none"
+	}
+	return strings.Join(s, ", ")
+}
+
+// chains hashes the prompt once per block size among the model's workers.
+func chains(ws []decider.WorkerInfo, model string, p *parsed) []decider.Chain {
+	if p.hashes != nil {
+		return []decider.Chain{{BlockSize: p.blockSize, Hashes: p.hashes}}
+	}
+	var out []decider.Chain
+	for i := range ws {
+		bs := ws[i].BlockSize
+		if ws[i].Model != model || bs <= 0 || slices.ContainsFunc(out, func(c decider.Chain) bool { return c.BlockSize == bs }) {
+			continue
+		}
+		out = append(out, decider.Chain{BlockSize: bs, Hashes: kvhash.Chain(nil, p.tokens, bs, 0, false)})
+	}
+	slices.SortFunc(out, func(a, b decider.Chain) int { return a.BlockSize - b.BlockSize })
+	return out
+}
+
+// requestDigest names the prompt: the XXH3 digest of its token ids (as a
+// one-token-per-block chain) or of the given block hashes.
+func requestDigest(p *parsed, req *decider.Request) uint64 {
+	if p.tokens != nil {
+		return kvhash.Digest(kvhash.Chain(nil, p.tokens, 1, 0, false))
+	}
+	return kvhash.Digest(req.Chains[0].Hashes)
+}
+
+func decideError(err error) error {
+	var re *decider.RequestError
+	var nw *decider.NoWorkerError
+	switch {
+	case errors.As(err, &re):
+		return unprocessable("invalid_request", re.Field, re.Error())
+	case errors.As(err, &nw):
+		return unavailable("no_decode_worker", nw.Error(), 1)
+	}
+	return err
+}
+
+// appendDecision makes the decision durable before it is answered
+// (design.md invariant 5). On failure the decision is dropped, never
+// returned: the caller retries with the same request_id.
+func (s *Server) appendDecision(ctx context.Context, rec *pb.DecisionRecord) error {
+	start := time.Now()
+	r, err := events.NewRecord(s.deps.Names, events.WorkerKey(rec.GetDecodeWorker().GetWorkerId()), rec)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.auditTimeout)
+	defer cancel()
+	_, err = s.deps.Log.Append(ctx, r)
+	s.metrics.auditSecs.Observe(time.Since(start).Seconds())
+	if err != nil {
+		s.metrics.auditFailures.Inc()
+		s.cfg.log.Error("decision not durable; answering 503", "request_id", rec.GetRequestId(), "err", err)
+		return unavailable("audit_log_unavailable", "the decision could not be made durable on the decisions topic; retry with the same request_id", 1)
+	}
+	return nil
+}
+
+func (s *Server) configJSON() string {
+	cfg := s.deps.Decider.Config()
+	return string(cfg.CanonicalJSON())
+}
+

@@ -1,0 +1,174 @@
+package api
+
+import (
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gin-gonic/gin"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/pdrouter/pdrouter/decider"
+	"github.com/pdrouter/pdrouter/events"
+)
+
+// Deps are the parts a Server is built from.
+type Deps struct {
+	State   State
+	Decider *decider.Decider
+	Log     EventLog
+	Names   events.Names
+}
+
+// Server is the HTTP API. Build it with New and serve Handler().
+type Server struct {
+	deps    Deps
+	cfg     config
+	metrics *metrics
+	engine  *gin.Engine
+	// decisions reuses decider.Decision values (and their scratch memory)
+	// across requests, so the hot path does not allocate per worker.
+	decisions sync.Pool
+	// inflight serializes concurrent routes of one request_id, so a retried
+	// request never gets two decisions from this replica.
+	inflight keyedMutex
+}
+
+// New builds a Server.
+func New(deps Deps, opts ...Option) (*Server, error) {
+	if deps.State == nil || deps.Decider == nil || deps.Log == nil {
+		return nil, errors.New("api: State, Decider and Log are required")
+	}
+	cfg := defaultConfig()
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if cfg.newID == nil {
+		cfg.newID = func() string { return newULID(cfg.now()) }
+	}
+	if cfg.registerer == nil {
+		r := prometheus.NewRegistry()
+		cfg.registerer, cfg.gatherer = r, r
+	}
+	s := &Server{deps: deps, cfg: cfg, metrics: newMetrics(cfg.registerer)}
+	s.decisions.New = func() any { return new(decider.Decision) }
+	s.engine = s.routes()
+	return s, nil
+}
+
+// Handler returns the HTTP handler.
+func (s *Server) Handler() http.Handler { return s.engine }
+
+func (s *Server) routes() *gin.Engine {
+	e := gin.New()
+	e.HandleMethodNotAllowed = true
+	e.ContextWithFallback = true
+	e.Use(s.recoverer, s.observe)
+	e.NoRoute(func(c *gin.Context) {
+		fail(c, notFound("no_route", fmt.Sprintf("no endpoint %s %s; see /openapi.json", c.Request.Method, c.Request.URL.Path)))
+	})
+	e.NoMethod(func(c *gin.Context) {
+		fail(c, &Error{Status: http.StatusMethodNotAllowed, Code: "method_not_allowed",
+			Message: fmt.Sprintf("%s is not allowed on %s; see /openapi.json", c.Request.Method, c.Request.URL.Path)})
+	})
+
+	e.GET("/healthz", s.healthz)
+	e.GET("/readyz", s.readyz)
+	e.GET("/metrics", gin.WrapH(promhttp.HandlerFor(s.cfg.gatherer, promhttp.HandlerOpts{})))
+	e.GET("/openapi.json", s.openapi)
+
+	v1 := e.Group("/v1", s.auth)
+	v1.POST("/route", s.route)
+	v1.GET("/decisions/:id", s.getDecision)
+	v1.GET("/decisions/:id/explain", s.explain)
+	v1.POST("/requests/:id/events", s.requestEvent)
+	v1.POST("/workers", s.registerWorker)
+	v1.DELETE("/workers/:id", s.deregisterWorker)
+	v1.GET("/workers", s.listWorkers)
+	v1.POST("/events/kv", s.ingestKV)
+	v1.POST("/events/load", s.ingestLoad)
+	v1.GET("/state", s.state)
+	return e
+}
+
+// recoverer turns a panic into a 500 with the API's error body and logs it,
+// so one bad request never takes the process down.
+func (s *Server) recoverer(c *gin.Context) {
+	defer func() {
+		if r := recover(); r != nil {
+			s.cfg.log.Error("panic in handler", "path", c.FullPath(), "panic", fmt.Sprint(r))
+			fail(c, fmt.Errorf("panic: %v", r))
+		}
+	}()
+	c.Next()
+}
+
+// observe records request metrics by route template (bounded) and logs
+// server errors.
+func (s *Server) observe(c *gin.Context) {
+	start := time.Now()
+	c.Next()
+	route := c.FullPath()
+	if route == "" {
+		route = "unmatched"
+	}
+	code := c.Writer.Status()
+	s.metrics.requests.WithLabelValues(route, c.Request.Method, strconv.Itoa(code)).Inc()
+	s.metrics.requestSecs.WithLabelValues(route).Observe(time.Since(start).Seconds())
+	for _, err := range c.Errors {
+		s.cfg.log.Error("request failed", "route", route, "method", c.Request.Method, "status", code, "err", err.Err)
+	}
+}
+
+// auth checks the bearer token in constant time.
+func (s *Server) auth(c *gin.Context) {
+	if s.cfg.authToken == "" {
+		return
+	}
+	h := c.GetHeader("Authorization")
+	tok, ok := strings.CutPrefix(h, "Bearer ")
+	if !ok || subtle.ConstantTimeCompare([]byte(tok), []byte(s.cfg.authToken)) != 1 {
+		c.Header("WWW-Authenticate", `Bearer realm="pdrouter"`)
+		fail(c, &Error{Status: http.StatusUnauthorized, Code: "unauthorized", Message: "send Authorization: Bearer <token>"})
+	}
+}
+
+// keyedMutex is a mutex per key, created on demand and dropped when free.
+type keyedMutex struct {
+	mu    sync.Mutex
+	locks map[string]*keyedEntry
+}
+
+type keyedEntry struct {
+	mu   sync.Mutex
+	refs int
+}
+
+func (k *keyedMutex) lock(key string) func() {
+	k.mu.Lock()
+	if k.locks == nil {
+		k.locks = map[string]*keyedEntry{}
+	}
+	e := k.locks[key]
+	if e == nil {
+		e = &keyedEntry{}
+		k.locks[key] = e
+	}
+	e.refs++
+	k.mu.Unlock()
+	e.mu.Lock()
+	return func() {
+		e.mu.Unlock()
+		k.mu.Lock()
+		if e.refs--; e.refs == 0 {
+			delete(k.locks, key)
+		}
+		k.mu.Unlock()
+	}
+}

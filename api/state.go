@@ -1,0 +1,86 @@
+package api
+
+import (
+	"context"
+	"time"
+
+	"github.com/pdrouter/pdrouter/decider"
+	"github.com/pdrouter/pdrouter/events"
+	pb "github.com/pdrouter/pdrouter/events/eventspb"
+)
+
+// Offsets is an offset vector: logical topic → partition → next offset.
+type Offsets map[events.Topic]map[int32]int64
+
+// State is the replica's materialized state, as the API reads it. The
+// statestore implements it; the API never writes state except by counting
+// its own decisions (RecordLocalDecision), which the state then recognizes
+// and ignores when they come back from the log.
+type State interface {
+	// Read calls fn with a consistent view of the state and the offset
+	// vector that view reflects. fn must not retain v.
+	Read(fn func(v decider.View, watermark Offsets))
+	// WaitApplied blocks until the state has applied at least the given
+	// offsets, or ctx ends.
+	WaitApplied(ctx context.Context, after Offsets) error
+	// RecordLocalDecision counts a decision this replica made, at once.
+	RecordLocalDecision(rec *pb.DecisionRecord)
+	// Decision returns a decision record by decision id.
+	Decision(id string) (*pb.DecisionRecord, bool)
+	// DecisionForRequest returns the decision made for a request id.
+	DecisionForRequest(requestID string) (*pb.DecisionRecord, bool)
+	// Workers lists every registered worker with its status.
+	Workers() []WorkerStatus
+	// Status reports offsets, lag and the state digest.
+	Status(ctx context.Context) (StateStatus, error)
+}
+
+// WorkerStatus is one row of GET /v1/workers.
+type WorkerStatus struct {
+	WorkerID            string `json:"worker_id"`
+	DPRank              uint32 `json:"dp_rank"`
+	Pool                string `json:"pool"`
+	Model               string `json:"model"`
+	BlockSize           int    `json:"block_size"`
+	TotalKVBlocks       *int64 `json:"total_kv_blocks"`
+	MaxNumBatchedTokens *int64 `json:"max_num_batched_tokens"`
+	KVEventsEndpoint    string `json:"kv_events_endpoint,omitempty"`
+	MetricsURL          string `json:"metrics_url,omitempty"`
+	CachedBlocks        int64  `json:"cached_blocks"`
+	ActiveDecodeBlocks  int64  `json:"active_decode_blocks"`
+	ActivePrefillTokens int64  `json:"active_prefill_tokens"`
+	// Load is the latest load sample, nil when none arrived.
+	Load *WorkerLoad `json:"load"`
+	// KVEventsMissing is true for a decode worker that sends load samples but
+	// no KV events: its cached ratio is always 1.0, so it never bypasses.
+	KVEventsMissing bool   `json:"kv_events_missing"`
+	KVEventsNote    string `json:"kv_events_note,omitempty"`
+}
+
+// WorkerLoad is a worker's latest load sample and its age in event time.
+type WorkerLoad struct {
+	SampleTime          time.Time `json:"sample_time"`
+	AgeSeconds          float64   `json:"age_seconds"`
+	NumRequestsRunning  *uint64   `json:"num_requests_running,omitempty"`
+	NumRequestsWaiting  *uint64   `json:"num_requests_waiting,omitempty"`
+	KVUsedBlocks        *uint64   `json:"kv_used_blocks,omitempty"`
+	KVTotalBlocks       *uint64   `json:"kv_total_blocks,omitempty"`
+	ActivePrefillTokens *uint64   `json:"active_prefill_tokens,omitempty"`
+}
+
+// StateStatus is the body of GET /v1/state.
+type StateStatus struct {
+	// Applied is the offset vector the state reflects.
+	Applied map[string]map[string]int64 `json:"applied"`
+	// Lag per topic and partition: end offset minus applied.
+	Lag      map[string]map[string]int64 `json:"lag"`
+	TotalLag int64                       `json:"total_lag"`
+	Digest   string                      `json:"digest"`
+	Snapshot *SnapshotInfo               `json:"snapshot"`
+}
+
+// SnapshotInfo describes the newest local snapshot.
+type SnapshotInfo struct {
+	Path    string                      `json:"path"`
+	Offsets map[string]map[string]int64 `json:"offsets"`
+}
