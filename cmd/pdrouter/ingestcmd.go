@@ -1,0 +1,162 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/pdrouter/pdrouter/ingest"
+)
+
+// ingestFlags are the flags of `pdrouter ingest`. They are kept apart from
+// the command so `serve --ingest` and `dev` can bind the same flags and
+// build the same ingest.Config.
+type ingestFlags struct {
+	sources        []string
+	configFile     string
+	bind           string
+	bindTopic      string
+	watchWorkers   bool
+	scrapeInterval time.Duration
+	replayTimeout  time.Duration
+	queueSize      int
+	ingestID       string
+}
+
+func (f *ingestFlags) bindFlags(fs *pflag.FlagSet) {
+	fs.StringArrayVar(&f.sources, "source", nil, "an engine to subscribe to, as worker=ID,endpoint=tcp://host:port[,replay=tcp://host:port][,topic=T][,dp=N][,engine=vllm|sglang|trtllm][,metrics=URL]; repeat the flag, or separate sources with ';'")
+	fs.StringVar(&f.configFile, "ingest-config", "", `JSON file of engines: {"bind": ..., "bind_topic": ..., "sources": [{"worker_id", "endpoint", "replay_endpoint", "topic", "dp_size", "engine", "metrics_url"}]}`)
+	fs.StringVar(&f.bind, "bind", "", "also bind a SUB socket here (e.g. tcp://0.0.0.0:5557) for engines that connect to ingest; they are told apart by topic")
+	fs.StringVar(&f.bindTopic, "bind-topic", "", "subscription prefix on the --bind socket (empty: every topic)")
+	fs.BoolVar(&f.watchWorkers, "watch-workers", true, "follow the workers topic: a registration with a kv_events_endpoint is enough for its events to flow")
+	fs.DurationVar(&f.scrapeInterval, "scrape-interval", 5*time.Second, "how often to scrape each engine's Prometheus /metrics into load samples (0: never)")
+	fs.DurationVar(&f.replayTimeout, "replay-timeout", 5*time.Second, "bound on one replay request to an engine's replay socket")
+	fs.IntVar(&f.queueSize, "ingest-queue", 1024, "messages buffered per ZMQ socket before ingest stops reading it (backpressure)")
+	fs.StringVar(&f.ingestID, "ingest-id", "", "name of this ingest process in every record (default: ingest@<hostname>)")
+}
+
+// config builds the ingest configuration from the flags and the config file.
+func (f *ingestFlags) config(a *app) (ingest.Config, error) {
+	cfg := ingest.Config{
+		IngestID: f.ingestID, Names: a.names(), Bind: f.bind, BindTopic: f.bindTopic, WatchWorkers: f.watchWorkers,
+		ScrapeInterval: f.scrapeInterval, ReplayTimeout: f.replayTimeout, QueueSize: f.queueSize,
+	}
+	if f.scrapeInterval < 0 || f.replayTimeout < 0 || f.queueSize < 0 {
+		return cfg, errors.New("--scrape-interval, --replay-timeout and --ingest-queue must not be negative")
+	}
+	if f.configFile != "" {
+		fc, err := ingest.LoadFile(f.configFile)
+		if err != nil {
+			return cfg, fmt.Errorf("--ingest-config: %w", err)
+		}
+		cfg.Sources = append(cfg.Sources, fc.Sources...)
+		if cfg.Bind == "" {
+			cfg.Bind, cfg.BindTopic = fc.Bind, fc.BindTopic
+		}
+	}
+	for _, v := range f.sources {
+		for _, one := range strings.Split(v, ";") {
+			if strings.TrimSpace(one) == "" {
+				continue
+			}
+			s, err := ingest.ParseSourceFlag(one)
+			if err != nil {
+				return cfg, err
+			}
+			cfg.Sources = append(cfg.Sources, s)
+		}
+	}
+	seen := map[string]bool{}
+	for _, s := range cfg.Sources {
+		if seen[s.WorkerID] {
+			return cfg, fmt.Errorf("worker %q is given twice (flags and --ingest-config together)", s.WorkerID)
+		}
+		seen[s.WorkerID] = true
+	}
+	if len(cfg.Sources) == 0 && cfg.Bind == "" && !cfg.WatchWorkers {
+		return cfg, errors.New("nothing to ingest: give --source, --ingest-config, --bind or --watch-workers")
+	}
+	return cfg, nil
+}
+
+func newIngestCmd(a *app) *cobra.Command {
+	var f ingestFlags
+	cmd := &cobra.Command{
+		Use:   "ingest",
+		Short: "Read engines' KV events and load into Kafka",
+		Long: `ingest subscribes to the KV-cache event publishers of vLLM, SGLang and
+TensorRT-LLM engines (ZeroMQ), decodes every wire shape they emit, and writes
+the normalized events, with the raw bytes, to the kv-events topic keyed by
+worker. Gaps are filled from the engines' replay sockets; a restart or a
+hole that cannot be filled writes a source reset, so replicas drop that
+worker's stale blocks. It also scrapes each engine's /metrics into load
+samples, and keeps registrations on workers current with the block size and
+capacity the engine reports. Its own metrics are served on --http-addr.
+
+Engines come from --source flags, --ingest-config, registrations on the
+workers topic (--watch-workers), and --bind for engines that connect.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if a.kafka.Embedded() {
+				return fmt.Errorf("ingest needs --brokers (PDR_BROKERS); the dev broker listens on 127.0.0.1:%d by default", defaultDevKafkaPort)
+			}
+			cfg, err := f.config(a)
+			if err != nil {
+				return err
+			}
+			opts, err := a.kafka.Opts()
+			if err != nil {
+				return err
+			}
+			cl, err := kgo.NewClient(opts...)
+			if err != nil {
+				return err
+			}
+			defer cl.Close()
+			reg := prometheus.NewRegistry()
+			reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+			ctx, cancel := context.WithCancel(cmd.Context())
+			defer cancel()
+			if a.httpAddr != "" {
+				stop, err := ingestServeMetrics(ctx, a.httpAddr, reg)
+				if err != nil {
+					return err
+				}
+				defer stop()
+			}
+			a.log.Info("ingest starting", "sources", len(cfg.Sources), "bind", cfg.Bind, "watch_workers", cfg.WatchWorkers,
+				"scrape_interval", cfg.ScrapeInterval, "http_addr", a.httpAddr)
+			return ingest.Run(ctx, cfg, ingest.Deps{Kafka: cl, KafkaOpts: opts, Registerer: reg, Log: a.log})
+		},
+	}
+	f.bindFlags(cmd.Flags())
+	return cmd
+}
+
+// ingestServeMetrics serves /metrics of reg on addr until stop is called.
+func ingestServeMetrics(ctx context.Context, addr string, reg *prometheus.Registry) (stop func(), err error) {
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("--http-addr %s: %w", addr, err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, BaseContext: func(net.Listener) context.Context { return ctx }}
+	go func() { _ = srv.Serve(l) }()
+	return func() {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+	}, nil
+}

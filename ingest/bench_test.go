@@ -1,0 +1,111 @@
+package ingest
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/go-zeromq/zmq4"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/pdrouter/pdrouter/events"
+	pb "github.com/pdrouter/pdrouter/events/eventspb"
+	"github.com/pdrouter/pdrouter/internal/kafkatest"
+)
+
+func BenchmarkDecodeBatchOneBlock(b *testing.B) {
+	payloads, _ := loadVectors(b)
+	p := payloads["map_BlockStored_batch"]
+	b.SetBytes(int64(len(p)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := DecodeBatch(p, pb.Engine_ENGINE_VLLM); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// oneBlockBatch is a map-encoded batch of k one-block BlockStored events.
+func oneBlockBatch(t testing.TB, k int, first uint64) []byte {
+	evs := make([]any, k)
+	for i := range evs {
+		evs[i] = map[string]any{"type": "BlockStored", "block_hashes": []any{first + uint64(i)}, "parent_block_hash": nil,
+			"token_ids": ints(i*16, 16), "block_size": 16, "lora_id": nil, "medium": "GPU", "lora_name": nil}
+	}
+	return mp(t, []any{1757500000.25, evs, 0})
+}
+
+func cpuSeconds() float64 {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
+}
+
+// TestBenchZMQToKafka measures one-block events per second from a ZMQ PUB
+// into the real broker through one ingest process. It runs only with
+// PDR_INGEST_BENCH=1 (it is a measurement, not a check):
+//
+//	PDR_INGEST_BENCH=1 PDR_INGEST_BENCH_EVENTS=32 PDR_INGEST_BENCH_BATCHES=20000 \
+//	  go test -run TestBenchZMQToKafka -v ./ingest
+//
+// The publisher (go-zeromq PUB, pre-encoded batches) runs in the same
+// process, so the CPU figure includes it.
+func TestBenchZMQToKafka(t *testing.T) {
+	if os.Getenv("PDR_INGEST_BENCH") != "1" {
+		t.Skip("set PDR_INGEST_BENCH=1 to run the ingest throughput measurement")
+	}
+	k, _ := strconv.Atoi(os.Getenv("PDR_INGEST_BENCH_EVENTS"))
+	n, _ := strconv.Atoi(os.Getenv("PDR_INGEST_BENCH_BATCHES"))
+	k, n = max(k, 1), max(n, 1000)
+	brokers := kafkatest.Brokers(t)
+	prefix := kafkatest.Prefix(t)
+	kafkatest.Migrate(t, brokers, prefix)
+	names := events.Names{Prefix: prefix}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	pub := zmq4.NewPub(ctx, zmq4.WithLogger(zmqLogger))
+	defer pub.Close()
+	if err := pub.Listen("tcp://127.0.0.1:0"); err != nil {
+		t.Fatal(err)
+	}
+	ep := "tcp://" + pub.Addr().String()
+	ing, stop := kafkaIngest(t, brokers, names, Config{QueueSize: 4096, Sources: []SourceConfig{{WorkerID: "bench", Endpoint: ep}}}, Deps{})
+	payloads := make([][]byte, 64)
+	for i := range payloads {
+		payloads[i] = oneBlockBatch(t, k, uint64(i*k))
+	}
+	produced := ing.Metrics().Produced.WithLabelValues(names.Physical(events.TopicKvEvents))
+	// Wait for the subscription: publish seq 0 until it is written.
+	for testutil.ToFloat64(produced) < 2 {
+		_ = pub.Send(zmq4.NewMsgFrom([]byte{}, SeqFrame(0), payloads[0]))
+		time.Sleep(50 * time.Millisecond)
+		if testutil.ToFloat64(produced) >= 2 {
+			break
+		}
+		t.Log("waiting for the subscriber")
+	}
+	base := testutil.ToFloat64(produced)
+	cpu0, t0 := cpuSeconds(), time.Now()
+	for i := 1; i <= n; i++ {
+		if err := pub.Send(zmq4.NewMsgFrom([]byte{}, SeqFrame(uint64(i)), payloads[i%len(payloads)])); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, 5*time.Minute, "every batch acknowledged", func() bool { return testutil.ToFloat64(produced) >= base+float64(n) })
+	wall, cpu := time.Since(t0), cpuSeconds()-cpu0
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if r := testutil.ToFloat64(ing.Metrics().Resets.WithLabelValues("bench", "unrecoverable_gap")); r != 1 {
+		t.Errorf("%v resets: batches were lost in the measurement", r)
+	}
+	evs := float64(n * k)
+	msg := fmt.Sprintf("%d batches x %d one-block events = %.0f events in %v: %.0f events/s, %.0f batches/s; CPU %.2fs = %.2f cores",
+		n, k, evs, wall.Round(time.Millisecond), evs/wall.Seconds(), float64(n)/wall.Seconds(), cpu, cpu/wall.Seconds())
+	t.Log(msg)
+}

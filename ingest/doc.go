@@ -1,0 +1,67 @@
+// Package ingest reads the KV-cache events and the load of serving engines
+// (vLLM, SGLang, TensorRT-LLM) and writes them, normalized, to pdrouter's
+// event log: KvEventRecord on `kv-events`, LoadSample on `load`, and updated
+// WorkerRegistration values on `workers`.
+//
+// Engines will not change for us, so everything here is driven by what the
+// engines really put on the wire (shared/docs/kv-event-formats.md), and by
+// one bar: a lost or stale event means wrong routing, silently, so nothing
+// may be dropped without a trace and nothing invalid may reach Kafka.
+//
+// The package is layered so each layer can be tested alone:
+//
+//   - decode.go, hash.go, tier.go: pure msgpack decoding of one engine batch
+//     into events (no I/O). Shape-driven: array vs map, length, key names.
+//   - frames.go, endpoint.go: the ZMQ framing (live and replay) and endpoint
+//     arithmetic (bind vs connect, data-parallel port offsets).
+//   - sequence.go: the per-source sequence state machine (gaps, restarts).
+//   - zmq.go, replay.go: the sockets (go-zeromq, pure Go).
+//   - source.go: one goroutine per source that ties frames, decoding,
+//     sequencing and replay together and hands records to a Sink.
+//   - sink.go: the Kafka producer (idempotent, acks=all, backpressure).
+//   - scrape.go, load.go: Prometheus /metrics scraping into LoadSample and
+//     registration updates.
+//   - workers.go: the `workers` topic as a source of endpoints.
+//   - run.go: Run, the entry point of `pdrouter ingest` (and of `dev` and
+//     `serve --ingest`).
+//
+// # Decisions
+//
+// Semantically invalid events are demoted, not dropped and not forwarded: a
+// BlockStored whose token count is not len(block_hashes)*block_size (or
+// with no hashes, a block size outside [1, events.MaxBlockSize], a token id
+// that does not fit 32 bits), or a BlockRemoved without hashes, becomes an
+// UnknownEvent carrying the engine's tag. events.Validate would refuse the
+// whole record otherwise, and the other events of the batch are good. The
+// demotion is counted (pdrouter_ingest_events_demoted_total{reason}) and
+// the raw payload stays in the record. The cost is that the state misses a
+// stored block, which under-credits a cache hit but never invents one.
+//
+// A batch that cannot be decoded at all (not msgpack, wrong types) is not
+// silently skipped either: its raw bytes are written in a record whose only
+// event is a SourceReset (REASON_UNRECOVERABLE_GAP), because the events in
+// it are lost for the state, and a replica that keeps the worker's blocks
+// after missing a removal would route to a cache that is gone.
+//
+// Tiers: GPU is TIER_DEVICE; CPU and CPU_PINNED are TIER_HOST; DISK,
+// STORAGE, FS, OBJ, SHARED_STORAGE and EXTERNAL are TIER_DISK. An event
+// without a medium (engines before the field existed) is TIER_DEVICE: only
+// the engine's own GPU prefix cache published then. An unknown medium string
+// is TIER_DISK: the block is cached somewhere we cannot name, and crediting
+// it as the slowest tier may under-credit a hit but never over-credits one.
+// The raw string is always kept in `medium`.
+//
+// Sources: a source is one publisher process, i.e. one engine data-parallel
+// rank. In connect mode it is identified by the endpoint ingest dialed; in
+// bind mode (engines connect to one SUB that ingest binds) by the ZMQ topic
+// frame and the batch's data-parallel rank, so engines that share a bind
+// endpoint must use distinct topics (llm-d's convention kv@<pod>@<model>
+// does).
+//
+// Sequence numbers restart at 0 when an engine restarts, and ingest keeps
+// no position across its own restarts. Either way, the first message seen
+// from a source, and any seq that goes backwards, produces a SourceReset
+// record and then a replay from seq 0 of the engine's buffer, so replicas
+// drop what may be stale and rebuild what the engine still remembers.
+// Duplicates after that are harmless: applying events is idempotent.
+package ingest

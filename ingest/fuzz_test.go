@@ -1,0 +1,68 @@
+package ingest
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/pdrouter/pdrouter/events"
+	pb "github.com/pdrouter/pdrouter/events/eventspb"
+)
+
+var knownReasons = map[string]bool{
+	ReasonTooLarge: true, ReasonTruncated: true, ReasonBadMsgpack: true, ReasonTooDeep: true, ReasonNotArray: true,
+	ReasonBatchLength: true, ReasonTimestamp: true, ReasonEvents: true, ReasonDPRank: true, ReasonTrailing: true,
+	ReasonEventShape: true, ReasonTag: true, ReasonField: true,
+}
+
+// fuzzDecode checks the decoder's contract on any input: no panic; an error
+// is a typed *DecodeError with a known reason and an offset inside the
+// payload; a success yields events that events.Validate accepts, so nothing
+// invalid can reach Kafka.
+func fuzzDecode(f *testing.F, eng pb.Engine) {
+	payloads, _ := loadVectors(f)
+	for _, p := range payloads {
+		f.Add(p)
+	}
+	f.Add([]byte{0x92, 0x01, 0x91, 0x92, 0xa1, 'X', 0xc0})
+	f.Fuzz(func(t *testing.T, p []byte) {
+		b, err := DecodeBatch(p, eng)
+		if err != nil {
+			var de *DecodeError
+			if !errors.As(err, &de) {
+				t.Fatalf("untyped error %T: %v", err, err)
+			}
+			if !knownReasons[de.Reason] || de.Offset < 0 || de.Offset > len(p) {
+				t.Fatalf("bad error: %+v", de)
+			}
+			return
+		}
+		rec := &pb.KvEventRecord{Worker: &pb.WorkerRef{WorkerId: "w"}, Events: b.Events}
+		if err := events.Validate(rec); err != nil {
+			t.Fatalf("decoded batch is invalid: %v", err)
+		}
+		if _, err := events.NewRecord(events.Names{}, []byte("w"), rec); err != nil {
+			t.Fatalf("NewRecord: %v", err)
+		}
+	})
+}
+
+func FuzzDecodeVLLM(f *testing.F)   { fuzzDecode(f, pb.Engine_ENGINE_VLLM) }
+func FuzzDecodeSGLang(f *testing.F) { fuzzDecode(f, pb.Engine_ENGINE_SGLANG) }
+func FuzzDecodeTRTLLM(f *testing.F) { fuzzDecode(f, pb.Engine_ENGINE_TRTLLM) }
+
+// FuzzParseFrames checks the live and replay frame parsers: no panic, and
+// a parsed seq round-trips through SeqFrame.
+func FuzzParseFrames(f *testing.F) {
+	f.Add([]byte{}, SeqFrame(258), []byte{0x90}, []byte("kv@x"))
+	f.Add([]byte{}, SeqFrame(EndSeq), []byte{}, []byte{})
+	f.Fuzz(func(t *testing.T, a, b, c, d []byte) {
+		for _, frames := range [][][]byte{{a, b, c}, {a, b, c, d}, {a, b}, {b, c}} {
+			if m, err := ParseLive(frames); err == nil && string(SeqFrame(m.Seq)) != string(frames[1]) {
+				t.Fatalf("live seq %d does not round-trip %x", m.Seq, frames[1])
+			}
+			if m, end, err := ParseReplay(frames); err == nil && end != (m.Seq == EndSeq) {
+				t.Fatalf("end=%v for seq %x", end, m.Seq)
+			}
+		}
+	})
+}

@@ -1,0 +1,165 @@
+package ingest
+
+import (
+	"context"
+	"math"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/pdrouter/pdrouter/events"
+	pb "github.com/pdrouter/pdrouter/events/eventspb"
+)
+
+// LoadSampleOf turns one rank's scrape into a LoadSample. blockSize is the
+// worker's known block size (0: unknown), used to turn SGLang's token
+// counts into blocks.
+func LoadSampleOf(worker string, l EngineLoad, at time.Time, blockSize uint64) *pb.LoadSample {
+	s := &pb.LoadSample{Worker: &pb.WorkerRef{WorkerId: worker, DpRank: l.DPRank}, SampleTimeUnixNano: at.UnixNano(), Origin: "scrape"}
+	u := func(v *float64) *uint64 {
+		if v == nil {
+			return nil
+		}
+		r := uint64(math.Round(*v))
+		return &r
+	}
+	s.NumRequestsRunning, s.NumRequestsWaiting = u(l.Running), u(l.Waiting)
+	if l.KvUsage != nil {
+		r := min(max(*l.KvUsage, 0), 1)
+		s.KvUsageRatio = &r
+	}
+	if l.BlockSize != nil && *l.BlockSize > 0 {
+		blockSize = *l.BlockSize
+	}
+	switch {
+	case l.KvTotalBlocks != nil:
+		s.KvTotalBlocks = l.KvTotalBlocks
+	case l.MaxTokens != nil && blockSize > 0:
+		s.KvTotalBlocks = proto.Uint64(uint64(*l.MaxTokens) / blockSize)
+	}
+	switch {
+	case l.UsedTokens != nil && blockSize > 0:
+		s.KvUsedBlocks = proto.Uint64((uint64(*l.UsedTokens) + blockSize - 1) / blockSize)
+	case s.KvTotalBlocks != nil && s.KvUsageRatio != nil:
+		s.KvUsedBlocks = proto.Uint64(uint64(math.Round(*s.KvUsageRatio * float64(*s.KvTotalBlocks))))
+	}
+	return s
+}
+
+// UpdatedRegistration returns reg with the block size and capacity a scrape
+// reported, or nil when nothing changed (so an unchanged engine does not
+// rewrite the compacted workers topic every interval). Capacity is the
+// rank-0 figure: ranks of one engine are configured alike.
+func UpdatedRegistration(reg *pb.WorkerRegistration, loads []EngineLoad, now time.Time) *pb.WorkerRegistration {
+	if reg == nil || len(loads) == 0 {
+		return nil
+	}
+	l := loads[0]
+	bs := reg.GetBlockSize()
+	if l.BlockSize != nil && *l.BlockSize > 0 && *l.BlockSize <= events.MaxBlockSize {
+		bs = uint32(*l.BlockSize)
+	}
+	var total *uint64
+	switch {
+	case l.KvTotalBlocks != nil:
+		total = l.KvTotalBlocks
+	case l.MaxTokens != nil && bs > 0:
+		total = proto.Uint64(uint64(*l.MaxTokens) / uint64(bs))
+	}
+	changed := bs != reg.GetBlockSize() || (total != nil && (reg.TotalKvBlocks == nil || *total != reg.GetTotalKvBlocks()))
+	if !changed {
+		return nil
+	}
+	n := proto.Clone(reg).(*pb.WorkerRegistration)
+	n.BlockSize = bs
+	if total != nil {
+		n.TotalKvBlocks = total
+	}
+	n.RegisteredAtUnixNano = now.UnixNano()
+	if events.Validate(n) != nil {
+		return nil
+	}
+	return n
+}
+
+// scrapeTarget is one worker with a metrics URL.
+type scrapeTarget struct {
+	worker string
+	url    string
+}
+
+// runScraper scrapes every known metrics URL each interval, one at a time
+// (engines are few per ingest, and a slow engine then delays only the
+// samples, never the KV events).
+func (ing *Ingest) runScraper(ctx context.Context) error {
+	t := time.NewTicker(ing.cfg.ScrapeInterval)
+	defer t.Stop()
+	for {
+		for _, tg := range ing.scrapeTargets() {
+			if err := ing.scrapeOnce(ctx, tg); err != nil {
+				return err
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+func (ing *Ingest) scrapeTargets() []scrapeTarget {
+	ing.mu.Lock()
+	defer ing.mu.Unlock()
+	var out []scrapeTarget
+	seen := map[string]bool{}
+	for w, r := range ing.running {
+		if r.cfg.MetricsURL != "" {
+			out = append(out, scrapeTarget{w, r.cfg.MetricsURL})
+			seen[w] = true
+		}
+	}
+	for w, reg := range ing.regs {
+		if !seen[w] && reg.GetMetricsUrl() != "" {
+			out = append(out, scrapeTarget{w, reg.GetMetricsUrl()})
+		}
+	}
+	return out
+}
+
+// scrapeOnce scrapes one target and writes its samples; it fails only when
+// the sink does (a scrape error is counted and logged).
+func (ing *Ingest) scrapeOnce(ctx context.Context, tg scrapeTarget) error {
+	sctx, cancel := context.WithTimeout(ctx, ing.cfg.ScrapeTimeout)
+	loads, err := Scrape(sctx, ing.deps.HTTP, tg.url)
+	cancel()
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		ing.metrics.Scrapes.WithLabelValues("error").Inc()
+		ing.log.Debug("scrape failed", "worker", tg.worker, "url", tg.url, "err", err)
+		return nil
+	}
+	ing.metrics.Scrapes.WithLabelValues("ok").Inc()
+	now := time.Now()
+	ing.mu.Lock()
+	reg := ing.regs[tg.worker]
+	ing.mu.Unlock()
+	for _, l := range loads {
+		if err := ing.sdeps.sink.Produce(ctx, events.WorkerKey(tg.worker), LoadSampleOf(tg.worker, l, now, uint64(reg.GetBlockSize()))); err != nil {
+			return err
+		}
+	}
+	if n := UpdatedRegistration(reg, loads, now); n != nil {
+		if err := ing.sdeps.sink.Produce(ctx, events.WorkerKey(tg.worker), n); err != nil {
+			return err
+		}
+		ing.mu.Lock()
+		ing.regs[tg.worker] = n
+		ing.mu.Unlock()
+		ing.log.Info("registration updated from the engine's metrics", "worker", tg.worker,
+			"block_size", n.GetBlockSize(), "total_kv_blocks", n.GetTotalKvBlocks())
+	}
+	return nil
+}
