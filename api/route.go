@@ -328,4 +328,3 @@ func (s *Server) configJSON() string {
 	cfg := s.deps.Decider.Config()
 	return string(cfg.CanonicalJSON())
 }
-

@@ -65,10 +65,10 @@ func Decision(n, m, blocks int) *pb.DecisionRecord {
 			{Topic: "load", Partitions: []*pb.PartitionOffset{{Partition: 0, Offset: 40}}},
 		}},
 		BlockSize: 16, PolicyBypass: true, DecidedBy: "eff_isl_threshold", Distance: -1144,
-		EffIslCheck:      &pb.Check{Name: "eff_isl_threshold", Evaluated: true, Known: true, Value: 904, Limit: 2048, Hit: true},
-		RatioCheck:       &pb.Check{Name: "eff_isl_ratio_threshold", Evaluated: true, Known: true, Value: 0.1808, Limit: 0.7, Hit: true},
-		PrefillBusyCheck: &pb.Check{Name: "prefill_busy_threshold"},
-		DecodeBusyCheck:  &pb.Check{Name: "decode_busy_threshold"},
+		EffIslCheck:       &pb.Check{Name: "eff_isl_threshold", Evaluated: true, Known: true, Value: 904, Limit: 2048, Hit: true},
+		RatioCheck:        &pb.Check{Name: "eff_isl_ratio_threshold", Evaluated: true, Known: true, Value: 0.1808, Limit: 0.7, Hit: true},
+		PrefillBusyCheck:  &pb.Check{Name: "prefill_busy_threshold"},
+		DecodeBusyCheck:   &pb.Check{Name: "decode_busy_threshold"},
 		DecidedAtUnixNano: 1764400001000000000, ReplicaId: "router-0", DeciderVersion: 1,
 	}
 	cand := func(i int, pool pb.Pool, prefix string) *pb.Candidate {
