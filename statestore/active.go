@@ -1,0 +1,622 @@
+package statestore
+
+import (
+	"container/heap"
+	"encoding/binary"
+	"errors"
+	"math/bits"
+	"slices"
+
+	"github.com/cockroachdb/pebble/v2"
+
+	pb "github.com/pdrouter/pdrouter/events/eventspb"
+)
+
+// Router-side active accounting (conditional-disagg.md, "Router-side active
+// decode block accounting"), event-sourced from decisions and outcomes.
+//
+// Each request is an entry of facts, keyed by decision id: the decision
+// (D, time t_d), the latest prefill_done (P, t_p) and the latest
+// completed/cancelled (T, t_t). From the facts present:
+//
+//   - the decode worker carries the request's blocks while D is present, T
+//     is absent and max(t_d, t_p) + expiry > now: the blocks of its hash
+//     chain, deduplicated per worker by hash (refcounts), plus the blocks
+//     without a hash (the trailing partial block: ⌈P/B⌉ − len(chain));
+//   - the worker that prefills carries the prefill tokens under the same
+//     condition and while P is absent: the prefill worker for a remote
+//     prefill (P minus its device overlap, from the candidate row), the
+//     decode worker for a local one (the effective ISL);
+//   - now is the max event time of decisions and outcomes (clock.go).
+//
+// Order independence. Decisions and outcomes are on different topics, so
+// replicas see them interleaved differently. The state is therefore
+// defined as a function of the SET of facts seen and of now, never of
+// their order: a fact is present iff it was seen and its time + retention
+// > now (outcome facts get maxClockSkew more, so that an outcome stamped a
+// little before its decision cannot vanish before it). Dropping facts that
+// are no longer present (GC, sweep) and ignoring facts that arrive already
+// absent are then the same operation, whenever it happens. The one bound:
+// an outcome stamped more than maxClockSkew before its decision.
+//
+// An outcome without a decision id is kept as facts of its request id (an
+// entry "r" + request id) and applies to every decision of that request,
+// whichever arrived first: entries hold the facts as they came, keyed by
+// what they name, and the effective facts of a decision are its own plus
+// its request's.
+//
+// A replica's own decisions (RecordLocalDecision) count at once, outside
+// the log state (never in Pebble or the digest), until the same decision
+// id is read back from the log or expires. A log decision from another
+// replica on a worker that has such a pending local decision is a race
+// (two replicas decided for it without seeing each other): counted in
+// pdrouter_active_decision_races_total.
+
+type activeConfig struct {
+	expiry    int64 // ns
+	retention int64 // ns, presence window of a fact after its event time
+	skew      int64 // ns, extra presence of outcome facts
+}
+
+const (
+	fDecision = 1 << iota
+	fLocalMode
+	fPrefillDone
+	fTerminal
+	fHasPrefill
+)
+
+type reqEntry struct {
+	id         string // entry id: "d" + decision id, or "r" + request id
+	requestID  string
+	flags      uint8
+	tD, tP, tT int64
+
+	decodeID    string
+	decodeRank  uint32
+	prefillID   string
+	prefillRank uint32
+	extra       int64 // active blocks without a hash
+	prefillTok  int64
+	chain       []uint64 // kept while D present and T absent
+
+	// Derived, memory only.
+	decodeSlot  int32
+	prefillSlot int32 // slot carrying the prefill tokens, -1 when none
+	onDecode    bool
+	onPrefill   bool
+	local       bool  // a RecordLocalDecision entry
+	effLast     int64 // last event time of the effective facts
+}
+
+type activeTable struct {
+	cfg       activeConfig
+	entries   map[string]*reqEntry
+	byRequest map[string][]string // request id → entry ids of its decisions
+	local     map[string]*reqEntry
+	due       dueHeap
+	refs      map[refKey]uint32
+	bits      map[uint64][]uint64 // block hash → slots where it is active
+	active    int                 // requests carrying decode blocks (log + local)
+}
+
+type refKey struct {
+	hash uint64
+	slot int32
+}
+
+func newActiveTable(cfg activeConfig) *activeTable {
+	return &activeTable{
+		cfg: cfg, entries: map[string]*reqEntry{}, byRequest: map[string][]string{},
+		local: map[string]*reqEntry{}, refs: map[refKey]uint32{}, bits: map[uint64][]uint64{},
+	}
+}
+
+// decisionFacts fills the D fact of e from a decision record, using only
+// the record itself (never the registry, which may not have arrived yet).
+func (st *state) decisionFacts(e *reqEntry, d *pb.DecisionRecord) {
+	e.flags |= fDecision
+	e.tD = d.GetDecidedAtUnixNano()
+	e.requestID = d.GetRequestId()
+	e.decodeID, e.decodeRank = d.GetDecodeWorker().GetWorkerId(), d.GetDecodeWorker().GetDpRank()
+	bs := uint32(0)
+	var prefillRow *pb.Candidate
+	for _, c := range d.GetCandidates() {
+		w := c.GetWorker()
+		if c.GetPool() == pb.Pool_POOL_DECODE && w.GetWorkerId() == e.decodeID && w.GetDpRank() == e.decodeRank && bs == 0 {
+			bs = c.GetBlockSize()
+		}
+		if pw := d.GetPrefillWorker(); pw != nil && c.GetPool() == pb.Pool_POOL_PREFILL &&
+			w.GetWorkerId() == pw.GetWorkerId() && w.GetDpRank() == pw.GetDpRank() && prefillRow == nil {
+			prefillRow = c
+		}
+	}
+	var chain []uint64
+	for _, c := range d.GetChains() {
+		if bs == 0 || c.GetBlockSize() == bs {
+			chain, bs = c.GetBlockHashes(), c.GetBlockSize()
+			break
+		}
+	}
+	p := int64(d.GetPromptTokens())
+	if bs > 0 {
+		e.extra = max((p+int64(bs)-1)/int64(bs)-int64(len(chain)), 0)
+	}
+	if e.flags&fTerminal == 0 {
+		e.chain = append([]uint64(nil), chain...)
+	}
+	if d.GetMode() == "local" {
+		e.flags |= fLocalMode
+		e.prefillTok = int64(d.GetEffectiveIsl())
+	} else if pw := d.GetPrefillWorker(); pw != nil && pw.GetWorkerId() != "" {
+		e.flags |= fHasPrefill
+		e.prefillID, e.prefillRank = pw.GetWorkerId(), pw.GetDpRank()
+		cached := int64(0)
+		if prefillRow != nil {
+			cached = int64(prefillRow.GetOverlapBlocks()) * int64(prefillRow.GetBlockSize())
+		}
+		e.prefillTok = max(p-cached, 0)
+	}
+	st.resolveSlots(e)
+}
+
+func (st *state) resolveSlots(e *reqEntry) {
+	e.prefillSlot = -1
+	if e.flags&fDecision == 0 {
+		return
+	}
+	e.decodeSlot = st.slotOf(e.decodeID, e.decodeRank)
+	switch {
+	case e.flags&fLocalMode != 0:
+		e.prefillSlot = e.decodeSlot
+	case e.flags&fHasPrefill != 0:
+		e.prefillSlot = st.slotOf(e.prefillID, e.prefillRank)
+	}
+}
+
+func (st *state) applyDecision(b *pebble.Batch, d *pb.DecisionRecord) {
+	a := st.act
+	if l := a.local[d.GetDecisionId()]; l != nil {
+		// Our own decision read back: it counts once, from now on as a log fact.
+		st.setContribution(l, false, false)
+		delete(a.local, d.GetDecisionId())
+		st.workers[l.decodeSlot].localPending--
+	} else if slot, ok := st.lookupSlot(d.GetDecodeWorker().GetWorkerId(), d.GetDecodeWorker().GetDpRank()); ok && st.workers[slot].localPending > 0 {
+		st.stats.races++
+	}
+	if d.GetDecidedAtUnixNano()+a.cfg.retention <= st.reqNow {
+		return // already absent: the same as seen, then swept
+	}
+	id := "d" + d.GetDecisionId()
+	e := a.entries[id]
+	if e == nil {
+		e = &reqEntry{id: id}
+		a.entries[id] = e
+	}
+	if e.flags&fDecision != 0 {
+		return // a duplicate record: facts are a set
+	}
+	st.decisionFacts(e, d)
+	if r := a.entries["r"+e.requestID]; r != nil && st.present(r)&fTerminal != 0 {
+		e.chain = nil // never needed: the request is over
+	}
+	st.noteDecision(e)
+	st.refresh(b, e, true)
+}
+
+func (st *state) applyOutcome(b *pebble.Batch, o *pb.OutcomeEvent) {
+	a := st.act
+	t := o.GetEventTimeUnixNano()
+	if t+a.cfg.retention+a.cfg.skew <= st.reqNow {
+		return
+	}
+	id := "r" + o.GetRequestId()
+	if o.GetDecisionId() != "" {
+		id = "d" + o.GetDecisionId()
+	}
+	e := a.entries[id]
+	if e == nil {
+		e = &reqEntry{id: id, requestID: o.GetRequestId(), prefillSlot: -1}
+		a.entries[id] = e
+	}
+	switch o.GetKind() {
+	case pb.OutcomeEvent_KIND_PREFILL_DONE:
+		if e.flags&fPrefillDone == 0 || t > e.tP {
+			e.flags |= fPrefillDone
+			e.tP = t
+		}
+	case pb.OutcomeEvent_KIND_COMPLETED, pb.OutcomeEvent_KIND_CANCELLED:
+		if e.flags&fTerminal == 0 || t > e.tT {
+			e.flags |= fTerminal
+			e.tT = t
+		}
+	}
+	st.refresh(b, e, true)
+	if e.id[0] == 'r' {
+		st.refreshDecisions(b, e.requestID)
+	}
+}
+
+// refreshDecisions refreshes the decisions of a request whose own facts
+// (outcomes without a decision id) changed: their effective facts did.
+func (st *state) refreshDecisions(b *pebble.Batch, requestID string) {
+	for _, id := range slices.Clone(st.act.byRequest[requestID]) {
+		if d := st.act.entries[id]; d != nil {
+			st.refresh(b, d, false)
+		}
+	}
+}
+
+// present returns the flags of the facts of e still present at now.
+func (st *state) present(e *reqEntry) uint8 {
+	a, now := st.act, st.reqNow
+	flags := e.flags
+	if flags&fDecision != 0 && e.tD+a.cfg.retention <= now {
+		flags &^= fDecision | fLocalMode | fHasPrefill
+	}
+	if flags&fPrefillDone != 0 && e.tP+a.cfg.retention+a.cfg.skew <= now {
+		flags &^= fPrefillDone
+	}
+	if flags&fTerminal != 0 && e.tT+a.cfg.retention+a.cfg.skew <= now {
+		flags &^= fTerminal
+	}
+	return flags
+}
+
+// refresh drops facts that are no longer present, recomputes what the entry
+// contributes, persists it when its facts changed (write) or were dropped,
+// and schedules its next change.
+func (st *state) refresh(b *pebble.Batch, e *reqEntry, write bool) {
+	a, now := st.act, st.reqNow
+	flags := st.present(e)
+	// Effective facts: the entry's own and, for a decision, those of its
+	// request id (outcomes that named no decision).
+	eff, tP := flags, e.tP
+	if flags&fDecision != 0 {
+		if r := a.entries["r"+e.requestID]; r != nil {
+			rf := st.present(r)
+			eff |= rf & (fPrefillDone | fTerminal)
+			if rf&fPrefillDone != 0 && (flags&fPrefillDone == 0 || r.tP > tP) {
+				tP = r.tP
+			}
+		}
+	}
+	last := e.tD
+	if eff&fPrefillDone != 0 && tP > last {
+		last = tP
+	}
+	e.effLast = last
+	alive := eff&fDecision != 0 && eff&fTerminal == 0 && last+a.cfg.expiry > now
+	// Remove the old share before the facts it was computed from go.
+	st.setContribution(e, alive, alive && eff&fPrefillDone == 0 && e.prefillTok > 0)
+	if flags != e.flags {
+		write = true
+		if flags&fDecision == 0 && e.flags&fDecision != 0 {
+			st.forgetDecision(e)
+			e.chain, e.extra, e.prefillTok, e.tD = nil, 0, 0, 0
+			e.decodeID, e.prefillID, e.decodeRank, e.prefillRank = "", "", 0, 0
+			e.prefillSlot = -1
+		}
+		if flags&fPrefillDone == 0 {
+			e.tP = 0
+		}
+		if flags&fTerminal == 0 {
+			e.tT = 0
+		}
+		e.flags = flags
+	}
+	if eff&fTerminal != 0 && e.chain != nil {
+		e.chain = nil
+		write = true
+	}
+	if e.flags&(fDecision|fPrefillDone|fTerminal) == 0 {
+		st.deleteEntry(b, e)
+		return
+	}
+	if write {
+		_ = b.Set(activeKey(e.id), encodeEntry(nil, e), nil)
+	}
+	st.schedule(e)
+}
+
+// schedule queues the entry's next change: its expiry while it contributes,
+// else the end of presence of its earliest fact.
+func (st *state) schedule(e *reqEntry) {
+	a := st.act
+	next := int64(1<<63 - 1)
+	if e.onDecode {
+		next = e.effLast + a.cfg.expiry
+	}
+	if e.flags&fDecision != 0 {
+		next = min(next, e.tD+a.cfg.retention)
+	}
+	if e.flags&fPrefillDone != 0 {
+		next = min(next, e.tP+a.cfg.retention+a.cfg.skew)
+	}
+	if e.flags&fTerminal != 0 {
+		next = min(next, e.tT+a.cfg.retention+a.cfg.skew)
+	}
+	if e.local {
+		next = e.tD + a.cfg.expiry
+	}
+	heap.Push(&a.due, dueItem{at: next, id: e.id, local: e.local})
+}
+
+func (st *state) deleteEntry(b *pebble.Batch, e *reqEntry) {
+	a := st.act
+	st.setContribution(e, false, false)
+	st.forgetDecision(e)
+	if a.entries[e.id] == e {
+		delete(a.entries, e.id)
+		_ = b.Delete(activeKey(e.id), nil)
+	}
+}
+
+// noteDecision and forgetDecision keep byRequest: the decision entries of
+// each request id (almost always one).
+func (st *state) noteDecision(e *reqEntry) {
+	ids := st.act.byRequest[e.requestID]
+	for _, id := range ids {
+		if id == e.id {
+			return
+		}
+	}
+	st.act.byRequest[e.requestID] = append(ids, e.id)
+}
+
+func (st *state) forgetDecision(e *reqEntry) {
+	ids := st.act.byRequest[e.requestID]
+	for i, id := range ids {
+		if id == e.id {
+			ids = append(ids[:i:i], ids[i+1:]...)
+			break
+		}
+	}
+	if len(ids) == 0 {
+		delete(st.act.byRequest, e.requestID)
+	} else {
+		st.act.byRequest[e.requestID] = ids
+	}
+}
+
+// setContribution adds or removes the entry's share of the aggregates.
+func (st *state) setContribution(e *reqEntry, decode, prefill bool) {
+	a := st.act
+	if e.onDecode != decode {
+		ws := st.workers[e.decodeSlot]
+		sign := int64(1)
+		if !decode {
+			sign = -1
+		}
+		for _, h := range e.chain {
+			k := refKey{h, e.decodeSlot}
+			if decode {
+				a.refs[k]++
+				if a.refs[k] == 1 {
+					a.bits[h] = setSlotBit(a.bits[h], e.decodeSlot)
+					ws.activeDistinct++
+				}
+			} else {
+				a.refs[k]--
+				if a.refs[k] == 0 {
+					delete(a.refs, k)
+					if clearSlotBit(a.bits[h], e.decodeSlot) {
+						delete(a.bits, h)
+					}
+					ws.activeDistinct--
+				}
+			}
+		}
+		ws.activeExtra += sign * e.extra
+		a.active += int(sign)
+		e.onDecode = decode
+	}
+	if e.onPrefill != prefill && e.prefillSlot >= 0 {
+		if prefill {
+			st.workers[e.prefillSlot].prefillTokens += e.prefillTok
+		} else {
+			st.workers[e.prefillSlot].prefillTokens -= e.prefillTok
+		}
+		e.onPrefill = prefill
+	}
+}
+
+func setSlotBit(s []uint64, slot int32) []uint64 {
+	for len(s) <= int(slot)/64 {
+		s = append(s, 0)
+	}
+	s[slot/64] |= 1 << (uint(slot) % 64)
+	return s
+}
+
+// clearSlotBit clears slot and reports whether the set became empty.
+func clearSlotBit(s []uint64, slot int32) bool {
+	if int(slot)/64 < len(s) {
+		s[slot/64] &^= 1 << (uint(slot) % 64)
+	}
+	for _, w := range s {
+		if w != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// sweep applies every change due by now (expiry, end of presence). It runs
+// at the end of each chunk of records, before readers see the state.
+func (st *state) sweep(b *pebble.Batch) {
+	a := st.act
+	for a.due.Len() > 0 && a.due[0].at <= st.reqNow {
+		it := heap.Pop(&a.due).(dueItem)
+		if it.local {
+			if e := a.local[it.id[1:]]; e != nil && e.tD+a.cfg.expiry <= st.reqNow {
+				st.setContribution(e, false, false)
+				delete(a.local, it.id[1:])
+				st.workers[e.decodeSlot].localPending--
+			}
+			continue
+		}
+		if e := a.entries[it.id]; e != nil {
+			st.refresh(b, e, false)
+			if it.id[0] == 'r' {
+				st.refreshDecisions(b, e.requestID)
+			}
+		}
+	}
+}
+
+// recordLocal counts one of this replica's own decisions at once.
+func (st *state) recordLocal(d *pb.DecisionRecord) {
+	a := st.act
+	if _, ok := a.local[d.GetDecisionId()]; ok {
+		return
+	}
+	if _, ok := a.entries["d"+d.GetDecisionId()]; ok {
+		return // already read back from the log
+	}
+	e := &reqEntry{id: "d" + d.GetDecisionId(), local: true}
+	st.decisionFacts(e, d)
+	if e.tD+a.cfg.expiry <= st.reqNow {
+		return
+	}
+	a.local[d.GetDecisionId()] = e
+	st.workers[e.decodeSlot].localPending++
+	st.setContribution(e, true, e.prefillTok > 0)
+	st.schedule(e)
+}
+
+type dueItem struct {
+	at    int64
+	id    string
+	local bool
+}
+
+// dueHeap orders by time, then id: a deterministic pop order.
+type dueHeap []dueItem
+
+func (h dueHeap) Len() int { return len(h) }
+func (h dueHeap) Less(i, j int) bool {
+	if h[i].at != h[j].at {
+		return h[i].at < h[j].at
+	}
+	return h[i].id < h[j].id
+}
+func (h dueHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+func (h *dueHeap) Push(x any)   { *h = append(*h, x.(dueItem)) }
+func (h *dueHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
+}
+
+// encodeEntry is the canonical encoding of an entry's facts: equal facts,
+// equal bytes, whatever order they arrived in.
+func encodeEntry(dst []byte, e *reqEntry) []byte {
+	dst = append(dst, 1, e.flags)
+	dst = binary.LittleEndian.AppendUint64(dst, uint64(e.tD))
+	dst = binary.LittleEndian.AppendUint64(dst, uint64(e.tP))
+	dst = binary.LittleEndian.AppendUint64(dst, uint64(e.tT))
+	dst = appendString(dst, e.requestID)
+	dst = appendString(dst, e.decodeID)
+	dst = binary.AppendUvarint(dst, uint64(e.decodeRank))
+	dst = appendString(dst, e.prefillID)
+	dst = binary.AppendUvarint(dst, uint64(e.prefillRank))
+	dst = binary.AppendUvarint(dst, uint64(e.extra))
+	dst = binary.AppendUvarint(dst, uint64(e.prefillTok))
+	dst = binary.AppendUvarint(dst, uint64(len(e.chain)))
+	for _, h := range e.chain {
+		dst = binary.LittleEndian.AppendUint64(dst, h)
+	}
+	return dst
+}
+
+func appendString(dst []byte, s string) []byte {
+	dst = binary.AppendUvarint(dst, uint64(len(s)))
+	return append(dst, s...)
+}
+
+var errBadEntry = errors.New("statestore: malformed active entry")
+
+func decodeEntry(id string, v []byte) (*reqEntry, error) {
+	if len(v) < 26 || v[0] != 1 {
+		return nil, errBadEntry
+	}
+	e := &reqEntry{id: id, flags: v[1], prefillSlot: -1}
+	e.tD = int64(binary.LittleEndian.Uint64(v[2:]))
+	e.tP = int64(binary.LittleEndian.Uint64(v[10:]))
+	e.tT = int64(binary.LittleEndian.Uint64(v[18:]))
+	r := reader{b: v[26:]}
+	e.requestID = r.str()
+	e.decodeID = r.str()
+	e.decodeRank = uint32(r.uvarint())
+	e.prefillID = r.str()
+	e.prefillRank = uint32(r.uvarint())
+	e.extra = int64(r.uvarint())
+	e.prefillTok = int64(r.uvarint())
+	n := r.uvarint()
+	if r.err != nil || n > uint64(len(r.b))/8 {
+		return nil, errBadEntry
+	}
+	if n > 0 {
+		e.chain = make([]uint64, n)
+		for i := range e.chain {
+			e.chain[i] = binary.LittleEndian.Uint64(r.b[8*i:])
+		}
+	}
+	return e, nil
+}
+
+type reader struct {
+	b   []byte
+	err error
+}
+
+func (r *reader) uvarint() uint64 {
+	v, n := binary.Uvarint(r.b)
+	if n <= 0 {
+		r.err = errBadEntry
+		return 0
+	}
+	r.b = r.b[n:]
+	return v
+}
+
+func (r *reader) str() string {
+	n := r.uvarint()
+	if r.err != nil || n > uint64(len(r.b)) {
+		r.err = errBadEntry
+		return ""
+	}
+	s := string(r.b[:n])
+	r.b = r.b[n:]
+	return s
+}
+
+// matchActive is MatchActive over slots: the leading run of chain active on
+// each live slot. live is consumed.
+func (a *activeTable) matchActive(chain []uint64, live []uint64, runs func(slot int32, n int)) {
+	for i, h := range chain {
+		set := a.bits[h]
+		any := false
+		for k := range live {
+			var w uint64
+			if k < len(set) {
+				w = set[k]
+			}
+			for ended := live[k] &^ w; ended != 0; ended &= ended - 1 {
+				runs(int32(k*64+bits.TrailingZeros64(ended)), i)
+			}
+			live[k] &= w
+			any = any || live[k] != 0
+		}
+		if !any {
+			return
+		}
+	}
+	for k := range live {
+		for rest := live[k]; rest != 0; rest &= rest - 1 {
+			runs(int32(k*64+bits.TrailingZeros64(rest)), len(chain))
+		}
+	}
+}

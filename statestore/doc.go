@@ -1,0 +1,30 @@
+// Package statestore is a router replica's materialized state: the fleet's
+// prefix caches, worker registry, load samples and active-request accounting,
+// reduced from the five topics of the event log into a per-replica Pebble
+// store with an in-memory index in front of it.
+//
+// Design invariants (design.md) and where they are kept:
+//
+//  1. Deterministic: the state is a pure function of the offset vector. No
+//     apply rule reads the wall clock (time is the max event time seen,
+//     clock.go), iterates a Go map in an order that reaches state or output,
+//     or uses randomness. The digest (digest.go) is computed over Pebble's
+//     sorted keyspace, whose content is canonical: worker ids, never the
+//     dense in-memory slots, appear in keys and values.
+//  2. Exactly-once materialization: Store.Apply writes every state change of
+//     a batch of records and the batch's new offsets into ONE Pebble batch
+//     (apply.go). Apply rules are idempotent anyway (prefix.go), because
+//     engines re-announce blocks.
+//  3. Rebuildable: the in-memory index is derived only from Pebble at Open
+//     (rebuild.go), and Pebble only from the log, so deleting the store and
+//     replaying gives the same digest.
+//  4. Bounded bootstrap: snapshots are Pebble checkpoints that carry their
+//     offsets (snapshot.go); Materializer.Ready gates on lag (lag.go).
+//  7. No I/O on the hot path: View answers from memory only (view.go).
+//
+// Memory layout: worker (id, dp rank) pairs get dense slots; the hot index
+// maps a router block hash to its holders, inline for one or two holders and
+// a tier-split bitset over slots beyond that (hotindex.go). Each slot keeps
+// its engine hash → router hash table in a compact open-addressing table
+// (table.go) to resolve parents and removals.
+package statestore

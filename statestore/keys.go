@@ -1,0 +1,121 @@
+package statestore
+
+import (
+	"encoding/binary"
+	"errors"
+
+	"github.com/pdrouter/pdrouter/events"
+)
+
+// Key layout of the Pebble store (schema migrations.StoreSchemaVersion = 1).
+//
+// Every key starts with a one-byte family. Worker ids are validated by
+// events.ValidateWorkerID (printable, no NUL), so a NUL after an id ends it
+// unambiguously and "id\x00" .. "id\x01" spans exactly that worker's ranks.
+// Integers are big-endian in keys (so they sort numerically) and
+// little-endian in values.
+//
+//	'm' name                                 meta: "schema" → u32 version,
+//	                                         "now" → i64 max event time (all topics),
+//	                                         "reqnow" → i64 max event time (decisions, outcomes)
+//	'o' topic 0x00 partition(u32)            next offset to read, i64
+//	'w' workerID                             WorkerRegistration, deterministic protobuf
+//	't' workerID                             Kafka timestamp (ms) of the worker's latest tombstone, i64
+//	'l' workerID 0x00 rank(u32)              LoadSample, deterministic protobuf (the latest)
+//	'p' workerID 0x00 rank(u32) engine(u64)  prefix entry: router hash u64 + flags u8
+//	                                         (bits 0..2: tiers device/host/disk held; bit 7: orphan)
+//	'a' entryID                              active-request facts (active.go encodeEntry)
+//
+// Nothing else is stored: the hot index (router hash → holders), the slot
+// numbers, the active aggregates and the duplicate counts are all derived
+// from these keys when the store opens, so they can never disagree with it.
+// Because keys hold worker ids and not slots, and values are canonical,
+// equal states have byte-identical keyspaces; the digest hashes that.
+const (
+	famMeta     = 'm'
+	famOffset   = 'o'
+	famRegistry = 'w'
+	famLoad     = 'l'
+	famPrefix   = 'p'
+	famActive   = 'a'
+	famTomb     = 't'
+)
+
+var (
+	keySchema = []byte("mschema")
+	keyNow    = []byte("mnow")
+	keyReqNow = []byte("mreqnow")
+)
+
+// workerRankKey is the key body of one (worker, rank): id 0x00 rank.
+func workerRankKey(dst []byte, fam byte, id string, rank uint32) []byte {
+	dst = append(dst, fam)
+	dst = append(dst, id...)
+	dst = append(dst, 0)
+	return binary.BigEndian.AppendUint32(dst, rank)
+}
+
+// workerSpan returns [lo, hi) covering every rank of worker id in family fam.
+func workerSpan(fam byte, id string) (lo, hi []byte) {
+	lo = append(append([]byte{fam}, id...), 0)
+	hi = append(append([]byte{fam}, id...), 1)
+	return lo, hi
+}
+
+func prefixKey(dst []byte, wk []byte, engine uint64) []byte {
+	dst = append(dst, wk...)
+	return binary.BigEndian.AppendUint64(dst, engine)
+}
+
+func offsetKey(t events.Topic, partition int32) []byte {
+	k := append([]byte{famOffset}, t...)
+	k = append(k, 0)
+	return binary.BigEndian.AppendUint32(k, uint32(partition))
+}
+
+func registryKey(id string) []byte { return append([]byte{famRegistry}, id...) }
+
+func tombKey(id string) []byte { return append([]byte{famTomb}, id...) }
+
+func activeKey(id string) []byte { return append([]byte{famActive}, id...) }
+
+var errBadKey = errors.New("statestore: malformed key")
+
+// parseWorkerRank splits a key body "id 0x00 rank(u32) rest".
+func parseWorkerRank(body []byte) (id string, rank uint32, rest []byte, err error) {
+	for i, c := range body {
+		if c == 0 {
+			if len(body) < i+5 {
+				return "", 0, nil, errBadKey
+			}
+			return string(body[:i]), binary.BigEndian.Uint32(body[i+1 : i+5]), body[i+5:], nil
+		}
+	}
+	return "", 0, nil, errBadKey
+}
+
+func parseOffsetKey(body []byte) (events.Topic, int32, error) {
+	for i, c := range body {
+		if c == 0 && len(body) == i+5 {
+			t, err := events.ParseTopic(string(body[:i]))
+			if err != nil {
+				return "", 0, err
+			}
+			return t, int32(binary.BigEndian.Uint32(body[i+1:])), nil
+		}
+	}
+	return "", 0, errBadKey
+}
+
+// Prefix entry value: router hash (LE u64) and a flag byte.
+const (
+	flagOrphan = 0x80
+	tierMask   = 0x07
+)
+
+func prefixValue(dst []byte, router uint64, flags uint8) []byte {
+	dst = binary.LittleEndian.AppendUint64(dst, router)
+	return append(dst, flags)
+}
+
+func i64Value(v int64) []byte { return binary.LittleEndian.AppendUint64(nil, uint64(v)) }

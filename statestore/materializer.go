@@ -1,0 +1,239 @@
+package statestore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/pdrouter/pdrouter/events"
+)
+
+// MaterializerOptions configure a Materializer.
+type MaterializerOptions struct {
+	// Client holds the connection options (seed brokers, TLS, SASL), e.g.
+	// from kafkaconn.Config.Opts. Consumer options are the materializer's.
+	Client []kgo.Opt
+	// Logger; default: the store's.
+	Logger *slog.Logger
+	// ProgressEvery is the interval of progress logs and lag checks while
+	// catching up; default 10 s.
+	ProgressEvery time.Duration
+	// DiscoverEvery is how often new partitions are looked for; default 30 s.
+	DiscoverEvery time.Duration
+}
+
+// Materializer tails every partition of the five topics into a Store.
+//
+// It consumes directly, with no consumer group: every replica reads every
+// partition, and its position is the offset vector stored in Pebble, not a
+// group commit. A partition the store has offsets for resumes exactly there;
+// one it never saw starts at the log start. The reset policy is "none"
+// (kgo.NoResetOffset): if a stored offset is no longer in the log
+// (retention passed it, or the topic was recreated), skipping or re-reading
+// silently would corrupt the state, so Run returns an error matching
+// ErrRebuildNeeded instead, and the operator (or the caller) wipes the
+// store or bootstraps it from a snapshot.
+type Materializer struct {
+	s     *Store
+	o     MaterializerOptions
+	log   *slog.Logger
+	names events.Names
+	admin *kgo.Client
+	adm   *kadm.Client
+	cl    *kgo.Client
+	known map[topicPartition]bool
+}
+
+// NewMaterializer connects to Kafka. It does not consume until Run.
+func NewMaterializer(s *Store, o MaterializerOptions) (*Materializer, error) {
+	if o.Logger == nil {
+		o.Logger = s.log
+	}
+	if o.ProgressEvery <= 0 {
+		o.ProgressEvery = 10 * time.Second
+	}
+	if o.DiscoverEvery <= 0 {
+		o.DiscoverEvery = 30 * time.Second
+	}
+	admin, err := kgo.NewClient(o.Client...)
+	if err != nil {
+		return nil, fmt.Errorf("statestore: kafka client: %w", err)
+	}
+	return &Materializer{s: s, o: o, log: o.Logger, names: s.opts.Names, admin: admin, adm: kadm.NewClient(admin), known: map[topicPartition]bool{}}, nil
+}
+
+// Close releases the Kafka clients.
+func (m *Materializer) Close() {
+	if m.cl != nil {
+		m.cl.Close()
+	}
+	m.admin.Close()
+}
+
+func (m *Materializer) physicalTopics() []string {
+	ts := make([]string, len(events.AllTopics))
+	for i, t := range events.AllTopics {
+		ts[i] = m.names.Physical(t)
+	}
+	return ts
+}
+
+// discover returns the partitions not consumed yet, with their start
+// offsets: the stored next offset, or the log start.
+func (m *Materializer) discover(ctx context.Context) (map[string]map[int32]kgo.Offset, error) {
+	ends, err := m.adm.ListEndOffsets(ctx, m.physicalTopics()...)
+	if err != nil {
+		return nil, err
+	}
+	stored := m.s.Offsets()
+	add := map[string]map[int32]kgo.Offset{}
+	ends.Each(func(lo kadm.ListedOffset) {
+		if lo.Err != nil {
+			return // a topic not created yet: found on a later discovery
+		}
+		t, ok := m.names.Logical(lo.Topic)
+		if !ok {
+			return
+		}
+		tp := topicPartition{t, lo.Partition}
+		if m.known[tp] {
+			return
+		}
+		m.known[tp] = true
+		off := kgo.NewOffset().AtStart()
+		if next, ok := stored.Get(t, lo.Partition); ok {
+			off = kgo.NewOffset().At(next)
+		}
+		if add[lo.Topic] == nil {
+			add[lo.Topic] = map[int32]kgo.Offset{}
+		}
+		add[lo.Topic][lo.Partition] = off
+	})
+	return add, nil
+}
+
+// Run consumes until ctx is done (then it returns nil) or a fatal error.
+func (m *Materializer) Run(ctx context.Context) error {
+	return m.run(ctx, nil)
+}
+
+// CatchUp consumes until the store has applied every record that was in
+// the log when it was called, then returns. It is the replay of `state
+// rebuild`, benchmarks and tests.
+func (m *Materializer) CatchUp(ctx context.Context) error {
+	lag, err := m.Lag(ctx)
+	if err != nil {
+		return err
+	}
+	target := map[topicPartition]int64{}
+	for _, p := range lag.Partitions {
+		if p.Lag > 0 {
+			target[topicPartition{p.Topic, p.Partition}] = p.End
+		}
+	}
+	return m.run(ctx, func() bool {
+		offs := m.s.Offsets()
+		for tp, end := range target {
+			if n, _ := offs.Get(tp.topic, tp.partition); n < end {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+func (m *Materializer) run(ctx context.Context, done func() bool) error {
+	if done != nil && done() {
+		return nil
+	}
+	if m.cl == nil {
+		var start map[string]map[int32]kgo.Offset
+		for {
+			var err error
+			start, err = m.discover(ctx)
+			if err == nil && len(start) > 0 {
+				break
+			}
+			if err != nil && ctx.Err() == nil {
+				m.log.Warn("statestore: listing partitions failed; retrying", "err", err)
+			} else if err == nil {
+				m.log.Warn("statestore: no topic to consume yet (not migrated?); retrying", "topics", m.physicalTopics())
+			}
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(time.Second):
+			}
+		}
+		opts := append([]kgo.Opt{
+			kgo.ConsumePartitions(start),
+			kgo.ConsumeStartOffset(kgo.NewOffset().AtStart()),
+			kgo.ConsumeResetOffset(kgo.NoResetOffset()),
+			kgo.FetchMaxBytes(64 << 20),
+			kgo.FetchMaxPartitionBytes(8 << 20),
+			kgo.FetchMaxWait(500 * time.Millisecond),
+		}, m.o.Client...)
+		cl, err := kgo.NewClient(opts...)
+		if err != nil {
+			return fmt.Errorf("statestore: kafka consumer: %w", err)
+		}
+		m.cl = cl
+	}
+	p := newProgress(m.log, m.o.ProgressEvery)
+	lastDiscover := time.Now()
+	for {
+		pctx, cancel := context.WithTimeout(ctx, time.Second)
+		fs := m.cl.PollFetches(pctx)
+		cancel()
+		if ctx.Err() != nil || fs.IsClientClosed() {
+			return nil
+		}
+		var fatal error
+		fs.EachError(func(topic string, partition int32, err error) {
+			if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+				return
+			}
+			var loss *kgo.ErrDataLoss
+			if errors.Is(err, kerr.OffsetOutOfRange) || errors.As(err, &loss) ||
+				errors.Is(err, kerr.InconsistentTopicID) || errors.Is(err, kerr.UnknownTopicID) {
+				fatal = fmt.Errorf("%w: %s partition %d: %v (the stored offset is no longer in the log: wipe the store or bootstrap from a snapshot)",
+					ErrRebuildNeeded, topic, partition, err)
+				return
+			}
+			m.log.Warn("statestore: fetch error", "topic", topic, "partition", partition, "err", err)
+		})
+		if fatal != nil {
+			return fatal
+		}
+		recs := fs.Records()
+		if len(recs) > 0 {
+			if err := m.s.Apply(recs); err != nil {
+				return err
+			}
+			p.add(len(recs))
+		}
+		if done != nil && done() {
+			p.finish()
+			return nil
+		}
+		if time.Since(lastDiscover) >= m.o.DiscoverEvery {
+			lastDiscover = time.Now()
+			if add, err := m.discover(ctx); err == nil && len(add) > 0 {
+				m.log.Info("statestore: new partitions", "partitions", fmt.Sprint(add))
+				m.cl.AddConsumePartitions(add)
+			}
+		}
+		if p.due() {
+			lag, err := m.Lag(ctx)
+			if err == nil {
+				p.report(lag.Total)
+			}
+		}
+	}
+}

@@ -1,0 +1,128 @@
+package statestore
+
+import (
+	"strconv"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/pdrouter/pdrouter/events"
+)
+
+// Metrics are the store's Prometheus series, registered on the Registerer
+// the caller passes (never a global one), so tests and several stores in
+// one process do not collide. Labels are bounded: topic is one of the five
+// logical topics, tier one of three, partition bounded by the declared
+// partition counts.
+type Metrics struct {
+	decode        *events.DecodeMetrics
+	applied       *prometheus.CounterVec
+	applySeconds  prometheus.Histogram
+	offset        *prometheus.GaugeVec
+	lag           *prometheus.GaugeVec
+	blocks        *prometheus.GaugeVec
+	workers       prometheus.Gauge
+	removeUnknown prometheus.Counter
+	orphans       prometheus.Counter
+	resets        *prometheus.CounterVec
+	staleLoads    prometheus.Counter
+	afterTomb     prometheus.Counter
+	active        prometheus.Gauge
+	races         prometheus.Counter
+	indexBytes    prometheus.Gauge
+}
+
+func newMetrics(reg prometheus.Registerer, dm *events.DecodeMetrics) *Metrics {
+	if dm == nil {
+		dm = events.NewDecodeMetrics(reg)
+	}
+	m := &Metrics{
+		decode: dm,
+		applied: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "pdrouter_statestore_applied_records_total",
+			Help: "Records applied to the state, by logical topic.",
+		}, []string{"topic"}),
+		applySeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "pdrouter_statestore_apply_batch_duration_seconds",
+			Help:    "Time to apply one polled batch, Pebble commit included.",
+			Buckets: prometheus.ExponentialBuckets(0.0001, 4, 10),
+		}),
+		offset: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "pdrouter_statestore_offset",
+			Help: "Next offset to apply, by logical topic and partition.",
+		}, []string{"topic", "partition"}),
+		lag: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "pdrouter_statestore_lag_records",
+			Help: "End offset minus applied offset, by logical topic and partition (as of the last lag check).",
+		}, []string{"topic", "partition"}),
+		blocks: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "pdrouter_statestore_blocks",
+			Help: "Cached (block, worker) entries held, by tier.",
+		}, []string{"tier"}),
+		workers: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "pdrouter_statestore_workers",
+			Help: "Registered (worker, rank) pairs.",
+		}),
+		removeUnknown: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "pdrouter_kv_remove_unknown_total",
+			Help: "BlockRemoved hashes (or tiers) the worker was not known to hold; tolerated.",
+		}),
+		orphans: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "pdrouter_kv_orphan_blocks_total",
+			Help: "Stored blocks whose parent was unknown: kept, not indexed.",
+		}),
+		resets: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "pdrouter_kv_worker_clears_total",
+			Help: "Whole prefix tables dropped, by cause (cleared, source_reset, tombstone).",
+		}, []string{"cause"}),
+		staleLoads: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "pdrouter_load_samples_stale_total",
+			Help: "Load samples older than the one held; ignored.",
+		}),
+		afterTomb: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "pdrouter_statestore_records_before_tombstone_total",
+			Help: "kv-events and load records stamped at or before their worker's tombstone; ignored.",
+		}),
+		active: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "pdrouter_active_requests",
+			Help: "Requests carrying decode blocks in the router-side accounting (this replica's pending decisions included).",
+		}),
+		races: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "pdrouter_active_decision_races_total",
+			Help: "Decisions of other replicas read while this replica had an unconfirmed decision on the same decode worker.",
+		}),
+		indexBytes: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "pdrouter_statestore_index_bytes",
+			Help: "Estimated heap bytes of the hot index and the engine hash tables.",
+		}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.applied, m.applySeconds, m.offset, m.lag, m.blocks, m.workers, m.removeUnknown,
+			m.orphans, m.resets, m.staleLoads, m.afterTomb, m.active, m.races, m.indexBytes)
+	}
+	return m
+}
+
+// addStats moves the counters of apply rules into the metrics.
+func (m *Metrics) addStats(s *applyStats) {
+	m.removeUnknown.Add(float64(s.removeUnknown))
+	m.orphans.Add(float64(s.orphans))
+	m.resets.WithLabelValues("cleared").Add(float64(s.cleared))
+	m.resets.WithLabelValues("source_reset").Add(float64(s.resets))
+	m.resets.WithLabelValues("tombstone").Add(float64(s.tombstones))
+	m.staleLoads.Add(float64(s.staleLoads))
+	m.afterTomb.Add(float64(s.afterTombstone))
+	m.races.Add(float64(s.races))
+	*s = applyStats{}
+}
+
+// observeState sets the gauges from the state (read lock held).
+func (m *Metrics) observeState(st *state) {
+	for t := Tier(0); t < numTiers; t++ {
+		m.blocks.WithLabelValues(t.String()).Set(float64(st.tierBlocks[t]))
+	}
+	m.workers.Set(float64(len(st.viewInfos)))
+	m.active.Set(float64(st.act.active))
+	for tp, n := range st.offsets {
+		m.offset.WithLabelValues(string(tp.topic), strconv.Itoa(int(tp.partition))).Set(float64(n))
+	}
+}

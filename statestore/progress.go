@@ -1,0 +1,52 @@
+package statestore
+
+import (
+	"log/slog"
+	"time"
+)
+
+// progress logs long operations (a replay, a rebuild) every interval: the
+// records applied, the rate over the interval and the lag still to go, so
+// an operator can tell a slow replay from a stuck one. It measures elapsed
+// time with the wall clock, which is fine: it never reaches the state.
+type progress struct {
+	log      *slog.Logger
+	every    time.Duration
+	start    time.Time
+	last     time.Time
+	total    int64
+	sinceLog int64
+}
+
+func newProgress(l *slog.Logger, every time.Duration) *progress {
+	now := time.Now()
+	return &progress{log: l, every: every, start: now, last: now}
+}
+
+func (p *progress) add(n int) { p.total += int64(n); p.sinceLog += int64(n) }
+
+func (p *progress) due() bool { return time.Since(p.last) >= p.every }
+
+// report logs one progress line when records were applied since the last
+// one or lag remains.
+func (p *progress) report(lag int64) {
+	now := time.Now()
+	dt := now.Sub(p.last).Seconds()
+	if p.sinceLog > 0 || lag > 0 {
+		rate := float64(p.sinceLog) / max(dt, 1e-9)
+		args := []any{"records", p.total, "records_per_s", int64(rate), "lag", lag}
+		if rate > 0 && lag > 0 {
+			args = append(args, "eta", (time.Duration(float64(lag)/rate) * time.Second).Round(time.Second))
+		}
+		p.log.Info("statestore: progress", args...)
+	}
+	p.last, p.sinceLog = now, 0
+}
+
+func (p *progress) finish() {
+	el := time.Since(p.start)
+	if el >= p.every {
+		p.log.Info("statestore: caught up", "records", p.total, "took", el.Round(time.Millisecond),
+			"records_per_s", int64(float64(p.total)/max(el.Seconds(), 1e-9)))
+	}
+}

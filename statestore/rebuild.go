@@ -1,0 +1,105 @@
+package statestore
+
+import (
+	"encoding/binary"
+	"fmt"
+
+	"github.com/cockroachdb/pebble/v2"
+	"google.golang.org/protobuf/proto"
+
+	pb "github.com/pdrouter/pdrouter/events/eventspb"
+)
+
+// rebuild derives the whole in-memory state from Pebble: this is the only
+// way memory is filled at start, so memory is a function of the store
+// (invariant 3). Keys are read in order, so slots are numbered in
+// worker-id order after a restart.
+func (s *Store) rebuild() (*state, error) {
+	st := newState(s.activeConfig())
+	it, err := s.db.NewIter(nil)
+	if err != nil {
+		return nil, err
+	}
+	defer it.Close()
+	var entries []*reqEntry
+	for it.First(); it.Valid(); it.Next() {
+		k, v := it.Key(), it.Value()
+		if len(k) == 0 {
+			continue
+		}
+		body := k[1:]
+		switch k[0] {
+		case famMeta:
+			switch string(k) {
+			case string(keyNow):
+				st.now = int64(binary.LittleEndian.Uint64(v))
+			case string(keyReqNow):
+				st.reqNow = int64(binary.LittleEndian.Uint64(v))
+			}
+		case famOffset:
+			t, p, err := parseOffsetKey(body)
+			if err != nil || len(v) != 8 {
+				return nil, fmt.Errorf("offset key %q: %v", k, errBadKey)
+			}
+			st.offsets[topicPartition{t, p}] = int64(binary.LittleEndian.Uint64(v))
+		case famRegistry:
+			r := &pb.WorkerRegistration{}
+			if err := proto.Unmarshal(v, r); err != nil {
+				return nil, fmt.Errorf("registration %q: %w", body, err)
+			}
+			st.regs[string(body)] = r
+			st.viewDirty = true
+		case famTomb:
+			st.tombs[string(body)] = int64(binary.LittleEndian.Uint64(v))
+		case famLoad:
+			id, rank, _, err := parseWorkerRank(body)
+			if err != nil {
+				return nil, err
+			}
+			ls, err := loadFromStore(v)
+			if err != nil {
+				return nil, fmt.Errorf("load sample of %s: %w", id, err)
+			}
+			st.setLoad(st.slotOf(id, rank), ls)
+		case famPrefix:
+			id, rank, rest, err := parseWorkerRank(body)
+			if err != nil || len(rest) != 8 || len(v) != 9 {
+				return nil, fmt.Errorf("prefix key %q: %v", k, errBadKey)
+			}
+			st.loadBlock(st.slotOf(id, rank), binary.BigEndian.Uint64(rest), binary.LittleEndian.Uint64(v), v[8])
+		case famActive:
+			e, err := decodeEntry(string(body), v)
+			if err != nil {
+				return nil, fmt.Errorf("active entry %q: %w", body, err)
+			}
+			entries = append(entries, e)
+		}
+	}
+	if err := it.Error(); err != nil {
+		return nil, err
+	}
+	// Active entries after the registry and slots exist: they only add
+	// their contribution, no fact changes, so nothing is written.
+	b := s.db.NewBatch()
+	defer b.Close()
+	for _, e := range entries {
+		st.act.entries[e.id] = e
+		if e.flags&fDecision != 0 {
+			st.resolveSlots(e)
+			st.noteDecision(e)
+		}
+	}
+	for _, e := range entries {
+		st.refresh(b, e, false)
+	}
+	if !b.Empty() {
+		// Facts that expired at the stored clock but were not swept yet
+		// (cannot happen after a clean sweep; tolerated).
+		if err := b.Commit(pebble.NoSync); err != nil {
+			return nil, err
+		}
+	}
+	st.rebuildView()
+	st.stats = applyStats{}
+	return st, nil
+}

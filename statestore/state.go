@@ -1,0 +1,123 @@
+package statestore
+
+import (
+	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/pdrouter/pdrouter/decider"
+	"github.com/pdrouter/pdrouter/events"
+	pb "github.com/pdrouter/pdrouter/events/eventspb"
+)
+
+// state is the in-memory materialization. It is owned by a Store, which
+// guards it with a RWMutex: apply rules run under the write lock, views
+// under the read lock.
+type state struct {
+	slots   map[workerRank]int32
+	workers []*slotState
+	idx     *hotIndex
+	regs    map[string]*pb.WorkerRegistration
+	tombs   map[string]int64 // worker id → Kafka timestamp of its latest tombstone
+	act     *activeTable
+	offsets map[topicPartition]int64
+
+	// The event-time clock (never the wall clock): now is the max event time
+	// of every record applied, reqNow that of decisions and outcomes only,
+	// so that an engine with a skewed clock cannot expire requests.
+	now, reqNow int64
+
+	tierBlocks [numTiers]int64
+
+	// The decider-facing worker list (workers.go rebuildView).
+	viewDirty bool
+	viewInfos []decider.WorkerInfo
+	viewSlots []int32
+	slotRef   []int32
+
+	stats   applyStats
+	scratch []uint64
+	kbuf    []byte
+	vbuf    []byte
+}
+
+// applyStats counts what apply rules saw; the Store moves them into its
+// metrics after each chunk, so apply rules stay free of Prometheus.
+type applyStats struct {
+	blockOps      int64
+	removeUnknown int64
+	orphans       int64
+	cleared       int64
+	resets        int64
+	tombstones    int64
+	staleLoads    int64
+	races         int64
+	// kv-events or load records stamped at or before the worker's latest
+	// tombstone, ignored because the tombstone purged (or will purge) them.
+	afterTombstone int64
+}
+
+type topicPartition struct {
+	topic     events.Topic
+	partition int32
+}
+
+func newState(cfg activeConfig) *state {
+	return &state{
+		slots:   map[workerRank]int32{},
+		idx:     newHotIndex(),
+		regs:    map[string]*pb.WorkerRegistration{},
+		tombs:   map[string]int64{},
+		act:     newActiveTable(cfg),
+		offsets: map[topicPartition]int64{},
+	}
+}
+
+// observe advances the event-time clock.
+func (st *state) observe(t int64, requests bool) {
+	if t > st.now {
+		st.now = t
+	}
+	if requests && t > st.reqNow {
+		st.reqNow = t
+	}
+}
+
+// applyEnvelope applies one decoded record. It never fails: a decoded
+// record has passed events.Validate, and every rule tolerates any valid
+// content (FuzzApply checks that).
+//
+// logTime is the record's Kafka timestamp (the producer's CreateTime, the
+// same for every replica). It orders a tombstone against the kv-events and
+// load records of the same worker, which live on other topics (load.go).
+func (st *state) applyEnvelope(b *pebble.Batch, env *events.Envelope, logTime int64) {
+	if env.Tombstone() {
+		if env.Topic == events.TopicWorkers {
+			st.applyTombstone(b, string(env.Key), logTime)
+		}
+		return
+	}
+	switch m := env.Message.(type) {
+	case *pb.KvEventRecord:
+		st.observe(m.GetEventTimeUnixNano(), false)
+		if st.beforeTombstone(m.GetWorker().GetWorkerId(), logTime) {
+			st.stats.afterTombstone++
+			return
+		}
+		st.applyKv(b, m)
+	case *pb.LoadSample:
+		st.observe(m.GetSampleTimeUnixNano(), false)
+		if st.beforeTombstone(m.GetWorker().GetWorkerId(), logTime) {
+			st.stats.afterTombstone++
+			return
+		}
+		st.applyLoad(b, m)
+	case *pb.WorkerRegistration:
+		st.observe(m.GetRegisteredAtUnixNano(), false)
+		st.applyRegistration(b, m)
+	case *pb.DecisionRecord:
+		st.observe(m.GetDecidedAtUnixNano(), true)
+		st.applyDecision(b, m)
+	case *pb.OutcomeEvent:
+		st.observe(m.GetEventTimeUnixNano(), true)
+		st.applyOutcome(b, m)
+	}
+}

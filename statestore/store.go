@@ -1,0 +1,258 @@
+package statestore
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/pdrouter/pdrouter/events"
+	"github.com/pdrouter/pdrouter/migrations"
+)
+
+// StoreDirName is the Pebble store's directory under --data-dir.
+const StoreDirName = "store"
+
+// Options configure a Store. The zero value is usable.
+type Options struct {
+	// Names maps physical topic names to logical ones (the --topic-prefix).
+	Names events.Names
+	// Logger receives rebuild, apply and progress logs; nil discards them.
+	Logger *slog.Logger
+	// Registerer receives the store's metrics; nil registers nowhere.
+	Registerer prometheus.Registerer
+	// DecodeMetrics counts decoded and invalid records. When nil, the store
+	// creates its own on Registerer. Pass the process's one when several
+	// components decode on the same registry.
+	DecodeMetrics *events.DecodeMetrics
+
+	// ActiveExpiry ends an active request this long (event time) after its
+	// last event; default 300 s (--router-active-request-expiry).
+	ActiveExpiry time.Duration
+	// ActiveRetention is how long after its event time a decision or
+	// outcome fact is kept; at least ActiveExpiry; default 2×ActiveExpiry.
+	ActiveRetention time.Duration
+	// MaxClockSkew is the extra time outcome facts are kept, so that an
+	// outcome stamped before its decision (another clock) cannot vanish
+	// first; default 60 s.
+	MaxClockSkew time.Duration
+	// LoadMaxAge hides load samples older than this (event time) from the
+	// decider; 0 keeps the latest sample forever.
+	LoadMaxAge time.Duration
+
+	// MemTableSize and CacheSize tune Pebble; defaults 64 MiB and 64 MiB.
+	MemTableSize uint64
+	CacheSize    int64
+	// ChunkRecords bounds how many records are applied under one hold of
+	// the write lock, so that the hot path never waits behind a whole
+	// catch-up batch; default 256.
+	ChunkRecords int
+}
+
+func (o *Options) defaults() {
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if o.ActiveExpiry <= 0 {
+		o.ActiveExpiry = 300 * time.Second
+	}
+	if o.ActiveRetention < o.ActiveExpiry {
+		if o.ActiveRetention != 0 {
+			o.ActiveRetention = o.ActiveExpiry
+		} else {
+			o.ActiveRetention = 2 * o.ActiveExpiry
+		}
+	}
+	if o.MaxClockSkew <= 0 {
+		o.MaxClockSkew = 60 * time.Second
+	}
+	if o.MemTableSize == 0 {
+		o.MemTableSize = 64 << 20
+	}
+	if o.CacheSize == 0 {
+		o.CacheSize = 64 << 20
+	}
+	if o.ChunkRecords <= 0 {
+		o.ChunkRecords = 256
+	}
+}
+
+// Store is one replica's materialized state: Pebble on disk, the hot index
+// in memory. Apply is called by one goroutine (the materializer); Read and
+// the other methods are safe from any goroutine.
+type Store struct {
+	dir  string
+	opts Options
+	log  *slog.Logger
+	db   *pebble.DB
+	met  *Metrics
+
+	mu sync.RWMutex // guards st
+	st *state
+
+	// commitMu serializes Pebble commits with checkpoints, so a checkpoint
+	// always holds whole batches and knows their offsets.
+	commitMu  sync.Mutex
+	committed Offsets
+	broken    error
+}
+
+// ErrRebuildNeeded is matched by errors that can only be cured by wiping
+// the store and replaying (or bootstrapping from a snapshot).
+var ErrRebuildNeeded = errors.New("statestore: rebuild needed")
+
+// Open opens or creates the store in dir (the Pebble directory itself,
+// usually <data-dir>/store). The schema version recorded in the store
+// decides, through migrations.StoreRule, whether it is opened, upgraded or
+// wiped for a rebuild by replay.
+func Open(dir string, o Options) (*Store, error) {
+	o.defaults()
+	s := &Store{dir: dir, opts: o, log: o.Logger}
+	s.met = newMetrics(o.Registerer, o.DecodeMetrics)
+	start := time.Now()
+	found, exists, err := readSchema(dir)
+	if err != nil {
+		return nil, err
+	}
+	action, why := migrations.StoreRule(found, exists)
+	s.log.Info("statestore: open", "dir", dir, "action", action.String(), "reason", why)
+	if action == migrations.StoreRebuild {
+		if err := os.RemoveAll(dir); err != nil {
+			return nil, fmt.Errorf("statestore: wipe %s for rebuild: %w", dir, err)
+		}
+	}
+	db, err := pebble.Open(dir, s.pebbleOptions())
+	if err != nil {
+		return nil, fmt.Errorf("statestore: open pebble at %s: %w", dir, err)
+	}
+	s.db = db
+	if action == migrations.StoreUpgrade {
+		if err := migrations.UpgradeStore(db, found); err != nil {
+			db.Close()
+			return nil, err
+		}
+	}
+	if action != migrations.StoreOpen {
+		v := binary.LittleEndian.AppendUint32(nil, migrations.StoreSchemaVersion)
+		if err := db.Set(keySchema, v, pebble.NoSync); err != nil {
+			db.Close()
+			return nil, err
+		}
+		if err := db.Flush(); err != nil {
+			db.Close()
+			return nil, err
+		}
+	}
+	st, err := s.rebuild()
+	if err != nil {
+		db.Close()
+		return nil, fmt.Errorf("statestore: load %s: %w (delete the directory to rebuild by replay)", dir, err)
+	}
+	s.st = st
+	s.committed = st.sortedOffsets()
+	s.met.observeState(st)
+	s.log.Info("statestore: ready", "dir", dir, "workers", len(st.workers), "blocks", st.tierBlocks[TierDevice]+st.tierBlocks[TierHost]+st.tierBlocks[TierDisk],
+		"active_requests", st.act.active, "took", time.Since(start).Round(time.Millisecond))
+	return s, nil
+}
+
+// pebbleOptions: the WAL is off because Kafka is the log. A crash loses
+// the memtable, and with it only whole batches (each batch, offsets
+// included, is applied to one memtable atomically and memtables flush
+// whole), so the store resumes from older but consistent offsets. Commits
+// therefore use NoSync (Sync fails without a WAL); Close flushes first.
+func (s *Store) pebbleOptions() *pebble.Options {
+	o := &pebble.Options{
+		FormatMajorVersion:          migrations.PebbleFormat,
+		DisableWAL:                  true,
+		MemTableSize:                s.opts.MemTableSize,
+		MemTableStopWritesThreshold: 4,
+		L0StopWritesThreshold:       100,
+		Logger:                      quietLogger{s.log},
+	}
+	o.CompactionConcurrencyRange = func() (int, int) { return 1, 2 }
+	o.EnsureDefaults()
+	return o
+}
+
+// readSchema reads the version key of an existing store without keeping
+// it open. exists is false when there is no store in dir.
+func readSchema(dir string) (uint32, bool, error) {
+	entries, err := os.ReadDir(dir)
+	if os.IsNotExist(err) || (err == nil && len(entries) == 0) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, err
+	}
+	db, err := pebble.Open(dir, &pebble.Options{ReadOnly: true, ErrorIfNotExists: true, FormatMajorVersion: migrations.PebbleFormat, Logger: quietLogger{nil}})
+	if err != nil {
+		// Something that Pebble cannot open (not a store, another format,
+		// corrupt): rebuild over it.
+		return 0, true, nil
+	}
+	defer db.Close()
+	v, closer, err := db.Get(keySchema)
+	if errors.Is(err, pebble.ErrNotFound) {
+		return 0, true, nil
+	}
+	if err != nil {
+		return 0, false, err
+	}
+	defer closer.Close()
+	if len(v) != 4 {
+		return 0, true, nil
+	}
+	return binary.LittleEndian.Uint32(v), true, nil
+}
+
+func (s *Store) activeConfig() activeConfig {
+	return activeConfig{
+		expiry:    int64(s.opts.ActiveExpiry),
+		retention: int64(s.opts.ActiveRetention),
+		skew:      int64(s.opts.MaxClockSkew),
+	}
+}
+
+// Close flushes the memtable (required with the WAL off) and closes.
+func (s *Store) Close() error {
+	s.commitMu.Lock()
+	defer s.commitMu.Unlock()
+	if s.db == nil {
+		return nil
+	}
+	ferr := s.db.Flush()
+	err := s.db.Close()
+	s.db = nil
+	return errors.Join(ferr, err)
+}
+
+// Dir is the Pebble directory.
+func (s *Store) Dir() string { return s.dir }
+
+// quietLogger routes Pebble's logs to slog at debug level (errors at
+// error), so a compaction does not print to stderr.
+type quietLogger struct{ l *slog.Logger }
+
+func (q quietLogger) Infof(format string, args ...any) {
+	if q.l != nil {
+		q.l.Debug("pebble: " + fmt.Sprintf(format, args...))
+	}
+}
+
+func (q quietLogger) Errorf(format string, args ...any) {
+	if q.l != nil {
+		q.l.Error("pebble: " + fmt.Sprintf(format, args...))
+	}
+}
+
+func (q quietLogger) Fatalf(format string, args ...any) {
+	panic(fmt.Sprintf("pebble: "+format, args...))
+}
