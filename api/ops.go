@@ -15,18 +15,18 @@ func (s *Server) healthz(c *gin.Context) {
 // readyz is readiness: 200 only when the state's lag is within bound, so a
 // replica that is still replaying takes no traffic.
 func (s *Server) readyz(c *gin.Context) {
-	st, err := s.deps.State.Status(c.Request.Context())
+	lag, err := s.deps.State.TotalLag(c.Request.Context())
 	if err != nil {
 		fail(c, unavailable("not_ready", "cannot read the log's end offsets: "+err.Error(), 1))
 		return
 	}
-	if st.TotalLag > s.cfg.readyLag {
+	if lag > s.cfg.readyLag {
 		c.Header("Retry-After", "1")
 		c.JSON(http.StatusServiceUnavailable, gin.H{"error": &Error{Code: "not_ready",
-			Message: "the state lags the log; wait for the replay to catch up"}, "total_lag": st.TotalLag, "bound": s.cfg.readyLag})
+			Message: "the state lags the log; wait for the replay to catch up"}, "total_lag": lag, "bound": s.cfg.readyLag})
 		return
 	}
-	c.JSON(http.StatusOK, gin.H{"status": "ready", "total_lag": st.TotalLag, "bound": s.cfg.readyLag})
+	c.JSON(http.StatusOK, gin.H{"status": "ready", "total_lag": lag, "bound": s.cfg.readyLag})
 }
 
 func (s *Server) state(c *gin.Context) {

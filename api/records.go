@@ -1,7 +1,6 @@
 package api
 
 import (
-	"sort"
 	"strconv"
 
 	"github.com/pdrouter/pdrouter/decider"
@@ -91,25 +90,6 @@ func decisionRecord(d *decider.Decision, req *decider.Request) *pb.DecisionRecor
 		rec.Chains = append(rec.Chains, &pb.HashChain{BlockSize: uint32(ch.BlockSize), BlockHashes: append([]uint64(nil), ch.Hashes...)})
 	}
 	return rec
-}
-
-// watermarkPB converts an offset vector to its record form, sorted so equal
-// vectors encode to equal bytes.
-func watermarkPB(o Offsets) *pb.Watermark {
-	w := &pb.Watermark{}
-	for _, t := range events.AllTopics {
-		ps := o[t]
-		if len(ps) == 0 {
-			continue
-		}
-		to := &pb.TopicOffsets{Topic: string(t)}
-		for p, off := range ps {
-			to.Partitions = append(to.Partitions, &pb.PartitionOffset{Partition: p, Offset: off})
-		}
-		sort.Slice(to.Partitions, func(i, j int) bool { return to.Partitions[i].Partition < to.Partitions[j].Partition })
-		w.Topics = append(w.Topics, to)
-	}
-	return w
 }
 
 // watermarkJSON renders a watermark as api.md shows it:

@@ -216,7 +216,7 @@ func (s *Server) decide(p *parsed) (*pb.DecisionRecord, error) {
 		rec *pb.DecisionRecord
 		err error
 	)
-	s.deps.State.Read(func(v decider.View, wm Offsets) {
+	s.deps.State.Read(func(v decider.View, wm *pb.Watermark) {
 		model, merr := resolveModel(v.Workers(), p.model)
 		if merr != nil {
 			err = merr
@@ -228,7 +228,7 @@ func (s *Server) decide(p *parsed) (*pb.DecisionRecord, error) {
 			return
 		}
 		rec = decisionRecord(d, req)
-		rec.Watermark = watermarkPB(wm)
+		rec.Watermark = wm
 		rec.RequestDigest = requestDigest(p, req)
 	})
 	s.metrics.decisionSecs.Observe(time.Since(start).Seconds())

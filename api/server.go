@@ -24,6 +24,9 @@ type Deps struct {
 	Decider *decider.Decider
 	Log     EventLog
 	Names   events.Names
+	// Snapshot, when set, serves a snapshot of the store at
+	// GET /v1/state/snapshot, for new replicas to bootstrap from.
+	Snapshot http.Handler
 }
 
 // Server is the HTTP API. Build it with New and serve Handler().
@@ -66,6 +69,10 @@ func New(deps Deps, opts ...Option) (*Server, error) {
 func (s *Server) Handler() http.Handler { return s.engine }
 
 func (s *Server) routes() *gin.Engine {
+	// Gin's debug mode prints every route to stdout; pdrouter logs through
+	// slog instead. The mode is process-wide in Gin, and release is the only
+	// one pdrouter uses.
+	gin.SetMode(gin.ReleaseMode)
 	e := gin.New()
 	e.HandleMethodNotAllowed = true
 	e.ContextWithFallback = true
@@ -94,6 +101,9 @@ func (s *Server) routes() *gin.Engine {
 	v1.POST("/events/kv", s.ingestKV)
 	v1.POST("/events/load", s.ingestLoad)
 	v1.GET("/state", s.state)
+	if s.deps.Snapshot != nil {
+		v1.GET("/state/snapshot", gin.WrapH(s.deps.Snapshot))
+	}
 	return e
 }
 

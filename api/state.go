@@ -18,8 +18,8 @@ type Offsets map[events.Topic]map[int32]int64
 // and ignores when they come back from the log.
 type State interface {
 	// Read calls fn with a consistent view of the state and the offset
-	// vector that view reflects. fn must not retain v.
-	Read(fn func(v decider.View, watermark Offsets))
+	// vector (watermark) that view reflects. fn must not retain v.
+	Read(fn func(v decider.View, watermark *pb.Watermark))
 	// WaitApplied blocks until the state has applied at least the given
 	// offsets, or ctx ends.
 	WaitApplied(ctx context.Context, after Offsets) error
@@ -31,8 +31,11 @@ type State interface {
 	DecisionForRequest(requestID string) (*pb.DecisionRecord, bool)
 	// Workers lists every registered worker with its status.
 	Workers() []WorkerStatus
-	// Status reports offsets, lag and the state digest.
+	// Status reports offsets, lag and the state digest. The digest reads
+	// the whole store: this is for tools, not probes.
 	Status(ctx context.Context) (StateStatus, error)
+	// TotalLag is the records the state is behind the log, for /readyz.
+	TotalLag(ctx context.Context) (int64, error)
 }
 
 // WorkerStatus is one row of GET /v1/workers.

@@ -54,6 +54,12 @@ if [ -n "$unformatted" ]; then echo "gofmt needed: $unformatted" >&2; exit 1; fi
 step "Go tests (race detector, real broker)"
 go test -race -count=1 -timeout 30m ./...
 
+if [ -n "$started" ]; then
+  # Restarts the broker under load, so it runs alone, after the rest.
+  step "audit guarantee across a broker restart (real broker)"
+  PDR_TEST_BROKER_RESTART=1 go test -count=1 -timeout 5m -run 'TestAnsweredDecisionsSurviveBrokerRestart' -v ./cmd/pdrouter
+fi
+
 step "Python tests"
 .cache/venv/bin/python -m pytest -q tests/python
 

@@ -56,6 +56,13 @@ type activeConfig struct {
 	expiry    int64 // ns
 	retention int64 // ns, presence window of a fact after its event time
 	skew      int64 // ns, extra presence of outcome facts
+
+	// Not active accounting, but shaping the state the same way (one
+	// config for the state's apply rules):
+	decisionRetention int64 // ns, Options.DecisionRetention
+	maxLocal          int   // Options.MaxLocalDecisions
+	approxTTL         int64 // ns, Options.ApproximateTTL; 0 when approximate mode is off
+	kvMissingAfter    int64 // ns, Options.KvEventsMissingAfter
 }
 
 const (

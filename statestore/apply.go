@@ -59,10 +59,16 @@ func (s *Store) Apply(recs []*kgo.Record) error {
 			}
 		}
 		st.sweep(b)
+		st.sweepPredictions()
+		s.sweepDecisions(b)
+		st.sweepLocalDecisions()
+		st.flushHealth(b)
 		if st.viewDirty {
 			st.rebuildView()
 		}
+		s.checkKvEvents(false)
 		s.met.addStats(&st.stats)
+		s.notifyApplied()
 		s.mu.Unlock()
 	}
 	s.mu.RLock()
@@ -75,6 +81,9 @@ func (s *Store) Apply(recs []*kgo.Record) error {
 	s.met.observeState(s.st)
 	s.mu.RUnlock()
 
+	if testHookBeforeCommit != nil {
+		testHookBeforeCommit()
+	}
 	s.commitMu.Lock()
 	if s.db == nil {
 		s.commitMu.Unlock()
@@ -89,6 +98,10 @@ func (s *Store) Apply(recs []*kgo.Record) error {
 		s.broken = fmt.Errorf("statestore: commit failed, memory is ahead of the store; reopen it: %w", err)
 		return s.broken
 	}
+	// Pebble serves the batch's decisions from now on.
+	s.mu.Lock()
+	s.st.dec.committed()
+	s.mu.Unlock()
 	for i, n := range counts {
 		if n > 0 {
 			s.met.applied.WithLabelValues(string(events.AllTopics[i])).Add(float64(n))
@@ -97,6 +110,11 @@ func (s *Store) Apply(recs []*kgo.Record) error {
 	s.met.applySeconds.Observe(time.Since(start).Seconds())
 	return nil
 }
+
+// testHookBeforeCommit, when set (tests only), runs after readers see a
+// batch and before Pebble has it: the window decisions.go's pending map
+// bridges.
+var testHookBeforeCommit func()
 
 var topicIndex = func() map[events.Topic]int {
 	m := map[events.Topic]int{}

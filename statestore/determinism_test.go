@@ -40,7 +40,11 @@ func TestDigestIndependentOfPartitionOrder(t *testing.T) {
 }
 
 func digestIndependentOfPartitionOrder(t *testing.T, genSeed uint64) {
-	h := newHarness(t, 4)
+	digestIndependentOfPartitionOrderWith(t, genSeed, Options{})
+}
+
+func digestIndependentOfPartitionOrderWith(t *testing.T, genSeed uint64, o Options) *harness {
+	h := newHarnessWith(t, 4, o)
 	applyInBatches(h, genRecords(h, genSeed, 3000, 12), rand.New(rand.NewPCG(genSeed, 1)))
 	want := h.digest()
 	if want.Keys < 100 {
@@ -68,6 +72,7 @@ func digestIndependentOfPartitionOrder(t *testing.T, genSeed uint64) {
 	if got := h.digest(); got.Hash != want.Hash {
 		t.Fatalf("after delete and replay: %s, want %s", got, want)
 	}
+	return h
 }
 
 // Re-delivered records (a batch overlapping what was applied) change

@@ -113,10 +113,26 @@ func (h *harness) digest() Digest {
 	return d
 }
 
-// replayInto applies log to a fresh store, interleaving partitions in an
-// order drawn from rng (each partition's own order is kept, as Kafka
-// guarantees), in batches of random size, and returns its digest.
+// replayDigest replays log like replayStore and returns the digest.
 func replayDigest(t testing.TB, log []*kgo.Record, rng *rand.Rand, o Options) Digest {
+	t.Helper()
+	s := replayStore(t, log, rng, o)
+	d, err := s.Digest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	lastReplayKeys = dumpKeys(t, s)
+	_ = s.Close() // not at cleanup: a test replays many times
+	return d
+}
+
+var lastReplayKeys map[string]string
+
+// replayStore applies log to a fresh store, interleaving partitions in an
+// order drawn from rng (each partition's own order is kept, as Kafka
+// guarantees), in batches of random size, and returns the open store
+// (closed at the end of the test).
+func replayStore(t testing.TB, log []*kgo.Record, rng *rand.Rand, o Options) *Store {
 	t.Helper()
 	byTP := map[string][]*kgo.Record{}
 	var keys []string
@@ -133,7 +149,7 @@ func replayDigest(t testing.TB, log []*kgo.Record, rng *rand.Rand, o Options) Di
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer s.Close()
+	t.Cleanup(func() { _ = s.Close() })
 	for len(keys) > 0 {
 		var batch []*kgo.Record
 		for n := 1 + rng.IntN(4); n > 0 && len(keys) > 0; n-- {
@@ -150,15 +166,8 @@ func replayDigest(t testing.TB, log []*kgo.Record, rng *rand.Rand, o Options) Di
 			t.Fatal(err)
 		}
 	}
-	d, err := s.Digest()
-	if err != nil {
-		t.Fatal(err)
-	}
-	lastReplayKeys = dumpKeys(t, s)
-	return d
+	return s
 }
-
-var lastReplayKeys map[string]string
 
 // tokens returns the token ids of blocks [from, to] of a named text, for
 // a block size: block i of text X always has the same tokens, so texts
@@ -238,4 +247,13 @@ func diffKeys(a, b map[string]string) []string {
 	}
 	slices.Sort(d)
 	return d
+}
+
+// newHarnessWith is newHarness with store options.
+func newHarnessWith(t testing.TB, parts int32, o Options) *harness {
+	t.Helper()
+	h := newHarness(t, parts)
+	h.opts = o
+	h.reopen()
+	return h
 }

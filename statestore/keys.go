@@ -25,10 +25,23 @@ import (
 //	'p' workerID 0x00 rank(u32) engine(u64)  prefix entry: router hash u64 + flags u8
 //	                                         (bits 0..2: tiers device/host/disk held; bit 7: orphan)
 //	'a' entryID                              active-request facts (active.go encodeEntry)
+//	'h' workerID 0x00 rank(u32)              KV-event health: i64 first load sample time,
+//	                                         i64 latest kv-events time (kvhealth.go); absent when both 0
+//	'd' decisionID                           DecisionRecord, deterministic protobuf (decisions.go)
+//	'q' uvarint(len) requestID decisionID    request index: i64 decided_at
+//	'e' decidedAt(u64, sign bit flipped) decisionID
+//	                                         retention index: the request id
+//
+// Decision and request ids are free-form strings (they may hold NUL), so
+// the request index length-prefixes the request id: the keys of one
+// request are contiguous and sorted by decision id, the first being the
+// canonical decision (DecisionForRequest).
 //
 // Nothing else is stored: the hot index (router hash → holders), the slot
-// numbers, the active aggregates and the duplicate counts are all derived
-// from these keys when the store opens, so they can never disagree with it.
+// numbers, the active aggregates, the duplicate counts and the predicted
+// entries of approximate mode (approx.go, derived from the 'd' records) are
+// all derived from these keys when the store opens, so they can never
+// disagree with it.
 // Because keys hold worker ids and not slots, and values are canonical,
 // equal states have byte-identical keyspaces; the digest hashes that.
 const (
@@ -39,6 +52,10 @@ const (
 	famPrefix   = 'p'
 	famActive   = 'a'
 	famTomb     = 't'
+	famHealth   = 'h'
+	famDecision = 'd'
+	famRequest  = 'q'
+	famExpiry   = 'e'
 )
 
 var (
@@ -78,6 +95,34 @@ func registryKey(id string) []byte { return append([]byte{famRegistry}, id...) }
 func tombKey(id string) []byte { return append([]byte{famTomb}, id...) }
 
 func activeKey(id string) []byte { return append([]byte{famActive}, id...) }
+
+func decisionKey(id string) []byte { return append([]byte{famDecision}, id...) }
+
+// requestPrefix is the span of one request's index keys: every key of
+// request id starts with it, and no key of another request does (the
+// length prefix).
+func requestPrefix(requestID string) []byte {
+	k := binary.AppendUvarint([]byte{famRequest}, uint64(len(requestID)))
+	return append(k, requestID...)
+}
+
+func requestKey(requestID, decisionID string) []byte {
+	return append(requestPrefix(requestID), decisionID...)
+}
+
+// expiryKey orders decisions by event time; the sign bit is flipped so
+// that negative times (never produced, but valid) sort first.
+func expiryKey(decidedAt int64, decisionID string) []byte {
+	k := binary.BigEndian.AppendUint64([]byte{famExpiry}, uint64(decidedAt)^(1<<63))
+	return append(k, decisionID...)
+}
+
+func parseExpiryKey(k []byte) (decidedAt int64, decisionID string, err error) {
+	if len(k) < 9 || k[0] != famExpiry {
+		return 0, "", errBadKey
+	}
+	return int64(binary.BigEndian.Uint64(k[1:9]) ^ (1 << 63)), string(k[9:]), nil
+}
 
 var errBadKey = errors.New("statestore: malformed key")
 

@@ -38,6 +38,9 @@ func (st *state) applyLoad(b *pebble.Batch, s *pb.LoadSample) {
 	w := s.GetWorker()
 	slot := st.slotOf(w.GetWorkerId(), w.GetDpRank())
 	ws := st.workers[slot]
+	// Every sample counts for the first load time (a min: order
+	// independent), even one older than the sample held.
+	st.noteLoadTime(slot, s.GetSampleTimeUnixNano())
 	if ws.hasLoad && ws.load.GetSampleTimeUnixNano() > s.GetSampleTimeUnixNano() {
 		st.stats.staleLoads++
 		return
@@ -90,11 +93,14 @@ func (st *state) applyTombstone(b *pebble.Batch, id string, logTime int64) {
 		}
 		st.clearSlot(b, slot)
 		ws.load, ws.hasLoad = nil, false
+		st.resetHealth(slot)
 	}
 	_ = b.Delete(registryKey(id), nil)
 	lo, hi := workerSpan(famLoad, id)
 	_ = b.DeleteRange(lo, hi, nil)
 	lo, hi = workerSpan(famPrefix, id)
+	_ = b.DeleteRange(lo, hi, nil)
+	lo, hi = workerSpan(famHealth, id)
 	_ = b.DeleteRange(lo, hi, nil)
 	st.stats.tombstones++
 }

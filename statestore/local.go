@@ -8,7 +8,12 @@ import (
 )
 
 // RecordLocalDecision counts a decision this replica just made, at once,
-// before it comes back from the decisions topic (conditional-disagg.md: "a
+// makes it visible to Decision and DecisionForRequest, and in approximate
+// mode adds its predicted cache entries (approx.go). d is retained and
+// must not be modified afterwards.
+//
+// It counts the decision at once, before it comes back from the
+// decisions topic (conditional-disagg.md: "a
 // replica counts its own decision at once and ignores it when the decision
 // comes back from the log, keyed by decision id"). It changes only memory,
 // never Pebble or the digest: the state stays a function of the log, and
@@ -21,6 +26,9 @@ func (s *Store) RecordLocalDecision(d *pb.DecisionRecord) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.st.recordLocal(d)
+	if !s.decisionApplied(d.GetDecisionId()) {
+		s.st.recordLocalDecision(d)
+	}
 	if s.st.viewDirty {
 		s.st.rebuildView()
 	}

@@ -29,6 +29,8 @@ type Metrics struct {
 	active        prometheus.Gauge
 	races         prometheus.Counter
 	indexBytes    prometheus.Gauge
+	kvMissing     prometheus.Gauge
+	predicted     prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer, dm *events.DecodeMetrics) *Metrics {
@@ -94,10 +96,18 @@ func newMetrics(reg prometheus.Registerer, dm *events.DecodeMetrics) *Metrics {
 			Name: "pdrouter_statestore_index_bytes",
 			Help: "Estimated heap bytes of the hot index and the engine hash tables.",
 		}),
+		kvMissing: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "pdrouter_decode_workers_kv_events_missing",
+			Help: "Decode (worker, dp rank) pairs that send load samples but no KV events (see GET /v1/workers): with conditional disaggregation on they can never bypass remote prefill.",
+		}),
+		predicted: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "pdrouter_statestore_predicted_blocks",
+			Help: "Approximate mode: predicted (block, worker) device entries alive.",
+		}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.applied, m.applySeconds, m.offset, m.lag, m.blocks, m.workers, m.removeUnknown,
-			m.orphans, m.resets, m.staleLoads, m.afterTomb, m.active, m.races, m.indexBytes)
+			m.orphans, m.resets, m.staleLoads, m.afterTomb, m.active, m.races, m.indexBytes, m.kvMissing, m.predicted)
 	}
 	return m
 }
@@ -122,6 +132,8 @@ func (m *Metrics) observeState(st *state) {
 	}
 	m.workers.Set(float64(len(st.viewInfos)))
 	m.active.Set(float64(st.act.active))
+	m.kvMissing.Set(float64(st.kvMissing))
+	m.predicted.Set(float64(st.predicted))
 	for tp, n := range st.offsets {
 		m.offset.WithLabelValues(string(tp.topic), strconv.Itoa(int(tp.partition))).Set(float64(n))
 	}

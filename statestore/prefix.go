@@ -53,6 +53,7 @@ func (st *state) applyKv(b *pebble.Batch, rec *pb.KvEventRecord) {
 	ws := st.workers[slot]
 	if t := rec.GetEventTimeUnixNano(); t > ws.lastKvAt {
 		ws.lastKvAt = t
+		st.markHealth(slot)
 	}
 	for _, e := range rec.GetEvents() {
 		switch ev := e.GetEvent().(type) {
@@ -224,6 +225,8 @@ func (st *state) clearSlot(b *pebble.Batch, slot int32) {
 	}
 	hi := append(append([]byte(nil), ws.key...), 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff)
 	_ = b.DeleteRange(ws.key, hi, nil)
+	// Predictions are not engine blocks: they stay (approx.go).
+	st.restorePredictions(slot)
 }
 
 // loadBlock is the rebuild path: one prefix entry read from Pebble.

@@ -67,6 +67,14 @@ func (s *Store) rebuild() (*state, error) {
 				return nil, fmt.Errorf("prefix key %q: %v", k, errBadKey)
 			}
 			st.loadBlock(st.slotOf(id, rank), binary.BigEndian.Uint64(rest), binary.LittleEndian.Uint64(v), v[8])
+		case famHealth:
+			id, rank, _, err := parseWorkerRank(body)
+			if err != nil {
+				return nil, err
+			}
+			if err := st.loadHealth(st.slotOf(id, rank), v); err != nil {
+				return nil, fmt.Errorf("health key %q: %w", k, err)
+			}
 		case famActive:
 			e, err := decodeEntry(string(body), v)
 			if err != nil {
@@ -98,6 +106,15 @@ func (s *Store) rebuild() (*state, error) {
 		if err := b.Commit(pebble.NoSync); err != nil {
 			return nil, err
 		}
+	}
+	// Approximate mode's predictions, from the decision records of the last
+	// TTL (approx.go). Decision records need no memory: Pebble serves them.
+	if err := s.rebuildPredictions(st); err != nil {
+		return nil, fmt.Errorf("approximate mode predictions: %w", err)
+	}
+	st.healthDirty = st.healthDirty[:0]
+	for _, ws := range st.workers {
+		ws.healthDirty = false
 	}
 	st.rebuildView()
 	st.stats = applyStats{}

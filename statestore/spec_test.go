@@ -266,6 +266,29 @@ func (r *specRunner) event(f []string) error {
 		h.put("clock", &pb.OutcomeEvent{RequestId: "tick-" + kv["at"], Kind: pb.OutcomeEvent_KIND_CANCELLED, EventTimeUnixNano: r.at(kv)})
 	case "reopen":
 		h.reopen()
+	case "options":
+		// Store options, then reopen: first thing in a file.
+		secs := func(k string) time.Duration {
+			n, _ := strconv.ParseInt(kv[k], 10, 64)
+			return time.Duration(n) * time.Second
+		}
+		for k, v := range kv {
+			switch k {
+			case "approximate":
+				h.opts.Approximate = v == "true"
+			case "ttl":
+				h.opts.ApproximateTTL = secs(k)
+			case "retention":
+				h.opts.DecisionRetention = secs(k)
+			case "kv_missing_after":
+				h.opts.KvEventsMissingAfter = secs(k)
+			case "max_local":
+				h.opts.MaxLocalDecisions, _ = strconv.Atoi(v)
+			default:
+				return fmt.Errorf("unknown option %q", k)
+			}
+		}
+		h.reopen()
 	default:
 		return fmt.Errorf("unknown command %q", pos[0])
 	}
@@ -331,6 +354,29 @@ func (r *specRunner) query(f []string) ([]string, error) {
 				}
 			}
 		}
+	case "decision", "decision-for":
+		var d *pb.DecisionRecord
+		var ok bool
+		if pos[0] == "decision" {
+			d, ok = h.s.Decision(pos[1])
+		} else {
+			d, ok = h.s.DecisionForRequest(pos[1])
+		}
+		if !ok {
+			return []string{"none"}, nil
+		}
+		out = append(out, fmt.Sprintf("%s req=%s decode=%s mode=%s at=%s replica=%s", d.GetDecisionId(), d.GetRequestId(),
+			d.GetDecodeWorker().GetWorkerId(), d.GetMode(), time.Duration(d.GetDecidedAtUnixNano()), d.GetReplicaId()))
+	case "kv-missing":
+		h.s.Read(func(v View) {
+			for i, w := range v.Workers() {
+				if m, note := v.KvEventsMissing(i); m {
+					out = append(out, fmt.Sprintf("%s missing: %s", w.ID, note))
+				} else {
+					out = append(out, fmt.Sprintf("%s ok", w.ID))
+				}
+			}
+		})
 	case "replay":
 		// The digest of a replay of the whole log, partitions interleaved in
 		// several random orders, equals the store's.

@@ -27,6 +27,17 @@ type state struct {
 
 	tierBlocks [numTiers]int64
 
+	// Decision records for lookups (decisions.go).
+	dec *decisionLog
+	// Approximate mode's predicted entries (approx.go): their expiries, and
+	// how many are alive.
+	predDue   predHeap
+	predicted int64
+	// KV-event health (kvhealth.go): slots whose 'h' key must be written at
+	// the end of the chunk, and how many slots are flagged.
+	healthDirty []int32
+	kvMissing   int
+
 	// The decider-facing worker list (workers.go rebuildView).
 	viewDirty bool
 	viewInfos []decider.WorkerInfo
@@ -67,6 +78,7 @@ func newState(cfg activeConfig) *state {
 		regs:    map[string]*pb.WorkerRegistration{},
 		tombs:   map[string]int64{},
 		act:     newActiveTable(cfg),
+		dec:     newDecisionLog(),
 		offsets: map[topicPartition]int64{},
 	}
 }
@@ -116,6 +128,7 @@ func (st *state) applyEnvelope(b *pebble.Batch, env *events.Envelope, logTime in
 	case *pb.DecisionRecord:
 		st.observe(m.GetDecidedAtUnixNano(), true)
 		st.applyDecision(b, m)
+		st.applyDecisionLog(b, m)
 	case *pb.OutcomeEvent:
 		st.observe(m.GetEventTimeUnixNano(), true)
 		st.applyOutcome(b, m)

@@ -47,6 +47,34 @@ type Options struct {
 	// decider; 0 keeps the latest sample forever.
 	LoadMaxAge time.Duration
 
+	// DecisionRetention is how long after its event time (decided_at) a
+	// decision record stays readable by Decision and DecisionForRequest and
+	// stored in Pebble; default 24 h. Swept against the decisions clock, so
+	// every replica keeps the same records. In approximate mode it is at
+	// least ApproximateTTL, because predictions are rebuilt from the
+	// records.
+	DecisionRetention time.Duration
+	// DecisionCacheSize is how many decoded decision records are kept in
+	// memory for lookups, beyond the ones Pebble serves; default 1024.
+	DecisionCacheSize int
+	// MaxLocalDecisions bounds this replica's own decisions held in memory
+	// until they are read back from the log; default 8192. Beyond it the
+	// oldest are dropped from lookups (they reappear when read back).
+	MaxLocalDecisions int
+
+	// Approximate records every decision's hash chain as predicted device
+	// cache entries on its decode worker, for engines that publish no KV
+	// events (issue 4 item 5, like the reference system's
+	// --no-router-kv-events). KV events, if any arrive, still apply.
+	Approximate bool
+	// ApproximateTTL is how long (event time, after decided_at) a predicted
+	// entry lasts; default 120 s.
+	ApproximateTTL time.Duration
+	// KvEventsMissingAfter is how long a decode worker may send load samples
+	// without a KV event before it is reported as "KV events missing"
+	// (conditional-disagg.md, requirements); default 60 s.
+	KvEventsMissingAfter time.Duration
+
 	// MemTableSize and CacheSize tune Pebble; defaults 64 MiB and 64 MiB.
 	MemTableSize uint64
 	CacheSize    int64
@@ -73,6 +101,25 @@ func (o *Options) defaults() {
 	if o.MaxClockSkew <= 0 {
 		o.MaxClockSkew = 60 * time.Second
 	}
+	if o.DecisionRetention <= 0 {
+		o.DecisionRetention = 24 * time.Hour
+	}
+	if o.DecisionCacheSize <= 0 {
+		o.DecisionCacheSize = 1024
+	}
+	if o.MaxLocalDecisions <= 0 {
+		o.MaxLocalDecisions = 8192
+	}
+	if o.ApproximateTTL <= 0 {
+		o.ApproximateTTL = 120 * time.Second
+	}
+	if o.Approximate && o.DecisionRetention < o.ApproximateTTL {
+		// Predictions are derived from the stored records at Open.
+		o.DecisionRetention = o.ApproximateTTL
+	}
+	if o.KvEventsMissingAfter <= 0 {
+		o.KvEventsMissingAfter = 60 * time.Second
+	}
 	if o.MemTableSize == 0 {
 		o.MemTableSize = 64 << 20
 	}
@@ -94,8 +141,17 @@ type Store struct {
 	db   *pebble.DB
 	met  *Metrics
 
-	mu sync.RWMutex // guards st
+	mu sync.RWMutex // guards st and applied
 	st *state
+	// applied is closed and replaced each time readers see a new chunk of
+	// applied records: WaitApplied's notification (wait.go).
+	applied chan struct{}
+
+	// dbMu guards db against Close for the readers that go to Pebble
+	// outside mu (decision lookups). Lock order: mu, then dbMu.
+	dbMu sync.RWMutex
+	// cache holds recently used decision records (decisions.go).
+	cache *decisionCache
 
 	// commitMu serializes Pebble commits with checkpoints, so a checkpoint
 	// always holds whole batches and knows their offsets.
@@ -114,7 +170,7 @@ var ErrRebuildNeeded = errors.New("statestore: rebuild needed")
 // wiped for a rebuild by replay.
 func Open(dir string, o Options) (*Store, error) {
 	o.defaults()
-	s := &Store{dir: dir, opts: o, log: o.Logger}
+	s := &Store{dir: dir, opts: o, log: o.Logger, applied: make(chan struct{}), cache: newDecisionCache(o.DecisionCacheSize)}
 	s.met = newMetrics(o.Registerer, o.DecodeMetrics)
 	start := time.Now()
 	found, exists, err := readSchema(dir)
@@ -157,6 +213,7 @@ func Open(dir string, o Options) (*Store, error) {
 	}
 	s.st = st
 	s.committed = st.sortedOffsets()
+	s.checkKvEvents(true)
 	s.met.observeState(st)
 	s.log.Info("statestore: ready", "dir", dir, "workers", len(st.workers), "blocks", st.tierBlocks[TierDevice]+st.tierBlocks[TierHost]+st.tierBlocks[TierDisk],
 		"active_requests", st.act.active, "took", time.Since(start).Round(time.Millisecond))
@@ -214,11 +271,19 @@ func readSchema(dir string) (uint32, bool, error) {
 }
 
 func (s *Store) activeConfig() activeConfig {
-	return activeConfig{
+	c := activeConfig{
 		expiry:    int64(s.opts.ActiveExpiry),
 		retention: int64(s.opts.ActiveRetention),
 		skew:      int64(s.opts.MaxClockSkew),
+
+		decisionRetention: int64(s.opts.DecisionRetention),
+		maxLocal:          s.opts.MaxLocalDecisions,
+		kvMissingAfter:    int64(s.opts.KvEventsMissingAfter),
 	}
+	if s.opts.Approximate {
+		c.approxTTL = int64(s.opts.ApproximateTTL)
+	}
+	return c
 }
 
 // Close flushes the memtable (required with the WAL off) and closes.
@@ -228,6 +293,8 @@ func (s *Store) Close() error {
 	if s.db == nil {
 		return nil
 	}
+	s.dbMu.Lock()
+	defer s.dbMu.Unlock()
 	ferr := s.db.Flush()
 	err := s.db.Close()
 	s.db = nil

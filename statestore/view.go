@@ -90,6 +90,16 @@ func (v View) Active(ref decider.WorkerRef) decider.ActiveLoad {
 	return decider.ActiveLoad{DecodeBlocks: ws.activeDistinct + ws.activeExtra, PrefillTokens: ws.prefillTokens}
 }
 
+// Registration returns the worker's latest registration (the last one
+// applied wins), for GET /v1/workers. It is shared and read-only.
+func (v View) Registration(ref decider.WorkerRef) (*pb.WorkerRegistration, bool) {
+	if ref < 0 || int(ref) >= len(v.st.viewSlots) {
+		return nil, false
+	}
+	reg := v.st.regs[v.st.workers[v.st.viewSlots[ref]].wr.id]
+	return reg, reg != nil
+}
+
 // BlocksHeld returns the blocks the worker holds per tier.
 func (v View) BlocksHeld(ref decider.WorkerRef) [3]int64 {
 	return v.st.workers[v.st.viewSlots[ref]].counts
@@ -149,11 +159,22 @@ func (v View) MatchPrefix(blockSize int, chain []uint64, dst []decider.TierOverl
 	}
 	var vals [lookahead]uint64
 	var oks [lookahead]bool
+	// prev is the holders value of the block before, while it was found.
+	// A block with the same value has the same holders (the index does not
+	// change under the read lock), and after the block before every live
+	// bit is within them: no run ends and the live sets stay as they are,
+	// so the block costs one comparison. This is the common case of a long
+	// conversation held by one worker, where the walk is longest.
+	prev, hasPrev := uint64(0), false
 	for base := 0; any && base < n; base += lookahead {
 		batch := chain[base:min(base+lookahead, n)]
 		st.idx.m.loadSlots(batch, &vals, &oks)
 		for j := 0; any && j < len(batch); j++ {
 			i := base + j
+			if oks[j] && hasPrev && vals[j] == prev {
+				continue
+			}
+			prev, hasPrev = vals[j], oks[j]
 			// Decode the holders once per block: a bitset per tier, or up to
 			// two inline (word, bit, tier) holders.
 			var set []uint64

@@ -36,6 +36,17 @@ type slotState struct {
 	hasLoad  bool
 	lastKvAt int64 // event time of the latest kv-events record, for silence checks
 
+	// KV-event health (kvhealth.go): the first load sample's event time,
+	// whether the 'h' key must be rewritten, and the derived flag.
+	firstLoadAt  int64
+	hasFirstLoad bool
+	healthDirty  bool
+	kvMissing    bool
+
+	// pred: approximate mode's predicted device entries, router hash →
+	// expiry (event time) (approx.go).
+	pred map[uint64]int64
+
 	// Active accounting aggregates (active.go).
 	activeDistinct int64 // distinct active block hashes on this slot
 	activeExtra    int64 // active blocks without a hash (trailing partial blocks)

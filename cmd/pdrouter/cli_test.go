@@ -133,12 +133,12 @@ func TestBadInputIsAPreciseError(t *testing.T) {
 
 func TestDevStartsMigratesAndRestarts(t *testing.T) {
 	dir := t.TempDir()
-	args := []string{"dev", "--data-dir", dir, "--kafka-port", "0", "--exit-after", "500ms"}
+	args := []string{"dev", "--data-dir", dir, "--kafka-port", "0", "--http-addr", "127.0.0.1:0", "--exit-after", "3s"}
 	out, _, err := run(t, nil, args...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"DEVELOPMENT BROKER", "not for production", "kafka      127.0.0.1:", "5 created, 0 already there"} {
+	for _, want := range []string{"DEVELOPMENT BROKER", "not for production", "kafka      127.0.0.1:", "5 created, 0 already there", "api        http://127.0.0.1:"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("dev output lacks %q:\n%s", want, out)
 		}

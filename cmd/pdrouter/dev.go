@@ -22,19 +22,23 @@ func newDevCmd(a *app) *cobra.Command {
 	var (
 		port      int
 		exitAfter time.Duration
+		rf        routerFlags
+		inf       ingestFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "dev",
 		Short: "Run the embedded development stack (what `make run` runs)",
 		Long: `dev runs everything on this machine with no external service: an embedded
 Kafka-protocol broker (franz-go's kfake, persisted under --data-dir/kafka so
-the log survives a restart) with pdrouter's topics migrated. It prints where
+the log survives a restart) with pdrouter's topics migrated, ingest (a worker
+registered with a kv_events_endpoint is enough for its events to flow), and
+a router replica answering the API on --http-addr. It prints where
 everything listens. It is for development and demos, not production: point
 ` + "`pdrouter serve`" + ` at a real Kafka with --brokers instead.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if !a.kafka.Embedded() {
-				return fmt.Errorf("dev runs its own broker: drop --brokers/PDR_BROKERS (%s), or use `pdrouter serve` for a real Kafka", strings.Join(a.kafka.Brokers, ","))
+				return fmt.Errorf("dev runs its own broker: drop --brokers/PDR_BROKERS (%s), or use pdrouter serve for a real Kafka", strings.Join(a.kafka.Brokers, ","))
 			}
 			ctx := cmd.Context()
 			if exitAfter > 0 {
@@ -48,28 +52,38 @@ everything listens. It is for development and demos, not production: point
 				return err
 			}
 			defer b.Close()
+			conn := []kgo.Opt{kgo.SeedBrokers(b.Addrs()...)}
 			specs, err := migrations.Declarations(migrations.SingleNodeOptions(a.topicPrefix))
 			if err != nil {
 				return err
 			}
 			mctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-			res, err := runMigrate(mctx, []kgo.Opt{kgo.SeedBrokers(b.Addrs()...)}, specs, false)
+			res, err := runMigrate(mctx, conn, specs, false)
 			cancel()
 			if err != nil {
 				return fmt.Errorf("dev: migrate the dev broker: %w", err)
 			}
-			fmt.Fprintf(a.stdout, "pdrouter dev — %s\n", devbroker.Label)
-			fmt.Fprintf(a.stdout, "  kafka      %s   (log in %s)\n", strings.Join(b.Addrs(), ","), b.Dir())
-			fmt.Fprintf(a.stdout, "  topics     %d created, %d already there, prefix %q\n", res.Changed(), len(res.Topics)-res.Changed(), a.topicPrefix)
-			fmt.Fprintf(a.stdout, "  try        pdrouter log tail workers --brokers %s --json\n", b.Addrs()[0])
-			fmt.Fprintf(a.stdout, "  stop       Ctrl-C\n")
-			a.log.Info("dev broker ready", "addr", b.Addrs()[0], "data_dir", b.Dir(), "startup", time.Since(start).Round(time.Millisecond))
-			<-ctx.Done()
-			a.log.Info("dev stopping")
-			return nil
+			icfg, err := inf.config(a)
+			if err != nil {
+				return err
+			}
+			r := &routerRun{a: a, f: &rf, connOpts: conn, ingestCfg: &icfg, listening: func(addr string) {
+				fmt.Fprintf(a.stdout, "pdrouter dev — %s\n", devbroker.Label)
+				fmt.Fprintf(a.stdout, "  kafka      %s   (log in %s)\n", strings.Join(b.Addrs(), ","), b.Dir())
+				fmt.Fprintf(a.stdout, "  topics     %d created, %d already there, prefix %q\n", res.Changed(), len(res.Topics)-res.Changed(), a.topicPrefix)
+				fmt.Fprintf(a.stdout, "  api        http://%s   (openapi: /openapi.json, metrics: /metrics)\n", addr)
+				fmt.Fprintf(a.stdout, "  store      %s\n", filepath.Join(a.dataDir, "store"))
+				fmt.Fprintf(a.stdout, "  ingest     watching registrations on the workers topic\n")
+				fmt.Fprintf(a.stdout, "  try        pdrouter log tail decisions --brokers %s --json\n", b.Addrs()[0])
+				fmt.Fprintf(a.stdout, "  stop       Ctrl-C\n")
+				a.log.Info("dev ready", "kafka", b.Addrs()[0], "api", addr, "startup", time.Since(start).Round(time.Millisecond))
+			}}
+			return r.run(ctx)
 		},
 	}
 	cmd.Flags().IntVar(&port, "kafka-port", defaultDevKafkaPort, "port of the embedded broker on 127.0.0.1 (0: any free port)")
 	cmd.Flags().DurationVar(&exitAfter, "exit-after", 0, "stop after this long (0: run until interrupted); for scripted demos")
+	rf.bindFlags(cmd.Flags())
+	inf.bindFlags(cmd.Flags())
 	return cmd
 }

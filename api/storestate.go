@@ -1,0 +1,144 @@
+package api
+
+import (
+	"context"
+	"strconv"
+	"time"
+
+	"github.com/pdrouter/pdrouter/decider"
+	"github.com/pdrouter/pdrouter/events"
+	pb "github.com/pdrouter/pdrouter/events/eventspb"
+	"github.com/pdrouter/pdrouter/statestore"
+)
+
+// Lagger reports how far the store is behind the log (the Materializer).
+type Lagger interface {
+	Lag(ctx context.Context) (statestore.Lag, error)
+}
+
+// StoreState is the State of a replica: its statestore.Store, and the
+// materializer that keeps it current.
+type StoreState struct {
+	Store *statestore.Store
+	Lag   Lagger
+	// Snapshot describes the newest local snapshot, when there is one.
+	Snapshot func() *SnapshotInfo
+}
+
+var _ State = (*StoreState)(nil)
+
+// Read implements State.
+func (s *StoreState) Read(fn func(v decider.View, watermark *pb.Watermark)) {
+	s.Store.Read(func(v statestore.View) { fn(v, v.WatermarkProto()) })
+}
+
+// WaitApplied implements State.
+func (s *StoreState) WaitApplied(ctx context.Context, after Offsets) error {
+	var want statestore.Offsets
+	for _, t := range events.AllTopics {
+		for p, off := range after[t] {
+			want = append(want, statestore.PartitionOffset{Topic: t, Partition: p, Next: off})
+		}
+	}
+	return s.Store.WaitApplied(ctx, want)
+}
+
+// RecordLocalDecision implements State. The record was validated when it
+// was framed for the log, so an error here is a bug worth a panic-free log
+// line, not a failed request: the decision is already durable.
+func (s *StoreState) RecordLocalDecision(rec *pb.DecisionRecord) {
+	_ = s.Store.RecordLocalDecision(rec)
+}
+
+// Decision implements State.
+func (s *StoreState) Decision(id string) (*pb.DecisionRecord, bool) { return s.Store.Decision(id) }
+
+// DecisionForRequest implements State.
+func (s *StoreState) DecisionForRequest(id string) (*pb.DecisionRecord, bool) {
+	return s.Store.DecisionForRequest(id)
+}
+
+// Workers implements State.
+func (s *StoreState) Workers() []WorkerStatus {
+	var out []WorkerStatus
+	s.Store.Read(func(v statestore.View) {
+		ws := v.Workers()
+		out = make([]WorkerStatus, len(ws))
+		for ref := range ws {
+			w := &ws[ref]
+			id, rank, _ := events.ParseWorkerRank(w.ID)
+			st := WorkerStatus{WorkerID: id, DPRank: rank, Pool: string(w.Pool), Model: w.Model, BlockSize: w.BlockSize}
+			if w.TotalKVBlocks > 0 {
+				st.TotalKVBlocks = &w.TotalKVBlocks
+			}
+			if w.MaxNumBatchedTokens > 0 {
+				st.MaxNumBatchedTokens = &w.MaxNumBatchedTokens
+			}
+			if reg, ok := v.Registration(ref); ok {
+				st.KVEventsEndpoint, st.MetricsURL = reg.GetKvEventsEndpoint(), reg.GetMetricsUrl()
+			}
+			held := v.BlocksHeld(ref)
+			st.CachedBlocks = held[0] + held[1] + held[2]
+			act := v.Active(ref)
+			st.ActiveDecodeBlocks, st.ActivePrefillTokens = act.DecodeBlocks, act.PrefillTokens
+			if li, ok := v.LoadInfo(ref); ok {
+				st.Load = &WorkerLoad{
+					SampleTime: li.At.UTC(), AgeSeconds: li.Age.Seconds(),
+					NumRequestsRunning: li.Sample.NumRequestsRunning, NumRequestsWaiting: li.Sample.NumRequestsWaiting,
+					KVUsedBlocks: li.Sample.KvUsedBlocks, KVTotalBlocks: li.Sample.KvTotalBlocks,
+					ActivePrefillTokens: li.Sample.ActivePrefillTokens,
+				}
+			}
+			st.KVEventsMissing, st.KVEventsNote = v.KvEventsMissing(ref)
+			out[ref] = st
+		}
+	})
+	return out
+}
+
+// Status implements State.
+func (s *StoreState) Status(ctx context.Context) (StateStatus, error) {
+	st := StateStatus{Applied: map[string]map[string]int64{}, Lag: map[string]map[string]int64{}}
+	for _, o := range s.Store.Offsets() {
+		put(st.Applied, o.Topic, o.Partition, o.Next)
+	}
+	d, err := s.Store.Digest()
+	if err != nil {
+		return st, err
+	}
+	st.Digest = d.String()
+	if s.Lag != nil {
+		ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		lag, err := s.Lag.Lag(ctx)
+		if err != nil {
+			return st, err
+		}
+		for _, p := range lag.Partitions {
+			put(st.Lag, p.Topic, p.Partition, p.Lag)
+		}
+		st.TotalLag = lag.Total
+	}
+	if s.Snapshot != nil {
+		st.Snapshot = s.Snapshot()
+	}
+	return st, nil
+}
+
+// TotalLag implements State.
+func (s *StoreState) TotalLag(ctx context.Context) (int64, error) {
+	if s.Lag == nil {
+		return 0, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	lag, err := s.Lag.Lag(ctx)
+	return lag.Total, err
+}
+
+func put(m map[string]map[string]int64, t events.Topic, p int32, v int64) {
+	if m[string(t)] == nil {
+		m[string(t)] = map[string]int64{}
+	}
+	m[string(t)][strconv.Itoa(int(p))] = v
+}

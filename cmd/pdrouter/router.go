@@ -1,0 +1,246 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/spf13/pflag"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/pdrouter/pdrouter/api"
+	"github.com/pdrouter/pdrouter/decider"
+	"github.com/pdrouter/pdrouter/decider/deciderflags"
+	"github.com/pdrouter/pdrouter/ingest"
+	"github.com/pdrouter/pdrouter/statestore"
+)
+
+// routerFlags are the flags of a router replica, shared by serve and dev.
+type routerFlags struct {
+	decider        *deciderflags.Flags
+	replicaID      string
+	authToken      string
+	tlsCert        string
+	tlsKey         string
+	readyLag       int64
+	afterTimeout   time.Duration
+	auditTimeout   time.Duration
+	bodyLimit      int64
+	maxTokens      int
+	bootstrapFrom  string
+	shutdownTimout time.Duration
+}
+
+func (f *routerFlags) bindFlags(fs *pflag.FlagSet) {
+	f.decider = deciderflags.Register(fs)
+	host, _ := os.Hostname()
+	fs.StringVar(&f.replicaID, "replica-id", host, "name of this replica in the decisions it records")
+	fs.StringVar(&f.authToken, "auth-token", "", "require Authorization: Bearer <token> on /v1 (prefer PDR_AUTH_TOKEN to the flag)")
+	fs.StringVar(&f.tlsCert, "tls-cert", "", "serve HTTPS with this PEM certificate (with --tls-key)")
+	fs.StringVar(&f.tlsKey, "tls-key", "", "PEM key of --tls-cert")
+	fs.Int64Var(&f.readyLag, "ready-lag", 1000, "/readyz answers 200 only when the state is at most this many records behind the log")
+	fs.DurationVar(&f.afterTimeout, "after-timeout", 5*time.Second, "how long /v1/route waits for its `after` offsets before 504")
+	fs.DurationVar(&f.auditTimeout, "audit-timeout", 10*time.Second, "how long a decision may wait to be durable on the decisions topic before 503")
+	fs.Int64Var(&f.bodyLimit, "max-body-bytes", 16<<20, "largest request body (413 above)")
+	fs.IntVar(&f.maxTokens, "max-prompt-tokens", 1<<21, "longest prompt /v1/route takes, in tokens (413 above)")
+	fs.StringVar(&f.bootstrapFrom, "bootstrap-from", "", "when the store is empty, start from a snapshot of this peer (http://peer:8080/v1/state/snapshot) instead of replaying the whole log")
+	fs.DurationVar(&f.shutdownTimout, "shutdown-timeout", 15*time.Second, "how long in-flight requests may take on SIGTERM")
+}
+
+func (f *routerFlags) validate() error {
+	if (f.tlsCert == "") != (f.tlsKey == "") {
+		return errors.New("--tls-cert and --tls-key go together")
+	}
+	if f.readyLag < 0 || f.afterTimeout <= 0 || f.auditTimeout <= 0 || f.bodyLimit < 1024 || f.maxTokens < 1 {
+		return errors.New("--ready-lag ≥ 0, --after-timeout and --audit-timeout > 0, --max-body-bytes ≥ 1024 and --max-prompt-tokens ≥ 1")
+	}
+	return nil
+}
+
+// routerRun is one router replica: the materializer keeping the store
+// current, the API answering decisions, and, when ingestCfg is set, ingest.
+type routerRun struct {
+	a         *app
+	f         *routerFlags
+	connOpts  []kgo.Opt
+	ingestCfg *ingest.Config
+	// listening is called with the API's address once it accepts requests.
+	listening func(addr string)
+}
+
+func (r *routerRun) run(ctx context.Context) error {
+	a, f := r.a, r.f
+	if err := f.validate(); err != nil {
+		return err
+	}
+	cfg, err := f.decider.Config(a.env)
+	if err != nil {
+		return err
+	}
+	dec, err := decider.New(cfg)
+	if err != nil {
+		return err
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	sopts := statestore.Options{
+		Names: a.names(), Logger: a.log, Registerer: reg,
+		ActiveExpiry: cfg.ActiveRequestExpiry, Approximate: cfg.Approximate(),
+	}
+	store, err := r.openStore(ctx, sopts)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err := store.Close(); err != nil {
+			a.log.Error("closing the store", "err", err)
+		}
+	}()
+	mat, err := statestore.NewMaterializer(store, statestore.MaterializerOptions{Client: r.connOpts, Logger: a.log})
+	if err != nil {
+		return err
+	}
+	defer mat.Close()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errc := make(chan error, 4)
+	goRun := func(what string, fn func() error) {
+		go func() {
+			if err := wrap(what, fn()); err != nil {
+				errc <- err
+			}
+		}()
+	}
+	goRun("materializer", func() error { return mat.Run(ctx) })
+
+	prod, err := kgo.NewClient(r.connOpts...)
+	if err != nil {
+		return err
+	}
+	defer prod.Close()
+	if r.ingestCfg != nil {
+		cl, err := kgo.NewClient(r.connOpts...)
+		if err != nil {
+			return err
+		}
+		defer cl.Close()
+		goRun("ingest", func() error {
+			return ingest.Run(ctx, *r.ingestCfg, ingest.Deps{Kafka: cl, KafkaOpts: r.connOpts, Registerer: reg, Log: a.log})
+		})
+	}
+	srv, err := api.New(api.Deps{
+		State:    &api.StoreState{Store: store, Lag: mat},
+		Decider:  dec,
+		Log:      &api.KafkaLog{Client: prod, Names: a.names()},
+		Names:    a.names(),
+		Snapshot: store.SnapshotHandler(filepath.Join(a.dataDir, "tmp")),
+	},
+		api.WithLogger(a.log), api.WithMetrics(reg, reg), api.WithReplicaID(f.replicaID),
+		api.WithAuthToken(f.authToken), api.WithReadyLag(f.readyLag), api.WithAfterTimeout(f.afterTimeout),
+		api.WithAuditTimeout(f.auditTimeout), api.WithBodyLimit(f.bodyLimit), api.WithMaxTokens(f.maxTokens),
+	)
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", a.httpAddr)
+	if err != nil {
+		return fmt.Errorf("--http-addr %s: %w", a.httpAddr, err)
+	}
+	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+	goRun("http", func() error {
+		var err error
+		if f.tlsCert != "" {
+			hs.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12}
+			err = hs.ServeTLS(ln, f.tlsCert, f.tlsKey)
+		} else {
+			err = hs.Serve(ln)
+		}
+		if errors.Is(err, http.ErrServerClosed) {
+			return nil
+		}
+		return err
+	})
+	a.log.Info("router serving", "http_addr", ln.Addr().String(), "replica_id", f.replicaID, "policy", cfg.Disagg.Policy,
+		"conditional_disagg", cfg.ConditionalDisagg, "approximate", cfg.Approximate(), "config_hash", dec.ConfigHash())
+	if r.listening != nil {
+		r.listening(ln.Addr().String())
+	}
+	goRun("start-up check", func() error { return r.checkPools(ctx, store, &cfg, mat) })
+
+	select {
+	case <-ctx.Done():
+	case err = <-errc:
+	}
+	sctx, scancel := context.WithTimeout(context.WithoutCancel(ctx), f.shutdownTimout)
+	defer scancel()
+	if serr := hs.Shutdown(sctx); serr != nil {
+		a.log.Warn("http shutdown", "err", serr)
+	}
+	cancel()
+	return err
+}
+
+// openStore opens the replica's store, or bootstraps it from a peer's
+// snapshot when it does not exist yet and --bootstrap-from is set.
+func (r *routerRun) openStore(ctx context.Context, o statestore.Options) (*statestore.Store, error) {
+	dir := filepath.Join(r.a.dataDir, statestore.StoreDirName)
+	if _, err := os.Stat(dir); os.IsNotExist(err) && r.f.bootstrapFrom != "" {
+		start := time.Now()
+		s, m, err := statestore.BootstrapFromPeer(ctx, &http.Client{Timeout: 10 * time.Minute}, r.f.bootstrapFrom, r.a.dataDir, o)
+		if err != nil {
+			return nil, fmt.Errorf("--bootstrap-from %s: %w", r.f.bootstrapFrom, err)
+		}
+		r.a.log.Info("bootstrapped from a peer snapshot", "peer", r.f.bootstrapFrom, "offsets", m.Offsets.String(), "took", time.Since(start).Round(time.Millisecond))
+		return s, nil
+	}
+	return statestore.Open(dir, o)
+}
+
+// checkPools enforces conditional-disagg.md's requirement of separate
+// pools once the registry has been replayed: a registry with workers but
+// without both pools is a start-up error naming what is missing. Workers may
+// register after the router starts (the simulator does), so an empty
+// registry is a warning that repeats until workers arrive.
+func (r *routerRun) checkPools(ctx context.Context, store *statestore.Store, cfg *decider.Config, mat *statestore.Materializer) error {
+	if !cfg.ConditionalDisagg {
+		return nil
+	}
+	t := time.NewTicker(30 * time.Second)
+	defer t.Stop()
+	for {
+		if ok, _, err := mat.Ready(ctx, r.f.readyLag); err == nil && ok {
+			var (
+				n   int
+				err error
+			)
+			store.Read(func(v statestore.View) { n = len(v.Workers()); err = decider.CheckPools(cfg, v.Workers()) })
+			switch {
+			case err == nil:
+				return nil
+			case n > 0:
+				return err
+			}
+			r.a.log.Warn("conditional disaggregation is on but no worker is registered yet", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+func wrap(what string, err error) error {
+	if err == nil || errors.Is(err, context.Canceled) {
+		return nil
+	}
+	return fmt.Errorf("%s: %w", what, err)
+}

@@ -1,0 +1,473 @@
+package statestore
+
+import (
+	"container/heap"
+	"container/list"
+	"encoding/binary"
+	"errors"
+	"math"
+	"slices"
+	"sync"
+
+	"github.com/cockroachdb/pebble/v2"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/pdrouter/pdrouter/events"
+	pb "github.com/pdrouter/pdrouter/events/eventspb"
+)
+
+// Decision records, for the idempotent request_id of POST /v1/route,
+// GET /v1/decisions/{id} and the lifecycle events (api.md).
+//
+// Where a record is served from, in the order a lookup tries:
+//
+//  1. local: this replica's own decisions (RecordLocalDecision), at once,
+//     until the log copy is applied (then the log copy serves) or
+//     Options.MaxLocalDecisions newer ones push it out. Memory only: never
+//     in Pebble or the digest, so the state stays a function of the log.
+//  2. pending: decisions applied since the last Pebble commit. Readers see
+//     a chunk as soon as it is applied (Options.ChunkRecords) but Pebble
+//     only when the whole Apply batch commits, so these bridge the gap: a
+//     caller that waited for an offset (WaitApplied) finds every decision
+//     below it. Cleared after each commit; bounded by the batch, whose
+//     records the caller holds in memory anyway.
+//  3. the cache: Options.DecisionCacheSize records read from Pebble, least
+//     recently used out first.
+//  4. Pebble, keys 'd' (the record), 'q' (request → decision ids) and 'e'
+//     (time → decision id, for the sweep), written in the same batch as
+//     the offsets (invariant 2). They are part of the state and the digest:
+//     they are a function of the log (the record is re-marshalled
+//     deterministically) and two replicas must agree on which requests
+//     already have a decision, or a retried request would be decided twice
+//     on one of them.
+//
+// Memory is therefore bounded by MaxLocalDecisions + one Apply batch +
+// DecisionCacheSize records, whatever the retention.
+//
+// Retention, by event time: a decision is present iff it was seen and
+// decided_at + DecisionRetention > reqNow (the clock of decisions and
+// outcomes, state.go). Like the active facts (active.go), a decision that
+// arrives already absent is not written, and the sweep deletes the others
+// when the clock passes them, so the keyspace depends only on the set of
+// decisions seen and on reqNow, never on the order or batching of apply.
+// Lookups apply the same test, so a record kept a little longer (the cache,
+// a sweep not committed yet) is never served after its time.
+//
+// Decision ids are unique (the API makes one per decision); a record
+// delivered twice is byte-identical and rewrites the same keys.
+//
+// Canonical decision of a request: if replicas raced on one request id
+// (each deciding before seeing the other's decision), the decision with the
+// lowest decision id (byte order) is the request's, on every replica.
+
+type decisionLog struct {
+	pending    map[string]*pb.DecisionRecord
+	pendingReq map[string][]string // request id → pending decision ids
+	pendingDue decisionHeap        // pending decisions by event time, for the sweep
+
+	// nextExpiry: no stored or pending decision leaves before this time
+	// (reqNow), so the sweep has nothing to do until then. MinInt64 at
+	// Open: unknown, sweep once to learn it.
+	nextExpiry int64
+	// sweepFrom: every committed 'e' key below it has been deleted in the
+	// current batch or before, so the sweep's scan starts there.
+	sweepFrom []byte
+
+	local    map[string]*pb.DecisionRecord
+	localReq map[string][]string // request id → local decision ids
+	localQ   []string            // local decision ids in arrival order; ids no longer local are skipped
+}
+
+func newDecisionLog() *decisionLog {
+	return &decisionLog{
+		pending: map[string]*pb.DecisionRecord{}, pendingReq: map[string][]string{},
+		local: map[string]*pb.DecisionRecord{}, localReq: map[string][]string{},
+		nextExpiry: math.MinInt64,
+	}
+}
+
+// addSat is a+b without overflow (event times are unvalidated int64s).
+func addSat(a, b int64) int64 {
+	if b > 0 && a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	return a + b
+}
+
+// decisionPresent is the retention test, the same on every path.
+func (st *state) decisionPresent(d *pb.DecisionRecord) bool {
+	return addSat(d.GetDecidedAtUnixNano(), st.act.cfg.decisionRetention) > st.reqNow
+}
+
+// applyDecisionLog is the apply rule of a decision record for lookups
+// (and, in approximate mode, its predicted cache entries, approx.go).
+func (st *state) applyDecisionLog(b *pebble.Batch, d *pb.DecisionRecord) {
+	dl := st.dec
+	id, req := d.GetDecisionId(), d.GetRequestId()
+	st.dropLocalDecision(id) // read back: the log copy serves from now on
+	if !st.decisionPresent(d) {
+		return // already absent: the same as seen, then swept
+	}
+	v, err := events.Marshal(d)
+	if err != nil {
+		return // unreachable for a decoded message
+	}
+	tD := d.GetDecidedAtUnixNano()
+	_ = b.Set(decisionKey(id), v, nil)
+	_ = b.Set(requestKey(req, id), i64Value(tD), nil)
+	_ = b.Set(expiryKey(tD, id), []byte(req), nil)
+	if _, ok := dl.pending[id]; !ok {
+		dl.pendingReq[req] = append(dl.pendingReq[req], id)
+	}
+	dl.pending[id] = d
+	heap.Push(&dl.pendingDue, decisionDue{at: tD, id: id})
+	dl.nextExpiry = min(dl.nextExpiry, addSat(tD, st.act.cfg.decisionRetention))
+	st.predictDecision(d)
+}
+
+func deleteDecisionKeys(b *pebble.Batch, tD int64, id, req string) {
+	_ = b.Delete(decisionKey(id), nil)
+	_ = b.Delete(requestKey(req, id), nil)
+	_ = b.Delete(expiryKey(tD, id), nil)
+}
+
+func removeID(ids []string, id string) []string {
+	if i := slices.Index(ids, id); i >= 0 {
+		return slices.Delete(ids, i, i+1)
+	}
+	return ids
+}
+
+func (dl *decisionLog) dropPending(id string) {
+	d := dl.pending[id]
+	if d == nil {
+		return
+	}
+	delete(dl.pending, id)
+	if ids := removeID(dl.pendingReq[d.GetRequestId()], id); len(ids) == 0 {
+		delete(dl.pendingReq, d.GetRequestId())
+	} else {
+		dl.pendingReq[d.GetRequestId()] = ids
+	}
+}
+
+// committed forgets the pending decisions: Pebble serves them now. Called
+// after the batch that wrote them committed.
+func (dl *decisionLog) committed() {
+	clear(dl.pending)
+	clear(dl.pendingReq)
+	dl.pendingDue = dl.pendingDue[:0]
+}
+
+// sweepDecisions deletes the decisions whose retention ended by reqNow,
+// committed ones (scanning 'e' in time order from sweepFrom) and pending
+// ones. It runs at the end of each chunk, with the other sweeps.
+func (s *Store) sweepDecisions(b *pebble.Batch) {
+	st := s.st
+	dl, ret, now := st.dec, st.act.cfg.decisionRetention, st.reqNow
+	if now < dl.nextExpiry {
+		return
+	}
+	next := int64(math.MaxInt64)
+	if s.db != nil {
+		lower := []byte{famExpiry}
+		if dl.sweepFrom != nil {
+			lower = slices.Clone(dl.sweepFrom)
+		}
+		it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: []byte{famExpiry + 1}})
+		if err == nil {
+			for it.First(); it.Valid(); it.Next() {
+				tD, id, err := parseExpiryKey(it.Key())
+				if err != nil {
+					continue
+				}
+				if end := addSat(tD, ret); end > now {
+					next = end
+					break
+				}
+				deleteDecisionKeys(b, tD, id, string(it.Value()))
+				dl.dropPending(id) // a re-delivery of it in this batch goes too
+				dl.sweepFrom = append(append(dl.sweepFrom[:0], it.Key()...), 0)
+			}
+			_ = it.Close()
+		}
+	}
+	for len(dl.pendingDue) > 0 && addSat(dl.pendingDue[0].at, ret) <= now {
+		it := heap.Pop(&dl.pendingDue).(decisionDue)
+		if d := dl.pending[it.id]; d != nil && d.GetDecidedAtUnixNano() == it.at {
+			deleteDecisionKeys(b, it.at, it.id, d.GetRequestId())
+			dl.dropPending(it.id)
+		}
+	}
+	if len(dl.pendingDue) > 0 {
+		next = min(next, addSat(dl.pendingDue[0].at, ret))
+	}
+	dl.nextExpiry = next
+}
+
+// recordLocalDecision keeps one of this replica's decisions for lookups
+// until the log copy is applied. The caller checked that it was not
+// applied already.
+func (st *state) recordLocalDecision(d *pb.DecisionRecord) {
+	dl := st.dec
+	id := d.GetDecisionId()
+	if _, ok := dl.local[id]; ok || !st.decisionPresent(d) {
+		return
+	}
+	dl.local[id] = d
+	dl.localReq[d.GetRequestId()] = append(dl.localReq[d.GetRequestId()], id)
+	dl.localQ = append(dl.localQ, id)
+	for len(dl.local) > st.act.cfg.maxLocal && len(dl.localQ) > 0 {
+		// The bound: the oldest goes. It is served again once read back.
+		old := dl.localQ[0]
+		dl.localQ = dl.localQ[1:]
+		st.dropLocalDecision(old)
+	}
+	st.predictDecision(d)
+}
+
+func (st *state) dropLocalDecision(id string) {
+	dl := st.dec
+	d := dl.local[id]
+	if d == nil {
+		return
+	}
+	delete(dl.local, id)
+	if ids := removeID(dl.localReq[d.GetRequestId()], id); len(ids) == 0 {
+		delete(dl.localReq, d.GetRequestId())
+	} else {
+		dl.localReq[d.GetRequestId()] = ids
+	}
+}
+
+// sweepLocalDecisions trims the arrival queue: ids read back or expired at
+// its front go, and the queue is compacted when mostly stale, so it stays
+// within twice the local decisions held (plus a constant).
+func (st *state) sweepLocalDecisions() {
+	dl := st.dec
+	for len(dl.localQ) > 0 {
+		d := dl.local[dl.localQ[0]]
+		if d != nil && st.decisionPresent(d) {
+			break
+		}
+		if d != nil {
+			st.dropLocalDecision(dl.localQ[0])
+		}
+		dl.localQ = dl.localQ[1:]
+	}
+	if len(dl.localQ) > 64 && len(dl.localQ) > 2*len(dl.local) {
+		q := make([]string, 0, len(dl.local))
+		for _, id := range dl.localQ {
+			if _, ok := dl.local[id]; ok {
+				q = append(q, id)
+			}
+		}
+		dl.localQ = q
+	}
+}
+
+// decisionApplied reports whether the log copy of decision id was applied
+// (pending, or in Pebble). Called with mu held.
+func (s *Store) decisionApplied(id string) bool {
+	if _, ok := s.st.dec.pending[id]; ok {
+		return true
+	}
+	s.dbMu.RLock()
+	defer s.dbMu.RUnlock()
+	if s.db == nil {
+		return false
+	}
+	_, closer, err := s.db.Get(decisionKey(id))
+	if err != nil {
+		return false
+	}
+	_ = closer.Close()
+	return true
+}
+
+// Decision returns the decision record with this decision id: one of this
+// replica's own decisions (RecordLocalDecision) at once, or any decision
+// applied from the decisions topic, while its retention lasts
+// (Options.DecisionRetention, event time). The record is shared and
+// read-only.
+func (s *Store) Decision(id string) (*pb.DecisionRecord, bool) {
+	s.mu.RLock()
+	st := s.st
+	d := st.dec.local[id]
+	if d == nil {
+		d = st.dec.pending[id]
+	}
+	if d != nil {
+		ok := st.decisionPresent(d)
+		s.mu.RUnlock()
+		if !ok {
+			return nil, false
+		}
+		return d, true
+	}
+	now := st.reqNow
+	s.mu.RUnlock()
+	d = s.loadDecision(id)
+	if d == nil || addSat(d.GetDecidedAtUnixNano(), s.opts.DecisionRetention.Nanoseconds()) <= now {
+		return nil, false
+	}
+	return d, true
+}
+
+// DecisionForRequest returns the decision made for a request id: the one
+// with the lowest decision id among this replica's own decisions and those
+// applied from the log, so that replicas that raced on one request all
+// name the same decision once they have applied the same records. The
+// record is shared and read-only.
+func (s *Store) DecisionForRequest(requestID string) (*pb.DecisionRecord, bool) {
+	s.mu.RLock()
+	st := s.st
+	var best *pb.DecisionRecord
+	consider := func(d *pb.DecisionRecord) {
+		if d != nil && st.decisionPresent(d) && (best == nil || d.GetDecisionId() < best.GetDecisionId()) {
+			best = d
+		}
+	}
+	for _, id := range st.dec.localReq[requestID] {
+		consider(st.dec.local[id])
+	}
+	for _, id := range st.dec.pendingReq[requestID] {
+		consider(st.dec.pending[id])
+	}
+	now := st.reqNow
+	s.mu.RUnlock()
+	// Committed decisions: the first present key of the request's span is
+	// the lowest decision id. Read after the memory sources: a decision
+	// committed in between was either seen pending or is found here.
+	if id, ok := s.firstStoredDecision(requestID, now); ok && (best == nil || id < best.GetDecisionId()) {
+		if d := s.loadDecision(id); d != nil {
+			best = d
+		}
+	}
+	return best, best != nil
+}
+
+// firstStoredDecision scans the request index of requestID for the lowest
+// decision id still present at now.
+func (s *Store) firstStoredDecision(requestID string, now int64) (string, bool) {
+	s.dbMu.RLock()
+	defer s.dbMu.RUnlock()
+	if s.db == nil {
+		return "", false
+	}
+	lo := requestPrefix(requestID)
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: prefixEnd(lo)})
+	if err != nil {
+		return "", false
+	}
+	defer it.Close()
+	ret := s.opts.DecisionRetention.Nanoseconds()
+	for it.First(); it.Valid(); it.Next() {
+		if v := it.Value(); len(v) == 8 && addSat(int64(binary.LittleEndian.Uint64(v)), ret) > now {
+			return string(it.Key()[len(lo):]), true
+		}
+	}
+	return "", false
+}
+
+// prefixEnd is the smallest key above every key starting with p.
+func prefixEnd(p []byte) []byte {
+	end := slices.Clone(p)
+	for i := len(end) - 1; i >= 0; i-- {
+		if end[i] != 0xff {
+			end[i]++
+			return end[:i+1]
+		}
+	}
+	return nil // no upper bound
+}
+
+// loadDecision reads a committed record through the cache.
+func (s *Store) loadDecision(id string) *pb.DecisionRecord {
+	if d := s.cache.get(id); d != nil {
+		return d
+	}
+	s.dbMu.RLock()
+	defer s.dbMu.RUnlock()
+	if s.db == nil {
+		return nil
+	}
+	v, closer, err := s.db.Get(decisionKey(id))
+	if err != nil {
+		if !errors.Is(err, pebble.ErrNotFound) {
+			s.log.Warn("statestore: reading a decision record", "decision_id", id, "err", err)
+		}
+		return nil
+	}
+	defer closer.Close()
+	d := &pb.DecisionRecord{}
+	if err := proto.Unmarshal(v, d); err != nil {
+		s.log.Warn("statestore: a stored decision record does not decode", "decision_id", id, "err", err)
+		return nil
+	}
+	s.cache.put(id, d)
+	return d
+}
+
+// decisionCache is a small LRU of decoded records read from Pebble.
+// Records are immutable per id, so it is never invalidated; lookups apply
+// the retention test to what it returns.
+type decisionCache struct {
+	mu  sync.Mutex
+	cap int
+	ll  *list.List // front: most recently used; values *pb.DecisionRecord
+	m   map[string]*list.Element
+}
+
+func newDecisionCache(n int) *decisionCache {
+	return &decisionCache{cap: n, ll: list.New(), m: map[string]*list.Element{}}
+}
+
+func (c *decisionCache) get(id string) *pb.DecisionRecord {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e := c.m[id]; e != nil {
+		c.ll.MoveToFront(e)
+		return e.Value.(*pb.DecisionRecord)
+	}
+	return nil
+}
+
+func (c *decisionCache) put(id string, d *pb.DecisionRecord) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e := c.m[id]; e != nil {
+		c.ll.MoveToFront(e)
+		return
+	}
+	c.m[id] = c.ll.PushFront(d)
+	for c.ll.Len() > c.cap {
+		e := c.ll.Back()
+		c.ll.Remove(e)
+		delete(c.m, e.Value.(*pb.DecisionRecord).GetDecisionId())
+	}
+}
+
+type decisionDue struct {
+	at int64
+	id string
+}
+
+// decisionHeap orders by time, then id.
+type decisionHeap []decisionDue
+
+func (h decisionHeap) Len() int { return len(h) }
+func (h decisionHeap) Less(i, j int) bool {
+	if h[i].at != h[j].at {
+		return h[i].at < h[j].at
+	}
+	return h[i].id < h[j].id
+}
+func (h decisionHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+func (h *decisionHeap) Push(x any)   { *h = append(*h, x.(decisionDue)) }
+func (h *decisionHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
+}

@@ -1,0 +1,55 @@
+package statestore
+
+import (
+	"context"
+	"fmt"
+	"strings"
+)
+
+// notifyApplied wakes WaitApplied's waiters: readers now see a new chunk.
+// Called with mu held for writing, once per chunk. The channel is closed
+// (waking every waiter at once) and replaced, so a waiter never misses a
+// chunk applied between its check and its wait: it took the channel under
+// the same lock as the offsets it checked.
+func (s *Store) notifyApplied() {
+	close(s.applied)
+	s.applied = make(chan struct{})
+}
+
+// WaitApplied blocks until, for every partition in want, the next offset
+// readers see (the view's watermark, which Decision and DecisionForRequest
+// also reflect) is at least want's Next: every record below Next has been
+// applied. A partition the store never applied counts as next offset 0.
+// To wait for a record written at offset o, pass o+1.
+//
+// It wakes on each applied chunk (no polling), and returns nil at once
+// when want is already reached, or ctx.Err() wrapped with what is still
+// missing when ctx ends first.
+func (s *Store) WaitApplied(ctx context.Context, want Offsets) error {
+	for {
+		s.mu.RLock()
+		missing := s.st.missing(want)
+		ch := s.applied
+		s.mu.RUnlock()
+		if len(missing) == 0 {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return fmt.Errorf("statestore: waiting for applied offsets, still behind at %s: %w", strings.Join(missing, ", "), ctx.Err())
+		}
+	}
+}
+
+// missing lists the partitions of want not reached, as
+// "topic/partition applied A < want W".
+func (st *state) missing(want Offsets) []string {
+	var out []string
+	for _, w := range want {
+		if got := st.offsets[topicPartition{w.Topic, w.Partition}]; got < w.Next {
+			out = append(out, fmt.Sprintf("%s/%d applied %d < want %d", w.Topic, w.Partition, got, w.Next))
+		}
+	}
+	return out
+}
