@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -131,7 +132,35 @@ func Apply(ctx context.Context, adm *kadm.Client, specs []TopicSpec, dryRun bool
 	if err := compare(ctx, adm, &res); err != nil {
 		return res, err
 	}
-	return res, nil
+	return res, waitUsable(ctx, adm, res)
+}
+
+// waitUsable returns once every created topic has a leader for each
+// partition. A broker creates topics through its controller, so a topic can
+// be unknown for a moment after CreateTopics returned; a consumer that
+// starts in that moment would not see it.
+func waitUsable(ctx context.Context, adm *kadm.Client, res Result) error {
+	var created []string
+	for _, t := range res.Topics {
+		if t.Done {
+			created = append(created, t.Spec.Name)
+		}
+	}
+	for len(created) > 0 {
+		ends, err := adm.ListEndOffsets(ctx, created...)
+		if err == nil {
+			err = ends.Error()
+		}
+		if err == nil && len(ends) == len(created) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("migrate: created topics are not usable yet: %w (last error: %v)", ctx.Err(), err)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	return nil
 }
 
 // compare fills in drift for the topics that already existed.

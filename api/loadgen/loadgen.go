@@ -1,0 +1,271 @@
+// Package loadgen drives a pdrouter API with routing requests and measures
+// it: `pdrouter bench api`. It registers a fleet, warms some workers' caches
+// with shared prefixes through the HTTP ingest endpoint, then runs closed-
+// loop clients for a fixed time and reports throughput and latency
+// percentiles of POST /v1/route, end to end (HTTP, decision, durable audit).
+package loadgen
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/pdrouter/pdrouter/kvhash"
+)
+
+// Config shapes a run.
+type Config struct {
+	URL            string
+	DecodeWorkers  int
+	PrefillWorkers int
+	BlockSize      int
+	// MinTokens and MaxTokens bound prompt lengths (uniform).
+	MinTokens, MaxTokens int
+	// SharedPrefixes is how many distinct system prompts requests share;
+	// each decode worker is warmed with some of them.
+	SharedPrefixes int
+	Clients        int
+	Duration       time.Duration
+	Warmup         time.Duration
+	// Hashes sends block_hashes (precomputed chains) instead of token_ids,
+	// as a gateway that hashes once would.
+	Hashes bool
+	Seed   uint64
+	Log    *slog.Logger
+}
+
+// Result is a run's outcome.
+type Result struct {
+	Requests   int
+	Errors     map[int]int
+	Elapsed    time.Duration
+	Throughput float64
+	P50, P99   time.Duration
+	P999, Max  time.Duration
+	Local      int
+}
+
+type prompt struct {
+	tokens []uint32
+	hashes []uint64
+}
+
+// Run executes the benchmark.
+func Run(ctx context.Context, cfg Config) (Result, error) {
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	cl := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: cfg.Clients * 2}}
+	rng := rand.New(rand.NewPCG(cfg.Seed, 7))
+	prefixes := make([][]uint32, cfg.SharedPrefixes)
+	for i := range prefixes {
+		prefixes[i] = randTokens(rng, cfg.MinTokens/2)
+	}
+	after, err := setup(ctx, cl, cfg, prefixes)
+	if err != nil {
+		return Result{}, err
+	}
+	// Pre-build a pool of request bodies, so the generator spends its CPU on
+	// sending, not on building JSON.
+	bodies := make([][]byte, 512)
+	for i := range bodies {
+		n := cfg.MinTokens + rng.IntN(cfg.MaxTokens-cfg.MinTokens+1)
+		p := prefixes[rng.IntN(len(prefixes))]
+		toks := append(append([]uint32(nil), p[:min(len(p), n)]...), randTokens(rng, max(0, n-len(p)))...)
+		req := map[string]any{"model": "bench", "after": after}
+		if cfg.Hashes {
+			req["block_hashes"] = kvhash.Chain(nil, toks, cfg.BlockSize, 0, false)
+			req["block_size"], req["prompt_tokens"] = cfg.BlockSize, len(toks)
+		} else {
+			req["token_ids"] = toks
+		}
+		if bodies[i], err = json.Marshal(req); err != nil {
+			return Result{}, err
+		}
+	}
+	cfg.Log.Info("bench api: load", "clients", cfg.Clients, "duration", cfg.Duration, "warmup", cfg.Warmup,
+		"prompt_tokens", fmt.Sprintf("%d-%d", cfg.MinTokens, cfg.MaxTokens), "block_hashes", cfg.Hashes)
+
+	var (
+		mu      sync.Mutex
+		lat     []time.Duration
+		errs    = map[int]int{}
+		local   int
+		seq     atomic.Int64
+		measure atomic.Bool
+	)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for c := 0; c < cfg.Clients; c++ {
+		wg.Add(1)
+		go func(c int) {
+			defer wg.Done()
+			var mine []time.Duration
+			myErrs := map[int]int{}
+			myLocal := 0
+			for i := c; ; i++ {
+				select {
+				case <-stop:
+					mu.Lock()
+					lat = append(lat, mine...)
+					for k, v := range myErrs {
+						errs[k] += v
+					}
+					local += myLocal
+					mu.Unlock()
+					return
+				default:
+				}
+				body := bodies[i%len(bodies)]
+				body = withRequestID(body, seq.Add(1))
+				start := time.Now()
+				code, isLocal := send(ctx, cl, cfg.URL, body)
+				d := time.Since(start)
+				if !measure.Load() {
+					continue
+				}
+				if code != http.StatusOK {
+					myErrs[code]++
+					continue
+				}
+				mine = append(mine, d)
+				if isLocal {
+					myLocal++
+				}
+			}
+		}(c)
+	}
+	time.Sleep(cfg.Warmup)
+	measure.Store(true)
+	begin := time.Now()
+	progress := time.NewTicker(5 * time.Second)
+	defer progress.Stop()
+	deadline := time.After(cfg.Duration)
+loop:
+	for {
+		select {
+		case <-deadline:
+			break loop
+		case <-ctx.Done():
+			break loop
+		case <-progress.C:
+			cfg.Log.Info("bench api: running", "elapsed", time.Since(begin).Round(time.Second), "sent", seq.Load())
+		}
+	}
+	elapsed := time.Since(begin)
+	close(stop)
+	wg.Wait()
+	res := Result{Requests: len(lat), Errors: errs, Elapsed: elapsed, Local: local}
+	if len(lat) == 0 {
+		return res, fmt.Errorf("bench api: no request succeeded (errors by status: %v)", errs)
+	}
+	slices.Sort(lat)
+	q := func(p float64) time.Duration { return lat[min(len(lat)-1, int(p*float64(len(lat))))] }
+	res.P50, res.P99, res.P999, res.Max = q(0.5), q(0.99), q(0.999), lat[len(lat)-1]
+	res.Throughput = float64(len(lat)) / elapsed.Seconds()
+	return res, nil
+}
+
+// withRequestID puts a fresh request id at the front of a JSON object, so
+// every request is a new decision (a repeated id would be answered from the
+// idempotency index).
+func withRequestID(body []byte, n int64) []byte {
+	out := make([]byte, 0, len(body)+32)
+	out = fmt.Appendf(out, `{"request_id":"bench-%d",`, n)
+	return append(out, body[1:]...)
+}
+
+func send(ctx context.Context, cl *http.Client, url string, body []byte) (int, bool) {
+	req, err := http.NewRequestWithContext(ctx, "POST", url+"/v1/route", bytes.NewReader(body))
+	if err != nil {
+		return 0, false
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := cl.Do(req)
+	if err != nil {
+		return 0, false
+	}
+	defer resp.Body.Close()
+	var r struct {
+		Mode string `json:"mode"`
+	}
+	raw, _ := io.ReadAll(resp.Body)
+	_ = json.Unmarshal(raw, &r)
+	return resp.StatusCode, r.Mode == "local"
+}
+
+func randTokens(rng *rand.Rand, n int) []uint32 {
+	t := make([]uint32, n)
+	for i := range t {
+		t[i] = rng.Uint32N(128000)
+	}
+	return t
+}
+
+// setup registers the fleet and warms caches: decode worker i holds shared
+// prefix i mod SharedPrefixes. It returns the `after` vector covering it all.
+func setup(ctx context.Context, cl *http.Client, cfg Config, prefixes [][]uint32) (map[string]map[string]int64, error) {
+	after := map[string]map[string]int64{}
+	postJSON := func(path string, v any) error {
+		b, _ := json.Marshal(v)
+		req, _ := http.NewRequestWithContext(ctx, "POST", cfg.URL+path, bytes.NewReader(b))
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := cl.Do(req)
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		raw, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != http.StatusAccepted {
+			return fmt.Errorf("POST %s: %d %s", path, resp.StatusCode, raw)
+		}
+		var o struct {
+			Offsets map[string]map[string]int64 `json:"offsets"`
+		}
+		if err := json.Unmarshal(raw, &o); err != nil {
+			return err
+		}
+		for t, ps := range o.Offsets {
+			if after[t] == nil {
+				after[t] = map[string]int64{}
+			}
+			for p, off := range ps {
+				after[t][p] = max(after[t][p], off)
+			}
+		}
+		return nil
+	}
+	for i := 0; i < cfg.DecodeWorkers; i++ {
+		id := fmt.Sprintf("bench-decode-%03d", i)
+		if err := postJSON("/v1/workers", map[string]any{"worker_id": id, "pool": "decode", "model": "bench",
+			"block_size": cfg.BlockSize, "total_kv_blocks": 1 << 20, "max_num_batched_tokens": 8192}); err != nil {
+			return nil, err
+		}
+		p := prefixes[i%len(prefixes)]
+		n := len(p) / cfg.BlockSize
+		hashes := make([]uint64, n)
+		for j := range hashes {
+			hashes[j] = uint64(i)<<32 | uint64(j+1)
+		}
+		if err := postJSON("/v1/events/kv", map[string]any{"worker_id": id, "events": []map[string]any{{
+			"type": "stored", "block_hashes": hashes, "token_ids": p[:n*cfg.BlockSize], "block_size": cfg.BlockSize, "medium": "GPU"}}}); err != nil {
+			return nil, err
+		}
+	}
+	for i := 0; i < cfg.PrefillWorkers; i++ {
+		if err := postJSON("/v1/workers", map[string]any{"worker_id": fmt.Sprintf("bench-prefill-%03d", i), "pool": "prefill",
+			"model": "bench", "block_size": cfg.BlockSize, "max_num_batched_tokens": 8192}); err != nil {
+			return nil, err
+		}
+	}
+	return after, nil
+}

@@ -1,0 +1,155 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/pdrouter/pdrouter/api/loadgen"
+	"github.com/pdrouter/pdrouter/migrations"
+)
+
+// newBenchAPICmd is `pdrouter bench api`: the decision service under load,
+// end to end, with durable audit on a real broker.
+func newBenchAPICmd(a *app) *cobra.Command {
+	cfg := loadgen.Config{DecodeWorkers: 128, PrefillWorkers: 32, BlockSize: 16, MinTokens: 1024, MaxTokens: 32768,
+		SharedPrefixes: 16, Clients: 64, Duration: 20 * time.Second, Warmup: 3 * time.Second, Seed: 1}
+	var rf routerFlags
+	cmd := &cobra.Command{
+		Use:   "api",
+		Short: "Load the decision API and print throughput and latency percentiles",
+		Long: `api registers a fleet (128 decode and 32 prefill workers by default), warms
+their caches with shared prefixes, then runs --clients closed-loop clients
+sending POST /v1/route with prompts of --min-tokens to --max-tokens tokens
+for --duration, and prints decisions/s and latency p50/p99/p99.9 of the
+whole request: HTTP, decision and durable append to the decisions topic.
+
+With --router it loads a running router. Without it, it starts a router
+replica in this process on --brokers (a real Kafka; topics under a fresh
+prefix, migrated with replication factor 1), which is what the bar of 5,000
+decisions/s with p99 ≤ 10 ms refers to; CPU is then the whole process's.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if cfg.MinTokens < 1 || cfg.MaxTokens < cfg.MinTokens || cfg.Clients < 1 || cfg.DecodeWorkers < 1 || cfg.SharedPrefixes < 1 {
+				return errors.New("need 1 ≤ --min-tokens ≤ --max-tokens, --clients ≥ 1, --decode-workers ≥ 1, --shared-prefixes ≥ 1")
+			}
+			cfg.Log = a.log
+			ctx, cancel := context.WithCancel(cmd.Context())
+			defer cancel()
+			inProcess := cfg.URL == ""
+			if inProcess {
+				url, err := startBenchRouter(ctx, a, &rf)
+				if err != nil {
+					return err
+				}
+				cfg.URL = url
+			}
+			var before syscall.Rusage
+			_ = syscall.Getrusage(syscall.RUSAGE_SELF, &before)
+			res, err := loadgen.Run(ctx, cfg)
+			if err != nil {
+				return err
+			}
+			var after syscall.Rusage
+			_ = syscall.Getrusage(syscall.RUSAGE_SELF, &after)
+			cpu := time.Duration(after.Utime.Nano()+after.Stime.Nano()-before.Utime.Nano()-before.Stime.Nano())
+			printBenchAPI(a, cfg, res, cpu, inProcess)
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&cfg.URL, "router", "", "URL of a running router (default: start one in this process on --brokers)")
+	f.IntVar(&cfg.DecodeWorkers, "decode-workers", cfg.DecodeWorkers, "decode workers to register")
+	f.IntVar(&cfg.PrefillWorkers, "prefill-workers", cfg.PrefillWorkers, "prefill workers to register")
+	f.IntVar(&cfg.MinTokens, "min-tokens", cfg.MinTokens, "shortest prompt, in tokens")
+	f.IntVar(&cfg.MaxTokens, "max-tokens", cfg.MaxTokens, "longest prompt, in tokens")
+	f.IntVar(&cfg.SharedPrefixes, "shared-prefixes", cfg.SharedPrefixes, "distinct shared prompt prefixes (cache warm on some workers)")
+	f.IntVar(&cfg.Clients, "clients", cfg.Clients, "concurrent closed-loop clients")
+	f.DurationVar(&cfg.Duration, "duration", cfg.Duration, "measured time")
+	f.DurationVar(&cfg.Warmup, "warmup", cfg.Warmup, "unmeasured time before it")
+	f.BoolVar(&cfg.Hashes, "block-hashes", true, "send precomputed block_hashes (as a gateway would) instead of token_ids")
+	f.Uint64Var(&cfg.Seed, "seed", cfg.Seed, "seed of the generated prompts")
+	rf.bindFlags(f)
+	return cmd
+}
+
+// startBenchRouter runs a router replica in this process on fresh topics.
+func startBenchRouter(ctx context.Context, a *app, rf *routerFlags) (string, error) {
+	if a.kafka.Embedded() {
+		return "", errors.New("bench api needs --router, or --brokers to start a router on")
+	}
+	opts, err := a.kafka.Opts()
+	if err != nil {
+		return "", err
+	}
+	a.topicPrefix = fmt.Sprintf("bench-%d.", time.Now().UnixNano())
+	dir, err := mkdirTempUnder(a.dataDir + "/bench")
+	if err != nil {
+		return "", err
+	}
+	a.dataDir = dir
+	go func() { <-ctx.Done(); removeAll(dir) }()
+	specs, err := migrations.Declarations(migrations.SingleNodeOptions(a.topicPrefix))
+	if err != nil {
+		return "", err
+	}
+	if _, err := runMigrate(ctx, opts, specs, false); err != nil {
+		return "", err
+	}
+	go func() {
+		<-ctx.Done()
+		cl, err := kgo.NewClient(opts...)
+		if err != nil {
+			return
+		}
+		defer cl.Close()
+		dctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		names := make([]string, len(specs))
+		for i, s := range specs {
+			names[i] = s.Name
+		}
+		_, _ = kadm.NewClient(cl).DeleteTopics(dctx, names...)
+	}()
+	a.httpAddr = "127.0.0.1:0"
+	ready := make(chan string, 1)
+	r := &routerRun{a: a, f: rf, connOpts: opts, listening: func(addr string) { ready <- addr }}
+	errc := make(chan error, 1)
+	go func() { errc <- r.run(ctx) }()
+	select {
+	case addr := <-ready:
+		return "http://" + addr, nil
+	case err := <-errc:
+		return "", fmt.Errorf("bench api: router: %w", err)
+	}
+}
+
+func printBenchAPI(a *app, cfg loadgen.Config, r loadgen.Result, cpu time.Duration, inProcess bool) {
+	w := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
+	where := cfg.URL
+	if inProcess {
+		where = "in-process router on " + fmt.Sprint(a.kafka.Brokers)
+	}
+	fmt.Fprintf(w, "bench api\t%s\n", where)
+	fmt.Fprintf(w, "fleet\t%d decode + %d prefill workers, block size %d\n", cfg.DecodeWorkers, cfg.PrefillWorkers, cfg.BlockSize)
+	fmt.Fprintf(w, "prompts\t%d–%d tokens, sent as %s\n", cfg.MinTokens, cfg.MaxTokens, map[bool]string{true: "block_hashes", false: "token_ids"}[cfg.Hashes])
+	fmt.Fprintf(w, "clients\t%d for %s\n", cfg.Clients, r.Elapsed.Round(time.Millisecond))
+	fmt.Fprintf(w, "decisions\t%d (%d local)\n", r.Requests, r.Local)
+	fmt.Fprintf(w, "errors\t%v\n", r.Errors)
+	fmt.Fprintf(w, "throughput\t%.0f decisions/s\t(bar ≥ 5000)\n", r.Throughput)
+	fmt.Fprintf(w, "latency p50\t%s\n", r.P50.Round(time.Microsecond))
+	fmt.Fprintf(w, "latency p99\t%s\t(bar ≤ 10ms)\n", r.P99.Round(time.Microsecond))
+	fmt.Fprintf(w, "latency p99.9\t%s\n", r.P999.Round(time.Microsecond))
+	fmt.Fprintf(w, "latency max\t%s\n", r.Max.Round(time.Microsecond))
+	fmt.Fprintf(w, "cpu\t%.2f cores (this process%s)\n", cpu.Seconds()/r.Elapsed.Seconds(), map[bool]string{true: ": router and load generator", false: ": load generator only"}[inProcess])
+	_ = w.Flush()
+	_ = os.Stdout.Sync()
+}
