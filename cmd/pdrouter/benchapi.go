@@ -60,7 +60,7 @@ decisions/s with p99 ≤ 10 ms refers to; CPU is then the whole process's.`,
 			}
 			var after syscall.Rusage
 			_ = syscall.Getrusage(syscall.RUSAGE_SELF, &after)
-			cpu := time.Duration(after.Utime.Nano()+after.Stime.Nano()-before.Utime.Nano()-before.Stime.Nano())
+			cpu := time.Duration(after.Utime.Nano() + after.Stime.Nano() - before.Utime.Nano() - before.Stime.Nano())
 			printBenchAPI(a, cfg, res, cpu, inProcess)
 			return nil
 		},
