@@ -48,8 +48,9 @@ func (l *KafkaLog) Append(ctx context.Context, recs ...*kgo.Record) ([]Position,
 	return out, nil
 }
 
-// offsetsBody renders positions as the ingest answer: the next offset after
-// each record, per topic and partition, ready to pass as `after`.
+// offsetsBody renders positions as the ingest answer (api.md): the offset
+// each record was written at, the highest per topic and partition, ready to
+// pass as `after` to /v1/route.
 func offsetsBody(ps []Position) map[string]map[string]int64 {
 	out := map[string]map[string]int64{}
 	for _, p := range ps {
@@ -58,8 +59,8 @@ func offsetsBody(ps []Position) map[string]map[string]int64 {
 			out[t] = map[string]int64{}
 		}
 		k := fmt.Sprint(p.Partition)
-		if next := p.Offset + 1; next > out[t][k] {
-			out[t][k] = next
+		if cur, ok := out[t][k]; !ok || p.Offset > cur {
+			out[t][k] = p.Offset
 		}
 	}
 	return out

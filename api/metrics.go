@@ -14,6 +14,7 @@ type metrics struct {
 	auditFailures prometheus.Counter
 	auditSecs     prometheus.Histogram
 	idempotent    prometheus.Counter
+	auditPending  prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -54,7 +55,11 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "pdrouter_route_idempotent_replays_total",
 			Help: "Route requests answered with an earlier decision for the same request_id.",
 		}),
+		auditPending: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "pdrouter_audit_outbox_records",
+			Help: "Decisions made and waiting to be durable on the decisions topic. pdrouter appends synchronously, so its outbox is the set of in-flight appends, each held by a request that has not been answered.",
+		}),
 	}
-	reg.MustRegister(m.decisions, m.decisionSecs, m.effISL, m.requests, m.requestSecs, m.auditFailures, m.auditSecs, m.idempotent)
+	reg.MustRegister(m.decisions, m.decisionSecs, m.effISL, m.requests, m.requestSecs, m.auditFailures, m.auditSecs, m.idempotent, m.auditPending)
 	return m
 }

@@ -314,7 +314,9 @@ func (s *Server) appendDecision(ctx context.Context, rec *pb.DecisionRecord) err
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.auditTimeout)
 	defer cancel()
+	s.metrics.auditPending.Inc()
 	_, err = s.deps.Log.Append(ctx, r)
+	s.metrics.auditPending.Dec()
 	s.metrics.auditSecs.Observe(time.Since(start).Seconds())
 	if err != nil {
 		s.metrics.auditFailures.Inc()

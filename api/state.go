@@ -9,7 +9,8 @@ import (
 	pb "github.com/pdrouter/pdrouter/events/eventspb"
 )
 
-// Offsets is an offset vector: logical topic → partition → next offset.
+// Offsets is an `after` vector: logical topic → partition → the offset of a
+// record that must be applied (as the ingest endpoints return them).
 type Offsets map[events.Topic]map[int32]int64
 
 // State is the replica's materialized state, as the API reads it. The
@@ -20,8 +21,8 @@ type State interface {
 	// Read calls fn with a consistent view of the state and the offset
 	// vector (watermark) that view reflects. fn must not retain v.
 	Read(fn func(v decider.View, watermark *pb.Watermark))
-	// WaitApplied blocks until the state has applied at least the given
-	// offsets, or ctx ends.
+	// WaitApplied blocks until the state has applied the records at the
+	// given offsets (and everything before them), or ctx ends.
 	WaitApplied(ctx context.Context, after Offsets) error
 	// RecordLocalDecision counts a decision this replica made, at once.
 	RecordLocalDecision(rec *pb.DecisionRecord)

@@ -37,7 +37,7 @@ func (s *StoreState) WaitApplied(ctx context.Context, after Offsets) error {
 	var want statestore.Offsets
 	for _, t := range events.AllTopics {
 		for p, off := range after[t] {
-			want = append(want, statestore.PartitionOffset{Topic: t, Partition: p, Next: off})
+			want = append(want, statestore.PartitionOffset{Topic: t, Partition: p, Next: off + 1})
 		}
 	}
 	return s.Store.WaitApplied(ctx, want)

@@ -10,7 +10,11 @@ import (
 // keeps in Pebble. Bump it whenever statestore changes how it encodes state,
 // and either register an upgrade from the previous version in storeUpgrades
 // or accept that old stores are rebuilt by replay.
-const StoreSchemaVersion uint32 = 1
+//
+// History: v1, prefix tables, registry, load and active accounting; v2 adds
+// decision records, their request and time indexes, and the KV-health
+// times (statestore/keys.go). v1 stores are rebuilt.
+const StoreSchemaVersion uint32 = 2
 
 // PebbleFormat pins Pebble's on-disk format. Pebble's FormatDefault picks the
 // oldest format it supports and may change between releases; pinning keeps a

@@ -22,6 +22,20 @@
 //     offsets (snapshot.go); Materializer.Ready gates on lag (lag.go).
 //  7. No I/O on the hot path: View answers from memory only (view.go).
 //
+// Besides the fleet's caches, the state holds (each file says its rule):
+//
+//   - decision records by decision and request id, kept DecisionRetention
+//     after their event time, for idempotent routing and GET
+//     /v1/decisions (decisions.go): in Pebble and the digest, with this
+//     replica's own decisions visible at once, in memory only;
+//   - approximate mode's predicted cache entries, derived from the
+//     decisions of the last ApproximateTTL (approx.go);
+//   - the KV-event health of decode workers, which makes "load but no KV
+//     events" loud (kvhealth.go).
+//
+// WaitApplied (wait.go) blocks a reader until given offsets are applied,
+// woken by each applied chunk.
+//
 // Memory layout: worker (id, dp rank) pairs get dense slots; the hot index
 // maps a router block hash to its holders, inline for one or two holders and
 // a tier-split bitset over slots beyond that (hotindex.go). Each slot keeps

@@ -152,7 +152,7 @@ func (v View) KvEventsMissing(ref decider.WorkerRef) (missing bool, note string)
 }
 
 // checkKvEvents re-evaluates the flag of every slot after a chunk (mu
-// held), keeps the gauge's count, and logs a warning when a worker enters
+// held, after rebuildView), keeps the gauge's count, and logs a warning when a worker enters
 // the state and a note when it leaves it: once per transition, not per
 // apply. At Open (initial) every flagged worker is logged once.
 func (s *Store) checkKvEvents(initial bool) {
@@ -160,7 +160,9 @@ func (s *Store) checkKvEvents(initial bool) {
 	n := 0
 	for slot := range st.workers {
 		ws := st.workers[slot]
-		m := st.kvEventsMissing(int32(slot))
+		// Only the (worker, rank) pairs of the view: a rank beyond the
+		// registered dp_size is not a worker the decider sees.
+		m := slot < len(st.slotRef) && st.slotRef[slot] >= 0 && st.kvEventsMissing(int32(slot))
 		if m {
 			n++
 		}

@@ -137,6 +137,11 @@ func (m *u64map) loadSlots(keys []uint64, vals *[lookahead]uint64, ok *[lookahea
 		idx[j] = m.home(k)
 		first[j] = m.slots[idx[j]]
 	}
+	// Keys past their home slot (common at this load factor) probe in
+	// rounds, one slot further for all of them per round, so their loads
+	// stay independent too.
+	var rest [lookahead]uint8
+	nr := 0
 	for j, k := range keys {
 		switch {
 		case k == 0:
@@ -146,8 +151,27 @@ func (m *u64map) loadSlots(keys []uint64, vals *[lookahead]uint64, ok *[lookahea
 		case first[j].k == 0:
 			vals[j], ok[j] = 0, false
 		default:
-			vals[j], ok[j] = m.get(k)
+			rest[nr] = uint8(j)
+			nr++
 		}
+	}
+	mask := len(m.slots) - 1
+	for nr > 0 {
+		n := 0
+		for _, j := range rest[:nr] {
+			idx[j] = (idx[j] + 1) & mask
+			s := m.slots[idx[j]]
+			switch s.k {
+			case keys[j]:
+				vals[j], ok[j] = s.v, true
+			case 0:
+				vals[j], ok[j] = 0, false
+			default:
+				rest[n] = j
+				n++
+			}
+		}
+		nr = n
 	}
 }
 

@@ -133,7 +133,8 @@ func (v View) liveSlots(buf []uint64, words, sets int, blockSize int) ([]uint64,
 // every tier ends the worker's match. The walk keeps one live bitset per
 // run and stops when no worker is live, so it costs one map lookup and a
 // few word operations per block of the longest match, for any number of
-// workers.
+// workers; a block with the same holders as the one before (a long
+// conversation held by one worker) costs one comparison.
 func (v View) MatchPrefix(blockSize int, chain []uint64, dst []decider.TierOverlap) {
 	st := v.st
 	n := len(chain)

@@ -8,7 +8,9 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"net/http/pprof"
 	"path/filepath"
+	"runtime"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -37,6 +39,7 @@ type routerFlags struct {
 	maxTokens      int
 	bootstrapFrom  string
 	shutdownTimout time.Duration
+	debugAddr      string
 }
 
 func (f *routerFlags) bindFlags(fs *pflag.FlagSet) {
@@ -53,6 +56,7 @@ func (f *routerFlags) bindFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&f.maxTokens, "max-prompt-tokens", 1<<21, "longest prompt /v1/route takes, in tokens (413 above)")
 	fs.StringVar(&f.bootstrapFrom, "bootstrap-from", "", "when the store is empty, start from a snapshot of this peer (http://peer:8080/v1/state/snapshot) instead of replaying the whole log")
 	fs.DurationVar(&f.shutdownTimout, "shutdown-timeout", 15*time.Second, "how long in-flight requests may take on SIGTERM")
+	fs.StringVar(&f.debugAddr, "debug-addr", "", "serve Go's /debug/pprof profiles on this address (keep it private: it exposes internals)")
 }
 
 func (f *routerFlags) validate() error {
@@ -168,6 +172,20 @@ func (r *routerRun) run(ctx context.Context) error {
 		}
 		return err
 	})
+	if f.debugAddr != "" {
+		dl, err := net.Listen("tcp", f.debugAddr)
+		if err != nil {
+			return fmt.Errorf("--debug-addr %s: %w", f.debugAddr, err)
+		}
+		mux := http.NewServeMux()
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		ds := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		go func() { _ = ds.Serve(dl) }()
+		defer ds.Close()
+		runtime.SetMutexProfileFraction(5)
+		runtime.SetBlockProfileRate(100000)
+	}
 	a.log.Info("router serving", "http_addr", ln.Addr().String(), "replica_id", f.replicaID, "policy", cfg.Disagg.Policy,
 		"conditional_disagg", cfg.ConditionalDisagg, "approximate", cfg.Approximate(), "config_hash", dec.ConfigHash())
 	if r.listening != nil {
