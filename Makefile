@@ -8,7 +8,7 @@ LDFLAGS   := -s -w -X main.version=$(VERSION)
 FUZZTIME  ?= 15s
 BENCHTIME ?= 1s
 BENCHCOUNT ?= 5
-RUN_ARGS  ?= --router-conditional-disagg
+RUN_ARGS  ?= --router-conditional-disagg --sim --sim-exit --sim-time-scale 4
 
 .PHONY: all build run test test-unit vet fmt proto bench fuzz kafka-start kafka-stop kafka-restart clean help
 
@@ -20,7 +20,7 @@ help: ## list the targets
 build: ## build bin/pdrouter
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/pdrouter
 
-run: build ## run the embedded development stack (pdrouter dev) with conditional disaggregation on; flags in RUN_ARGS
+run: build ## the main job: pdrouter dev with a simulated 2P2D fleet under conditional disaggregation, then a report; flags in RUN_ARGS
 	./$(BIN) dev $(RUN_ARGS)
 
 test: ## install what is needed, start a real Kafka unless PDR_TEST_BROKERS is set, run every test, stop what was started

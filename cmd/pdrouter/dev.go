@@ -12,6 +12,7 @@ import (
 
 	"github.com/pdrouter/pdrouter/kafkaconn/devbroker"
 	"github.com/pdrouter/pdrouter/migrations"
+	"github.com/pdrouter/pdrouter/sim"
 )
 
 // defaultDevKafkaPort is Kafka's usual port, so tools find the dev broker
@@ -24,6 +25,9 @@ func newDevCmd(a *app) *cobra.Command {
 		exitAfter time.Duration
 		rf        routerFlags
 		inf       ingestFlags
+		sf        simFlags
+		withSim   bool
+		simExit   bool
 	)
 	cmd := &cobra.Command{
 		Use:   "dev",
@@ -67,6 +71,14 @@ everything listens. It is for development and demos, not production: point
 			if err != nil {
 				return err
 			}
+			var workload *sim.Workload
+			if withSim {
+				if workload, err = sf.workload(); err != nil {
+					return err
+				}
+			}
+			ctx, stop := context.WithCancel(ctx)
+			defer stop()
 			r := &routerRun{a: a, f: &rf, connOpts: conn, ingestCfg: &icfg, listening: func(addr string) {
 				fmt.Fprintf(a.stdout, "pdrouter dev — %s\n", devbroker.Label)
 				fmt.Fprintf(a.stdout, "  kafka      %s   (log in %s)\n", strings.Join(b.Addrs(), ","), b.Dir())
@@ -77,13 +89,38 @@ everything listens. It is for development and demos, not production: point
 				fmt.Fprintf(a.stdout, "  try        pdrouter log tail decisions --brokers %s --json\n", b.Addrs()[0])
 				fmt.Fprintf(a.stdout, "  stop       Ctrl-C\n")
 				a.log.Info("dev ready", "kafka", b.Addrs()[0], "api", addr, "startup", time.Since(start).Round(time.Millisecond))
+				if withSim {
+					go runDevSim(ctx, a, &sf, workload, "http://"+addr, !simExit, stop)
+				}
 			}}
 			return r.run(ctx)
 		},
 	}
 	cmd.Flags().IntVar(&port, "kafka-port", defaultDevKafkaPort, "port of the embedded broker on 127.0.0.1 (0: any free port)")
 	cmd.Flags().DurationVar(&exitAfter, "exit-after", 0, "stop after this long (0: run until interrupted); for scripted demos")
+	cmd.Flags().BoolVar(&withSim, "sim", false, "also run a simulated fleet (2 prefill + 2 decode vLLM-like engines) against the router and print a report")
+	cmd.Flags().BoolVar(&simExit, "sim-exit", false, "with --sim: stop dev after the report (otherwise the idle fleet keeps serving)")
 	rf.bindFlags(cmd.Flags())
 	inf.bindFlags(cmd.Flags())
+	sf.bind(cmd.Flags(), "sim-")
 	return cmd
+}
+
+// runDevSim drives the simulated fleet through the router's API: its engines
+// publish real ZMQ KV events that ingest picks up from their registrations.
+func runDevSim(ctx context.Context, a *app, sf *simFlags, w *sim.Workload, url string, keep bool, stop func()) {
+	cfg, err := sf.runConfig(url)
+	if err != nil {
+		a.log.Error("sim", "err", err)
+		stop()
+		return
+	}
+	cfg.KeepServing = keep
+	_, err = sim.RunFleet(ctx, cfg, w, sim.RunDeps{Log: a.log, OnReport: func(r *sim.Report) { r.Format(a.stdout) }})
+	if err != nil && ctx.Err() == nil {
+		a.log.Error("sim", "err", err)
+	}
+	if !keep {
+		stop()
+	}
 }

@@ -1,0 +1,205 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/pdrouter/pdrouter/sim"
+)
+
+// simFlags are the flags that shape a simulated fleet and its workload. They are bound
+// with a prefix so that `pdrouter dev` can offer the same ones as --sim-… next to its
+// own flags.
+type simFlags struct {
+	prefill, decode int
+	trace           string
+	rate, agentic   float64
+	duration        time.Duration
+	seed            uint64
+	timeScale       float64
+	sloTTFT, sloITL time.Duration
+	maxRequests     int
+	maxDuration     time.Duration
+	wire            string
+}
+
+func (s *simFlags) bind(f *pflag.FlagSet, prefix string) {
+	syn := sim.DefaultSynthetic()
+	slo := sim.DefaultSLO()
+	f.IntVar(&s.prefill, prefix+"prefill", 2, "prefill workers of the simulated fleet")
+	f.IntVar(&s.decode, prefix+"decode", 2, "decode workers of the simulated fleet")
+	f.StringVar(&s.trace, prefix+"trace", "", "Mooncake JSONL trace to replay (e.g. ../shared/testdata/mooncake/synthetic_trace.jsonl); empty: the synthetic workload")
+	f.Float64Var(&s.rate, prefix+"session-rate", syn.SessionRate, "synthetic workload: new sessions per simulated second")
+	f.Float64Var(&s.agentic, prefix+"agentic", syn.AgenticFraction, "synthetic workload: share of agentic sessions")
+	f.DurationVar(&s.duration, prefix+"duration", syn.Duration, "synthetic workload: span of session starts (simulated time)")
+	f.Uint64Var(&s.seed, prefix+"seed", 1, "seed of the synthetic workload and of the engines' block hashes")
+	f.Float64Var(&s.timeScale, prefix+"time-scale", 1, "live runs: simulated seconds per wall second (10 replays an hour in 6 minutes)")
+	f.DurationVar(&s.sloTTFT, prefix+"slo-ttft", slo.TTFT, "goodput SLO: time to first token")
+	f.DurationVar(&s.sloITL, prefix+"slo-itl", slo.ITL, "goodput SLO: mean inter-token latency per request")
+	f.IntVar(&s.maxRequests, prefix+"max-requests", 0, "replay only the first N requests (0: all)")
+	f.DurationVar(&s.maxDuration, prefix+"max-duration", 0, "replay only requests arriving within this simulated time (0: all)")
+	f.StringVar(&s.wire, prefix+"wire", "map", "KV event encoding the engines publish: map (vLLM ≥ 0.24) or positional (≤ 0.23)")
+}
+
+// workload loads the trace or generates the synthetic workload, then cuts it.
+func (s *simFlags) workload() (*sim.Workload, error) {
+	var (
+		w   *sim.Workload
+		err error
+	)
+	if s.trace != "" {
+		w, err = sim.LoadMooncake(s.trace)
+	} else {
+		c := sim.DefaultSynthetic()
+		c.Seed, c.SessionRate, c.AgenticFraction, c.Duration = s.seed, s.rate, s.agentic, s.duration
+		w, err = sim.Synthetic(c)
+	}
+	if err != nil {
+		return nil, err
+	}
+	w = w.Until(s.maxDuration).Head(s.maxRequests)
+	if len(w.Requests) == 0 {
+		return nil, errors.New("the workload has no requests (check --max-requests and --max-duration)")
+	}
+	return w, nil
+}
+
+func (s *simFlags) fleet() sim.FleetConfig {
+	fc := sim.DefaultFleet()
+	fc.Prefill, fc.Decode, fc.Seed = s.prefill, s.decode, s.seed
+	fc.SLO = sim.SLO{TTFT: s.sloTTFT, ITL: s.sloITL}
+	return fc
+}
+
+// runConfig is the live-run config for a router URL.
+func (s *simFlags) runConfig(routerURL string) (sim.RunConfig, error) {
+	wf, err := sim.ParseWireFormat(s.wire)
+	if err != nil {
+		return sim.RunConfig{}, err
+	}
+	if s.timeScale <= 0 {
+		return sim.RunConfig{}, fmt.Errorf("--time-scale %v: must be > 0", s.timeScale)
+	}
+	return sim.RunConfig{RouterURL: routerURL, Fleet: s.fleet(), TimeScale: s.timeScale, Wire: wf}, nil
+}
+
+// newSimCmd is `pdrouter sim …`: the fleet simulator.
+func newSimCmd(a *app) *cobra.Command {
+	var (
+		sf        simFlags
+		router    string
+		authToken string
+		policy    string
+	)
+	cmd := &cobra.Command{
+		Use:   "sim",
+		Short: "Simulate a vLLM fleet and route a workload through a router",
+		Long: `sim runs simulated vLLM engines (Llama-3.1-8B on H100 by default; see the sim
+package for every constant and its source) and replays a workload through a router.
+
+With --router URL it runs live: every engine publishes its KV events over real ZMQ
+in vLLM's wire format and serves /metrics, registers itself with the router (so its
+ingest subscribes and scrapes), and every request goes through POST /v1/route; the
+engines obey the decision and lifecycle events are posted back. Use --time-scale to
+replay a long trace faster.
+
+Without --router it runs offline: the decider runs in-process (--policy) against an
+exact view of the fleet, deterministically, as fast as the CPU allows.
+
+Either way it logs progress and prints a report: TTFT and ITL percentiles, goodput
+under the SLO, local versus remote share by reason, prefix cache hits, and prefill
+queue and decode KV usage.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			w, err := sf.workload()
+			if err != nil {
+				return err
+			}
+			if router == "" {
+				p, err := sim.PolicyByName(policy)
+				if err != nil {
+					return err
+				}
+				a.log.Info("sim offline", "policy", p.Name, "requests", len(w.Requests), "prefill", sf.prefill, "decode", sf.decode)
+				rep, err := sim.RunOffline(cmd.Context(), sf.fleet(), w, p, a.log)
+				if rep != nil {
+					rep.Format(a.stdout)
+				}
+				return err
+			}
+			cfg, err := sf.runConfig(router)
+			if err != nil {
+				return err
+			}
+			cfg.AuthToken = authToken
+			rep, err := sim.RunFleet(cmd.Context(), cfg, w, sim.RunDeps{Log: a.log})
+			if rep != nil {
+				rep.Format(a.stdout)
+			}
+			return err
+		},
+	}
+	sf.bind(cmd.Flags(), "")
+	cmd.Flags().StringVar(&router, "router", "", "router API base URL (http://127.0.0.1:8080); empty: offline, decider in-process")
+	cmd.Flags().StringVar(&authToken, "auth-token", "", "bearer token for the router API")
+	cmd.Flags().StringVar(&policy, "policy", "cond-isl_bounding", "offline only: aggregated, always-local, always-remote, cond-isl_bounding, cond-prefill_load, cond-isl_or_load")
+
+	var (
+		cf  simFlags
+		out string
+	)
+	compare := &cobra.Command{
+		Use:   "compare",
+		Short: "Run the same workload under every policy offline and print one table",
+		Long: `compare replays one workload on the same fleet under aggregated serving (all
+workers decode), always-local and always-remote prefill on the disaggregated
+fleet, and each conditional-disaggregation policy with its default thresholds. Runs
+are offline and deterministic. With --out it also writes the table and each report
+to <dir>/compare.txt.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			w, err := cf.workload()
+			if err != nil {
+				return err
+			}
+			start := time.Now()
+			reps, err := sim.Compare(cmd.Context(), cf.fleet(), w, sim.Policies(), a.log)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(a.stdout, "%s: %d requests, %dP%dD, SLO TTFT ≤ %s and ITL ≤ %s (computed in %s)\n",
+				w.Name, len(w.Requests), cf.prefill, cf.decode, cf.sloTTFT, cf.sloITL, time.Since(start).Round(time.Millisecond))
+			sim.FormatTable(a.stdout, reps)
+			if out == "" {
+				return nil
+			}
+			if err := os.MkdirAll(out, 0o755); err != nil {
+				return err
+			}
+			fh, err := os.Create(filepath.Join(out, "compare.txt"))
+			if err != nil {
+				return err
+			}
+			sim.FormatTable(fh, reps)
+			for _, r := range reps {
+				fmt.Fprintln(fh)
+				r.Format(fh)
+			}
+			if err := fh.Close(); err != nil {
+				return err
+			}
+			fmt.Fprintf(a.stdout, "wrote %s\n", filepath.Join(out, "compare.txt"))
+			return nil
+		},
+	}
+	cf.bind(compare.Flags(), "")
+	compare.Flags().StringVar(&out, "out", "", "directory to write compare.txt into")
+	cmd.AddCommand(compare)
+	return cmd
+}

@@ -1,0 +1,46 @@
+// Package sim is pdrouter's fleet simulator: engines that behave like vLLM workers
+// on a simulated clock, the workloads that drive them, and a driver that routes every
+// request through a router (the live HTTP API, or the decider in-process) and reports
+// what users would have seen.
+//
+// Why it exists: no GPU is needed to see conditional disaggregation work, to compare
+// policies on real traffic (the Mooncake trace), or to drive ingest and the router
+// through the real wire formats. So the simulator is faithful where the router can
+// observe it, and a documented model everywhere else:
+//
+//   - Observable, exact: KV events are vLLM's ZMQ bytes (three frames, 8-byte big-endian
+//     seq, msgpack batch [ts, events, dp_rank], map or positional events, a replay
+//     ROUTER socket), and /metrics uses vLLM's metric names. Prefix caching follows
+//     vLLM's semantics: only full blocks are cached and announced (BlockStored), an
+//     evicted block is announced (BlockRemoved) when its memory is reused, a reset is
+//     AllBlocksCleared, and the free queue evicts least recently freed blocks first.
+//   - Modelled, documented: step times (timing.go, hardware.go), admission and
+//     chunked-prefill scheduling (engine.go), KV transfer (bytes per token ÷
+//     bandwidth, serialized per receiving worker).
+//
+// Files, one concern each:
+//
+//	hardware.go   published constants of the default model and GPU, with sources
+//	timing.go     the step-time model built from them
+//	eventq.go     the discrete-event clock (deterministic ordering)
+//	blockpool.go  the KV block pool: prefix cache, LRU free queue, KV events
+//	engine.go     one engine: waiting queue, running batch, chunked prefill, roles
+//	wire.go       vLLM's msgpack encoding of KV event batches (map and positional)
+//	publisher.go  the ZMQ PUB socket, seq numbers and the replay ROUTER
+//	metrics.go    the engine's /metrics in Prometheus text format
+//	request.go    a request of a workload and its deterministic token ids
+//	mooncake.go   the Mooncake FAST'25 JSONL trace loader
+//	synthetic.go  the synthetic multi-turn and agentic workload generator
+//	router.go     the Router interface the driver routes through
+//	localrouter.go the in-process decider and its exact view of the fleet (offline)
+//	httprouter.go the HTTP client of pdrouter's API (live)
+//	fleet.go      the driver: arrivals, decisions obeyed, transfers, lifecycle
+//	report.go     the report: TTFT, ITL, goodput, shares, reasons, cache hits
+//	compare.go    the offline policy comparison
+//	run.go        RunFleet: live engines on real sockets against a router URL
+//
+// Determinism: the offline fleet is a pure function of (config, workload, seed). The
+// event queue orders simultaneous events by insertion sequence, maps are never
+// iterated where order matters, and the report reads only simulated time. In live mode
+// the router's view lags the engines by real time, so results vary run to run.
+package sim

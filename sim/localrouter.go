@@ -1,0 +1,211 @@
+package sim
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/pdrouter/pdrouter/decider"
+)
+
+// LocalRouter runs pdrouter's decider in-process against an exact view of the
+// simulated fleet, with no HTTP, Kafka or ingest in between. It is what the offline
+// mode and the policy comparison use: deterministic and fast.
+//
+// The view it gives the decider is what a router with zero-lag KV events and load
+// samples would hold: overlaps read straight from each engine's prefix cache, load
+// samples from each engine's queues, and the router-side active accounting kept here
+// from decisions and lifecycle events by the rules of conditional-disagg.md (a
+// decision adds the request's blocks to its decode worker, deduplicated by hash, plus
+// its partial last block; the worker that prefills carries the prompt tokens it must
+// compute until prefill_done; completion frees the blocks). The live router sees the
+// same things through its materialized state, late by the pipeline's lag.
+type LocalRouter struct {
+	dc *decider.Decider
+	// HidePrefill keeps prefill workers out of the decider's view, so every request
+	// is prefilled on its decode worker (aggregated_no_prefill_workers): the
+	// "always local" baseline on the same fleet.
+	hidePrefill bool
+	view        *fleetView
+	dec         decider.Decision
+	inflight    map[string]*activeEntry
+}
+
+// NewLocalRouter builds the decider for cfg. hidePrefill makes every decision local.
+func NewLocalRouter(cfg decider.Config, hidePrefill bool) (*LocalRouter, error) {
+	dc, err := decider.New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &LocalRouter{dc: dc, hidePrefill: hidePrefill, inflight: map[string]*activeEntry{}}, nil
+}
+
+type activeEntry struct {
+	decode, prefillAt int // worker refs; prefillAt carries prefillTok
+	chain             []uint64
+	extra             int64
+	prefillTok        int64
+}
+
+func (lr *LocalRouter) attach(f *Fleet) {
+	v := &fleetView{}
+	for _, e := range f.engines {
+		if lr.hidePrefill && e.cfg.Pool == PoolPrefill {
+			continue
+		}
+		pool := decider.PoolDecode
+		if e.cfg.Pool == PoolPrefill {
+			pool = decider.PoolPrefill
+		}
+		v.engines = append(v.engines, e)
+		v.workers = append(v.workers, decider.WorkerInfo{ID: e.cfg.ID, Pool: pool, Model: e.cfg.Model,
+			BlockSize: e.cfg.BlockSize, TotalKVBlocks: int64(e.cfg.NumBlocks), MaxNumBatchedTokens: int64(e.cfg.MaxBatchedTokens)})
+		v.active = append(v.active, workerActive{blocks: map[uint64]int{}})
+	}
+	lr.view = v
+}
+
+// Route implements Router.
+func (lr *LocalRouter) Route(_ context.Context, r *Request, tokens []uint32) (Decision, error) {
+	v := lr.view
+	if v == nil {
+		return Decision{}, fmt.Errorf("sim: local router used before the fleet attached it")
+	}
+	var chains []decider.Chain
+	for _, w := range v.workers {
+		if !containsChain(chains, w.BlockSize) {
+			chains = append(chains, decider.Chain{BlockSize: w.BlockSize, Hashes: chainOf(tokens, w.BlockSize)})
+		}
+	}
+	req := &decider.Request{ID: r.ID, Model: v.workers[0].Model, PromptTokens: int64(len(tokens)), Chains: chains}
+	if err := lr.dc.DecideInto(&lr.dec, v, req); err != nil {
+		return Decision{}, err
+	}
+	d := &lr.dec
+	out := Decision{Mode: string(d.Mode), DecodeWorker: d.DecodeWorker, PrefillWorker: d.PrefillWorker,
+		Reason: string(d.Reason), CachedTokens: d.CachedTokens, EffectiveISL: d.EffectiveISL}
+	// Router-side accounting for this request.
+	ent := &activeEntry{decode: v.ref(d.DecodeWorker), prefillAt: -1}
+	dw := v.workers[ent.decode]
+	ent.chain = req.Chains[chainIndex(chains, dw.BlockSize)].Hashes
+	ent.extra = int64(ceilDiv(len(tokens), dw.BlockSize) - len(ent.chain))
+	v.active[ent.decode].add(ent.chain, ent.extra)
+	if d.Mode == decider.ModeRemote {
+		ent.prefillAt = v.ref(d.PrefillWorker)
+		for i := range d.Candidates {
+			if c := &d.Candidates[i]; c.Worker == d.PrefillWorker && c.Pool == decider.PoolPrefill {
+				ent.prefillTok = int64(len(tokens)) - min(int64(c.OverlapBlocks*c.BlockSize), int64(len(tokens)))
+			}
+		}
+	} else {
+		ent.prefillAt, ent.prefillTok = ent.decode, d.EffectiveISL
+	}
+	v.active[ent.prefillAt].prefillTok += ent.prefillTok
+	lr.inflight[r.ID] = ent
+	return out, nil
+}
+
+// PrefillDone implements Router: the prefilling worker stops carrying the prompt.
+func (lr *LocalRouter) PrefillDone(_ context.Context, r *Request, _ time.Duration) {
+	if ent := lr.inflight[r.ID]; ent != nil && ent.prefillAt >= 0 {
+		lr.view.active[ent.prefillAt].prefillTok -= ent.prefillTok
+		ent.prefillAt = -1
+	}
+}
+
+// Completed implements Router: the decode worker's blocks are freed.
+func (lr *LocalRouter) Completed(ctx context.Context, r *Request, _ int, _ time.Duration) {
+	ent := lr.inflight[r.ID]
+	if ent == nil {
+		return
+	}
+	lr.PrefillDone(ctx, r, 0)
+	lr.view.active[ent.decode].remove(ent.chain, ent.extra)
+	delete(lr.inflight, r.ID)
+}
+
+// fleetView is the decider.View of the fleet.
+type fleetView struct {
+	engines []*Engine
+	workers []decider.WorkerInfo
+	active  []workerActive
+}
+
+type workerActive struct {
+	blocks     map[uint64]int // chain hash → requests holding it
+	distinct   int64
+	extra      int64
+	prefillTok int64
+}
+
+func (a *workerActive) add(chain []uint64, extra int64) {
+	for _, h := range chain {
+		if a.blocks[h]++; a.blocks[h] == 1 {
+			a.distinct++
+		}
+	}
+	a.extra += extra
+}
+
+func (a *workerActive) remove(chain []uint64, extra int64) {
+	for _, h := range chain {
+		if a.blocks[h]--; a.blocks[h] == 0 {
+			delete(a.blocks, h)
+			a.distinct--
+		}
+	}
+	a.extra -= extra
+}
+
+func (v *fleetView) ref(id string) int {
+	for i := range v.workers {
+		if v.workers[i].ID == id {
+			return i
+		}
+	}
+	panic("sim: decider picked unknown worker " + id)
+}
+
+func (v *fleetView) Workers() []decider.WorkerInfo { return v.workers }
+
+func (v *fleetView) MatchPrefix(blockSize int, chain []uint64, dst []decider.TierOverlap) {
+	for i, e := range v.engines {
+		if v.workers[i].BlockSize == blockSize {
+			dst[i] = decider.TierOverlap{Device: e.pool.Match(chain, len(chain))}
+		}
+	}
+}
+
+func (v *fleetView) Load(w decider.WorkerRef) (decider.LoadSample, bool) {
+	l := v.engines[w].Load()
+	return decider.LoadSample{KVUsedBlocks: int64(l.UsedBlocks), ActivePrefillTokens: int64(l.PrefillTokens)}, true
+}
+
+func (v *fleetView) Active(w decider.WorkerRef) decider.ActiveLoad {
+	a := &v.active[w]
+	return decider.ActiveLoad{DecodeBlocks: a.distinct + a.extra, PrefillTokens: a.prefillTok}
+}
+
+func (v *fleetView) MatchActive(blockSize int, chain []uint64, dst []int) {
+	for i := range v.workers {
+		if v.workers[i].BlockSize != blockSize {
+			continue
+		}
+		n := 0
+		for n < len(chain) && v.active[i].blocks[chain[n]] > 0 {
+			n++
+		}
+		dst[i] = n
+	}
+}
+
+func containsChain(cs []decider.Chain, bs int) bool { return chainIndex(cs, bs) >= 0 }
+
+func chainIndex(cs []decider.Chain, bs int) int {
+	for i := range cs {
+		if cs[i].BlockSize == bs {
+			return i
+		}
+	}
+	return -1
+}

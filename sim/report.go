@@ -1,0 +1,216 @@
+package sim
+
+import (
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// Latency is a latency distribution summary.
+type Latency struct {
+	P50, P90, P99, Mean time.Duration
+	N                   int
+}
+
+// Report is what a run shows a user. It is computed from simulated time only, so an
+// offline run's report is a pure function of its inputs.
+type Report struct {
+	Label string
+	// Requests is the workload size; Completed finished, Failed could not be routed
+	// or served (a live router's errors), Unfinished were cut off (context ended).
+	Requests, Completed, Failed, Unfinished int
+	// Span is the simulated time from the first arrival to the last completion.
+	Span time.Duration
+	// TTFT over completed requests; ITL over completed requests with ≥ 2 output
+	// tokens, each request counted once with its mean inter-token latency.
+	TTFT, ITL Latency
+	SLO       SLO
+	// Good requests completed within both SLOs (a one-token request has no ITL to
+	// miss). Goodput is Good ÷ Requests; GoodputRate is Good per simulated second.
+	Good        int
+	Goodput     float64
+	GoodputRate float64
+	// Local and Remote count routed requests by mode; Reasons counts reason codes.
+	Local, Remote int
+	Reasons       map[string]int
+	// PromptTokens routed; CacheHitTokens of them were found in the prefix cache of
+	// the worker that prefilled (so not recomputed). HitRatio is their ratio.
+	PromptTokens, CacheHitTokens int64
+	HitRatio                     float64
+	// TransferTokens is the KV moved from prefill to decode workers.
+	TransferTokens int64
+	// PrefillComputed is the prompt tokens computed, by pool ("prefill" workers or
+	// "decode" workers prefilling locally): the prefill load each pool carried.
+	PrefillComputedOnPrefill, PrefillComputedOnDecode int64
+	// Sampled every simulated second while work remained: requests waiting on the
+	// prefill workers (mean per worker, max), prompt tokens queued there, and KV usage
+	// of the decode workers (mean, max).
+	PrefillQueueMean float64
+	PrefillQueueMax  int
+	PrefillTokensMax int
+	DecodeKVMean     float64
+	DecodeKVMax      float64
+}
+
+func (f *Fleet) report(label string) *Report {
+	rep := &Report{Label: label, Requests: len(f.results), SLO: f.cfg.SLO, Reasons: map[string]int{}}
+	var ttft, itl []time.Duration
+	var first, last simTime = -1, 0
+	for _, r := range f.results {
+		if first < 0 || r.arrival < first {
+			first = r.arrival
+		}
+		switch {
+		case r.err != nil:
+			rep.Failed++
+			continue
+		case r.dec.Mode == "":
+			rep.Unfinished++
+			continue
+		}
+		rep.Reasons[r.dec.Reason]++
+		if r.dec.Mode == ModeLocal {
+			rep.Local++
+		} else {
+			rep.Remote++
+		}
+		rep.PromptTokens += int64(r.req.PromptLen)
+		rep.CacheHitTokens += int64(r.promptHit)
+		rep.TransferTokens += int64(r.transfer)
+		if !r.finished {
+			rep.Unfinished++
+			continue
+		}
+		rep.Completed++
+		last = max(last, r.done)
+		t := r.firstToken - r.arrival
+		ttft = append(ttft, t)
+		good := t <= f.cfg.SLO.TTFT
+		if r.generated >= 2 {
+			i := r.itl()
+			itl = append(itl, i)
+			good = good && i <= f.cfg.SLO.ITL
+		}
+		if good {
+			rep.Good++
+		}
+	}
+	rep.TTFT, rep.ITL = summarize(ttft), summarize(itl)
+	if first >= 0 && last > first {
+		rep.Span = last - first
+		rep.GoodputRate = float64(rep.Good) / rep.Span.Seconds()
+	}
+	if rep.Requests > 0 {
+		rep.Goodput = float64(rep.Good) / float64(rep.Requests)
+	}
+	if rep.PromptTokens > 0 {
+		rep.HitRatio = float64(rep.CacheHitTokens) / float64(rep.PromptTokens)
+	}
+	nPrefill, nDecode := 0, 0
+	for _, e := range f.engines {
+		if e.cfg.Pool == PoolPrefill {
+			nPrefill++
+			rep.PrefillComputedOnPrefill += int64(e.prefilled)
+		} else {
+			nDecode++
+			rep.PrefillComputedOnDecode += int64(e.prefilled)
+		}
+	}
+	if s := f.samples; s.n > 0 {
+		if nPrefill > 0 {
+			rep.PrefillQueueMean = s.prefillWaitSum / float64(s.n*nPrefill)
+		}
+		rep.PrefillQueueMax, rep.PrefillTokensMax = s.prefillWaitMax, s.prefillTokMax
+		rep.DecodeKVMean, rep.DecodeKVMax = s.decodeUsageSum/float64(s.n*nDecode), s.decMax
+	}
+	return rep
+}
+
+func summarize(ds []time.Duration) Latency {
+	if len(ds) == 0 {
+		return Latency{}
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	var sum time.Duration
+	for _, d := range s {
+		sum += d
+	}
+	return Latency{P50: pick(s, 0.5), P90: pick(s, 0.9), P99: pick(s, 0.99), Mean: sum / time.Duration(len(s)), N: len(s)}
+}
+
+// pick is the nearest-rank percentile of sorted values.
+func pick(sorted []time.Duration, p float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := int(p*float64(len(sorted))+0.999999) - 1
+	return sorted[min(max(i, 0), len(sorted)-1)]
+}
+
+func percentile(ds []time.Duration, p float64) time.Duration {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return pick(s, p)
+}
+
+func ms(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d)/float64(time.Millisecond)) }
+
+// LocalShare is the fraction of routed requests prefilled locally.
+func (r *Report) LocalShare() float64 {
+	if n := r.Local + r.Remote; n > 0 {
+		return float64(r.Local) / float64(n)
+	}
+	return 0
+}
+
+// Format prints the report for a person.
+func (r *Report) Format(w io.Writer) {
+	fmt.Fprintf(w, "== %s ==\n", r.Label)
+	fmt.Fprintf(w, "requests     %d routed of %d; %d completed, %d failed, %d unfinished; span %s (simulated)\n",
+		r.Local+r.Remote, r.Requests, r.Completed, r.Failed, r.Unfinished, r.Span.Round(time.Millisecond))
+	fmt.Fprintf(w, "TTFT         p50 %s  p90 %s  p99 %s  mean %s\n", ms(r.TTFT.P50), ms(r.TTFT.P90), ms(r.TTFT.P99), ms(r.TTFT.Mean))
+	fmt.Fprintf(w, "ITL (mean/request) p50 %s  p90 %s  p99 %s  (%d requests with ≥ 2 tokens)\n", ms(r.ITL.P50), ms(r.ITL.P90), ms(r.ITL.P99), r.ITL.N)
+	fmt.Fprintf(w, "goodput      %d of %d requests (%.1f%%) within TTFT ≤ %s and ITL ≤ %s; %.2f good req/s\n",
+		r.Good, r.Requests, 100*r.Goodput, r.SLO.TTFT, r.SLO.ITL, r.GoodputRate)
+	fmt.Fprintf(w, "placement    local %d (%.1f%%), remote %d\n", r.Local, 100*r.LocalShare(), r.Remote)
+	for _, k := range sortedKeys(r.Reasons) {
+		fmt.Fprintf(w, "  %-38s %d\n", k, r.Reasons[k])
+	}
+	fmt.Fprintf(w, "prefix cache %.1f%% of %d prompt tokens hit where prefilled; %d tokens of KV transferred\n",
+		100*r.HitRatio, r.PromptTokens, r.TransferTokens)
+	fmt.Fprintf(w, "prefill load %d tokens computed on prefill workers, %d on decode workers\n", r.PrefillComputedOnPrefill, r.PrefillComputedOnDecode)
+	fmt.Fprintf(w, "queues       prefill waiting mean %.2f/worker (max %d, max %d tokens queued); decode KV usage mean %.1f%% max %.1f%%\n",
+		r.PrefillQueueMean, r.PrefillQueueMax, r.PrefillTokensMax, 100*r.DecodeKVMean, 100*r.DecodeKVMax)
+}
+
+// FormatTable prints several reports as one comparison table.
+func FormatTable(w io.Writer, reps []*Report) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "policy\tdone\tlocal%\tTTFT p50\tTTFT p99\tITL p50\tITL p99\tgoodput%\thit%\tprefill tok on P\ton D\tKV moved\t")
+	for _, r := range reps {
+		fmt.Fprintf(tw, "%s\t%d\t%.1f\t%s\t%s\t%s\t%s\t%.1f\t%.1f\t%d\t%d\t%d\t\n", r.Label, r.Completed, 100*r.LocalShare(),
+			ms(r.TTFT.P50), ms(r.TTFT.P99), ms(r.ITL.P50), ms(r.ITL.P99), 100*r.Goodput, 100*r.HitRatio,
+			r.PrefillComputedOnPrefill, r.PrefillComputedOnDecode, r.TransferTokens)
+	}
+	_ = tw.Flush()
+}
+
+func sortedKeys(m map[string]int) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+// String is Format into a string.
+func (r *Report) String() string {
+	var b strings.Builder
+	r.Format(&b)
+	return b.String()
+}

@@ -1,0 +1,96 @@
+package sim
+
+import (
+	"time"
+
+	"github.com/pdrouter/pdrouter/kvhash"
+)
+
+// Segment is a run of Len token ids drawn deterministically from Seed. Prompts are
+// sequences of segments, so two prompts that start with the same segments start with
+// the same tokens, exactly, and nothing else is shared (up to the 1/vocab chance of a
+// single equal token, which never makes a whole block equal).
+type Segment struct {
+	Seed uint64
+	Len  int
+}
+
+// Request is one request of a workload.
+type Request struct {
+	// ID is unique within the workload; it becomes the router's request_id.
+	ID string
+	// Arrival is the time since the start of the workload.
+	Arrival time.Duration
+	// Prompt is the prompt, as segments; PromptLen is its length in tokens.
+	Prompt    []Segment
+	PromptLen int
+	// OutputLen is how many tokens the request generates (at least 1).
+	OutputLen int
+	// Output is the seed of the generated tokens. A multi-turn workload puts the same
+	// segment in the next turn's prompt, so the engine's cached output blocks are hits
+	// for the next turn, as with a real chat client resending the history.
+	Output uint64
+	// Session names the conversation or agent run, "" for independent requests.
+	Session string
+}
+
+// tokenVocab bounds generated token ids: Llama 3's vocabulary.
+const tokenVocab = llama8BVocab
+
+// SegmentToken is token j of a segment.
+func SegmentToken(seed uint64, j int) uint32 {
+	return uint32(mix64(seed*0x9e3779b97f4a7c15+uint64(j)+1) % tokenVocab)
+}
+
+// Tokens expands the prompt into token ids.
+func (r *Request) Tokens() []uint32 {
+	out := make([]uint32, 0, r.PromptLen)
+	for _, s := range r.Prompt {
+		for j := range s.Len {
+			out = append(out, SegmentToken(s.Seed, j))
+		}
+	}
+	return out
+}
+
+// OutputToken is the i-th generated token.
+func (r *Request) OutputToken(i int) uint32 { return SegmentToken(r.Output, i) }
+
+// Chain is the router hash chain of the prompt's complete blocks for a block size.
+func (r *Request) Chain(blockSize int) []uint64 {
+	return kvhash.Chain(nil, r.Tokens(), blockSize, 0, false)
+}
+
+// Workload is a finite, time-ordered list of requests.
+type Workload struct {
+	Name     string
+	Requests []*Request
+}
+
+// Head returns the workload cut to its first n requests (n ≤ 0: all).
+func (w *Workload) Head(n int) *Workload {
+	if n <= 0 || n >= len(w.Requests) {
+		return w
+	}
+	return &Workload{Name: w.Name, Requests: w.Requests[:n]}
+}
+
+// Until returns the workload cut to the requests arriving before d (d ≤ 0: all).
+func (w *Workload) Until(d time.Duration) *Workload {
+	if d <= 0 {
+		return w
+	}
+	n := 0
+	for n < len(w.Requests) && w.Requests[n].Arrival < d {
+		n++
+	}
+	return &Workload{Name: w.Name, Requests: w.Requests[:n]}
+}
+
+// Duration is the arrival time of the last request.
+func (w *Workload) Duration() time.Duration {
+	if len(w.Requests) == 0 {
+		return 0
+	}
+	return w.Requests[len(w.Requests)-1].Arrival
+}

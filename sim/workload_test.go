@@ -1,0 +1,166 @@
+package sim
+
+import (
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pdrouter/pdrouter/kvhash"
+)
+
+// TestMooncakeSharedPrefixes: on the real trace, requests whose hash_ids share a
+// leading run share exactly that token prefix (and the router's chains agree up to
+// it, for vLLM's block size), and requests with different first ids share nothing.
+func TestMooncakeSharedPrefixes(t *testing.T) {
+	w := loadTrace(t)
+	if len(w.Requests) != 3993 {
+		t.Fatalf("%d requests, want 3993", len(w.Requests))
+	}
+	for _, r := range w.Requests {
+		n := 0
+		for _, s := range r.Prompt {
+			n += s.Len
+		}
+		if n != r.PromptLen || r.OutputLen < 1 {
+			t.Fatalf("%s: segments hold %d tokens, input_length %d", r.ID, n, r.PromptLen)
+		}
+	}
+	ids := func(r *Request) []uint64 {
+		var out []uint64
+		for _, s := range r.Prompt {
+			out = append(out, s.Seed)
+		}
+		return out
+	}
+	// Find pairs in the first 1000 requests: sharing a leading run, and not.
+	checkedShared, checkedDistinct := 0, 0
+	reqs := w.Requests[:1000]
+	for i := 0; i < len(reqs) && (checkedShared < 20 || checkedDistinct < 20); i++ {
+		for j := i + 1; j < len(reqs) && j < i+200; j++ {
+			a, b := reqs[i], reqs[j]
+			sa, sb := ids(a), ids(b)
+			run := 0
+			for run < min(len(sa), len(sb)) && sa[run] == sb[run] {
+				run++
+			}
+			if (run > 0 && checkedShared >= 20) || (run == 0 && checkedDistinct >= 20) {
+				continue
+			}
+			ta, tb := a.Tokens(), b.Tokens()
+			common := 0
+			for common < min(len(ta), len(tb)) && ta[common] == tb[common] {
+				common++
+			}
+			switch {
+			case run > 0 && checkedShared < 20:
+				checkedShared++
+				// The shared ids cover run·512 tokens, less if one prompt ends inside them.
+				want := 0
+				for k := range run {
+					want += min(a.Prompt[k].Len, b.Prompt[k].Len)
+				}
+				if common < want {
+					t.Errorf("%s/%s share %d ids (%d tokens) but only %d tokens", a.ID, b.ID, run, want, common)
+				}
+				ca, cb := kvhash.Chain(nil, ta, 16, 0, false), kvhash.Chain(nil, tb, 16, 0, false)
+				k := want / 16
+				if !slices.Equal(ca[:k], cb[:k]) {
+					t.Errorf("%s/%s: chains differ within the shared %d blocks", a.ID, b.ID, k)
+				}
+				if run < min(len(sa), len(sb)) && common >= want+16 && len(ca) > k && len(cb) > k && ca[k] == cb[k] {
+					t.Errorf("%s/%s: chains agree past the shared ids", a.ID, b.ID)
+				}
+			case run == 0 && checkedDistinct < 20:
+				checkedDistinct++
+				if common >= 16 {
+					t.Errorf("%s/%s share no id but %d leading tokens", a.ID, b.ID, common)
+				}
+				ca, cb := kvhash.Chain(nil, ta, 16, 0, false), kvhash.Chain(nil, tb, 16, 0, false)
+				if len(ca) > 0 && len(cb) > 0 && ca[0] == cb[0] {
+					t.Errorf("%s/%s: first blocks hash alike", a.ID, b.ID)
+				}
+			}
+		}
+	}
+	if checkedShared < 20 || checkedDistinct < 20 {
+		t.Fatalf("found only %d sharing and %d distinct pairs", checkedShared, checkedDistinct)
+	}
+	// A tail: input_length not a multiple of 512 ends inside its last id.
+	r0 := w.Requests[0]
+	if r0.PromptLen != 40160 || len(r0.Prompt) != 79 || r0.Prompt[78].Len != 40160-78*512 {
+		t.Errorf("first request: %d tokens in %d segments, last %d", r0.PromptLen, len(r0.Prompt), r0.Prompt[len(r0.Prompt)-1].Len)
+	}
+}
+
+// TestReadMooncakeTail: an input longer than its ids gets a unique tail; a shorter one
+// truncates the last id's block; bad lines are refused.
+func TestReadMooncakeTail(t *testing.T) {
+	w, err := ReadMooncake(strings.NewReader(`{"timestamp": 5, "input_length": 600, "output_length": 2, "hash_ids": [7]}
+{"timestamp": 1, "input_length": 100, "output_length": 0, "hash_ids": [7, 8]}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b := w.Requests[1], w.Requests[0] // sorted by timestamp
+	if a.Arrival != 5*time.Millisecond || len(a.Prompt) != 2 || a.Prompt[1].Len != 88 {
+		t.Errorf("long tail: %+v", a)
+	}
+	if b.PromptLen != 100 || len(b.Prompt) != 1 || b.OutputLen != 1 {
+		t.Errorf("short: %+v", b)
+	}
+	if ta, tb := a.Tokens(), b.Tokens(); !slices.Equal(ta[:100], tb) {
+		t.Error("the shared id does not give the same first 100 tokens")
+	}
+	if _, err := ReadMooncake(strings.NewReader(`{"timestamp": 1}` + "\n")); err == nil {
+		t.Error("a line without lengths was accepted")
+	}
+}
+
+// TestSyntheticWorkload: the generator is seeded, sessions grow their context turn by
+// turn (each prompt extends the previous prompt and answer), and system prompts are
+// shared across sessions.
+func TestSyntheticWorkload(t *testing.T) {
+	cfg := DefaultSynthetic()
+	cfg.Duration = 30 * time.Second
+	a, err := Synthetic(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := Synthetic(cfg)
+	if len(a.Requests) == 0 || len(a.Requests) != len(b.Requests) {
+		t.Fatalf("%d vs %d requests", len(a.Requests), len(b.Requests))
+	}
+	for i := range a.Requests {
+		if a.Requests[i].ID != b.Requests[i].ID || !slices.Equal(a.Requests[i].Prompt, b.Requests[i].Prompt) {
+			t.Fatal("same seed, different workloads")
+		}
+	}
+	bySession := map[string][]*Request{}
+	sys := map[uint64]int{}
+	agents := 0
+	for _, r := range a.Requests {
+		bySession[r.Session] = append(bySession[r.Session], r)
+		sys[r.Prompt[0].Seed]++
+		if strings.HasPrefix(r.Session, "agent") {
+			agents++
+		}
+	}
+	for s, rs := range bySession {
+		for i := 1; i < len(rs); i++ {
+			prev, cur := rs[i-1], rs[i]
+			if cur.Arrival < prev.Arrival || len(cur.Prompt) != len(prev.Prompt)+2 ||
+				!slices.Equal(cur.Prompt[:len(prev.Prompt)], prev.Prompt) || cur.Prompt[len(prev.Prompt)].Seed != prev.Output {
+				t.Fatalf("session %s turn %d does not extend turn %d with its answer", s, i, i-1)
+			}
+		}
+	}
+	if len(sys) > cfg.SystemPrompts || agents == 0 || agents == len(a.Requests) {
+		t.Errorf("%d system prompts, %d agent requests of %d", len(sys), agents, len(a.Requests))
+	}
+	cfg.Seed = 2
+	c, _ := Synthetic(cfg)
+	if len(c.Requests) == len(a.Requests) && slices.Equal(c.Requests[0].Prompt, a.Requests[0].Prompt) && c.Requests[0].Arrival == a.Requests[0].Arrival {
+		t.Error("another seed gave the same workload")
+	}
+}
