@@ -59,8 +59,13 @@ func (m *Materializer) Lag(ctx context.Context) (Lag, error) {
 		out.Max = max(out.Max, pl.Lag)
 	})
 	sortLag(out.Partitions)
+	perTopic := map[events.Topic]int64{}
 	for _, p := range out.Partitions {
 		m.s.met.lag.WithLabelValues(string(p.Topic), strconv.Itoa(int(p.Partition))).Set(float64(p.Lag))
+		perTopic[p.Topic] += p.Lag
+	}
+	for _, t := range events.AllTopics {
+		m.s.met.topicLag.WithLabelValues(string(t)).Set(float64(perTopic[t]))
 	}
 	return out, nil
 }

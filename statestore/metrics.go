@@ -19,8 +19,9 @@ type Metrics struct {
 	applySeconds  prometheus.Histogram
 	offset        *prometheus.GaugeVec
 	lag           *prometheus.GaugeVec
+	topicLag      *prometheus.GaugeVec
 	blocks        *prometheus.GaugeVec
-	workers       prometheus.Gauge
+	workers       *prometheus.GaugeVec
 	removeUnknown prometheus.Counter
 	orphans       prometheus.Counter
 	resets        *prometheus.CounterVec
@@ -56,14 +57,18 @@ func newMetrics(reg prometheus.Registerer, dm *events.DecodeMetrics) *Metrics {
 			Name: "pdrouter_statestore_lag_records",
 			Help: "End offset minus applied offset, by logical topic and partition (as of the last lag check).",
 		}, []string{"topic", "partition"}),
+		topicLag: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "pdrouter_consumer_lag_records",
+			Help: "Records the state is behind the log, by logical topic (sum over partitions, as of the last lag check).",
+		}, []string{"topic"}),
 		blocks: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "pdrouter_statestore_blocks",
 			Help: "Cached (block, worker) entries held, by tier.",
 		}, []string{"tier"}),
-		workers: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "pdrouter_statestore_workers",
-			Help: "Registered (worker, rank) pairs.",
-		}),
+		workers: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "pdrouter_workers",
+			Help: "Registered (worker, dp rank) pairs by pool and state: ready, unavailable, or kv_events_missing (a decode worker that sends load but no KV events).",
+		}, []string{"pool", "state"}),
 		removeUnknown: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "pdrouter_kv_remove_unknown_total",
 			Help: "BlockRemoved hashes (or tiers) the worker was not known to hold; tolerated.",
@@ -97,7 +102,7 @@ func newMetrics(reg prometheus.Registerer, dm *events.DecodeMetrics) *Metrics {
 			Help: "Estimated heap bytes of the hot index and the engine hash tables.",
 		}),
 		kvMissing: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "pdrouter_decode_workers_kv_events_missing",
+			Name: "pdrouter_kv_events_missing_workers",
 			Help: "Decode (worker, dp rank) pairs that send load samples but no KV events (see GET /v1/workers): with conditional disaggregation on they can never bypass remote prefill.",
 		}),
 		predicted: prometheus.NewGauge(prometheus.GaugeOpts{
@@ -106,7 +111,7 @@ func newMetrics(reg prometheus.Registerer, dm *events.DecodeMetrics) *Metrics {
 		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.applied, m.applySeconds, m.offset, m.lag, m.blocks, m.workers, m.removeUnknown,
+		reg.MustRegister(m.applied, m.applySeconds, m.offset, m.lag, m.topicLag, m.blocks, m.workers, m.removeUnknown,
 			m.orphans, m.resets, m.staleLoads, m.afterTomb, m.active, m.races, m.indexBytes, m.kvMissing, m.predicted)
 	}
 	return m
@@ -130,7 +135,18 @@ func (m *Metrics) observeState(st *state) {
 	for t := Tier(0); t < numTiers; t++ {
 		m.blocks.WithLabelValues(t.String()).Set(float64(st.tierBlocks[t]))
 	}
-	m.workers.Set(float64(len(st.viewInfos)))
+	m.workers.Reset()
+	for ref := range st.viewInfos {
+		w := &st.viewInfos[ref]
+		state := "ready"
+		switch {
+		case w.Unavailable:
+			state = "unavailable"
+		case st.workers[st.viewSlots[ref]].kvMissing:
+			state = "kv_events_missing"
+		}
+		m.workers.WithLabelValues(string(w.Pool), state).Inc()
+	}
 	m.active.Set(float64(st.act.active))
 	m.kvMissing.Set(float64(st.kvMissing))
 	m.predicted.Set(float64(st.predicted))
