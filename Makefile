@@ -8,7 +8,7 @@ LDFLAGS   := -s -w -X main.version=$(VERSION)
 FUZZTIME  ?= 15s
 BENCHTIME ?= 1s
 BENCHCOUNT ?= 5
-RUN_ARGS  ?= --router-conditional-disagg --sim --sim-exit --sim-time-scale 4
+RUN_ARGS  ?= --router-conditional-disagg --sim --sim-time-scale 4
 
 .PHONY: all build run test test-unit vet fmt proto bench fuzz kafka-start kafka-stop kafka-restart clean help
 
