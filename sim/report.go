@@ -53,6 +53,9 @@ type Report struct {
 	PrefillTokensMax int
 	DecodeKVMean     float64
 	DecodeKVMax      float64
+	// TTFTSamples and ITLSamples are the sorted per-request values behind TTFT
+	// and ITL, for the CDF charts of `sim compare --out`.
+	TTFTSamples, ITLSamples []time.Duration
 }
 
 func (f *Fleet) report(label string) *Report {
@@ -99,6 +102,9 @@ func (f *Fleet) report(label string) *Report {
 		}
 	}
 	rep.TTFT, rep.ITL = summarize(ttft), summarize(itl)
+	slices.Sort(ttft)
+	slices.Sort(itl)
+	rep.TTFTSamples, rep.ITLSamples = ttft, itl
 	if first >= 0 && last > first {
 		rep.Span = last - first
 		rep.GoodputRate = float64(rep.Good) / rep.Span.Seconds()

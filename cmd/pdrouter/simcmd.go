@@ -161,7 +161,8 @@ queue and decode KV usage.`,
 workers decode), always-local and always-remote prefill on the disaggregated
 fleet, and each conditional-disaggregation policy with its default thresholds. Runs
 are offline and deterministic. With --out it also writes the table and each report
-to <dir>/compare.txt.`,
+to <dir>/compare.txt, and a chart to <dir>/compare.svg: TTFT and ITL CDFs and
+goodput per policy.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			w, err := cf.workload()
@@ -194,12 +195,23 @@ to <dir>/compare.txt.`,
 			if err := fh.Close(); err != nil {
 				return err
 			}
-			fmt.Fprintf(a.stdout, "wrote %s\n", filepath.Join(out, "compare.txt"))
+			svg, err := os.Create(filepath.Join(out, "compare.svg"))
+			if err != nil {
+				return err
+			}
+			title := fmt.Sprintf("%s: %d requests, %dP%dD", w.Name, len(w.Requests), cf.prefill, cf.decode)
+			if err := sim.WriteCompareSVG(svg, reps, title); err != nil {
+				return err
+			}
+			if err := svg.Close(); err != nil {
+				return err
+			}
+			fmt.Fprintf(a.stdout, "wrote %s and %s\n", filepath.Join(out, "compare.txt"), filepath.Join(out, "compare.svg"))
 			return nil
 		},
 	}
 	cf.bind(compare.Flags(), "")
-	compare.Flags().StringVar(&out, "out", "", "directory to write compare.txt into")
+	compare.Flags().StringVar(&out, "out", "", "directory to write compare.txt and compare.svg into")
 	cmd.AddCommand(compare)
 	return cmd
 }
