@@ -37,7 +37,26 @@ func TestMain(m *testing.M) {
 type replica struct {
 	cmd  *exec.Cmd
 	url  string
-	logs *bytes.Buffer
+	logs *syncBuffer
+}
+
+// syncBuffer is a bytes.Buffer the subprocess's output goroutine writes
+// while the test reads it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
 
 func freeAddr(t *testing.T) string {
@@ -56,12 +75,12 @@ func startReplica(t *testing.T, brokers []string, prefix, dataDir string, extra 
 		"--data-dir", dataDir, "--http-addr", addr, "--router-conditional-disagg", "--replica-id", "r-" + addr}, extra...)
 	cmd := exec.Command(os.Args[0], args...)
 	cmd.Env = append(os.Environ(), "PDR_TEST_RUN_MAIN=1")
-	var logs bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &logs, &logs
+	logs := &syncBuffer{}
+	cmd.Stdout, cmd.Stderr = logs, logs
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	r := &replica{cmd: cmd, url: "http://" + addr, logs: &logs}
+	r := &replica{cmd: cmd, url: "http://" + addr, logs: logs}
 	t.Cleanup(func() {
 		if cmd.ProcessState == nil {
 			_ = cmd.Process.Kill()

@@ -50,11 +50,11 @@ func (f *routerFlags) bindFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&f.tlsCert, "tls-cert", "", "serve HTTPS with this PEM certificate (with --tls-key)")
 	fs.StringVar(&f.tlsKey, "tls-key", "", "PEM key of --tls-cert")
 	fs.Int64Var(&f.readyLag, "ready-lag", 1000, "/readyz answers 200 only when the state is at most this many records behind the log")
-	fs.DurationVar(&f.afterTimeout, "after-timeout", 5*time.Second, "how long /v1/route waits for its `after` offsets before 504")
+	fs.DurationVar(&f.afterTimeout, "after-timeout", 5*time.Second, "how long /v1/route waits for the offsets in a request's \"after\" field before 504")
 	fs.DurationVar(&f.auditTimeout, "audit-timeout", 10*time.Second, "how long a decision may wait to be durable on the decisions topic before 503")
 	fs.Int64Var(&f.bodyLimit, "max-body-bytes", 16<<20, "largest request body (413 above)")
 	fs.IntVar(&f.maxTokens, "max-prompt-tokens", 1<<21, "longest prompt /v1/route takes, in tokens (413 above)")
-	fs.StringVar(&f.bootstrapFrom, "bootstrap-from", "", "when the store is empty, start from a snapshot of this peer (http://peer:8080/v1/state/snapshot) instead of replaying the whole log")
+	fs.StringVar(&f.bootstrapFrom, "bootstrap-from", "", "when the store is empty, start from a snapshot of this peer (http://peer:8080/v1/state/snapshot) instead of replaying the whole log; sends --auth-token; falls back to replaying when the peer has none")
 	fs.DurationVar(&f.shutdownTimout, "shutdown-timeout", 15*time.Second, "how long in-flight requests may take on SIGTERM")
 	fs.StringVar(&f.debugAddr, "debug-addr", "", "serve Go's /debug/pprof profiles on this address (keep it private: it exposes internals)")
 }
@@ -207,19 +207,42 @@ func (r *routerRun) run(ctx context.Context) error {
 }
 
 // openStore opens the replica's store, or bootstraps it from a peer's
-// snapshot when it does not exist yet and --bootstrap-from is set.
+// snapshot when it does not exist yet and --bootstrap-from is set. A peer
+// that cannot serve a snapshot (a fresh cluster has no peer yet) is not
+// fatal: the replica replays the log instead, which is slower but correct.
 func (r *routerRun) openStore(ctx context.Context, o statestore.Options) (*statestore.Store, error) {
 	dir := filepath.Join(r.a.dataDir, statestore.StoreDirName)
 	if _, err := os.Stat(dir); os.IsNotExist(err) && r.f.bootstrapFrom != "" {
 		start := time.Now()
-		s, m, err := statestore.BootstrapFromPeer(ctx, &http.Client{Timeout: 10 * time.Minute}, r.f.bootstrapFrom, r.a.dataDir, o)
-		if err != nil {
-			return nil, fmt.Errorf("--bootstrap-from %s: %w", r.f.bootstrapFrom, err)
+		cl := &http.Client{Timeout: 10 * time.Minute, Transport: bearer{token: r.f.authToken, next: http.DefaultTransport}}
+		s, m, err := statestore.BootstrapFromPeer(ctx, cl, r.f.bootstrapFrom, r.a.dataDir, o)
+		if err == nil {
+			r.a.log.Info("bootstrapped from a peer snapshot", "peer", r.f.bootstrapFrom, "offsets", m.Offsets.String(), "took", time.Since(start).Round(time.Millisecond))
+			return s, nil
 		}
-		r.a.log.Info("bootstrapped from a peer snapshot", "peer", r.f.bootstrapFrom, "offsets", m.Offsets.String(), "took", time.Since(start).Round(time.Millisecond))
-		return s, nil
+		if ctx.Err() != nil {
+			return nil, err
+		}
+		r.a.log.Warn("no snapshot from the peer; replaying the log instead", "peer", r.f.bootstrapFrom, "err", err)
+		if err := os.RemoveAll(dir); err != nil {
+			return nil, err
+		}
 	}
 	return statestore.Open(dir, o)
+}
+
+// bearer adds the replicas' shared --auth-token to requests to a peer.
+type bearer struct {
+	token string
+	next  http.RoundTripper
+}
+
+func (b bearer) RoundTrip(req *http.Request) (*http.Response, error) {
+	if b.token != "" {
+		req = req.Clone(req.Context())
+		req.Header.Set("Authorization", "Bearer "+b.token)
+	}
+	return b.next.RoundTrip(req)
 }
 
 // checkPools enforces conditional-disagg.md's requirement of separate

@@ -93,3 +93,16 @@ func TestServeTLSAndAuth(t *testing.T) {
 	}
 	resp.Body.Close()
 }
+
+// TestServeBootstrapFallsBackToReplay: a peer that serves no snapshot (a
+// fresh cluster has none) does not keep a replica from starting; it
+// replays the log and becomes ready.
+func TestServeBootstrapFallsBackToReplay(t *testing.T) {
+	brokers := kafkatest.Fake(t)
+	prefix := kafkatest.Prefix(t)
+	kafkatest.Migrate(t, brokers, prefix)
+	r := startReplica(t, brokers, prefix, t.TempDir(), "--bootstrap-from", "http://127.0.0.1:1/v1/state/snapshot")
+	if !strings.Contains(r.logs.String(), "replaying the log instead") {
+		t.Fatalf("no fallback in the log:\n%s", r.logs.String())
+	}
+}
