@@ -121,7 +121,15 @@ func TestRouteEndToEnd(t *testing.T) {
 				t.Fatalf("GET /v1/decisions/%s: %v", want.DecisionID, byID)
 			}
 		}
-		h.mustDo(http.StatusNotImplemented, "GET", "/v1/decisions/"+local.DecisionID+"/explain", nil, nil)
+		var exp struct {
+			PureCheck struct {
+				Identical bool `json:"identical"`
+			} `json:"pure_check"`
+		}
+		raw := h.mustDo(http.StatusOK, "GET", "/v1/decisions/"+local.DecisionID+"/explain", nil, &exp)
+		if !exp.PureCheck.Identical {
+			t.Fatalf("explain could not recompute the decision from its record: %s", raw)
+		}
 		h.mustDo(http.StatusNotFound, "GET", "/v1/decisions/nope", nil, nil)
 	})
 }

@@ -24,14 +24,3 @@ func (s *Server) getDecision(c *gin.Context) {
 	}
 	c.Data(http.StatusOK, "application/json", b)
 }
-
-// explain is answered by the replay/explain work (issue "Replay, explain,
-// what-if"); until then it says so precisely, as api.md allows.
-func (s *Server) explain(c *gin.Context) {
-	if _, ok := s.deps.State.Decision(c.Param("id")); !ok {
-		fail(c, notFound("unknown_decision", "no decision "+c.Param("id")+" in this replica's state"))
-		return
-	}
-	fail(c, &Error{Status: http.StatusNotImplemented, Code: "not_implemented",
-		Message: "replay explanation is not available in this build; GET /v1/decisions/{id} returns the full record with its candidate table and checks"})
-}

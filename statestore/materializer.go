@@ -48,6 +48,8 @@ type Materializer struct {
 	adm   *kadm.Client
 	cl    *kgo.Client
 	known map[topicPartition]bool
+	// oorRetries counts transient OFFSET_OUT_OF_RANGE recoveries per partition.
+	oorRetries map[topicPartition]int
 }
 
 // NewMaterializer connects to Kafka. It does not consume until Run.
@@ -199,6 +201,9 @@ func (m *Materializer) run(ctx context.Context, done func() bool) error {
 			if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
 				return
 			}
+			if errors.Is(err, kerr.OffsetOutOfRange) && m.transientOutOfRange(ctx, topic, partition) {
+				return
+			}
 			var loss *kgo.ErrDataLoss
 			if errors.Is(err, kerr.OffsetOutOfRange) || errors.As(err, &loss) ||
 				errors.Is(err, kerr.InconsistentTopicID) || errors.Is(err, kerr.UnknownTopicID) {
@@ -236,4 +241,47 @@ func (m *Materializer) run(ctx context.Context, done func() bool) error {
 			}
 		}
 	}
+}
+
+// transientOutOfRange tells a real "offset no longer in the log" from a
+// broker that briefly refused an offset it does hold (a partition whose
+// leader just changed or was just created answers OFFSET_OUT_OF_RANGE for a
+// moment). It looks up the partition's log range: when the stored offset is
+// inside it, the partition is consumed again from that offset, a bounded
+// number of times, and the error is not fatal.
+func (m *Materializer) transientOutOfRange(ctx context.Context, topic string, partition int32) bool {
+	t, ok := m.names.Logical(topic)
+	if !ok {
+		return false
+	}
+	tp := topicPartition{t, partition}
+	if m.oorRetries == nil {
+		m.oorRetries = map[topicPartition]int{}
+	}
+	if m.oorRetries[tp] >= 5 {
+		return false
+	}
+	next, stored := m.s.Offsets().Get(t, partition)
+	if !stored {
+		next = 0
+	}
+	starts, err := m.adm.ListStartOffsets(ctx, topic)
+	if err != nil {
+		return false
+	}
+	ends, err := m.adm.ListEndOffsets(ctx, topic)
+	if err != nil {
+		return false
+	}
+	lo, ok1 := starts.Lookup(topic, partition)
+	hi, ok2 := ends.Lookup(topic, partition)
+	if !ok1 || !ok2 || lo.Err != nil || hi.Err != nil || next < lo.Offset || next > hi.Offset {
+		return false
+	}
+	m.oorRetries[tp]++
+	m.log.Warn("statestore: the broker refused an offset it holds; consuming the partition again",
+		"topic", topic, "partition", partition, "offset", next, "log_start", lo.Offset, "log_end", hi.Offset, "retry", m.oorRetries[tp])
+	m.cl.RemoveConsumePartitions(map[string][]int32{topic: {partition}})
+	m.cl.AddConsumePartitions(map[string]map[int32]kgo.Offset{topic: {partition: kgo.NewOffset().At(next)}})
+	return true
 }

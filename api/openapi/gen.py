@@ -112,6 +112,13 @@ schemas = {
     "State": obj({"applied": OFFSETS, "lag": OFFSETS, "total_lag": I64, "digest": STR,
                   "snapshot": {"type": "object", "nullable": True, "additionalProperties": True}},
                  ["applied", "lag", "total_lag", "digest", "snapshot"]),
+    "Explanation": {"type": "object", "additionalProperties": True,
+                    "description": "replay.Explanation: the pure recompute from the record, the candidate table, runner-up and margin, and the deciding rule",
+                    "required": ["pure_check"],
+                    "properties": {"pure_check": {"type": "object", "additionalProperties": True, "required": ["identical"],
+                                                  "properties": {"identical": BOOL, "record_bytes_identical": BOOL,
+                                                                 "config_hash_matches": BOOL, "error": STR,
+                                                                 "differences": {"type": "array", "nullable": True, "items": {"type": "object", "additionalProperties": True}}}}}},
     "Health": obj({"status": STR}, ["status"]),
     "Ready": obj({"status": STR, "total_lag": I64, "bound": I64, "error": {"type": "object", "additionalProperties": True}}),
 }
@@ -158,7 +165,7 @@ doc = {
             "200": resp("the record", ref("DecisionRecord")), **errors("401", "404")},
             params=[ID("decision_id", "a decision id")])},
         "/v1/decisions/{decision_id}/explain": {"get": op("Replay explanation of a decision", {
-            "200": resp("the explanation", {"type": "object", "additionalProperties": True}), **errors("401", "404", "501")},
+            "200": resp("the explanation", ref("Explanation")), **errors("401", "404", "501")},
             params=[ID("decision_id", "a decision id")])},
         "/v1/requests/{request_id}/events": {"post": op("A request lifecycle event (frees accounting)", {
             "202": resp("written; the offsets it was written at", ref("IngestAccepted")), **errors("400", "401", "404", "413", "415", "422", "503")},

@@ -74,7 +74,7 @@ PDR_TOPIC_PREFIX. A flag on the command line wins over the environment.`,
 	pf.StringVar(&a.logLevel, "log-level", "info", "debug, info, warn or error")
 	pf.StringVar(&a.logFormat, "log-format", "text", "text or json")
 
-	root.AddCommand(newMigrateCmd(a), newLogCmd(a), newDevCmd(a), newServeCmd(a), newIngestCmd(a), newStateCmd(a), newBenchCmd(a), newSimCmd(a), newVersionCmd(a))
+	root.AddCommand(newMigrateCmd(a), newLogCmd(a), newDevCmd(a), newServeCmd(a), newIngestCmd(a), newStateCmd(a), newBenchCmd(a), newSimCmd(a), newExplainCmd(a), newWhatifCmd(a), newTuneCmd(a), newExportCmd(a), newVersionCmd(a))
 	// Annotate after every command has registered its flags.
 	var annotate func(c *cobra.Command)
 	annotate = func(c *cobra.Command) {

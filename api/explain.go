@@ -1,0 +1,31 @@
+package api
+
+import (
+	"net/http"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/pdrouter/pdrouter/replay"
+)
+
+// explainNoState is why the API's explanation has no state check: the
+// check rebuilds the state at the decision's watermark by reading the Kafka
+// log from a snapshot, and a replica's API only appends to the log (and must
+// not spend a request on a rebuild that can read gigabytes). The CLI runs it.
+const explainNoState = "the state check rebuilds the state at the watermark by reading the Kafka log, which this API does not read; run `pdrouter explain <decision-id>` for it"
+
+// explain answers GET /v1/decisions/{id}/explain with the replay
+// explanation of a decision this replica holds: the recompute from the
+// record alone (invariant 6's pure check), the candidate table, the
+// runner-up and its margin, and the rule that settled the mode with its
+// distance. The body is replay.Explanation; a record that cannot be
+// recomputed is still explained, with the reason in pure_check.error.
+func (s *Server) explain(c *gin.Context) {
+	rec, ok := s.deps.State.Decision(c.Param("id"))
+	if !ok {
+		fail(c, notFound("unknown_decision", "no decision "+c.Param("id")+" in this replica's state (older decisions: pdrouter explain <decision-id>, which reads the log)"))
+		return
+	}
+	exp := replay.Explain(c.Request.Context(), rec, replay.ExplainOptions{NoStateReason: explainNoState})
+	c.JSON(http.StatusOK, exp)
+}
