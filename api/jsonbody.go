@@ -18,24 +18,57 @@ import (
 // field at fault when known. It returns the raw body, which HTTP ingest keeps
 // as the record's raw payload.
 func decodeBody(c *gin.Context, limit int64, dst any) ([]byte, error) {
+	raw, err := readBody(c, limit, nil)
+	if err != nil {
+		return nil, err
+	}
+	if err := decodeJSON(raw, limit, dst); err != nil {
+		return nil, err
+	}
+	return raw, nil
+}
+
+// readBody checks the content type and reads the body, at most limit
+// bytes, into buf (reused when large enough; nil allocates). A body that
+// declares its length is read with one allocation at most.
+func readBody(c *gin.Context, limit int64, buf []byte) ([]byte, error) {
 	if ct := c.ContentType(); ct != "" && ct != "application/json" {
 		return nil, &Error{Status: http.StatusUnsupportedMediaType, Code: "unsupported_media_type",
 			Message: fmt.Sprintf("Content-Type is %q; send application/json", ct)}
 	}
-	raw, err := io.ReadAll(http.MaxBytesReader(c.Writer, c.Request.Body, limit))
-	if err != nil {
-		return nil, jsonError(err, limit)
+	r := http.MaxBytesReader(c.Writer, c.Request.Body, limit)
+	// One byte more than declared, so the read that sees EOF needs no growth.
+	if n := c.Request.ContentLength; n > 0 && n < limit && int64(cap(buf)) < n+1 {
+		buf = make([]byte, 0, n+1)
 	}
+	buf = buf[:0]
+	for {
+		if len(buf) == cap(buf) {
+			buf = append(buf, 0)[:len(buf)]
+		}
+		n, err := r.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if errors.Is(err, io.EOF) {
+			return buf, nil
+		}
+		if err != nil {
+			return nil, jsonError(err, limit)
+		}
+	}
+}
+
+// decodeJSON decodes raw into dst strictly (decodeBody).
+func decodeJSON(raw []byte, limit int64, dst any) error {
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
 	dec.UseNumber()
 	if err := dec.Decode(dst); err != nil {
-		return nil, jsonError(err, limit)
+		return jsonError(err, limit)
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return nil, badRequest("malformed_json", "", "the body holds more than one JSON value; send exactly one object")
+		return badRequest("malformed_json", "", "the body holds more than one JSON value; send exactly one object")
 	}
-	return raw, nil
+	return nil
 }
 
 func jsonError(err error, limit int64) error {

@@ -18,11 +18,18 @@ func workerRef(id string) *pb.WorkerRef {
 	if id == "" {
 		return nil
 	}
+	return fillWorkerRef(new(pb.WorkerRef), id)
+}
+
+// fillWorkerRef is workerRef into r (non-empty id).
+func fillWorkerRef(r *pb.WorkerRef, id string) *pb.WorkerRef {
 	w, rank, ok := events.ParseWorkerRank(id)
 	if !ok {
-		return &pb.WorkerRef{WorkerId: id}
+		r.WorkerId = id
+		return r
 	}
-	return &pb.WorkerRef{WorkerId: w, DpRank: rank}
+	r.WorkerId, r.DpRank = w, rank
+	return r
 }
 
 func refString(r *pb.WorkerRef) string {
@@ -47,7 +54,9 @@ func checkPB(c *decider.Check) *pb.Check {
 }
 
 // decisionRecord copies a decision (whose memory the decider reuses) into a
-// self-contained record.
+// self-contained record. The candidate rows and their worker refs are
+// allocated in one block each (a record has a row per worker). The hash
+// chains are the request's own, shared: neither is modified afterwards.
 func decisionRecord(d *decider.Decision, req *decider.Request) *pb.DecisionRecord {
 	rec := &pb.DecisionRecord{
 		RequestId:         d.RequestID,
@@ -73,10 +82,18 @@ func decisionRecord(d *decider.Decision, req *decider.Request) *pb.DecisionRecor
 		DeciderVersion:    deciderVersion,
 		Candidates:        make([]*pb.Candidate, len(d.Candidates)),
 	}
+	rows := make([]pb.Candidate, len(d.Candidates))
+	refs := make([]pb.WorkerRef, len(d.Candidates))
 	for i := range d.Candidates {
 		c := &d.Candidates[i]
-		rec.Candidates[i] = &pb.Candidate{
-			Worker: workerRef(c.Worker), Pool: poolPB(c.Pool), Eligible: c.Eligible, Excluded: c.Excluded,
+		var w *pb.WorkerRef
+		if c.Worker != "" {
+			w = fillWorkerRef(&refs[i], c.Worker)
+		}
+		row := &rows[i]
+		rec.Candidates[i] = row
+		*row = pb.Candidate{
+			Worker: w, Pool: poolPB(c.Pool), Eligible: c.Eligible, Excluded: c.Excluded,
 			BlockSize: uint32(c.BlockSize), OverlapBlocks: uint32(c.OverlapBlocks), HostBlocks: uint32(c.HostBlocks),
 			DiskBlocks: uint32(c.DiskBlocks), ActivePrefillTokens: c.ActivePrefillTokens, RawPrefillBlocks: c.RawPrefillBlocks,
 			OverlapCredit: c.OverlapCredit, PrefillTerm: c.PrefillTerm, ActiveDecodeBlocks: c.ActiveDecodeBlocks,
@@ -87,7 +104,7 @@ func decisionRecord(d *decider.Decision, req *decider.Request) *pb.DecisionRecor
 		}
 	}
 	for _, ch := range req.Chains {
-		rec.Chains = append(rec.Chains, &pb.HashChain{BlockSize: uint32(ch.BlockSize), BlockHashes: append([]uint64(nil), ch.Hashes...)})
+		rec.Chains = append(rec.Chains, &pb.HashChain{BlockSize: uint32(ch.BlockSize), BlockHashes: ch.Hashes})
 	}
 	return rec
 }

@@ -71,7 +71,17 @@ type parsed struct {
 
 func (s *Server) parseRoute(c *gin.Context) (*parsed, error) {
 	var req routeRequest
-	if _, err := decodeBody(c, s.cfg.bodyLimit, &req); err != nil {
+	bp := bodyPool.Get().(*[]byte)
+	raw, err := readBody(c, s.cfg.bodyLimit, *bp)
+	if err == nil && !fastRouteBody(raw, &req) {
+		req = routeRequest{}
+		err = decodeJSON(raw, s.cfg.bodyLimit, &req)
+	}
+	if raw != nil && cap(raw) <= maxPooledBody {
+		*bp = raw[:0] // req holds no part of raw: strings and slices are copies
+	}
+	bodyPool.Put(bp)
+	if err != nil {
 		return nil, err
 	}
 	p := &parsed{id: req.RequestID, model: req.Model}
@@ -114,10 +124,7 @@ func (s *Server) parseRoute(c *gin.Context) (*parsed, error) {
 		if full := *req.PromptTokens / int64(req.BlockSize); int64(len(req.BlockHashes)) > full {
 			return nil, unprocessable("invalid_value", "block_hashes", fmt.Sprintf("%d hashes, but %d prompt tokens hold only %d complete blocks of %d", len(req.BlockHashes), *req.PromptTokens, full, req.BlockSize))
 		}
-		p.hashes = make([]uint64, len(req.BlockHashes))
-		for i, h := range req.BlockHashes {
-			p.hashes[i] = uint64(h)
-		}
+		p.hashes = hashesOf(req.BlockHashes)
 		p.blockSize, p.prompt = req.BlockSize, *req.PromptTokens
 	default:
 		return nil, unprocessable("missing_field", "token_ids", "send token_ids (or block_hashes with block_size and prompt_tokens)")
@@ -197,11 +204,16 @@ func (s *Server) route(c *gin.Context) {
 	rec.ExpectedOutputTokens = p.expected
 	rec.LoraName = p.lora
 	rec.ConfigJson = s.configJSON()
-	if err := s.appendDecision(c.Request.Context(), rec); err != nil {
+	pos, value, err := s.appendDecision(c.Request.Context(), rec)
+	if err != nil {
 		fail(c, err)
 		return
 	}
-	s.deps.State.RecordLocalDecision(rec)
+	if at, ok := s.deps.State.(localDecisionAtRecorder); ok {
+		at.RecordLocalDecisionAt(rec, value, pos)
+	} else {
+		s.deps.State.RecordLocalDecision(rec)
+	}
 	s.metrics.decisions.WithLabelValues(rec.GetMode(), rec.GetReason(), rec.GetPolicy()).Inc()
 	s.metrics.effISL.Observe(float64(rec.GetEffectiveIsl()))
 	c.JSON(http.StatusOK, responseOf(rec, explain))
@@ -213,26 +225,34 @@ func (s *Server) decide(p *parsed) (*pb.DecisionRecord, error) {
 	d := s.decisions.Get().(*decider.Decision)
 	defer s.decisions.Put(d)
 	var (
-		rec *pb.DecisionRecord
+		req *decider.Request
+		wm  *pb.Watermark
 		err error
 	)
-	s.deps.State.Read(func(v decider.View, wm *pb.Watermark) {
+	s.deps.State.Read(func(v decider.View, w *pb.Watermark) {
 		model, merr := resolveModel(v.Workers(), p.model)
 		if merr != nil {
 			err = merr
 			return
 		}
-		req := &decider.Request{ID: p.id, Model: model, PromptTokens: p.prompt, Chains: chains(v.Workers(), model, p)}
+		req = &decider.Request{ID: p.id, Model: model, PromptTokens: p.prompt, Chains: chains(v.Workers(), model, p)}
 		if derr := s.deps.Decider.DecideInto(d, v, req); derr != nil {
 			err = decideError(derr)
 			return
 		}
-		rec = decisionRecord(d, req)
-		rec.Watermark = wm
-		rec.RequestDigest = requestDigest(p, req)
+		wm = w
 	})
+	if err != nil {
+		s.metrics.decisionSecs.Observe(time.Since(start).Seconds())
+		return nil, err
+	}
+	// The decision is ours (d holds no reference into the state): the
+	// record is built after the read lock is released.
+	rec := decisionRecord(d, req)
+	rec.Watermark = wm
+	rec.RequestDigest = requestDigest(p, req)
 	s.metrics.decisionSecs.Observe(time.Since(start).Seconds())
-	return rec, err
+	return rec, nil
 }
 
 // resolveModel applies api.md: the model may be left out when only one model
@@ -304,29 +324,40 @@ func decideError(err error) error {
 }
 
 // appendDecision makes the decision durable before it is answered
-// (design.md invariant 5). On failure the decision is dropped, never
+// (design.md invariant 5), and returns where it landed and the record
+// value written (rec encoded). On failure the decision is dropped, never
 // returned: the caller retries with the same request_id.
-func (s *Server) appendDecision(ctx context.Context, rec *pb.DecisionRecord) error {
+func (s *Server) appendDecision(ctx context.Context, rec *pb.DecisionRecord) (Position, []byte, error) {
 	start := time.Now()
 	r, err := events.NewRecord(s.deps.Names, events.WorkerKey(rec.GetDecodeWorker().GetWorkerId()), rec)
 	if err != nil {
-		return err
+		return Position{}, nil, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.auditTimeout)
 	defer cancel()
 	s.metrics.auditPending.Inc()
-	_, err = s.deps.Log.Append(ctx, r)
+	pos, err := s.deps.Log.Append(ctx, r)
 	s.metrics.auditPending.Dec()
 	s.metrics.auditSecs.Observe(time.Since(start).Seconds())
 	if err != nil {
 		s.metrics.auditFailures.Inc()
 		s.cfg.log.Error("decision not durable; answering 503", "request_id", rec.GetRequestId(), "err", err)
-		return unavailable("audit_log_unavailable", "the decision could not be made durable on the decisions topic; retry with the same request_id", 1)
+		return Position{}, nil, unavailable("audit_log_unavailable", "the decision could not be made durable on the decisions topic; retry with the same request_id", 1)
 	}
-	return nil
+	p := Position{Topic: events.TopicDecisions, Partition: -1, Offset: -1}
+	if len(pos) == 1 {
+		p = pos[0]
+	}
+	return p, r.Value, nil
 }
 
+// configJSON is the decider's canonical configuration, recorded in every
+// decision. The decider's configuration is fixed at construction, so it is
+// rendered once.
 func (s *Server) configJSON() string {
-	cfg := s.deps.Decider.Config()
-	return string(cfg.CanonicalJSON())
+	s.configOnce.Do(func() {
+		cfg := s.deps.Decider.Config()
+		s.configJSONText = string(cfg.CanonicalJSON())
+	})
+	return s.configJSONText
 }

@@ -41,6 +41,9 @@ type Server struct {
 	// inflight serializes concurrent routes of one request_id, so a retried
 	// request never gets two decisions from this replica.
 	inflight keyedMutex
+	// configOnce renders configJSONText (route.go configJSON).
+	configOnce     sync.Once
+	configJSONText string
 }
 
 // New builds a Server.

@@ -142,3 +142,16 @@ func put(m map[string]map[string]int64, t events.Topic, p int32, v int64) {
 	}
 	m[string(t)][strconv.Itoa(int(p))] = v
 }
+
+// RecordLocalDecisionAt records a local decision whose log copy, value
+// (rec encoded, as appended), is at (partition, offset) of the decisions
+// topic (route.go): the store knows from its offsets whether it applied
+// the copy, without reading Pebble, and reads the copy back without
+// decoding it.
+func (s *StoreState) RecordLocalDecisionAt(rec *pb.DecisionRecord, value []byte, at Position) {
+	if at.Topic != events.TopicDecisions || at.Offset < 0 {
+		_ = s.Store.RecordLocalDecision(rec)
+		return
+	}
+	_ = s.Store.RecordLocalDecisionAt(rec, value, at.Partition, at.Offset)
+}

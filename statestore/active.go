@@ -4,7 +4,6 @@ import (
 	"container/heap"
 	"encoding/binary"
 	"errors"
-	"math/bits"
 	"slices"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -102,20 +101,14 @@ type activeTable struct {
 	byRequest map[string][]string // request id → entry ids of its decisions
 	local     map[string]*reqEntry
 	due       dueHeap
-	refs      map[refKey]uint32
-	bits      map[uint64][]uint64 // block hash → slots where it is active
-	active    int                 // requests carrying decode blocks (log + local)
-}
-
-type refKey struct {
-	hash uint64
-	slot int32
+	idx       activeIndex // block hash → slots where it is active, with refcounts (activeidx.go)
+	active    int         // requests carrying decode blocks (log + local)
 }
 
 func newActiveTable(cfg activeConfig) *activeTable {
 	return &activeTable{
 		cfg: cfg, entries: map[string]*reqEntry{}, byRequest: map[string][]string{},
-		local: map[string]*reqEntry{}, refs: map[refKey]uint32{}, bits: map[uint64][]uint64{},
+		local: map[string]*reqEntry{},
 	}
 }
 
@@ -149,8 +142,10 @@ func (st *state) decisionFacts(e *reqEntry, d *pb.DecisionRecord) {
 	if bs > 0 {
 		e.extra = max((p+int64(bs)-1)/int64(bs)-int64(len(chain)), 0)
 	}
-	if e.flags&fTerminal == 0 {
-		e.chain = append([]uint64(nil), chain...)
+	if e.flags&fTerminal == 0 && len(chain) > 0 {
+		// Shared with the record, which is immutable (records are never
+		// modified once decoded or handed to RecordLocalDecision).
+		e.chain = chain
 	}
 	if d.GetMode() == "local" {
 		e.flags |= fLocalMode
@@ -183,15 +178,16 @@ func (st *state) resolveSlots(e *reqEntry) {
 
 func (st *state) applyDecision(b *pebble.Batch, d *pb.DecisionRecord) {
 	a := st.act
-	if l := a.local[d.GetDecisionId()]; l != nil {
-		// Our own decision read back: it counts once, from now on as a log fact.
-		st.setContribution(l, false, false)
+	// Our own decision read back: it counts once, from now on as a log fact.
+	l := a.local[d.GetDecisionId()]
+	if l != nil {
 		delete(a.local, d.GetDecisionId())
 		st.workers[l.decodeSlot].localPending--
 	} else if slot, ok := st.lookupSlot(d.GetDecodeWorker().GetWorkerId(), d.GetDecodeWorker().GetDpRank()); ok && st.workers[slot].localPending > 0 {
 		st.stats.races++
 	}
 	if d.GetDecidedAtUnixNano()+a.cfg.retention <= st.reqNow {
+		st.dropLocal(l)
 		return // already absent: the same as seen, then swept
 	}
 	id := "d" + d.GetDecisionId()
@@ -201,6 +197,7 @@ func (st *state) applyDecision(b *pebble.Batch, d *pb.DecisionRecord) {
 		a.entries[id] = e
 	}
 	if e.flags&fDecision != 0 {
+		st.dropLocal(l)
 		return // a duplicate record: facts are a set
 	}
 	st.decisionFacts(e, d)
@@ -208,7 +205,34 @@ func (st *state) applyDecision(b *pebble.Batch, d *pb.DecisionRecord) {
 		e.chain = nil // never needed: the request is over
 	}
 	st.noteDecision(e)
+	if l != nil && !e.onDecode && !e.onPrefill && sameShare(l, e) {
+		// The log entry carries exactly what the local one carried (the
+		// same record, read back): it takes over the local share instead of
+		// removing it block by block and adding it again. refresh then
+		// adjusts it like any share, so the aggregates are those of the log
+		// facts alone, as if the local decision had never been counted.
+		e.chain = l.chain
+		e.onDecode, e.onPrefill = l.onDecode, l.onPrefill
+		l.onDecode, l.onPrefill = false, false
+	} else {
+		st.dropLocal(l)
+	}
 	st.refresh(b, e, true)
+}
+
+// dropLocal removes the share of a local entry that left a.local (nil: no
+// entry).
+func (st *state) dropLocal(l *reqEntry) {
+	if l != nil {
+		st.setContribution(l, false, false)
+	}
+}
+
+// sameShare reports whether two entries' shares of the aggregates are
+// computed from the same facts, so that one can stand for the other.
+func sameShare(a, b *reqEntry) bool {
+	return a.decodeSlot == b.decodeSlot && a.prefillSlot == b.prefillSlot && a.extra == b.extra &&
+		a.prefillTok == b.prefillTok && (a.chain == nil) == (b.chain == nil) && slices.Equal(a.chain, b.chain)
 }
 
 func (st *state) applyOutcome(b *pebble.Batch, o *pb.OutcomeEvent) {
@@ -321,7 +345,8 @@ func (st *state) refresh(b *pebble.Batch, e *reqEntry, write bool) {
 		return
 	}
 	if write {
-		_ = b.Set(activeKey(e.id), encodeEntry(nil, e), nil)
+		st.ebuf = encodeEntry(st.ebuf[:0], e) // Set copies it
+		_ = b.Set(activeKey(e.id), st.ebuf, nil)
 	}
 	st.schedule(e)
 }
@@ -395,24 +420,10 @@ func (st *state) setContribution(e *reqEntry, decode, prefill bool) {
 		if !decode {
 			sign = -1
 		}
-		for _, h := range e.chain {
-			k := refKey{h, e.decodeSlot}
-			if decode {
-				a.refs[k]++
-				if a.refs[k] == 1 {
-					a.bits[h] = setSlotBit(a.bits[h], e.decodeSlot)
-					ws.activeDistinct++
-				}
-			} else {
-				a.refs[k]--
-				if a.refs[k] == 0 {
-					delete(a.refs, k)
-					if clearSlotBit(a.bits[h], e.decodeSlot) {
-						delete(a.bits, h)
-					}
-					ws.activeDistinct--
-				}
-			}
+		if decode {
+			ws.activeDistinct += a.idx.addChain(e.chain, e.decodeSlot)
+		} else {
+			ws.activeDistinct -= a.idx.removeChain(e.chain, e.decodeSlot)
 		}
 		ws.activeExtra += sign * e.extra
 		a.active += int(sign)
@@ -426,27 +437,6 @@ func (st *state) setContribution(e *reqEntry, decode, prefill bool) {
 		}
 		e.onPrefill = prefill
 	}
-}
-
-func setSlotBit(s []uint64, slot int32) []uint64 {
-	for len(s) <= int(slot)/64 {
-		s = append(s, 0)
-	}
-	s[slot/64] |= 1 << (uint(slot) % 64)
-	return s
-}
-
-// clearSlotBit clears slot and reports whether the set became empty.
-func clearSlotBit(s []uint64, slot int32) bool {
-	if int(slot)/64 < len(s) {
-		s[slot/64] &^= 1 << (uint(slot) % 64)
-	}
-	for _, w := range s {
-		if w != 0 {
-			return false
-		}
-	}
-	return true
 }
 
 // sweep applies every change due by now (expiry, end of presence). It runs
@@ -520,6 +510,7 @@ func (h *dueHeap) Pop() any {
 // encodeEntry is the canonical encoding of an entry's facts: equal facts,
 // equal bytes, whatever order they arrived in.
 func encodeEntry(dst []byte, e *reqEntry) []byte {
+	dst = slices.Grow(dst, 64+len(e.requestID)+len(e.decodeID)+len(e.prefillID)+8*len(e.chain))
 	dst = append(dst, 1, e.flags)
 	dst = binary.LittleEndian.AppendUint64(dst, uint64(e.tD))
 	dst = binary.LittleEndian.AppendUint64(dst, uint64(e.tP))
@@ -603,27 +594,5 @@ func (r *reader) str() string {
 // matchActive is MatchActive over slots: the leading run of chain active on
 // each live slot. live is consumed.
 func (a *activeTable) matchActive(chain []uint64, live []uint64, runs func(slot int32, n int)) {
-	for i, h := range chain {
-		set := a.bits[h]
-		any := false
-		for k := range live {
-			var w uint64
-			if k < len(set) {
-				w = set[k]
-			}
-			for ended := live[k] &^ w; ended != 0; ended &= ended - 1 {
-				runs(int32(k*64+bits.TrailingZeros64(ended)), i)
-			}
-			live[k] &= w
-			any = any || live[k] != 0
-		}
-		if !any {
-			return
-		}
-	}
-	for k := range live {
-		for rest := live[k]; rest != 0; rest &= rest - 1 {
-			runs(int32(k*64+bits.TrailingZeros64(rest)), len(chain))
-		}
-	}
+	a.idx.matchActive(chain, live, runs)
 }

@@ -1,14 +1,17 @@
 package statestore
 
 import (
+	"bytes"
 	"fmt"
 	"slices"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/pdrouter/pdrouter/events"
+	pb "github.com/pdrouter/pdrouter/events/eventspb"
 )
 
 // Apply applies a batch of records, in order, and commits every resulting
@@ -21,23 +24,44 @@ import (
 // record that cannot be decoded is counted (pdrouter_records_invalid_total),
 // logged and skipped, and its offset still advances: it will never decode.
 //
-// Readers see the state after whole chunks of records (Options.ChunkRecords)
-// and the offsets that go with it. If the commit fails, memory is ahead of
-// the store and the Store refuses further work: the caller reopens it.
+// Readers see the state after whole chunks of records (Options.ChunkRecords,
+// and at most chunkHold of work under the write lock) and the offsets that
+// go with it. Records are decoded (and decision records re-encoded) before
+// the lock is taken: under it, only the state changes. If the commit fails,
+// memory is ahead of the store and the Store refuses further work: the
+// caller reopens it.
 func (s *Store) Apply(recs []*kgo.Record) error {
 	if s.broken != nil {
 		return s.broken
 	}
 	start := time.Now()
-	b := s.db.NewBatch()
+	// Sized for the batch's values: decision records are tens of KB, and
+	// growing a batch copies it.
+	size := 0
+	for _, r := range recs {
+		size += 2*len(r.Value) + 64
+	}
+	b := s.db.NewBatchWithSize(min(size, 256<<20))
 	defer b.Close()
 	touched := map[topicPartition]struct{}{}
 	counts := make([]int64, len(events.AllTopics))
-	for lo := 0; lo < len(recs); lo += s.opts.ChunkRecords {
+	// prep[k] is recs[lo+k] prepared; a chunk cut short keeps the rest.
+	prep := make([]preparedRecord, 0, min(len(recs), s.opts.ChunkRecords))
+	for lo := 0; lo < len(recs); {
 		hi := min(lo+s.opts.ChunkRecords, len(recs))
+		if n := lo + len(prep); n < hi {
+			prep = s.prepareAll(prep, recs[n:hi])
+		}
 		s.mu.Lock()
 		st := s.st
-		for _, r := range recs[lo:hi] {
+		held := time.Now()
+		for i, r := range recs[lo:hi] {
+			if i > 0 && i%8 == 0 && time.Since(held) > chunkHold {
+				// Readers wait while the lock is held: let them in, and
+				// go on with the rest in the next chunk.
+				hi = lo + i
+				break
+			}
 			t, ok := s.opts.Names.Logical(r.Topic)
 			tp := topicPartition{t, r.Partition}
 			if ok {
@@ -45,19 +69,22 @@ func (s *Store) Apply(recs []*kgo.Record) error {
 					continue
 				}
 			}
-			env, err := events.Decode(s.opts.Names, r)
-			s.met.decode.Observe(s.opts.Names, r.Topic, err)
-			if err != nil {
-				s.log.Warn("statestore: skipping a record that does not decode", "err", err)
+			p := &prep[i]
+			s.met.decode.Observe(s.opts.Names, r.Topic, p.err)
+			if p.err != nil {
+				s.log.Warn("statestore: skipping a record that does not decode", "err", p.err)
 			} else {
-				st.applyEnvelope(b, env, r.Timestamp.UnixMilli())
+				st.applyEnvelope(b, p.env, r.Timestamp.UnixMilli(), p.value)
 				counts[topicIndex[t]]++
 			}
+			*p = preparedRecord{}
 			if ok {
 				st.offsets[tp] = r.Offset + 1
 				touched[tp] = struct{}{}
 			}
 		}
+		prep = prep[hi-lo:]
+		lo = hi
 		st.sweep(b)
 		st.sweepPredictions()
 		s.sweepDecisions(b)
@@ -101,6 +128,7 @@ func (s *Store) Apply(recs []*kgo.Record) error {
 	// Pebble serves the batch's decisions from now on.
 	s.mu.Lock()
 	s.st.dec.committed()
+	s.commits.Add(1)
 	s.mu.Unlock()
 	for i, n := range counts {
 		if n > 0 {
@@ -109,6 +137,110 @@ func (s *Store) Apply(recs []*kgo.Record) error {
 	}
 	s.met.applySeconds.Observe(time.Since(start).Seconds())
 	return nil
+}
+
+// chunkHold bounds the work of one chunk under the write lock, so that a
+// catch-up or a burst of large decision records never stalls the hot path
+// for long. Where a chunk ends does not change the state (determinism tests
+// apply in batches of any size), only when readers see it.
+const chunkHold = time.Millisecond
+
+// preparedRecord is a record decoded outside the write lock: the envelope
+// or the decode error, and for a decision record its stored value
+// (decisions.go).
+type preparedRecord struct {
+	env   *events.Envelope
+	err   error
+	value []byte
+}
+
+// prepareAll appends the prepared recs to dst. It runs without the write
+// lock; a record that turns out to be a re-delivery is prepared for
+// nothing.
+//
+// This replica's own decisions come back from the log byte for byte as
+// they were appended (RecordLocalDecisionAt kept the bytes): such a record
+// is not decoded and re-encoded, the local record is used, and the log
+// bytes are its stored value (events.Marshal is deterministic, so they are
+// what re-encoding would give).
+func (s *Store) prepareAll(dst []preparedRecord, recs []*kgo.Record) []preparedRecord {
+	var own []*pb.DecisionRecord // own[i]: the local record of recs[i], if any
+	for i, r := range recs {
+		id, ok := s.ownDecisionCandidate(r)
+		if !ok {
+			continue
+		}
+		if own == nil {
+			own = make([]*pb.DecisionRecord, len(recs))
+			s.mu.RLock()
+		}
+		if v, ok := s.st.dec.localValue[id]; ok && bytes.Equal(v, r.Value) {
+			own[i] = s.st.dec.local[id]
+		}
+	}
+	if own != nil {
+		s.mu.RUnlock()
+	}
+	for i, r := range recs {
+		if own != nil && own[i] != nil {
+			t, _ := s.opts.Names.Logical(r.Topic)
+			env := &events.Envelope{Topic: t, Partition: r.Partition, Offset: r.Offset, Key: r.Key, Schema: decisionSchema, Message: own[i]}
+			dst = append(dst, preparedRecord{env: env, value: r.Value})
+			continue
+		}
+		env, err := events.Decode(s.opts.Names, r)
+		p := preparedRecord{env: env, err: err}
+		if err == nil {
+			if d, ok := env.Message.(*pb.DecisionRecord); ok {
+				p.value, _ = events.Marshal(d)
+			}
+		}
+		dst = append(dst, p)
+	}
+	return dst
+}
+
+var decisionSchema = events.SchemaOf(events.TopicDecisions)
+
+// ownDecisionCandidate returns the decision id of r when r is a decision
+// record that events.Decode would read as this build's DecisionRecord
+// schema, so that it may be one of this replica's own.
+func (s *Store) ownDecisionCandidate(r *kgo.Record) (string, bool) {
+	if t, ok := s.opts.Names.Logical(r.Topic); !ok || t != events.TopicDecisions || len(r.Value) > events.MaxValueBytes {
+		return "", false
+	}
+	var schema []byte
+	found := false
+	for _, h := range r.Headers {
+		if h.Key == events.HeaderSchema {
+			schema, found = h.Value, true
+		}
+	}
+	if !found || string(schema) != decisionSchema {
+		return "", false
+	}
+	// decision_id is field 1; look for it among the top-level fields.
+	b := r.Value
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return "", false
+		}
+		b = b[n:]
+		if num == 1 && typ == protowire.BytesType {
+			v, n := protowire.ConsumeBytes(b)
+			if n < 0 {
+				return "", false
+			}
+			return string(v), true
+		}
+		n = protowire.ConsumeFieldValue(num, typ, b)
+		if n < 0 {
+			return "", false
+		}
+		b = b[n:]
+	}
+	return "", false
 }
 
 // testHookBeforeCommit, when set (tests only), runs after readers see a

@@ -76,12 +76,17 @@ type decisionLog struct {
 	local    map[string]*pb.DecisionRecord
 	localReq map[string][]string // request id → local decision ids
 	localQ   []string            // local decision ids in arrival order; ids no longer local are skipped
+	// localValue: the record value that was appended to the log, for the
+	// local decisions whose caller gave it (RecordLocalDecisionAt). A log
+	// record with these exact bytes is this record: Apply then uses it
+	// instead of decoding (apply.go prepare).
+	localValue map[string][]byte
 }
 
 func newDecisionLog() *decisionLog {
 	return &decisionLog{
 		pending: map[string]*pb.DecisionRecord{}, pendingReq: map[string][]string{},
-		local: map[string]*pb.DecisionRecord{}, localReq: map[string][]string{},
+		local: map[string]*pb.DecisionRecord{}, localReq: map[string][]string{}, localValue: map[string][]byte{},
 		nextExpiry: math.MinInt64,
 	}
 }
@@ -100,17 +105,20 @@ func (st *state) decisionPresent(d *pb.DecisionRecord) bool {
 }
 
 // applyDecisionLog is the apply rule of a decision record for lookups
-// (and, in approximate mode, its predicted cache entries, approx.go).
-func (st *state) applyDecisionLog(b *pebble.Batch, d *pb.DecisionRecord) {
+// (and, in approximate mode, its predicted cache entries, approx.go). v is
+// events.Marshal(d) when the caller has it already, else nil.
+func (st *state) applyDecisionLog(b *pebble.Batch, d *pb.DecisionRecord, v []byte) {
 	dl := st.dec
 	id, req := d.GetDecisionId(), d.GetRequestId()
 	st.dropLocalDecision(id) // read back: the log copy serves from now on
 	if !st.decisionPresent(d) {
 		return // already absent: the same as seen, then swept
 	}
-	v, err := events.Marshal(d)
-	if err != nil {
-		return // unreachable for a decoded message
+	if v == nil {
+		var err error
+		if v, err = events.Marshal(d); err != nil {
+			return // unreachable for a decoded message
+		}
 	}
 	tD := d.GetDecidedAtUnixNano()
 	_ = b.Set(decisionKey(id), v, nil)
@@ -207,14 +215,17 @@ func (s *Store) sweepDecisions(b *pebble.Batch) {
 
 // recordLocalDecision keeps one of this replica's decisions for lookups
 // until the log copy is applied. The caller checked that it was not
-// applied already.
-func (st *state) recordLocalDecision(d *pb.DecisionRecord) {
+// applied already. value is the record's bytes on the log, when known.
+func (st *state) recordLocalDecision(d *pb.DecisionRecord, value []byte) {
 	dl := st.dec
 	id := d.GetDecisionId()
 	if _, ok := dl.local[id]; ok || !st.decisionPresent(d) {
 		return
 	}
 	dl.local[id] = d
+	if value != nil {
+		dl.localValue[id] = value
+	}
 	dl.localReq[d.GetRequestId()] = append(dl.localReq[d.GetRequestId()], id)
 	dl.localQ = append(dl.localQ, id)
 	for len(dl.local) > st.act.cfg.maxLocal && len(dl.localQ) > 0 {
@@ -233,6 +244,7 @@ func (st *state) dropLocalDecision(id string) {
 		return
 	}
 	delete(dl.local, id)
+	delete(dl.localValue, id)
 	if ids := removeID(dl.localReq[d.GetRequestId()], id); len(ids) == 0 {
 		delete(dl.localReq, d.GetRequestId())
 	} else {
@@ -266,12 +278,16 @@ func (st *state) sweepLocalDecisions() {
 	}
 }
 
-// decisionApplied reports whether the log copy of decision id was applied
-// (pending, or in Pebble). Called with mu held.
-func (s *Store) decisionApplied(id string) bool {
-	if _, ok := s.st.dec.pending[id]; ok {
-		return true
-	}
+// decisionPending reports whether the log copy of decision id was applied
+// and not committed yet. Called with mu held.
+func (s *Store) decisionPending(id string) bool {
+	_, ok := s.st.dec.pending[id]
+	return ok
+}
+
+// decisionStored reports whether the log copy of decision id is committed
+// to Pebble. It takes dbMu only.
+func (s *Store) decisionStored(id string) bool {
 	s.dbMu.RLock()
 	defer s.dbMu.RUnlock()
 	if s.db == nil {

@@ -40,5 +40,7 @@
 // maps a router block hash to its holders, inline for one or two holders and
 // a tier-split bitset over slots beyond that (hotindex.go). Each slot keeps
 // its engine hash → router hash table in a compact open-addressing table
-// (table.go) to resolve parents and removals.
+// (table.go) to resolve parents and removals. Active accounting keeps its
+// block hash → holder slots and refcounts in a sharded open-addressing
+// table (activeidx.go), in memory only.
 package statestore

@@ -23,12 +23,48 @@ func (s *Store) RecordLocalDecision(d *pb.DecisionRecord) error {
 	if err := events.Validate(d); err != nil {
 		return fmt.Errorf("statestore: local decision: %w", err)
 	}
+	// Whether the log copy was applied already: pending (checked under the
+	// lock) or committed to Pebble. Pebble is read before the lock, and read
+	// again under it only if a commit happened in between (the decision
+	// may have moved from pending to Pebble unseen).
+	id := d.GetDecisionId()
+	gen := s.commits.Load()
+	stored := s.decisionStored(id)
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	applied := stored || s.decisionPending(id) || (gen != s.commits.Load() && s.decisionStored(id))
 	s.st.recordLocal(d)
-	if !s.decisionApplied(d.GetDecisionId()) {
-		s.st.recordLocalDecision(d)
+	if !applied {
+		s.st.recordLocalDecision(d, nil)
 	}
+	if s.st.viewDirty {
+		s.st.rebuildView()
+	}
+	return nil
+}
+
+// RecordLocalDecisionAt is RecordLocalDecision for a decision whose log
+// copy the caller wrote at offset of partition of the decisions topic (the
+// position its append returned; it must be that record's real position).
+// The store then knows from its offsets whether it applied that copy
+// already, without reading Pebble: when it has, the log copy counts and
+// serves, and there is nothing to record.
+//
+// value, when not nil, is the record value that was appended (it is
+// retained and must not be modified). When the log copy arrives with
+// exactly these bytes, Apply uses d instead of decoding and re-encoding
+// it: the same bytes are the same record.
+func (s *Store) RecordLocalDecisionAt(d *pb.DecisionRecord, value []byte, partition int32, offset int64) error {
+	if err := events.Validate(d); err != nil {
+		return fmt.Errorf("statestore: local decision: %w", err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if next, ok := s.st.offsets[topicPartition{events.TopicDecisions, partition}]; ok && next > offset {
+		return nil // applied: counted (or already absent) and served from the log copy
+	}
+	s.st.recordLocal(d)
+	s.st.recordLocalDecision(d, value)
 	if s.st.viewDirty {
 		s.st.rebuildView()
 	}

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -158,6 +159,9 @@ type Store struct {
 	commitMu  sync.Mutex
 	committed Offsets
 	broken    error
+	// commits counts the batches whose decisions moved from pending to
+	// Pebble (local.go reads it without mu).
+	commits atomic.Uint64
 }
 
 // ErrRebuildNeeded is matched by errors that can only be cured by wiping
@@ -235,6 +239,17 @@ func (s *Store) pebbleOptions() *pebble.Options {
 		Logger:                      quietLogger{s.log},
 	}
 	o.CompactionConcurrencyRange = func() (int, int) { return 1, 2 }
+	// Large values (decision records, active entries with their hash
+	// chains: tens of KB, mostly random hashes) go to blob files, written
+	// once, so compactions move references instead of rewriting them; and
+	// blocks are compressed with the fastest codec, kept uncompressed when
+	// that does not pay (hash chains never compress). Neither changes the
+	// keyspace or the digest.
+	o.ApplyCompressionSettings(func() pebble.DBCompressionSettings { return pebble.DBCompressionFastest })
+	o.Experimental.ValueSeparationPolicy = func() pebble.ValueSeparationPolicy {
+		return pebble.ValueSeparationPolicy{Enabled: true, MinimumSize: 1024, MaxBlobReferenceDepth: 10,
+			RewriteMinimumAge: 5 * time.Minute, TargetGarbageRatio: 0.3}
+	}
 	o.EnsureDefaults()
 	return o
 }

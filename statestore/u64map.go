@@ -176,3 +176,52 @@ func (m *u64map) loadSlots(keys []uint64, vals *[lookahead]uint64, ok *[lookahea
 }
 
 func (m *u64map) bytes() int { return len(m.slots) * 16 }
+
+// ptr returns a pointer to k's value, valid until the next put, upsert or
+// del.
+func (m *u64map) ptr(k uint64) (*uint64, bool) {
+	if k == 0 {
+		return &m.zeroVal, m.hasZero
+	}
+	if len(m.slots) == 0 {
+		return nil, false
+	}
+	mask := len(m.slots) - 1
+	for i := m.home(k); ; i = (i + 1) & mask {
+		s := &m.slots[i]
+		if s.k == k {
+			return &s.v, true
+		}
+		if s.k == 0 {
+			return nil, false
+		}
+	}
+}
+
+// upsert returns a pointer to k's value, inserting k with value 0 when it
+// is missing (found false). The pointer is valid until the next put,
+// upsert or del.
+func (m *u64map) upsert(k uint64) (*uint64, bool) {
+	if k == 0 {
+		found := m.hasZero
+		if !found {
+			m.zeroVal, m.hasZero = 0, true
+		}
+		return &m.zeroVal, found
+	}
+	if (m.n+1)*8 > len(m.slots)*7 {
+		m.grow()
+	}
+	mask := len(m.slots) - 1
+	for i := m.home(k); ; i = (i + 1) & mask {
+		s := &m.slots[i]
+		if s.k == k {
+			return &s.v, true
+		}
+		if s.k == 0 {
+			s.k = k
+			m.n++
+			return &s.v, false
+		}
+	}
+}

@@ -46,10 +46,11 @@ decisions/s with p99 ≤ 10 ms refers to; CPU is then the whole process's.`,
 			defer cancel()
 			inProcess := cfg.URL == ""
 			if inProcess {
-				url, err := startBenchRouter(ctx, a, &rf)
+				url, cleanup, err := startBenchRouter(ctx, a, &rf)
 				if err != nil {
 					return err
 				}
+				defer cleanup()
 				cfg.URL = url
 			}
 			var before syscall.Rusage
@@ -82,30 +83,35 @@ decisions/s with p99 ≤ 10 ms refers to; CPU is then the whole process's.`,
 }
 
 // startBenchRouter runs a router replica in this process on fresh topics.
-func startBenchRouter(ctx context.Context, a *app, rf *routerFlags) (string, error) {
+// The returned cleanup stops it and deletes its topics and store; the
+// caller runs it before returning, so a run leaves nothing behind.
+func startBenchRouter(ctx context.Context, a *app, rf *routerFlags) (string, func(), error) {
 	if a.kafka.Embedded() {
-		return "", errors.New("bench api needs --router, or --brokers to start a router on")
+		return "", nil, errors.New("bench api needs --router, or --brokers to start a router on")
 	}
 	opts, err := a.kafka.Opts()
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
 	a.topicPrefix = fmt.Sprintf("bench-%d.", time.Now().UnixNano())
 	dir, err := mkdirTempUnder(a.dataDir + "/bench")
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
 	a.dataDir = dir
-	go func() { <-ctx.Done(); removeAll(dir) }()
 	specs, err := migrations.Declarations(migrations.SingleNodeOptions(a.topicPrefix))
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
-	if _, err := runMigrate(ctx, opts, specs, false); err != nil {
-		return "", err
-	}
-	go func() {
-		<-ctx.Done()
+	rctx, stop := context.WithCancel(ctx)
+	errc := make(chan error, 1)
+	cleanup := func() {
+		stop()
+		select {
+		case <-errc:
+		case <-time.After(30 * time.Second):
+		}
+		removeAll(dir)
 		cl, err := kgo.NewClient(opts...)
 		if err != nil {
 			return
@@ -117,18 +123,25 @@ func startBenchRouter(ctx context.Context, a *app, rf *routerFlags) (string, err
 		for i, s := range specs {
 			names[i] = s.Name
 		}
-		_, _ = kadm.NewClient(cl).DeleteTopics(dctx, names...)
-	}()
+		if _, err := kadm.NewClient(cl).DeleteTopics(dctx, names...); err != nil {
+			a.log.Warn("bench api: deleting the bench topics", "prefix", a.topicPrefix, "err", err)
+		}
+	}
+	if _, err := runMigrate(ctx, opts, specs, false); err != nil {
+		cleanup()
+		return "", nil, err
+	}
 	a.httpAddr = "127.0.0.1:0"
 	ready := make(chan string, 1)
 	r := &routerRun{a: a, f: rf, connOpts: opts, listening: func(addr string) { ready <- addr }}
-	errc := make(chan error, 1)
-	go func() { errc <- r.run(ctx) }()
+	go func() { errc <- r.run(rctx) }()
 	select {
 	case addr := <-ready:
-		return "http://" + addr, nil
+		return "http://" + addr, cleanup, nil
 	case err := <-errc:
-		return "", fmt.Errorf("bench api: router: %w", err)
+		errc <- err
+		cleanup()
+		return "", nil, fmt.Errorf("bench api: router: %w", err)
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -125,7 +126,12 @@ func (r *routerRun) run(ctx context.Context) error {
 	}
 	goRun("materializer", func() error { return mat.Run(ctx) })
 
-	prod, err := kgo.NewClient(r.connOpts...)
+	// The decisions producer: one ProduceSync per answered decision, so no
+	// linger; no compression, because records are mostly random hashes and
+	// compressing them only costs CPU on the client, the broker and every
+	// consumer. acks=all and idempotence stay franz-go's defaults.
+	prod, err := kgo.NewClient(append(slices.Clone(r.connOpts),
+		kgo.ProducerBatchCompression(kgo.NoCompression()), kgo.ProducerLinger(0))...)
 	if err != nil {
 		return err
 	}

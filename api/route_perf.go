@@ -1,0 +1,355 @@
+package api
+
+import (
+	"math"
+	"math/bits"
+	"sync"
+	"unicode/utf8"
+	"unsafe"
+
+	pb "github.com/pdrouter/pdrouter/events/eventspb"
+)
+
+// The hot path of POST /v1/route: a route body is mostly one large array of
+// numbers (block_hashes or token_ids, up to tens of thousands), which
+// encoding/json decodes slowly (reflection and a literal scan per element,
+// and hashValue.UnmarshalJSON per hash). fastRouteBody parses the common
+// shape of the body by hand instead, and gives up on anything else.
+//
+// It is a fast path, not a second parser: it succeeds only on bodies whose
+// every part it fully understands (the exact field names, no duplicate
+// keys, no null, no escapes in strings, plain integers), and then yields
+// exactly what encoding/json would. On anything else (including every
+// malformed body) it returns false and the caller decodes with
+// encoding/json, which then accepts the body with the same result or
+// rejects it with its precise error. TestFastRouteBodyAgrees checks this.
+
+// bodyPool recycles route bodies: they are read, parsed and dropped.
+var bodyPool = sync.Pool{New: func() any { b := make([]byte, 0, 64<<10); return &b }}
+
+type fastScanner struct {
+	b []byte
+	i int
+}
+
+func (s *fastScanner) ws() {
+	for s.i < len(s.b) {
+		switch s.b[s.i] {
+		case ' ', '\t', '\n', '\r':
+			s.i++
+		default:
+			return
+		}
+	}
+}
+
+// peek returns the next non-space byte, or 0 at the end.
+func (s *fastScanner) peek() byte {
+	s.ws()
+	if s.i < len(s.b) {
+		return s.b[s.i]
+	}
+	return 0
+}
+
+func (s *fastScanner) eat(c byte) bool {
+	if s.peek() == c {
+		s.i++
+		return true
+	}
+	return false
+}
+
+// str reads a string without escapes or control characters, valid UTF-8:
+// one that encoding/json decodes to the same bytes.
+func (s *fastScanner) str() ([]byte, bool) {
+	if !s.eat('"') {
+		return nil, false
+	}
+	start, ascii := s.i, true
+	for ; s.i < len(s.b); s.i++ {
+		switch c := s.b[s.i]; {
+		case c == '"':
+			v := s.b[start:s.i]
+			s.i++
+			if !ascii && !utf8.Valid(v) {
+				return nil, false
+			}
+			return v, true
+		case c == '\\' || c < 0x20:
+			return nil, false
+		case c >= 0x80:
+			ascii = false
+		}
+	}
+	return nil, false
+}
+
+// digits reads [0-9]+ and its value, false on overflow of 64 bits.
+func (s *fastScanner) digits() (uint64, int, bool) {
+	start := s.i
+	var v uint64
+	// 19 digits cannot overflow; checked arithmetic only beyond.
+	for end := min(len(s.b), start+19); s.i < end; s.i++ {
+		c := s.b[s.i] - '0'
+		if c > 9 {
+			return v, s.i - start, s.i > start
+		}
+		v = v*10 + uint64(c)
+	}
+	for ; s.i < len(s.b); s.i++ {
+		c := s.b[s.i] - '0'
+		if c > 9 {
+			break
+		}
+		hi, lo := bits.Mul64(v, 10)
+		lo, carry := bits.Add64(lo, uint64(c), 0)
+		if hi != 0 || carry != 0 {
+			return 0, 0, false
+		}
+		v = lo
+	}
+	return v, s.i - start, s.i > start
+}
+
+// uint reads a JSON number that is a plain non-negative integer (no
+// fraction, no exponent), at most max.
+func (s *fastScanner) uint(max uint64) (uint64, bool) {
+	s.ws()
+	start := s.i
+	v, n, ok := s.digits()
+	if !ok || n > 1 && s.b[start] == '0' || v > max {
+		return 0, false
+	}
+	// A fraction or an exponent: not an integer for encoding/json either;
+	// let it say so.
+	if s.i < len(s.b) && (s.b[s.i] == '.' || s.b[s.i] == 'e' || s.b[s.i] == 'E') {
+		return 0, false
+	}
+	return v, true
+}
+
+// int reads a JSON number that is a plain integer in int64.
+func (s *fastScanner) int() (int64, bool) {
+	neg := s.peek() == '-'
+	if neg {
+		s.i++
+		if s.i >= len(s.b) || s.b[s.i] < '0' || s.b[s.i] > '9' {
+			return 0, false
+		}
+	}
+	v, ok := s.uint(math.MaxInt64)
+	if !ok {
+		return 0, false
+	}
+	if neg {
+		return -int64(v), true
+	}
+	return int64(v), true
+}
+
+// hash reads a block hash as hashValue.UnmarshalJSON accepts it: a plain
+// number, or a string of decimal digits or 0x and hex digits.
+func (s *fastScanner) hash() (uint64, bool) {
+	if s.peek() != '"' {
+		return s.uint(math.MaxUint64)
+	}
+	v, ok := s.str()
+	if !ok || len(v) == 0 {
+		return 0, false
+	}
+	if len(v) > 2 && v[0] == '0' && v[1] == 'x' {
+		if len(v) > 18 {
+			return 0, false
+		}
+		var h uint64
+		for _, c := range v[2:] {
+			switch {
+			case c >= '0' && c <= '9':
+				h = h<<4 | uint64(c-'0')
+			case c >= 'a' && c <= 'f':
+				h = h<<4 | uint64(c-'a'+10)
+			case c >= 'A' && c <= 'F':
+				h = h<<4 | uint64(c-'A'+10)
+			default:
+				return 0, false
+			}
+		}
+		return h, true
+	}
+	sub := fastScanner{b: v}
+	h, n, ok := sub.digits()
+	if !ok || n != len(v) {
+		return 0, false
+	}
+	return h, true
+}
+
+// hashes reads an array of block hashes (hash) into dst: array, without
+// a call per element for the common case of plain numbers.
+func (s *fastScanner) hashes(dst []hashValue) ([]hashValue, bool) {
+	if !s.eat('[') {
+		return nil, false
+	}
+	if s.eat(']') {
+		return dst, true
+	}
+	for {
+		var v uint64
+		var ok bool
+		if s.i < len(s.b) && s.b[s.i] >= '1' && s.b[s.i] <= '9' {
+			var n int
+			v, n, ok = s.digits()
+			ok = ok && n <= 20 && (s.i >= len(s.b) || s.b[s.i] != '.' && s.b[s.i] != 'e' && s.b[s.i] != 'E')
+		} else {
+			v, ok = s.hash()
+		}
+		if !ok {
+			return nil, false
+		}
+		dst = append(dst, hashValue(v))
+		if s.i < len(s.b) && s.b[s.i] == ',' {
+			s.i++
+			continue
+		}
+		if s.eat(']') {
+			return dst, true
+		}
+		if !s.eat(',') {
+			return nil, false
+		}
+	}
+}
+
+// array reads [elem, ...], calling elem for each element.
+func (s *fastScanner) array(elem func() bool) bool {
+	if !s.eat('[') {
+		return false
+	}
+	if s.eat(']') {
+		return true
+	}
+	for {
+		if !elem() {
+			return false
+		}
+		if s.eat(']') {
+			return true
+		}
+		if !s.eat(',') {
+			return false
+		}
+	}
+}
+
+// object reads {"key": value, ...}, calling member after each key; member
+// reads the value. Keys must be distinct.
+func (s *fastScanner) object(member func(key []byte) bool) bool {
+	if !s.eat('{') {
+		return false
+	}
+	if s.eat('}') {
+		return true
+	}
+	var seen [][]byte
+	for {
+		k, ok := s.str()
+		if !ok || !s.eat(':') {
+			return false
+		}
+		for _, o := range seen {
+			if string(o) == string(k) {
+				return false // a duplicate key: encoding/json's rules apply
+			}
+		}
+		seen = append(seen, k)
+		if !member(k) {
+			return false
+		}
+		if s.eat('}') {
+			return true
+		}
+		if !s.eat(',') {
+			return false
+		}
+	}
+}
+
+// fastRouteBody fills req from raw when raw is a route body of the common
+// shape, exactly as encoding/json with DisallowUnknownFields would, and
+// reports whether it did. req must be zero.
+func fastRouteBody(raw []byte, req *routeRequest) bool {
+	s := &fastScanner{b: raw}
+	ok := s.object(func(key []byte) bool {
+		switch string(key) {
+		case "request_id":
+			v, ok := s.str()
+			req.RequestID = string(v)
+			return ok
+		case "model":
+			v, ok := s.str()
+			req.Model = string(v)
+			return ok
+		case "lora_name":
+			v, ok := s.str()
+			name := string(v)
+			req.LoraName = &name
+			return ok
+		case "block_size":
+			v, ok := s.int()
+			req.BlockSize = int(v)
+			return ok
+		case "prompt_tokens":
+			v, ok := s.int()
+			req.PromptTokens = &v
+			return ok
+		case "expected_output_tokens":
+			v, ok := s.int()
+			req.ExpectedOutputTokens = &v
+			return ok
+		case "token_ids":
+			req.TokenIDs = make([]uint32, 0, len(raw)/8)
+			return s.array(func() bool {
+				v, ok := s.uint(math.MaxUint32)
+				req.TokenIDs = append(req.TokenIDs, uint32(v))
+				return ok
+			})
+		case "block_hashes":
+			var ok bool
+			req.BlockHashes, ok = s.hashes(make([]hashValue, 0, len(raw)/16))
+			return ok
+		case "after":
+			req.After = map[string]map[string]int64{}
+			return s.object(func(topic []byte) bool {
+				parts := map[string]int64{}
+				req.After[string(topic)] = parts
+				return s.object(func(p []byte) bool {
+					v, ok := s.int()
+					parts[string(p)] = v
+					return ok
+				})
+			})
+		}
+		return false // unknown, or a name that differs only in case
+	})
+	return ok && s.peek() == 0 && s.i == len(s.b)
+}
+
+// maxPooledBody bounds the route bodies kept for reuse: a rare huge body
+// is left to the garbage collector.
+const maxPooledBody = 1 << 20
+
+// localDecisionAtRecorder is a State that can record a local decision
+// knowing where its log copy landed (StoreState): it then knows from its
+// applied offsets whether the copy was applied already, without a read.
+type localDecisionAtRecorder interface {
+	RecordLocalDecisionAt(rec *pb.DecisionRecord, value []byte, at Position)
+}
+
+// hashesOf is hs as []uint64, without a copy (hashValue is a uint64).
+func hashesOf(hs []hashValue) []uint64 {
+	if len(hs) == 0 {
+		return []uint64{}
+	}
+	return unsafe.Slice((*uint64)(unsafe.Pointer(unsafe.SliceData(hs))), len(hs))
+}

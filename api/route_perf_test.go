@@ -1,0 +1,152 @@
+package api
+
+import (
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+var fastBodySeeds = []string{
+	`{"request_id":"r1","model":"m","block_hashes":[1,2,18446744073709551615],"block_size":16,"prompt_tokens":48}`,
+	`{"block_hashes":["0x1f","0xFFFFFFFFFFFFFFFF","007","12"],"block_size":16,"prompt_tokens":64,"after":{"kv-events":{"0":5,"3":7},"load":{}}}`,
+	` { "token_ids" : [ 1 , 2 ,3 ] , "lora_name" : "sql" , "expected_output_tokens" : -5 } `,
+	"{\"token_ids\":[0],\n\"model\":\"m\u00e9\"}\n",
+	`{"token_ids":[]}`,
+	`{}`,
+	`{"token_ids":[1],"prompt_tokens":-0,"block_size":-3}`,
+	// Everything below must go to encoding/json (or be rejected by it).
+	`{"token_ids":[1,-2]}`,
+	`{"token_ids":[4294967296]}`,
+	`{"token_ids":[1.0]}`,
+	`{"token_ids":[1e3]}`,
+	`{"token_ids":[01]}`,
+	`{"token_ids":null}`,
+	`{"lora_name":null,"token_ids":[1]}`,
+	`{"Token_IDs":[1]}`,
+	`{"token_ids":[1],"token_ids":[2,3]}`,
+	`{"after":{"load":{"0":1}},"after":{"kv-events":{"1":2}},"token_ids":[1]}`,
+	`{"after":{"load":{"0":1,"0":2}},"token_ids":[1]}`,
+	`{"request_id":"a\"b","token_ids":[1]}`,
+	`{"request_id":"a\u0062","token_ids":[1]}`,
+	"{\"request_id\":\"\xff\",\"token_ids\":[1]}",
+	"{\"request_id\":\"a\tb\",\"token_ids\":[1]}",
+	`{"block_hashes":["zz"],"block_size":16,"prompt_tokens":20}`,
+	`{"block_hashes":["0x"],"block_size":16,"prompt_tokens":20}`,
+	`{"block_hashes":["0X1f"],"block_size":16,"prompt_tokens":20}`,
+	`{"block_hashes":["+1"],"block_size":16,"prompt_tokens":20}`,
+	`{"block_hashes":[18446744073709551616],"block_size":16,"prompt_tokens":20}`,
+	`{"block_hashes":["18446744073709551616"],"block_size":16,"prompt_tokens":20}`,
+	`{"block_hashes":["0x00000000000000001"],"block_size":16,"prompt_tokens":20}`,
+	`{"block_hashes":[-1],"block_size":16,"prompt_tokens":20}`,
+	`{"prompt_tokens":-9223372036854775808,"token_ids":[1]}`,
+	`{"prompt_tokens":9223372036854775808,"token_ids":[1]}`,
+	`{"token_ids":[1]} {}`,
+	`{"token_ids":[1]}x`,
+	`{"token_ids":[1],}`,
+	`{"token_ids":[1,]}`,
+	`{"token_ids":[1]`,
+	`[1]`,
+	``,
+	`{"temperature":1,"token_ids":[1]}`,
+	`{"block_size":"16"}`,
+	`{"block_size":16.5}`,
+	`{"after":{"load":{"0":1.5}}}`,
+	`{"after":[]}`,
+	`{"token_ids":[1],"model":1}`,
+}
+
+// checkFastBody: when the fast path takes a body, encoding/json (the
+// strict decoder) accepts it too and yields the same request.
+func checkFastBody(t *testing.T, body string) {
+	t.Helper()
+	var fast routeRequest
+	if !fastRouteBody([]byte(body), &fast) {
+		return
+	}
+	var slow routeRequest
+	if err := decodeJSON([]byte(body), 1<<30, &slow); err != nil {
+		t.Fatalf("fast path took %q, encoding/json rejects it: %v", body, err)
+	}
+	if !reflect.DeepEqual(fast, slow) {
+		t.Fatalf("body %q:\nfast %+v\njson %+v", body, fast, slow)
+	}
+}
+
+func TestFastRouteBodyAgrees(t *testing.T) {
+	took := 0
+	for _, body := range fastBodySeeds {
+		checkFastBody(t, body)
+		var r routeRequest
+		if fastRouteBody([]byte(body), &r) {
+			took++
+		}
+	}
+	if took != 7 {
+		t.Fatalf("fast path took %d of the 7 plain bodies", took)
+	}
+	// Random bodies of the bench's shape, with random mutations.
+	rng := rand.New(rand.NewPCG(1, 2))
+	for i := 0; i < 3000; i++ {
+		var b strings.Builder
+		fmt.Fprintf(&b, `{"request_id":"bench-%d","model":"bench","block_hashes":[`, i)
+		for j := 0; j < rng.IntN(50); j++ {
+			if j > 0 {
+				b.WriteString(",")
+			}
+			switch rng.IntN(3) {
+			case 0:
+				fmt.Fprintf(&b, "%d", rng.Uint64())
+			case 1:
+				fmt.Fprintf(&b, `"%d"`, rng.Uint64())
+			default:
+				fmt.Fprintf(&b, `"0x%x"`, rng.Uint64())
+			}
+		}
+		fmt.Fprintf(&b, `],"block_size":16,"prompt_tokens":%d,"after":{"kv-events":{"0":%d}}}`, rng.IntN(1000), rng.IntN(1000))
+		body := []byte(b.String())
+		checkFastBody(t, string(body))
+		for m := 0; m < 3; m++ {
+			mut := append([]byte(nil), body...)
+			mut[rng.IntN(len(mut))] = "{}[],:\"0123456789-.eExn \\"[rng.IntN(25)]
+			checkFastBody(t, string(mut))
+		}
+	}
+}
+
+func FuzzFastRouteBody(f *testing.F) {
+	for _, s := range fastBodySeeds {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, body string) { checkFastBody(t, body) })
+}
+
+// BenchmarkRouteBody: decoding a bench api body (2,048 block hashes).
+func BenchmarkRouteBody(b *testing.B) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	hs := make([]uint64, 2048)
+	for i := range hs {
+		hs[i] = rng.Uint64()
+	}
+	raw, _ := json.Marshal(map[string]any{"request_id": "bench-1", "model": "bench", "block_hashes": hs, "block_size": 16,
+		"prompt_tokens": 32768, "after": map[string]any{"kv-events": map[string]any{"0": 100, "1": 200}, "workers": map[string]any{"0": 3}}})
+	b.SetBytes(int64(len(raw)))
+	b.Run("encoding-json", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			var r routeRequest
+			if err := decodeJSON(raw, 1<<30, &r); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("fast", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			var r routeRequest
+			if !fastRouteBody(raw, &r) {
+				b.Fatal("not taken")
+			}
+		}
+	})
+}
