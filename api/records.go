@@ -6,31 +6,8 @@ import (
 	"github.com/pdrouter/pdrouter/decider"
 	"github.com/pdrouter/pdrouter/events"
 	pb "github.com/pdrouter/pdrouter/events/eventspb"
+	"github.com/pdrouter/pdrouter/replay"
 )
-
-// deciderVersion is recorded in every decision; bump it when the decider's
-// semantics change, so explain knows a recomputation may legitimately differ.
-const deciderVersion = 1
-
-// workerRef splits the decider's worker id ("decode-1/dp3") into the
-// record's worker and dp rank.
-func workerRef(id string) *pb.WorkerRef {
-	if id == "" {
-		return nil
-	}
-	return fillWorkerRef(new(pb.WorkerRef), id)
-}
-
-// fillWorkerRef is workerRef into r (non-empty id).
-func fillWorkerRef(r *pb.WorkerRef, id string) *pb.WorkerRef {
-	w, rank, ok := events.ParseWorkerRank(id)
-	if !ok {
-		r.WorkerId = id
-		return r
-	}
-	r.WorkerId, r.DpRank = w, rank
-	return r
-}
 
 func refString(r *pb.WorkerRef) string {
 	if r == nil {
@@ -39,74 +16,16 @@ func refString(r *pb.WorkerRef) string {
 	return events.WorkerRank(r.GetWorkerId(), r.GetDpRank())
 }
 
-func poolPB(p decider.Pool) pb.Pool {
-	switch p {
-	case decider.PoolDecode:
-		return pb.Pool_POOL_DECODE
-	case decider.PoolPrefill:
-		return pb.Pool_POOL_PREFILL
-	}
-	return pb.Pool_POOL_UNSPECIFIED
-}
-
-func checkPB(c *decider.Check) *pb.Check {
-	return &pb.Check{Name: string(c.Name), Evaluated: c.Evaluated, Known: c.Known, Value: c.Value, Limit: c.Limit, Hit: c.Hit, Note: c.Note}
-}
-
 // decisionRecord copies a decision (whose memory the decider reuses) into a
-// self-contained record. The candidate rows and their worker refs are
-// allocated in one block each (a record has a row per worker). The hash
-// chains are the request's own, shared: neither is modified afterwards.
+// self-contained record, through the one mapping replay also reads back.
+// The hash chains are the request's own, shared: neither is modified
+// afterwards.
 func decisionRecord(d *decider.Decision, req *decider.Request) *pb.DecisionRecord {
-	rec := &pb.DecisionRecord{
-		RequestId:         d.RequestID,
-		Model:             d.Model,
-		PromptTokens:      uint32(d.PromptTokens),
-		Mode:              string(d.Mode),
-		DecodeWorker:      workerRef(d.DecodeWorker),
-		PrefillWorker:     workerRef(d.PrefillWorker),
-		Reason:            string(d.Reason),
-		CachedTokens:      uint32(d.CachedTokens),
-		EffectiveIsl:      uint32(d.EffectiveISL),
-		EffectiveIslRatio: d.Ratio,
-		Policy:            string(d.Policy),
-		ConfigHash:        d.ConfigHash,
-		BlockSize:         uint32(d.BlockSize),
-		PolicyBypass:      d.PolicyBypass,
-		DecidedBy:         string(d.DecidedBy),
-		Distance:          d.Distance,
-		EffIslCheck:       checkPB(&d.EffISLCheck),
-		RatioCheck:        checkPB(&d.RatioCheck),
-		PrefillBusyCheck:  checkPB(&d.PrefillBusy),
-		DecodeBusyCheck:   checkPB(&d.DecodeBusy),
-		DeciderVersion:    deciderVersion,
-		Candidates:        make([]*pb.Candidate, len(d.Candidates)),
+	orig := &pb.DecisionRecord{DeciderVersion: replay.DeciderVersion, Chains: make([]*pb.HashChain, len(req.Chains))}
+	for i, ch := range req.Chains {
+		orig.Chains[i] = &pb.HashChain{BlockSize: uint32(ch.BlockSize), BlockHashes: ch.Hashes}
 	}
-	rows := make([]pb.Candidate, len(d.Candidates))
-	refs := make([]pb.WorkerRef, len(d.Candidates))
-	for i := range d.Candidates {
-		c := &d.Candidates[i]
-		var w *pb.WorkerRef
-		if c.Worker != "" {
-			w = fillWorkerRef(&refs[i], c.Worker)
-		}
-		row := &rows[i]
-		rec.Candidates[i] = row
-		*row = pb.Candidate{
-			Worker: w, Pool: poolPB(c.Pool), Eligible: c.Eligible, Excluded: c.Excluded,
-			BlockSize: uint32(c.BlockSize), OverlapBlocks: uint32(c.OverlapBlocks), HostBlocks: uint32(c.HostBlocks),
-			DiskBlocks: uint32(c.DiskBlocks), ActivePrefillTokens: c.ActivePrefillTokens, RawPrefillBlocks: c.RawPrefillBlocks,
-			OverlapCredit: c.OverlapCredit, PrefillTerm: c.PrefillTerm, ActiveDecodeBlocks: c.ActiveDecodeBlocks,
-			RequestBlocks: c.RequestBlocks, SharedActiveBlocks: c.SharedActiveBlocks, PotentialDecodeBlocks: c.PotentialDecodeBlocks,
-			Cost: c.Cost, TieHash: uint64(c.TieHash), Probability: c.Probability, TotalKvBlocks: c.TotalKVBlocks,
-			MaxNumBatchedTokens: c.MaxNumBatchedTokens, LoadKnown: c.LoadKnown, LoadKvUsedBlocks: c.LoadKVUsedBlocks,
-			LoadPrefillTokens: c.LoadPrefillTokens, Picked: c.Picked,
-		}
-	}
-	for _, ch := range req.Chains {
-		rec.Chains = append(rec.Chains, &pb.HashChain{BlockSize: uint32(ch.BlockSize), BlockHashes: ch.Hashes})
-	}
-	return rec
+	return replay.RecordOf(d, orig)
 }
 
 // watermarkJSON renders a watermark as api.md shows it:

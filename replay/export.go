@@ -270,7 +270,9 @@ func RecordOfRow(r *DecisionRow) (*pb.DecisionRecord, error) {
 		if err != nil {
 			return nil, err
 		}
-		rec.Candidates[i] = candidatePB(&decider.Candidate{
+		row := new(pb.Candidate)
+		rec.Candidates[i] = row
+		fillCandidate(row, new(pb.WorkerRef), &decider.Candidate{
 			Worker: x.Worker, Pool: decider.Pool(x.Pool), Eligible: x.Eligible, Excluded: x.Excluded, BlockSize: int(x.BlockSize),
 			OverlapBlocks: int(x.OverlapBlocks), HostBlocks: int(x.HostBlocks), DiskBlocks: int(x.DiskBlocks),
 			ActivePrefillTokens: x.ActivePrefillTokens, RawPrefillBlocks: x.RawPrefillBlocks, OverlapCredit: x.OverlapCredit,

@@ -14,13 +14,11 @@ import (
 // reported as such, not as a fault.
 const DeciderVersion = 1
 
-// This file maps between the decider's types and the record, both ways.
-// The forward direction (decision → record fields) is the API's
-// decisionRecord, repeated here so that a recomputed decision can be
-// re-encoded and compared byte for byte with the record that was written;
-// TestRecordedDecisionsReproduceByteForByte proves the two agree on records
-// made through the real API. The reverse direction (record → decision) is
-// what the comparison and the explanation read.
+// This file maps between the decider's types and the record, both ways, and
+// is the only place that does: the API writes its records with RecordOf, so
+// a recomputed decision re-encodes to the bytes that were written
+// (TestRecordedDecisionsReproduceByteForByte). The reverse direction
+// (record → decision) is what the comparison and the explanation read.
 
 // workerID is the decider's worker id of a record's WorkerRef: "id" for DP
 // rank 0, "id/dpN" otherwise.
@@ -86,9 +84,21 @@ func candidateOf(c *pb.Candidate) decider.Candidate {
 	}
 }
 
-func candidatePB(c *decider.Candidate) *pb.Candidate {
-	return &pb.Candidate{
-		Worker: workerRef(c.Worker), Pool: poolPB(c.Pool), Eligible: c.Eligible, Excluded: c.Excluded,
+// fillCandidate writes row c into dst, with its worker ref in ref: a record
+// has a row per worker, so RecordOf allocates the rows and refs in one block
+// each.
+func fillCandidate(dst *pb.Candidate, ref *pb.WorkerRef, c *decider.Candidate) {
+	var w *pb.WorkerRef
+	if c.Worker != "" {
+		w = ref
+		if id, rank, ok := events.ParseWorkerRank(c.Worker); ok {
+			w.WorkerId, w.DpRank = id, rank
+		} else {
+			w.WorkerId = c.Worker
+		}
+	}
+	*dst = pb.Candidate{
+		Worker: w, Pool: poolPB(c.Pool), Eligible: c.Eligible, Excluded: c.Excluded,
 		BlockSize: uint32(c.BlockSize), OverlapBlocks: uint32(c.OverlapBlocks), HostBlocks: uint32(c.HostBlocks),
 		DiskBlocks: uint32(c.DiskBlocks), ActivePrefillTokens: c.ActivePrefillTokens, RawPrefillBlocks: c.RawPrefillBlocks,
 		OverlapCredit: c.OverlapCredit, PrefillTerm: c.PrefillTerm, ActiveDecodeBlocks: c.ActiveDecodeBlocks,
@@ -120,11 +130,13 @@ func DecisionOf(rec *pb.DecisionRecord) *decider.Decision {
 	return d
 }
 
-// RecordOf re-encodes a (recomputed) decision into a copy of orig: every
-// field the decider produces is taken from d, every field the API adds
-// around it (ids, times, replica, watermark, chains, config JSON, digest) is
-// kept from orig. If d was recomputed from orig's own inputs, the result
-// must marshal to orig's bytes.
+// RecordOf encodes a decision as a record: every field the decider produces
+// is taken from d (copied: the decider reuses d's memory), every field the
+// API adds around it (ids, times, replica, watermark, chains, config JSON,
+// digest, decider version) is kept from orig. The API calls it with an orig
+// holding the chains and the version; explain calls it with the record a
+// decision was recomputed from, and then the result must marshal to orig's
+// bytes.
 func RecordOf(d *decider.Decision, orig *pb.DecisionRecord) *pb.DecisionRecord {
 	rec := &pb.DecisionRecord{
 		DecisionId:           orig.GetDecisionId(),
@@ -159,8 +171,11 @@ func RecordOf(d *decider.Decision, orig *pb.DecisionRecord) *pb.DecisionRecord {
 		DeciderVersion:       orig.GetDeciderVersion(),
 		Candidates:           make([]*pb.Candidate, len(d.Candidates)),
 	}
+	rows := make([]pb.Candidate, len(d.Candidates))
+	refs := make([]pb.WorkerRef, len(d.Candidates))
 	for i := range d.Candidates {
-		rec.Candidates[i] = candidatePB(&d.Candidates[i])
+		fillCandidate(&rows[i], &refs[i], &d.Candidates[i])
+		rec.Candidates[i] = &rows[i]
 	}
 	return rec
 }
