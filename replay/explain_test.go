@@ -234,52 +234,53 @@ func TestStateCheck(t *testing.T) {
 // counted. The other replica's decisions are in the state exactly when the
 // watermark says so.
 func TestStateCheckUnderLoad(t *testing.T) {
-	brokers := kafkatest.Fake(t)
-	prefix := kafkatest.Prefix(t)
-	kafkatest.Migrate(t, brokers, prefix)
-	r := newReplica(t, brokers, prefix, "router-a", nil)
-	r2 := newReplica(t, brokers, prefix, "router-b", nil)
-	r.setupFleet()
-	r.catchUp()
-	r2.catchUp()
-	r.runMaterializer()
-	r2.runMaterializer()
-	const n, workers = 40, 6
-	var wg sync.WaitGroup
-	for w := 0; w < workers; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			on := r
-			if w%3 == 2 {
-				on = r2
-			}
-			for i := w; i < n; i += workers {
-				on.route("load-"+string(rune('a'+i)), promptOf(i%3, (16+i)*16, 50+37*i, i))
-			}
-		}()
-	}
-	wg.Wait()
-	recs := readDecisions(t, brokers, r.names, n)
-	checker := &replay.KafkaStateChecker{Client: r.conn, Names: r.names, TempDir: t.TempDir()}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	identical, withInFlight := 0, 0
-	for _, rec := range recs {
-		if pc, _ := replay.CheckPure(rec); !pc.Identical || !pc.RecordBytesIdentical {
-			t.Fatalf("pure check of %s: %+v", rec.GetRequestId(), pc)
+	kafkatest.Both(t, func(t *testing.T, brokers []string) {
+		prefix := kafkatest.Prefix(t)
+		kafkatest.Migrate(t, brokers, prefix)
+		r := newReplica(t, brokers, prefix, "router-a", nil)
+		r2 := newReplica(t, brokers, prefix, "router-b", nil)
+		r.setupFleet()
+		r.catchUp()
+		r2.catchUp()
+		r.runMaterializer()
+		r2.runMaterializer()
+		const n, workers = 40, 6
+		var wg sync.WaitGroup
+		for w := 0; w < workers; w++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				on := r
+				if w%3 == 2 {
+					on = r2
+				}
+				for i := w; i < n; i += workers {
+					on.route("load-"+string(rune('a'+i)), promptOf(i%3, (16+i)*16, 50+37*i, i))
+				}
+			}()
 		}
-		sc := checker.CheckState(ctx, rec)
-		switch {
-		case sc.Identical:
-			identical++
-		case sc.IdenticalWithInFlight && sc.Explained:
-			withInFlight++
-		default:
-			t.Fatalf("%s: state check neither reproduces nor explains: %+v", rec.GetRequestId(), sc)
+		wg.Wait()
+		recs := readDecisions(t, brokers, r.names, n)
+		checker := &replay.KafkaStateChecker{Client: r.conn, Names: r.names, TempDir: t.TempDir()}
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		identical, withInFlight := 0, 0
+		for _, rec := range recs {
+			if pc, _ := replay.CheckPure(rec); !pc.Identical || !pc.RecordBytesIdentical {
+				t.Fatalf("pure check of %s: %+v", rec.GetRequestId(), pc)
+			}
+			sc := checker.CheckState(ctx, rec)
+			switch {
+			case sc.Identical:
+				identical++
+			case sc.IdenticalWithInFlight && sc.Explained:
+				withInFlight++
+			default:
+				t.Fatalf("%s: state check neither reproduces nor explains: %+v", rec.GetRequestId(), sc)
+			}
 		}
-	}
-	t.Logf("%d decisions under load: %d identical from the log, %d identical once in-flight decisions are counted", n, identical, withInFlight)
+		t.Logf("%d decisions under load: %d identical from the log, %d identical once in-flight decisions are counted", n, identical, withInFlight)
+	})
 }
 
 // TestStateCheckStartsFromSnapshot: with a snapshot at or before the
