@@ -25,6 +25,9 @@ type Lag struct {
 	Partitions []PartitionLag // sorted like Offsets
 	Total      int64
 	Max        int64
+	// Unknown counts partitions whose end offset the brokers could not give
+	// (no leader yet, a topic being created): their lag is not in Total.
+	Unknown int
 }
 
 // Lag lists the end (and start) offsets of every partition and subtracts
@@ -46,7 +49,11 @@ func (m *Materializer) Lag(ctx context.Context) (Lag, error) {
 	var out Lag
 	ends.Each(func(lo kadm.ListedOffset) {
 		t, ok := m.names.Logical(lo.Topic)
-		if !ok || lo.Err != nil {
+		if !ok {
+			return
+		}
+		if lo.Err != nil {
+			out.Unknown++
 			return
 		}
 		applied, ok := stored.Get(t, lo.Partition)

@@ -50,6 +50,10 @@ type Materializer struct {
 	known map[topicPartition]bool
 	// oorRetries counts transient OFFSET_OUT_OF_RANGE recoveries per partition.
 	oorRetries map[topicPartition]int
+	// incomplete is set when the last discovery skipped a partition that
+	// answered with an error; discovery then runs every second, not every
+	// DiscoverEvery.
+	incomplete bool
 }
 
 // NewMaterializer connects to Kafka. It does not consume until Run.
@@ -95,9 +99,11 @@ func (m *Materializer) discover(ctx context.Context) (map[string]map[int32]kgo.O
 	}
 	stored := m.s.Offsets()
 	add := map[string]map[int32]kgo.Offset{}
+	m.incomplete = false
 	ends.Each(func(lo kadm.ListedOffset) {
 		if lo.Err != nil {
-			return // a topic not created yet: found on a later discovery
+			m.incomplete = true
+			return // a topic not created yet, or a partition without a leader: found on a later discovery
 		}
 		t, ok := m.names.Logical(lo.Topic)
 		if !ok {
@@ -130,6 +136,16 @@ func (m *Materializer) Run(ctx context.Context) error {
 // rebuild`, benchmarks and tests.
 func (m *Materializer) CatchUp(ctx context.Context) error {
 	lag, err := m.Lag(ctx)
+	// A partition whose end offset is unknown for a moment (a new topic, a
+	// leader election) would be left out of the target: ask again.
+	for err == nil && lag.Unknown > 0 {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("statestore: catch-up: %d partitions without an end offset: %w", lag.Unknown, ctx.Err())
+		case <-time.After(200 * time.Millisecond):
+		}
+		lag, err = m.Lag(ctx)
+	}
 	if err != nil {
 		return err
 	}
@@ -194,14 +210,19 @@ func (m *Materializer) run(ctx context.Context, done func() bool) error {
 		fs := m.cl.PollFetches(pctx)
 		cancel()
 		if ctx.Err() != nil || fs.IsClientClosed() {
+			if done != nil && ctx.Err() != nil {
+				return fmt.Errorf("statestore: catch-up did not finish: %w", ctx.Err())
+			}
 			return nil
 		}
 		var fatal error
+		restart := false
 		fs.EachError(func(topic string, partition int32, err error) {
 			if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
 				return
 			}
 			if errors.Is(err, kerr.OffsetOutOfRange) && m.transientOutOfRange(ctx, topic, partition) {
+				restart = true
 				return
 			}
 			var loss *kgo.ErrDataLoss
@@ -216,6 +237,14 @@ func (m *Materializer) run(ctx context.Context, done func() bool) error {
 		if fatal != nil {
 			return fatal
 		}
+		if restart {
+			// A partition the client gave up on cannot be resumed in place:
+			// start a new consumer from the stored offsets (records of this
+			// poll are not applied, so nothing is skipped or applied twice).
+			m.cl.Close()
+			m.cl, m.known = nil, map[topicPartition]bool{}
+			return m.run(ctx, done)
+		}
 		recs := fs.Records()
 		if len(recs) > 0 {
 			if err := m.s.Apply(recs); err != nil {
@@ -227,7 +256,7 @@ func (m *Materializer) run(ctx context.Context, done func() bool) error {
 			p.finish()
 			return nil
 		}
-		if time.Since(lastDiscover) >= m.o.DiscoverEvery {
+		if every := m.o.DiscoverEvery; time.Since(lastDiscover) >= every || (m.incomplete && time.Since(lastDiscover) >= time.Second) {
 			lastDiscover = time.Now()
 			if add, err := m.discover(ctx); err == nil && len(add) > 0 {
 				m.log.Info("statestore: new partitions", "partitions", fmt.Sprint(add))
@@ -247,8 +276,8 @@ func (m *Materializer) run(ctx context.Context, done func() bool) error {
 // broker that briefly refused an offset it does hold (a partition whose
 // leader just changed or was just created answers OFFSET_OUT_OF_RANGE for a
 // moment). It looks up the partition's log range: when the stored offset is
-// inside it, the partition is consumed again from that offset, a bounded
-// number of times, and the error is not fatal.
+// inside it, the error is not fatal and the caller restarts the consumer
+// from the stored offsets, a bounded number of times per partition.
 func (m *Materializer) transientOutOfRange(ctx context.Context, topic string, partition int32) bool {
 	t, ok := m.names.Logical(topic)
 	if !ok {
@@ -279,9 +308,11 @@ func (m *Materializer) transientOutOfRange(ctx context.Context, topic string, pa
 		return false
 	}
 	m.oorRetries[tp]++
-	m.log.Warn("statestore: the broker refused an offset it holds; consuming the partition again",
+	m.log.Warn("statestore: the broker refused an offset it holds; restarting the consumer from the stored offsets",
 		"topic", topic, "partition", partition, "offset", next, "log_start", lo.Offset, "log_end", hi.Offset, "retry", m.oorRetries[tp])
-	m.cl.RemoveConsumePartitions(map[string][]int32{topic: {partition}})
-	m.cl.AddConsumePartitions(map[string]map[int32]kgo.Offset{topic: {partition: kgo.NewOffset().At(next)}})
+	select {
+	case <-ctx.Done():
+	case <-time.After(time.Duration(m.oorRetries[tp]) * 200 * time.Millisecond):
+	}
 	return true
 }
