@@ -3,12 +3,10 @@ package replay
 import (
 	"context"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -149,7 +147,7 @@ func rebuildAt(ctx context.Context, conn []kgo.Opt, opts statestore.Options, w *
 	r.info.SnapshotsSkipped = skipped
 	storeDir := filepath.Join(dir, "store")
 	if snap != "" {
-		r.store, err = openSnapshotCopy(snap, dir, storeDir, opts)
+		r.store, err = openSnapshotCopy(snap, storeDir, opts)
 		if err != nil {
 			r.info.SnapshotsSkipped = append(r.info.SnapshotsSkipped, fmt.Sprintf("%s: %v", snap, err))
 			_ = os.RemoveAll(storeDir)
@@ -267,20 +265,15 @@ func pickSnapshot(dir string, want target) (string, []string) {
 	return best, skipped
 }
 
-// openSnapshotCopy opens a private copy of a snapshot. The copy hard-links
-// the immutable table files (*.sst, *.blob) and copies everything else: a
-// store opened on hard links of a MANIFEST could write through them into the
-// replica's snapshot, and explain must never change what it reads.
-func openSnapshotCopy(snap, work, storeDir string, opts statestore.Options) (*statestore.Store, error) {
-	cp := filepath.Join(work, "snapshot")
-	if err := copyTree(snap, cp); err != nil {
-		return nil, err
-	}
-	man, err := statestore.ReadSnapshotManifest(cp)
+// openSnapshotCopy opens a store from a snapshot without changing the
+// snapshot: statestore.OpenFromSnapshot hard-links only the immutable table
+// files and copies the rest, and explain must never change what it reads.
+func openSnapshotCopy(snap, storeDir string, opts statestore.Options) (*statestore.Store, error) {
+	man, err := statestore.ReadSnapshotManifest(snap)
 	if err != nil {
 		return nil, err
 	}
-	s, err := statestore.OpenFromSnapshot(cp, storeDir, opts)
+	s, err := statestore.OpenFromSnapshot(snap, storeDir, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -289,43 +282,4 @@ func openSnapshotCopy(snap, work, storeDir string, opts statestore.Options) (*st
 		return nil, fmt.Errorf("opened at %s, not at the manifest's %s", got, man.Offsets)
 	}
 	return s, nil
-}
-
-func copyTree(from, to string) error {
-	return filepath.WalkDir(from, func(p string, d os.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(from, p)
-		dst := filepath.Join(to, rel)
-		if d.IsDir() {
-			return os.MkdirAll(dst, 0o755)
-		}
-		if !d.Type().IsRegular() {
-			return nil
-		}
-		if strings.HasSuffix(p, ".sst") || strings.HasSuffix(p, ".blob") {
-			if os.Link(p, dst) == nil {
-				return nil
-			}
-		}
-		return copyFile(p, dst)
-	})
-}
-
-func copyFile(from, to string) error {
-	in, err := os.Open(from)
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	out, err := os.Create(to)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(out, in); err != nil {
-		out.Close()
-		return err
-	}
-	return out.Close()
 }

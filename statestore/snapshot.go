@@ -73,8 +73,10 @@ func ReadSnapshotManifest(dir string) (SnapshotManifest, error) {
 }
 
 // OpenFromSnapshot installs the snapshot in snapDir as the store in
-// storeDir (which must not hold a store) and opens it. Files are
-// hard-linked when possible (SSTables are immutable), else copied.
+// storeDir (which must not hold a store) and opens it. Table files (*.sst,
+// *.blob) are immutable, so they are hard-linked when possible; everything
+// else (MANIFEST, OPTIONS, markers) is copied, because a store opened on a
+// hard link of its MANIFEST could write through it and change the snapshot.
 func OpenFromSnapshot(snapDir, storeDir string, o Options) (*Store, error) {
 	if _, err := ReadSnapshotManifest(snapDir); err != nil {
 		return nil, err
@@ -95,10 +97,12 @@ func OpenFromSnapshot(snapDir, storeDir string, o Options) (*Store, error) {
 			continue
 		}
 		from, to := filepath.Join(src, e.Name()), filepath.Join(storeDir, e.Name())
-		if err := os.Link(from, to); err != nil {
-			if err := copyFile(from, to); err != nil {
-				return nil, err
-			}
+		immutable := strings.HasSuffix(e.Name(), ".sst") || strings.HasSuffix(e.Name(), ".blob")
+		if immutable && os.Link(from, to) == nil {
+			continue
+		}
+		if err := copyFile(from, to); err != nil {
+			return nil, err
 		}
 	}
 	return Open(storeDir, o)
