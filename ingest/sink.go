@@ -65,14 +65,7 @@ func (s *KafkaSink) Produce(ctx context.Context, key []byte, m proto.Message) er
 	if err := s.Err(); err != nil {
 		return err
 	}
-	if kv, ok := m.(*pb.KvEventRecord); ok && kv.Raw != nil && s.MaxRecordBytes > 0 && proto.Size(kv) > s.MaxRecordBytes {
-		s.log.Warn("kv record over the size limit: writing it without its raw payload",
-			"worker", kv.GetWorker().GetWorkerId(), "seq", kv.GetSource().GetSeq(), "bytes", proto.Size(kv), "limit", s.MaxRecordBytes)
-		kv = proto.Clone(kv).(*pb.KvEventRecord)
-		kv.Raw.Payload = nil
-		m = kv
-	}
-	rec, err := events.NewRecord(s.names, key, m)
+	rec, err := s.record(key, m)
 	if err != nil {
 		// A bug in ingest (decoding is meant to make this impossible): stop
 		// rather than skip a record.
@@ -80,6 +73,19 @@ func (s *KafkaSink) Produce(ctx context.Context, key []byte, m proto.Message) er
 	}
 	s.cl.Produce(ctx, rec, s.promise)
 	return nil
+}
+
+// record is the Kafka record of m: validated and encoded, without its raw
+// payload when that would make it too big.
+func (s *KafkaSink) record(key []byte, m proto.Message) (*kgo.Record, error) {
+	if kv, ok := m.(*pb.KvEventRecord); ok && kv.Raw != nil && s.MaxRecordBytes > 0 && proto.Size(kv) > s.MaxRecordBytes {
+		s.log.Warn("kv record over the size limit: writing it without its raw payload",
+			"worker", kv.GetWorker().GetWorkerId(), "seq", kv.GetSource().GetSeq(), "bytes", proto.Size(kv), "limit", s.MaxRecordBytes)
+		kv = proto.Clone(kv).(*pb.KvEventRecord)
+		kv.Raw.Payload = nil
+		m = kv
+	}
+	return events.NewRecord(s.names, key, m)
 }
 
 func (s *KafkaSink) promise(r *kgo.Record, err error) {
