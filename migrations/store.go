@@ -13,8 +13,10 @@ import (
 //
 // History: v1, prefix tables, registry, load and active accounting; v2 adds
 // decision records, their request and time indexes, and the KV-health
-// times (statestore/keys.go). v1 stores are rebuilt.
-const StoreSchemaVersion uint32 = 2
+// times (statestore/keys.go); v3 adds the parent's router hash to prefix
+// entries, so a replica rebuilds its hot index in chain order. v1 and v2
+// stores are rebuilt.
+const StoreSchemaVersion uint32 = 3
 
 // PebbleFormat pins Pebble's on-disk format. Pebble's FormatDefault picks the
 // oldest format it supports and may change between releases; pinning keeps a

@@ -114,10 +114,14 @@ func (st *state) predictDecision(d *pb.DecisionRecord) {
 	if ws.pred == nil {
 		ws.pred = map[uint64]int64{}
 	}
-	for _, h := range chain {
+	for i, h := range chain {
 		old, ok := ws.pred[h]
 		if !ok {
-			st.indexAdd(slot, h, TierDevice)
+			up := h
+			if i > 0 {
+				up = chain[i-1]
+			}
+			st.indexAdd(slot, h, TierDevice, up)
 			st.predicted++
 		}
 		if !ok || until > old {
@@ -151,7 +155,8 @@ func (st *state) sweepPredictions() {
 // dropped every bit of the slot: each prediction is then the only holder.
 func (st *state) restorePredictions(slot int32) {
 	for h := range st.workers[slot].pred {
-		st.idx.add(h, slot, TierDevice)
+		// The parent is not kept with predictions: h stands for unknown.
+		st.idx.add(h, slot, TierDevice, h)
 	}
 }
 

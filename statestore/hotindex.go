@@ -20,7 +20,7 @@ func (t Tier) String() string { return [...]string{"device", "host", "disk"}[t] 
 // for memory per cached (block, worker) entry and for a chain walk that
 // costs a few word operations per block whatever the number of workers.
 //
-// Value encoding of m[hash]:
+// Value encoding of the holders word of a hash (hottable.go):
 //   - bit 63 clear: inline, up to two holder codes, each code
 //     (slot<<2 | tier) + 1 in 31 bits; 0 is "none". Most blocks are held by
 //     one or two workers, and then the whole entry is one map slot.
@@ -31,7 +31,7 @@ func (t Tier) String() string { return [...]string{"device", "host", "disk"}[t] 
 // leaves two or fewer, the entry goes back inline (and to zero: deleted).
 // So equal content gives equal encodings, whatever the history.
 type hotIndex struct {
-	m     u64map
+	m     hotTable
 	slab  []uint64
 	free  []uint32
 	words int // words per tier bitset; 64*words slots fit
@@ -97,31 +97,39 @@ func testBit(s []uint64, words int, slot int32, t Tier) bool {
 	return s[int(t)*words+int(slot)/64]&(1<<(uint(slot)%64)) != 0
 }
 
-// add records that slot holds h in tier t. It reports false when it did
+// add records that slot holds h in tier t, h's parent being up (h itself
+// for a chain's first block or when unknown). It reports false when it did
 // already (the caller counts duplicates: two engine hashes of one worker
 // with the same router hash).
-func (x *hotIndex) add(h uint64, slot int32, t Tier) bool {
+func (x *hotIndex) add(h uint64, slot int32, t Tier, up uint64) bool {
 	x.ensureSlots(slot)
 	c := code(slot, t)
-	v, ok := x.m.get(h)
-	switch {
-	case !ok:
-		x.m.put(h, c)
+	p := x.m.find(h)
+	if p == noPos {
+		x.m.insert(h, c, up)
 		return true
-	case v&setTag != 0:
-		s := x.set(uint32(v))
+	}
+	// Every holder that knows h's parent knows the same one (a router hash
+	// covers its whole prefix), so a known parent only ever replaces
+	// "unknown".
+	if e := &x.m.ents[p]; up != h && e.up == e.h {
+		e.up = up
+	}
+	v := &x.m.ents[p].v
+	if *v&setTag != 0 {
+		s := x.set(uint32(*v))
 		if testBit(s, x.words, slot, t) {
 			return false
 		}
 		setBit(s, x.words, slot, t)
 		return true
 	}
-	lo, hi := v&0xffffffff, v>>32
+	lo, hi := *v&0xffffffff, *v>>32
 	if lo == c || hi == c {
 		return false
 	}
 	if hi == 0 {
-		x.m.put(h, v|c<<32)
+		*v |= c << 32
 		return true
 	}
 	i := x.allocSet()
@@ -130,29 +138,30 @@ func (x *hotIndex) add(h uint64, slot int32, t Tier) bool {
 		sl, tt := decode(cc)
 		setBit(s, x.words, sl, tt)
 	}
-	x.m.put(h, setTag|uint64(i))
+	x.m.ents[p].v = setTag | uint64(i)
 	return true
 }
 
 // remove clears (slot, t) from h and reports whether it was set.
 func (x *hotIndex) remove(h uint64, slot int32, t Tier) bool {
-	v, ok := x.m.get(h)
-	if !ok {
+	p := x.m.find(h)
+	if p == noPos {
 		return false
 	}
 	c := code(slot, t)
+	v := x.m.ents[p].v
 	if v&setTag == 0 {
 		lo, hi := v&0xffffffff, v>>32
 		switch c {
 		case lo:
 			if hi == 0 {
-				x.m.del(h)
+				x.m.del(h, p)
 			} else {
-				x.m.put(h, hi)
+				x.m.ents[p].v = hi
 			}
 			return true
 		case hi:
-			x.m.put(h, lo)
+			x.m.ents[p].v = lo
 			return true
 		}
 		return false
@@ -182,12 +191,20 @@ func (x *hotIndex) remove(h uint64, slot int32, t Tier) bool {
 		}
 		x.freeSet(i)
 		if inl == 0 {
-			x.m.del(h)
+			x.m.del(h, p)
 		} else {
-			x.m.put(h, inl)
+			x.m.ents[p].v = inl
 		}
 	}
 	return true
+}
+
+// parent returns h's parent as add recorded it, and whether h is held.
+func (x *hotIndex) parent(h uint64) (uint64, bool) {
+	if p := x.m.find(h); p != noPos {
+		return x.m.ents[p].up, true
+	}
+	return 0, false
 }
 
 // bytes is the index's heap footprint: table slots and the bitset slab.

@@ -7,11 +7,9 @@ import (
 	"github.com/pdrouter/pdrouter/events"
 )
 
-// Key layout of the Pebble store (schema migrations.StoreSchemaVersion = 1).
-// The families h, d, q and e came later without a version bump: a store
-// written before them lacks them and differs from a replay (its digest
-// too) until it is rebuilt, so StoreSchemaVersion must go to 2 (no
-// upgrade: rebuild) before such stores exist anywhere but development.
+// Key layout of the Pebble store (schema migrations.StoreSchemaVersion = 3).
+// History (migrations/store.go): v2 added the families h, d, q and e; v3
+// the parent's router hash in prefix values. Older stores are rebuilt.
 //
 // Every key starts with a one-byte family. Worker ids are validated by
 // events.ValidateWorkerID (printable, no NUL), so a NUL after an id ends it
@@ -28,6 +26,8 @@ import (
 //	'l' workerID 0x00 rank(u32)              LoadSample, deterministic protobuf (the latest)
 //	'p' workerID 0x00 rank(u32) engine(u64)  prefix entry: router hash u64 + flags u8
 //	                                         (bits 0..2: tiers device/host/disk held; bit 7: orphan)
+//	                                         + parent's router hash u64 (the router hash itself
+//	                                         for a chain's first block; absent for an orphan)
 //	'a' entryID                              active-request facts (active.go encodeEntry)
 //	'h' workerID 0x00 rank(u32)              KV-event health: i64 first load sample time,
 //	                                         i64 latest kv-events time (kvhealth.go); absent when both 0
@@ -162,9 +162,13 @@ const (
 	tierMask   = 0x07
 )
 
-func prefixValue(dst []byte, router uint64, flags uint8) []byte {
+func prefixValue(dst []byte, router, up uint64, flags uint8) []byte {
 	dst = binary.LittleEndian.AppendUint64(dst, router)
-	return append(dst, flags)
+	dst = append(dst, flags)
+	if flags&flagOrphan != 0 {
+		return dst
+	}
+	return binary.LittleEndian.AppendUint64(dst, up)
 }
 
 func i64Value(v int64) []byte { return binary.LittleEndian.AppendUint64(nil, uint64(v)) }

@@ -99,16 +99,24 @@ func (st *state) storeBlocks(b *pebble.Batch, slot int32, s *pb.BlockStored) {
 		st.stats.orphans += int64(len(hashes))
 	}
 	for i, h := range hashes {
-		var r uint64
+		var r, up uint64
 		if !orphan && i < len(routers) {
-			r = routers[i]
+			r, up = routers[i], routers[i]
+			switch {
+			case i > 0:
+				up = routers[i-1]
+			case hasParent:
+				up = parent
+			}
 		}
-		st.storeBlock(b, slot, h, r, orphan, tier)
+		st.storeBlock(b, slot, h, r, up, orphan, tier)
 	}
 	st.stats.blockOps += int64(len(hashes))
 }
 
-func (st *state) storeBlock(b *pebble.Batch, slot int32, engine, router uint64, orphan bool, t Tier) {
+// storeBlock records one block; up is its parent's router hash (router
+// itself for the first block of a chain, 0 for an orphan).
+func (st *state) storeBlock(b *pebble.Batch, slot int32, engine, router, up uint64, orphan bool, t Tier) {
 	ws := st.workers[slot]
 	oldR, flags, ok := ws.blocks.get(engine)
 	if ok && ((flags&flagOrphan != 0) != orphan || (!orphan && oldR != router)) {
@@ -122,22 +130,22 @@ func (st *state) storeBlock(b *pebble.Batch, slot int32, engine, router uint64, 
 	if orphan {
 		flags |= flagOrphan
 	} else {
-		st.indexAdd(slot, router, t)
+		st.indexAdd(slot, router, t, up)
 	}
 	flags |= bit
 	ws.blocks.put(engine, router, flags)
 	ws.counts[t]++
 	st.tierBlocks[t]++
 	st.kbuf = prefixKey(st.kbuf[:0], ws.key, engine)
-	st.vbuf = prefixValue(st.vbuf[:0], router, flags)
+	st.vbuf = prefixValue(st.vbuf[:0], router, up, flags)
 	_ = b.Set(st.kbuf, st.vbuf, nil)
 }
 
 // indexAdd and indexRemove keep the hot index and the duplicate counts:
 // the bit (router, slot, tier) is set while at least one engine hash of
 // the slot maps to router in tier.
-func (st *state) indexAdd(slot int32, router uint64, t Tier) {
-	if !st.idx.add(router, slot, t) {
+func (st *state) indexAdd(slot int32, router uint64, t Tier, up uint64) {
+	if !st.idx.add(router, slot, t, up) {
 		ws := st.workers[slot]
 		if ws.dups == nil {
 			ws.dups = map[dupKey]uint32{}
@@ -185,7 +193,11 @@ func (st *state) removeBlock(b *pebble.Batch, slot int32, engine uint64, t Tier)
 		st.stats.removeUnknown++
 		return
 	}
+	// The rewritten value below keeps the parent, which only the hot index
+	// holds: read it while the entry is certainly there.
+	var up uint64
 	if flags&flagOrphan == 0 {
+		up, _ = st.idx.parent(router)
 		st.indexRemove(slot, router, t)
 	}
 	ws.counts[t]--
@@ -198,7 +210,7 @@ func (st *state) removeBlock(b *pebble.Batch, slot int32, engine uint64, t Tier)
 		return
 	}
 	ws.blocks.put(engine, router, flags)
-	st.vbuf = prefixValue(st.vbuf[:0], router, flags)
+	st.vbuf = prefixValue(st.vbuf[:0], router, up, flags)
 	_ = b.Set(st.kbuf, st.vbuf, nil)
 }
 
@@ -230,7 +242,7 @@ func (st *state) clearSlot(b *pebble.Batch, slot int32) {
 }
 
 // loadBlock is the rebuild path: one prefix entry read from Pebble.
-func (st *state) loadBlock(slot int32, engine, router uint64, flags uint8) {
+func (st *state) loadBlock(slot int32, engine, router, up uint64, flags uint8) {
 	ws := st.workers[slot]
 	ws.blocks.put(engine, router, flags)
 	for t := Tier(0); t < numTiers; t++ {
@@ -238,7 +250,7 @@ func (st *state) loadBlock(slot int32, engine, router uint64, flags uint8) {
 			continue
 		}
 		if flags&flagOrphan == 0 {
-			st.indexAdd(slot, router, t)
+			st.indexAdd(slot, router, t, up)
 		}
 		ws.counts[t]++
 		st.tierBlocks[t]++

@@ -63,10 +63,15 @@ func (s *Store) rebuild() (*state, error) {
 			st.setLoad(st.slotOf(id, rank), ls)
 		case famPrefix:
 			id, rank, rest, err := parseWorkerRank(body)
-			if err != nil || len(rest) != 8 || len(v) != 9 {
+			orphan := len(v) == 9 && v[8]&flagOrphan != 0
+			if err != nil || len(rest) != 8 || (len(v) != 17 && !orphan) {
 				return nil, fmt.Errorf("prefix key %q: %v", k, errBadKey)
 			}
-			st.loadBlock(st.slotOf(id, rank), binary.BigEndian.Uint64(rest), binary.LittleEndian.Uint64(v), v[8])
+			var up uint64
+			if !orphan {
+				up = binary.LittleEndian.Uint64(v[9:])
+			}
+			st.loadBlock(st.slotOf(id, rank), binary.BigEndian.Uint64(rest), binary.LittleEndian.Uint64(v), up, v[8])
 		case famHealth:
 			id, rank, _, err := parseWorkerRank(body)
 			if err != nil {
@@ -116,6 +121,9 @@ func (s *Store) rebuild() (*state, error) {
 	for _, ws := range st.workers {
 		ws.healthDirty = false
 	}
+	// Pebble returned each worker's blocks in engine-hash order, which is
+	// random; put the hot index's arena in chain order for MatchPrefix.
+	st.idx.m.relayout()
 	st.rebuildView()
 	st.stats = applyStats{}
 	return st, nil

@@ -108,6 +108,7 @@ func (m *u64map) grow() {
 	}
 	old := m.slots
 	m.slots = make([]kv, size)
+	adviseHugePages(m.slots)
 	m.shift = uint8(64 - bits.TrailingZeros(uint(size)))
 	m.n = 0
 	for _, s := range old {

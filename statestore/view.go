@@ -158,8 +158,16 @@ func (v View) MatchPrefix(blockSize int, chain []uint64, dst []decider.TierOverl
 			}
 		}
 	}
-	var vals [lookahead]uint64
-	var oks [lookahead]bool
+	// The walk predicts each block's arena position from the block
+	// before (hottable.go): the next entry, or the one before (an arena
+	// refilled from freed positions runs backwards). A failed prediction
+	// looks the hash up in a batch with the blocks after it, the batch
+	// doubling while predictions keep failing (blocks scattered in the
+	// arena), so that their cache misses overlap.
+	m := &st.idx.m
+	var pos [lookahead]int32
+	rb, rn, batch := 0, 0, minResolve
+	p := noPos
 	// prev is the holders value of the block before, while it was found.
 	// A block with the same value has the same holders (the index does not
 	// change under the read lock), and after the block before every live
@@ -167,78 +175,95 @@ func (v View) MatchPrefix(blockSize int, chain []uint64, dst []decider.TierOverl
 	// so the block costs one comparison. This is the common case of a long
 	// conversation held by one worker, where the walk is longest.
 	prev, hasPrev := uint64(0), false
-	for base := 0; any && base < n; base += lookahead {
-		batch := chain[base:min(base+lookahead, n)]
-		st.idx.m.loadSlots(batch, &vals, &oks)
-		for j := 0; any && j < len(batch); j++ {
-			i := base + j
-			if oks[j] && hasPrev && vals[j] == prev {
-				continue
+	for i := 0; any && i < n; i++ {
+		h := chain[i]
+		v, ok := m.at(p+1, h)
+		switch {
+		case ok:
+			p++
+		case p > 0:
+			if v, ok = m.at(p-1, h); ok {
+				p--
 			}
-			prev, hasPrev = vals[j], oks[j]
-			// Decode the holders once per block: a bitset per tier, or up to
-			// two inline (word, bit, tier) holders.
-			var set []uint64
-			w1, w2 := -1, -1
-			var b1, b2 uint64
-			var t1, t2 Tier
-			if oks[j] {
-				if v := vals[j]; v&setTag != 0 {
-					set = st.idx.set(uint32(v))
-				} else {
-					if c := v & 0xffffffff; c != 0 {
-						sl, t := decode(c)
-						w1, b1, t1 = int(sl)/64, 1<<(uint(sl)%64), t
+		}
+		if ok {
+			batch = minResolve
+		} else {
+			if i >= rb+rn {
+				rb, rn = i, min(batch, n-i)
+				m.resolve(chain[rb:rb+rn], &pos)
+				batch = min(2*batch, lookahead)
+			}
+			if p = int(pos[i-rb]); p != noPos {
+				v, ok = m.ents[p].v, true
+			}
+		}
+		if ok && hasPrev && v == prev {
+			continue
+		}
+		prev, hasPrev = v, ok
+		// Decode the holders once per block: a bitset per tier, or up to
+		// two inline (word, bit, tier) holders.
+		var set []uint64
+		w1, w2 := -1, -1
+		var b1, b2 uint64
+		var t1, t2 Tier
+		if ok {
+			if v&setTag != 0 {
+				set = st.idx.set(uint32(v))
+			} else {
+				if c := v & 0xffffffff; c != 0 {
+					sl, t := decode(c)
+					w1, b1, t1 = int(sl)/64, 1<<(uint(sl)%64), t
+				}
+				if c := v >> 32; c != 0 {
+					sl, t := decode(c)
+					w2, b2, t2 = int(sl)/64, 1<<(uint(sl)%64), t
+				}
+			}
+		}
+		any = false
+		for k := 0; k < words; k++ {
+			var d, h, a uint64
+			if set != nil {
+				d, h, a = set[k], set[words+k], set[2*words+k]
+			} else {
+				if w1 == k {
+					switch t1 {
+					case TierDevice:
+						d |= b1
+					case TierHost:
+						h |= b1
+					default:
+						a |= b1
 					}
-					if c := v >> 32; c != 0 {
-						sl, t := decode(c)
-						w2, b2, t2 = int(sl)/64, 1<<(uint(sl)%64), t
+				}
+				if w2 == k {
+					switch t2 {
+					case TierDevice:
+						d |= b2
+					case TierHost:
+						h |= b2
+					default:
+						a |= b2
 					}
 				}
 			}
-			any = false
-			for k := 0; k < words; k++ {
-				var d, h, a uint64
-				if set != nil {
-					d, h, a = set[k], set[words+k], set[2*words+k]
-				} else {
-					if w1 == k {
-						switch t1 {
-						case TierDevice:
-							d |= b1
-						case TierHost:
-							h |= b1
-						default:
-							a |= b1
-						}
-					}
-					if w2 == k {
-						switch t2 {
-						case TierDevice:
-							d |= b2
-						case TierHost:
-							h |= b2
-						default:
-							a |= b2
-						}
-					}
-				}
-				h |= d
-				a |= h
-				if e := liveD[k] &^ d; e != 0 {
-					end(e, k, func(o *decider.TierOverlap) { o.Device = i })
-				}
-				if e := liveH[k] &^ h; e != 0 {
-					end(e, k, func(o *decider.TierOverlap) { o.Host = i })
-				}
-				if e := liveA[k] &^ a; e != 0 {
-					end(e, k, func(o *decider.TierOverlap) { o.Disk = i })
-				}
-				liveD[k] &= d
-				liveH[k] &= h
-				liveA[k] &= a
-				any = any || liveA[k] != 0
+			h |= d
+			a |= h
+			if e := liveD[k] &^ d; e != 0 {
+				end(e, k, func(o *decider.TierOverlap) { o.Device = i })
 			}
+			if e := liveH[k] &^ h; e != 0 {
+				end(e, k, func(o *decider.TierOverlap) { o.Host = i })
+			}
+			if e := liveA[k] &^ a; e != 0 {
+				end(e, k, func(o *decider.TierOverlap) { o.Disk = i })
+			}
+			liveD[k] &= d
+			liveH[k] &= h
+			liveA[k] &= a
+			any = any || liveA[k] != 0
 		}
 	}
 	for ref, info := range st.viewInfos {

@@ -19,7 +19,7 @@ func TestRunSmall(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(res) != 7 {
+	if len(res) != 8 {
 		t.Fatalf("%d rows:\n%s", len(res), out.String())
 	}
 	t.Logf("\n%s", out.String())
