@@ -7,6 +7,8 @@ import (
 	"io"
 	"log"
 	"log/slog"
+	"net"
+	"sync"
 	"time"
 
 	"github.com/go-zeromq/zmq4"
@@ -14,6 +16,8 @@ import (
 
 // Sockets are go-zeromq's pure-Go ZMTP 3 implementation, so ingest builds
 // without cgo; TestZMQInteropPyzmq checks it against libzmq through pyzmq.
+// The SUB side of tcp:// and ipc:// endpoints uses go-zeromq's connections
+// without its socket (subconn.go).
 
 // zmqLogger silences go-zeromq's own logger (it prints to stderr on every
 // refused connection); ingest logs what matters through slog.
@@ -25,11 +29,64 @@ type received struct {
 	at  time.Time
 }
 
+// msgReceiver is what recvLoop reads: a subConn, or go-zeromq's socket for
+// inproc:// endpoints.
+type msgReceiver interface {
+	Recv() (zmq4.Msg, error)
+}
+
 // subscribeConnect dials an engine's PUB at endpoint and calls out for every
 // well-framed message until ctx ends. A lost connection (engine restart) is
 // redialed after retry; a missed stretch shows up as a sequence gap or
 // restart downstream. Badly framed messages go to bad.
 func subscribeConnect(ctx context.Context, endpoint, topic string, retry time.Duration, lg *slog.Logger,
+	out func(received) error, bad func(error), connected func() error) error {
+	if _, _, ok := netEndpoint(endpoint); !ok {
+		return subscribeConnectSocket(ctx, endpoint, topic, retry, lg, out, bad, connected)
+	}
+	failures := 0
+	for ctx.Err() == nil {
+		sc, err := dialSub(ctx, endpoint, topic)
+		if err != nil {
+			if ctx.Err() != nil {
+				break
+			}
+			// Logged once per outage: an engine that is down is redialed
+			// every retry, quietly.
+			level := slog.LevelDebug
+			if failures == 0 {
+				level = slog.LevelWarn
+			}
+			failures++
+			lg.Log(ctx, level, "cannot connect to engine publisher; retrying", "endpoint", endpoint, "err", err)
+			sleepCtx(ctx, retry)
+			continue
+		}
+		failures = 0
+		lg.Debug("connected to engine publisher", "endpoint", endpoint, "topic", topic)
+		if err := connected(); err != nil {
+			sc.Close()
+			return nil
+		}
+		stop := context.AfterFunc(ctx, func() { sc.Close() })
+		err = recvLoop(ctx, sc, out, bad)
+		stop()
+		sc.Close()
+		if ctx.Err() != nil {
+			break
+		}
+		if errors.Is(err, errSinkStopped) {
+			return err
+		}
+		lg.Info("engine publisher connection lost; reconnecting", "endpoint", endpoint, "err", err)
+		sleepCtx(ctx, retry)
+	}
+	return nil
+}
+
+// subscribeConnectSocket is subscribeConnect through go-zeromq's socket,
+// for endpoints without a net.Conn (inproc://).
+func subscribeConnectSocket(ctx context.Context, endpoint, topic string, retry time.Duration, lg *slog.Logger,
 	out func(received) error, bad func(error), connected func() error) error {
 	for ctx.Err() == nil {
 		sub := zmq4.NewSub(ctx, zmq4.WithLogger(zmqLogger), zmq4.WithDialerRetry(retry), zmq4.WithDialerMaxRetries(-1))
@@ -67,9 +124,78 @@ func subscribeConnect(ctx context.Context, endpoint, topic string, retry time.Du
 
 // subscribeBind binds a SUB at endpoint, which engines configured with a
 // non-wildcard tcp endpoint connect to, and calls out for every message
-// until ctx ends. Connections come and go (each drop surfaces as a receive
-// error from go-zeromq); the socket stays.
+// until ctx ends or out fails. Connections come and go; each is read by its
+// own goroutine, and out is called by one of them at a time, so a
+// publisher's messages reach out in its order.
 func subscribeBind(ctx context.Context, endpoint, topic string, lg *slog.Logger, out func(received) error, bad func(error), ready func(addr string)) error {
+	network, laddr, ok := netEndpoint(endpoint)
+	if !ok {
+		return subscribeBindSocket(ctx, endpoint, topic, lg, out, bad, ready)
+	}
+	var lc net.ListenConfig
+	ln, err := lc.Listen(ctx, network, laddr)
+	if err != nil {
+		return fmt.Errorf("ingest: bind %s: %w", endpoint, err)
+	}
+	addr := endpoint
+	if network == "tcp" {
+		addr = "tcp://" + ln.Addr().String()
+	}
+	lg.Info("listening for engine publishers", "endpoint", addr, "topic", topic)
+	if ready != nil {
+		ready(addr)
+	}
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	stop := context.AfterFunc(ctx, func() { ln.Close() })
+	defer stop()
+	var (
+		wg    sync.WaitGroup
+		outMu sync.Mutex
+	)
+	serialOut := func(r received) error {
+		outMu.Lock()
+		defer outMu.Unlock()
+		return out(r)
+	}
+	for {
+		nc, err := ln.Accept()
+		if err != nil {
+			break // the listener closed: ctx ended
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sc, err := openSub(nc, topic, true)
+			if err != nil {
+				lg.Debug("ZMTP handshake with an engine publisher failed", "endpoint", addr, "err", err)
+				return
+			}
+			stop := context.AfterFunc(ctx, func() { sc.Close() })
+			err = recvLoop(ctx, sc, serialOut, bad)
+			stop()
+			sc.Close()
+			if errors.Is(err, errSinkStopped) {
+				cancel(err)
+				return
+			}
+			if ctx.Err() == nil {
+				lg.Debug("an engine publisher disconnected", "endpoint", addr, "err", err)
+			}
+		}()
+	}
+	ln.Close()
+	cancel(nil)
+	wg.Wait()
+	if err := context.Cause(ctx); errors.Is(err, errSinkStopped) {
+		return err
+	}
+	return nil
+}
+
+// subscribeBindSocket is subscribeBind through go-zeromq's socket, for
+// endpoints without a net.Conn (inproc://).
+func subscribeBindSocket(ctx context.Context, endpoint, topic string, lg *slog.Logger, out func(received) error, bad func(error), ready func(addr string)) error {
 	sub := zmq4.NewSub(ctx, zmq4.WithLogger(zmqLogger))
 	defer sub.Close()
 	if err := sub.SetOption(zmq4.OptionSubscribe, topic); err != nil {
@@ -78,20 +204,16 @@ func subscribeBind(ctx context.Context, endpoint, topic string, lg *slog.Logger,
 	if err := sub.Listen(endpoint); err != nil {
 		return fmt.Errorf("ingest: bind %s: %w", endpoint, err)
 	}
-	addr := endpoint
-	if a := sub.Addr(); a != nil {
-		addr = "tcp://" + a.String()
-	}
-	lg.Info("listening for engine publishers", "endpoint", addr, "topic", topic)
+	lg.Info("listening for engine publishers", "endpoint", endpoint, "topic", topic)
 	if ready != nil {
-		ready(addr)
+		ready(endpoint)
 	}
 	for ctx.Err() == nil {
 		err := recvLoop(ctx, sub, out, bad)
 		if ctx.Err() != nil || errors.Is(err, errSinkStopped) {
 			return err
 		}
-		lg.Debug("an engine publisher disconnected", "endpoint", addr, "err", err)
+		lg.Debug("an engine publisher disconnected", "endpoint", endpoint, "err", err)
 	}
 	return nil
 }
@@ -99,7 +221,7 @@ func subscribeBind(ctx context.Context, endpoint, topic string, lg *slog.Logger,
 var errSinkStopped = errors.New("ingest: pipeline stopped")
 
 // recvLoop receives until a socket error (returned) or out fails.
-func recvLoop(ctx context.Context, sock zmq4.Socket, out func(received) error, bad func(error)) error {
+func recvLoop(ctx context.Context, sock msgReceiver, out func(received) error, bad func(error)) error {
 	for {
 		msg, err := sock.Recv()
 		if err != nil {

@@ -2,10 +2,14 @@ package ingest
 
 import (
 	"bytes"
+	"context"
 	"fmt"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/go-zeromq/zmq4"
 
 	pb "github.com/pdrouter/pdrouter/events/eventspb"
 )
@@ -177,5 +181,85 @@ func TestZMQPublisherRestart(t *testing.T) {
 	}
 	if recs[7].GetSource().GetEpoch() != recs[5].GetSource().GetEpoch()+1 {
 		t.Errorf("epoch did not advance: %d -> %d", recs[5].GetSource().GetEpoch(), recs[7].GetSource().GetEpoch())
+	}
+}
+
+// pumpGoPub publishes increasing seqs on a go-zeromq PUB until ingest
+// writes something (PUB drops what it sends before the subscription
+// arrives), then more batches, and checks that everything after the
+// first-contact reset arrived in order, once, with its bytes.
+func pumpGoPub(t *testing.T, pub zmq4.Socket, sink *memSink, more int) {
+	t.Helper()
+	payload := func(seq uint64) []byte { return seqPayload(t, seq) }
+	var seq uint64
+	deadline := time.Now().Add(10 * time.Second)
+	for len(sink.kv()) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("ingest never received a message")
+		}
+		if err := pub.Send(zmq4.NewMsgFrom([]byte("kv@w"), SeqFrame(seq), payload(seq))); err != nil {
+			t.Fatal(err)
+		}
+		seq++
+		time.Sleep(20 * time.Millisecond)
+	}
+	for range more {
+		if err := pub.Send(zmq4.NewMsgFrom([]byte("kv@w"), SeqFrame(seq), payload(seq))); err != nil {
+			t.Fatal(err)
+		}
+		seq++
+	}
+	last := seq - 1
+	waitFor(t, 10*time.Second, "the last batch", func() bool {
+		recs := sink.kv()
+		return len(recs) > 0 && recs[len(recs)-1].GetSource().GetSeq() == last
+	})
+	recs := sink.kv()
+	if recs[0].GetEvents()[0].GetSourceReset() == nil {
+		t.Fatalf("first record is no reset: %v", summary(recs))
+	}
+	first := recs[1].GetSource().GetSeq()
+	for i, r := range recs[1:] {
+		want := first + uint64(i)
+		if r.GetSource().GetSeq() != want || r.GetEvents()[0].GetSourceReset() != nil || !bytes.Equal(r.GetRaw().GetPayload(), payload(want)) {
+			t.Fatalf("record %d is not batch %d: %v", i+1, want, summary(recs))
+		}
+	}
+	if got := uint64(len(recs) - 1); got != last-first+1 {
+		t.Fatalf("%d batches after the reset, want %d", got, last-first+1)
+	}
+}
+
+// TestZMQGoZeromqPeers: ingest's SUB (go-zeromq connections read through a
+// buffer, subconn.go) against go-zeromq PUB sockets, in connect mode and in
+// bind mode over tcp and ipc.
+func TestZMQGoZeromqPeers(t *testing.T) {
+	t.Run("connect", func(t *testing.T) {
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		pub := zmq4.NewPub(ctx, zmq4.WithLogger(zmqLogger))
+		defer pub.Close()
+		if err := pub.Listen("tcp://127.0.0.1:0"); err != nil {
+			t.Fatal(err)
+		}
+		sink := &memSink{}
+		runIngest(t, Config{Sources: []SourceConfig{{WorkerID: "w", Endpoint: "tcp://" + pub.Addr().String(), Topic: "kv@"}}}, Deps{Sink: sink})
+		pumpGoPub(t, pub, sink, 500)
+	})
+	for _, bind := range []string{"tcp://127.0.0.1:0", "ipc://" + filepath.Join(t.TempDir(), "ingest.sock")} {
+		t.Run("bind-"+bind[:3], func(t *testing.T) {
+			sink := &memSink{}
+			ready := make(chan string, 1)
+			runIngest(t, Config{Bind: bind, BindTopic: "kv@", Sources: []SourceConfig{{WorkerID: "w", Topic: "kv@w"}}},
+				Deps{Sink: sink, BindReady: func(a string) { ready <- a }})
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			pub := zmq4.NewPub(ctx, zmq4.WithLogger(zmqLogger))
+			defer pub.Close()
+			if err := pub.Dial(<-ready); err != nil {
+				t.Fatal(err)
+			}
+			pumpGoPub(t, pub, sink, 500)
+		})
 	}
 }
