@@ -1,14 +1,12 @@
 package ingest
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"io"
 	"math"
 	"strings"
 
-	"github.com/vmihailenco/msgpack/v5"
 	"github.com/vmihailenco/msgpack/v5/msgpcode"
 
 	"github.com/pdrouter/pdrouter/events"
@@ -105,14 +103,13 @@ type fieldSet struct {
 	at  [nFields]span
 }
 
-// decoder walks one payload. It uses the msgpack library for the scalar
-// codes and keeps the structure walk (and its limits) here, so offsets in
-// errors are exact and no length read from the wire is trusted before the
-// bytes are known to be there.
+// decoder walks one payload at pos. Scalars are read straight off the
+// bytes (msgpack.go); the structure walk (and its limits) is here, so
+// offsets in errors are exact and no length read from the wire is trusted
+// before the bytes are known to be there.
 type decoder struct {
 	buf    []byte
-	r      bytes.Reader
-	d      *msgpack.Decoder
+	pos    int
 	engine pb.Engine
 	event  int
 	field  string
@@ -132,19 +129,15 @@ func DecodeBatch(payload []byte, engine pb.Engine) (*Batch, error) {
 	if len(payload) > MaxPayloadBytes {
 		return nil, dc.fail(ReasonTooLarge, 0, fmt.Errorf("payload is %d bytes, over %d", len(payload), MaxPayloadBytes))
 	}
-	dc.r.Reset(payload)
-	dc.d = msgpack.GetDecoder()
-	defer msgpack.PutDecoder(dc.d)
-	dc.d.Reset(&dc.r)
 	return dc.batch()
 }
 
-func (dc *decoder) off() int { return len(dc.buf) - dc.r.Len() }
+func (dc *decoder) off() int { return dc.pos }
 
-func (dc *decoder) seek(off int) {
-	dc.r.Reset(dc.buf)
-	_, _ = dc.r.Seek(int64(off), io.SeekStart)
-}
+// left is the number of bytes after pos.
+func (dc *decoder) left() int { return len(dc.buf) - dc.pos }
+
+func (dc *decoder) seek(off int) { dc.pos = off }
 
 func (dc *decoder) fail(reason string, off int, err error) error {
 	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
@@ -176,24 +169,24 @@ func isInt(c byte) bool {
 // that n elements (at least one byte each) can fit in what is left.
 func (dc *decoder) arrayLen() (int, error) {
 	off := dc.off()
-	n, err := dc.d.DecodeArrayLen()
+	n, err := dc.readArrayLen()
 	if err != nil {
 		return 0, dc.fail(ReasonBadMsgpack, off, err)
 	}
-	if n > dc.r.Len() {
-		return 0, dc.fail(ReasonTruncated, off, fmt.Errorf("array of %d elements, only %d bytes left", n, dc.r.Len()))
+	if n > dc.left() {
+		return 0, dc.fail(ReasonTruncated, off, fmt.Errorf("array of %d elements, only %d bytes left", n, dc.left()))
 	}
 	return n, nil
 }
 
 func (dc *decoder) mapLen() (int, error) {
 	off := dc.off()
-	n, err := dc.d.DecodeMapLen()
+	n, err := dc.readMapLen()
 	if err != nil {
 		return 0, dc.fail(ReasonBadMsgpack, off, err)
 	}
-	if 2*n > dc.r.Len() {
-		return 0, dc.fail(ReasonTruncated, off, fmt.Errorf("map of %d entries, only %d bytes left", n, dc.r.Len()))
+	if 2*n > dc.left() {
+		return 0, dc.fail(ReasonTruncated, off, fmt.Errorf("map of %d entries, only %d bytes left", n, dc.left()))
 	}
 	return n, nil
 }
@@ -351,8 +344,8 @@ func (dc *decoder) batch() (*Batch, error) {
 			return nil, err
 		}
 	}
-	if dc.r.Len() != 0 {
-		return nil, dc.fail(ReasonTrailing, dc.off(), fmt.Errorf("%d bytes after the batch", dc.r.Len()))
+	if dc.left() != 0 {
+		return nil, dc.fail(ReasonTrailing, dc.off(), fmt.Errorf("%d bytes after the batch", dc.left()))
 	}
 	b.Events = make([]*pb.KvEvent, 0, m)
 	for i, sp := range spans {
@@ -386,17 +379,17 @@ func (dc *decoder) timestamp() (int64, error) {
 	var ts float64
 	switch {
 	case c == msgpcode.Nil:
-		_ = dc.d.Skip()
+		dc.pos++
 		return 0, nil
 	case c == msgpcode.Float || c == msgpcode.Double:
-		ts, err = dc.d.DecodeFloat64()
+		ts, err = dc.readFloat()
 	case isUint(c):
 		var u uint64
-		u, err = dc.d.DecodeUint64()
+		u, err = dc.readUint()
 		ts = float64(u)
 	case isInt(c):
 		var v int64
-		v, err = dc.d.DecodeInt64()
+		v, err = dc.readInt()
 		ts = float64(v)
 	default:
 		return 0, dc.fail(ReasonTimestamp, off, fmt.Errorf("timestamp has msgpack code 0x%02x, want a number", c))
@@ -420,7 +413,7 @@ func (dc *decoder) rank(b *Batch) error {
 		return err
 	}
 	if c == msgpcode.Nil {
-		_ = dc.d.Skip()
+		dc.pos++
 		return nil
 	}
 	if !isUint(c) && !isInt(c) {
@@ -446,10 +439,10 @@ func (dc *decoder) integer() (u uint64, neg bool, err error) {
 	}
 	switch {
 	case isUint(c):
-		u, err = dc.d.DecodeUint64()
+		u, err = dc.readUint()
 		return u, false, err
 	case isInt(c):
-		v, err := dc.d.DecodeInt64()
+		v, err := dc.readInt()
 		return uint64(v), v < 0, err
 	}
 	return 0, false, fmt.Errorf("msgpack code 0x%02x is not an integer", c)
@@ -523,12 +516,13 @@ func (dc *decoder) decodeEvent(sp span) (*pb.KvEvent, string, *Demotion, error) 
 				}
 				continue
 			}
-			key, err := dc.str("key")
+			// Keys are compared as bytes: no string per key and event.
+			key, err := dc.rawBytes()
 			if err != nil {
 				return nil, "", nil, err
 			}
 			vs := dc.off()
-			if key == "type" {
+			if string(key) == "type" {
 				if tag, err = dc.str("type"); err != nil {
 					return nil, "", nil, dc.retag(err)
 				}
@@ -538,7 +532,7 @@ func (dc *decoder) decodeEvent(sp span) (*pb.KvEvent, string, *Demotion, error) 
 			if err := dc.skip(2); err != nil {
 				return nil, "", nil, err
 			}
-			if id, ok := mapFieldByID[key]; ok {
+			if id, ok := mapFieldByID[string(key)]; ok {
 				f.has[id], f.at[id] = true, span{vs, dc.off()}
 			}
 		}
@@ -625,12 +619,12 @@ func (dc *decoder) at(f *fieldSet, id int) (bool, error) {
 // aliases the payload.
 func (dc *decoder) rawBytes() ([]byte, error) {
 	off := dc.off()
-	n, err := dc.d.DecodeBytesLen()
+	n, err := dc.readBytesLen()
 	if err != nil {
 		return nil, dc.fail(ReasonField, off, err)
 	}
-	if n < 0 || n > dc.r.Len() {
-		return nil, dc.fail(ReasonTruncated, off, fmt.Errorf("string of %d bytes, only %d left", n, dc.r.Len()))
+	if n < 0 || n > dc.left() {
+		return nil, dc.fail(ReasonTruncated, off, fmt.Errorf("string of %d bytes, only %d left", n, dc.left()))
 	}
 	s := dc.off()
 	dc.seek(s + n)

@@ -76,16 +76,24 @@ func (s *KafkaSink) Produce(ctx context.Context, key []byte, m proto.Message) er
 }
 
 // record is the Kafka record of m: validated and encoded, without its raw
-// payload when that would make it too big.
+// payload when that would make it too big. The size is that of the encoded
+// value (the same as proto.Size), so the common case encodes once and never
+// sizes the message apart.
 func (s *KafkaSink) record(key []byte, m proto.Message) (*kgo.Record, error) {
-	if kv, ok := m.(*pb.KvEventRecord); ok && kv.Raw != nil && s.MaxRecordBytes > 0 && proto.Size(kv) > s.MaxRecordBytes {
-		s.log.Warn("kv record over the size limit: writing it without its raw payload",
-			"worker", kv.GetWorker().GetWorkerId(), "seq", kv.GetSource().GetSeq(), "bytes", proto.Size(kv), "limit", s.MaxRecordBytes)
-		kv = proto.Clone(kv).(*pb.KvEventRecord)
-		kv.Raw.Payload = nil
-		m = kv
+	rec, err := events.NewRecord(s.names, key, m)
+	kv, ok := m.(*pb.KvEventRecord)
+	if !ok || kv.Raw == nil || s.MaxRecordBytes <= 0 || (err == nil && len(rec.Value) <= s.MaxRecordBytes) {
+		return rec, err
 	}
-	return events.NewRecord(s.names, key, m)
+	size := proto.Size(kv)
+	if size <= s.MaxRecordBytes {
+		return rec, err // refused for another reason than its size
+	}
+	s.log.Warn("kv record over the size limit: writing it without its raw payload",
+		"worker", kv.GetWorker().GetWorkerId(), "seq", kv.GetSource().GetSeq(), "bytes", size, "limit", s.MaxRecordBytes)
+	kv = proto.Clone(kv).(*pb.KvEventRecord)
+	kv.Raw.Payload = nil
+	return events.NewRecord(s.names, key, kv)
 }
 
 func (s *KafkaSink) promise(r *kgo.Record, err error) {

@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/pdrouter/pdrouter/events"
 	pb "github.com/pdrouter/pdrouter/events/eventspb"
 )
@@ -54,6 +56,34 @@ type source struct {
 	// reconnected: the socket reconnected since the last message, so the
 	// engine may have restarted even if its seq seems to go on.
 	reconnected bool
+	ctr         *sourceCounters
+}
+
+// sourceCounters are the per-message metric children of one source label,
+// resolved once: WithLabelValues hashes its labels and takes a lock on
+// every call, and deliver counts once per message and once per event.
+type sourceCounters struct {
+	label   string
+	batches prometheus.Counter
+	events  map[string]prometheus.Counter // by event type
+}
+
+// counters returns the children for the current label.
+func (s *source) counters() *sourceCounters {
+	if s.ctr == nil || s.ctr.label != s.label {
+		s.ctr = &sourceCounters{label: s.label, batches: s.deps.metrics.Batches.WithLabelValues(s.label),
+			events: map[string]prometheus.Counter{}}
+	}
+	return s.ctr
+}
+
+func (c *sourceCounters) event(m *Metrics, typ string) prometheus.Counter {
+	ctr, ok := c.events[typ]
+	if !ok {
+		ctr = m.Events.WithLabelValues(c.label, typ)
+		c.events[typ] = ctr
+	}
+	return ctr
 }
 
 func newSource(spec sourceSpec, deps sourceDeps) *source {
@@ -250,7 +280,8 @@ func (s *source) deliver(ctx context.Context, in inbound, replayed bool) error {
 		Worker: s.worker(in.batch),
 		Raw:    &pb.RawPayload{Format: s.rawFormat(), Payload: in.msg.Payload},
 	}
-	s.deps.metrics.Batches.WithLabelValues(s.label).Inc()
+	ctr := s.counters()
+	ctr.batches.Inc()
 	if in.err != nil {
 		s.deps.metrics.DecodeErrors.WithLabelValues(ErrorReason(in.err)).Inc()
 		s.deps.metrics.Resets.WithLabelValues(s.label, "unrecoverable_gap").Inc()
@@ -268,7 +299,7 @@ func (s *source) deliver(ctx context.Context, in inbound, replayed bool) error {
 			s.deps.metrics.Demoted.WithLabelValues(d.Reason).Inc()
 		}
 		for _, e := range rec.Events {
-			s.deps.metrics.Events.WithLabelValues(s.label, eventType(e)).Inc()
+			ctr.event(s.deps.metrics, eventType(e)).Inc()
 		}
 	}
 	rec.Source = s.kvSource(in.msg.Topic, &seq)
