@@ -76,7 +76,13 @@ type Options struct {
 	// (conditional-disagg.md, requirements); default 60 s.
 	KvEventsMissingAfter time.Duration
 
-	// MemTableSize and CacheSize tune Pebble; defaults 64 MiB and 64 MiB.
+	// MemTableSize and CacheSize tune Pebble; defaults 16 MiB and 64 MiB.
+	// The memtable is small on purpose: prefix keys end in engine block
+	// hashes, which are random, so every insert searches the memtable's
+	// skiplist down to a cold node, and a smaller skiplist is a shorter and
+	// warmer search. Measured with storebench (2M block ops, 128 workers):
+	// 4 MiB 690k ops/s, 16 MiB 600k, 64 MiB 490k, 128 MiB 457k; and a
+	// 10M-op replay took 17.5 s at 16 MiB against 22.2 s at 64 MiB.
 	MemTableSize uint64
 	CacheSize    int64
 	// ChunkRecords bounds how many records are applied under one hold of
@@ -122,7 +128,7 @@ func (o *Options) defaults() {
 		o.KvEventsMissingAfter = 60 * time.Second
 	}
 	if o.MemTableSize == 0 {
-		o.MemTableSize = 64 << 20
+		o.MemTableSize = 16 << 20
 	}
 	if o.CacheSize == 0 {
 		o.CacheSize = 64 << 20

@@ -249,9 +249,9 @@ func (w *Workload) Records(ops, capPerWorker int) ([]*kgo.Record, int) {
 	return out, n
 }
 
-// OpenStore opens a fresh store in dir.
+// OpenStore opens a fresh store in dir, with the product's default options.
 func OpenStore(dir string, names events.Names) (*statestore.Store, error) {
-	return statestore.Open(dir, statestore.Options{Names: names, Registerer: prometheus.NewRegistry(), MemTableSize: 128 << 20})
+	return statestore.Open(dir, statestore.Options{Names: names, Registerer: prometheus.NewRegistry()})
 }
 
 // ApplyAll applies records in batches of 1,000 (a typical poll).
@@ -491,7 +491,7 @@ func endToEnd(ctx context.Context, cfg Config, dir string) (Result, error) {
 	if produceErr != nil {
 		return Result{}, fmt.Errorf("end to end: produce: %w", produceErr)
 	}
-	s, err := statestore.Open(filepath.Join(dir, "e2e"), statestore.Options{Names: names, Registerer: prometheus.NewRegistry(), MemTableSize: 128 << 20})
+	s, err := statestore.Open(filepath.Join(dir, "e2e"), statestore.Options{Names: names, Registerer: prometheus.NewRegistry()})
 	if err != nil {
 		return Result{}, err
 	}
