@@ -38,7 +38,17 @@ type hotTable struct {
 	shift uint8
 	n     int // live entries
 	ents  []hotEntry
-	free  []uint32 // free arena positions, reused last-freed first
+	// nx[p] is 1 + the position of the entry last inserted as a child of
+	// ents[p] (0: none): where a chain went on when it was not stored in one
+	// piece (an engine stores a conversation's blocks over many events,
+	// interleaved with other requests'). The walk follows it when the next
+	// entry is not the next block, one load instead of a table lookup.
+	// It is a hint: the walk confirms it like any prediction.
+	nx   []uint32
+	free []uint32 // free arena positions, reused last-freed first
+	// last is the entry last found or inserted. Blocks are stored parent
+	// first, so it is usually the parent of the next insert (see insert).
+	lastP int
 }
 
 // hotEntry is one router hash. up is its parent's router hash, or h
@@ -69,6 +79,7 @@ func (m *hotTable) find(h uint64) int {
 		}
 		if s>>32 == fp {
 			if p := int(uint32(s)) - 1; m.ents[p].h == h {
+				m.lastP = p
 				return p
 			}
 		}
@@ -91,6 +102,16 @@ func (m *hotTable) insert(h, v, up uint64) int {
 	if (m.n+1)*8 > len(m.tab)*7 {
 		m.grow()
 	}
+	// The parent's position, for its nx link: the previous insert in a
+	// chain stored parent first, otherwise a lookup.
+	parent := noPos
+	if up != h {
+		if _, ok := m.at(m.lastP, up); ok {
+			parent = m.lastP
+		} else {
+			parent = m.find(up)
+		}
+	}
 	var p int
 	if k := len(m.free); k > 0 {
 		p = int(m.free[k-1])
@@ -101,11 +122,25 @@ func (m *hotTable) insert(h, v, up uint64) int {
 		}
 		p = len(m.ents)
 		m.ents = m.ents[:p+1]
+		m.nx = append(m.nx, 0)
 	}
 	m.ents[p] = hotEntry{h, v, up}
+	m.nx[p] = 0
+	if parent != noPos {
+		m.nx[parent] = uint32(p + 1)
+	}
 	m.place(h, p)
 	m.n++
+	m.lastP = p
 	return p
+}
+
+// next returns the position nx links from p, or noPos.
+func (m *hotTable) next(p int) int {
+	if uint(p) >= uint(len(m.nx)) {
+		return noPos
+	}
+	return int(m.nx[p]) - 1
 }
 
 // place puts the slot of h → p into tab (h is not in it).
@@ -136,6 +171,7 @@ func (m *hotTable) del(h uint64, p int) {
 	}
 	m.tab[i] = 0
 	m.ents[p] = hotEntry{}
+	m.nx[p] = 0
 	m.free = append(m.free, uint32(p))
 	m.n--
 }
@@ -195,7 +231,7 @@ func (m *hotTable) relayout() {
 		}
 		return links[i:j]
 	}
-	fresh := hotTable{ents: make([]hotEntry, 0, m.n)}
+	fresh := hotTable{ents: make([]hotEntry, 0, m.n), nx: make([]uint32, 0, m.n), lastP: noPos}
 	adviseHugePages(fresh.ents[:cap(fresh.ents)])
 	var stack []uint64
 	visit := func(root uint64) {
@@ -230,7 +266,7 @@ func (m *hotTable) relayout() {
 }
 
 func (m *hotTable) bytes() int {
-	return len(m.tab)*8 + cap(m.ents)*int(unsafe.Sizeof(hotEntry{})) + cap(m.free)*4
+	return len(m.tab)*8 + cap(m.ents)*int(unsafe.Sizeof(hotEntry{})) + cap(m.nx)*4 + cap(m.free)*4
 }
 
 // resolve looks up keys (at most lookahead) into pos. The home slots of all

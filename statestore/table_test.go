@@ -181,4 +181,27 @@ func TestHotTableAgainstModel(t *testing.T) {
 			t.Fatalf("after relayout block %d is at %d", i, p)
 		}
 	}
+
+	// Two chains stored interleaved, three blocks per event: each run's
+	// last block links (nx) to where its chain went on.
+	var il hotTable
+	a, b := chain[:30], chain[30:60]
+	for r := 0; r < 30; r += 3 {
+		for _, ch := range [][]uint64{a, b} {
+			for i := r; i < r+3; i++ {
+				up := ch[i]
+				if i > 0 {
+					up = ch[i-1]
+				}
+				il.insert(ch[i], 1, up)
+			}
+		}
+	}
+	for _, ch := range [][]uint64{a, b} {
+		for i := 2; i+1 < len(ch); i += 3 {
+			if got, want := il.next(il.find(ch[i])), il.find(ch[i+1]); got != want {
+				t.Fatalf("run end %d links to %d, chain goes on at %d", i, got, want)
+			}
+		}
+	}
 }

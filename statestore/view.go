@@ -159,8 +159,9 @@ func (v View) MatchPrefix(blockSize int, chain []uint64, dst []decider.TierOverl
 		}
 	}
 	// The walk predicts each block's arena position from the block
-	// before (hottable.go): the next entry, or the one before (an arena
-	// refilled from freed positions runs backwards). A failed prediction
+	// before (hottable.go): the next entry, the one before (an arena
+	// refilled from freed positions runs backwards), or where the chain
+	// went on last (nx). A failed prediction
 	// looks the hash up in a batch with the blocks after it, the batch
 	// doubling while predictions keep failing (blocks scattered in the
 	// arena), so that their cache misses overlap.
@@ -181,9 +182,13 @@ func (v View) MatchPrefix(blockSize int, chain []uint64, dst []decider.TierOverl
 		switch {
 		case ok:
 			p++
-		case p > 0:
+		case p >= 0:
 			if v, ok = m.at(p-1, h); ok {
 				p--
+			} else if q := m.next(p); q != noPos {
+				if v, ok = m.at(q, h); ok {
+					p = q
+				}
 			}
 		}
 		if ok {
