@@ -15,8 +15,10 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/pdrouter/pdrouter/kvhash"
@@ -39,8 +41,15 @@ type Config struct {
 	// Hashes sends block_hashes (precomputed chains) instead of token_ids,
 	// as a gateway that hashes once would.
 	Hashes bool
-	Seed   uint64
-	Log    *slog.Logger
+	// InFlight is how many of its routed requests each client keeps
+	// running: once it has more, it reports the oldest completed (POST
+	// /v1/requests/{id}/events), as a gateway does when a response ends.
+	// Without completions the router's active accounting only grows (each
+	// decision adds its blocks until the expiry, minutes later), so a run
+	// is not a steady state. 0 sends none.
+	InFlight int
+	Seed     uint64
+	Log      *slog.Logger
 }
 
 // Result is a run's outcome.
@@ -52,6 +61,12 @@ type Result struct {
 	P50, P99   time.Duration
 	P999, Max  time.Duration
 	Local      int
+	// Completions is how many lifecycle events were accepted during the
+	// measured time, and CompletionErrors the others, by status.
+	Completions      int
+	CompletionErrors map[int]int
+	// CPU is this process's CPU time over the measured time.
+	CPU time.Duration
 }
 
 type prompt struct {
@@ -99,7 +114,9 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		mu      sync.Mutex
 		lat     []time.Duration
 		errs    = map[int]int{}
+		cerrs   = map[int]int{}
 		local   int
+		done    int
 		seq     atomic.Int64
 		measure atomic.Bool
 	)
@@ -110,8 +127,9 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		go func(c int) {
 			defer wg.Done()
 			var mine []time.Duration
-			myErrs := map[int]int{}
-			myLocal := 0
+			myErrs, myCErrs := map[int]int{}, map[int]int{}
+			myLocal, myDone := 0, 0
+			var running []int64 // routed, not yet completed: oldest first
 			for i := c; ; i++ {
 				select {
 				case <-stop:
@@ -120,16 +138,34 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 					for k, v := range myErrs {
 						errs[k] += v
 					}
+					for k, v := range myCErrs {
+						cerrs[k] += v
+					}
 					local += myLocal
+					done += myDone
 					mu.Unlock()
 					return
 				default:
 				}
-				body := bodies[i%len(bodies)]
-				body = withRequestID(body, seq.Add(1))
+				id := seq.Add(1)
+				body := withRequestID(bodies[i%len(bodies)], id)
 				start := time.Now()
 				code, isLocal := send(ctx, cl, cfg.URL, body)
 				d := time.Since(start)
+				if code == http.StatusOK && cfg.InFlight > 0 {
+					running = append(running, id)
+					if len(running) > cfg.InFlight {
+						code := complete(ctx, cl, cfg.URL, running[0])
+						running = running[1:]
+						if measure.Load() {
+							if code == http.StatusAccepted {
+								myDone++
+							} else {
+								myCErrs[code]++
+							}
+						}
+					}
+				}
 				if !measure.Load() {
 					continue
 				}
@@ -146,7 +182,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	}
 	time.Sleep(cfg.Warmup)
 	measure.Store(true)
-	begin := time.Now()
+	begin, cpu0 := time.Now(), cpuTime()
 	progress := time.NewTicker(5 * time.Second)
 	defer progress.Stop()
 	deadline := time.After(cfg.Duration)
@@ -161,10 +197,10 @@ loop:
 			cfg.Log.Info("bench api: running", "elapsed", time.Since(begin).Round(time.Second), "sent", seq.Load())
 		}
 	}
-	elapsed := time.Since(begin)
+	elapsed, cpu := time.Since(begin), cpuTime()-cpu0
 	close(stop)
 	wg.Wait()
-	res := Result{Requests: len(lat), Errors: errs, Elapsed: elapsed, Local: local}
+	res := Result{Requests: len(lat), Errors: errs, Elapsed: elapsed, Local: local, Completions: done, CompletionErrors: cerrs, CPU: cpu}
 	if len(lat) == 0 {
 		return res, fmt.Errorf("bench api: no request succeeded (errors by status: %v)", errs)
 	}
@@ -201,6 +237,30 @@ func send(ctx context.Context, cl *http.Client, url string, body []byte) (int, b
 	raw, _ := io.ReadAll(resp.Body)
 	_ = json.Unmarshal(raw, &r)
 	return resp.StatusCode, r.Mode == "local"
+}
+
+// complete reports request n completed and returns the status.
+func complete(ctx context.Context, cl *http.Client, url string, n int64) int {
+	body := strings.NewReader(`{"event":"completed","output_tokens":256}`)
+	req, err := http.NewRequestWithContext(ctx, "POST", fmt.Sprintf("%s/v1/requests/bench-%d/events", url, n), body)
+	if err != nil {
+		return 0
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := cl.Do(req)
+	if err != nil {
+		return 0
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+// cpuTime is this process's CPU time (user + system).
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 func randTokens(rng *rand.Rand, n int) []uint32 {
