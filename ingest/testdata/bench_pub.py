@@ -1,4 +1,4 @@
-"""The pyzmq engine publisher of TestBenchZMQToKafka (ingest/benchpub_test.go).
+"""The pyzmq engine publisher of TestBenchZMQToKafka (ingest/benchzmq_test.go).
 
 A libzmq XPUB (the wire of vLLM's PUB, plus a way to see the subscription)
 binds, prints "addr <endpoint>", waits for ingest's subscription, prints
