@@ -122,6 +122,7 @@ func TestBadInputIsAPreciseError(t *testing.T) {
 		{nil, []string{"migrate", "--brokers", "h:1", "--kafka-sasl-mechanism", "plain"}, "needs --kafka-sasl-user"},
 		{map[string]string{"PDR_BROKERS": "h:1"}, []string{"dev"}, "dev runs its own broker"},
 		{map[string]string{"PDR_KAFKA_TLS": "maybe"}, []string{"version"}, "PDR_KAFKA_TLS"},
+		{nil, []string{"bench", "ingest", "--events-per-message", "0"}, "need --events ≥ 1, --events-per-message ≥ 1"},
 	}
 	for _, c := range cases {
 		_, _, err := run(t, c.env, c.args...)
