@@ -69,13 +69,25 @@
 //
 // # Throughput
 //
-// One ingest process, one engine publisher in its own process, the real
-// broker, on a shared 2-core machine (TestBenchZMQToKafka, which documents
-// the command; figures vary with the machine's other load):
+// `pdrouter bench ingest --brokers …` measures it (package ingestbench):
+// one ingest process built as `pdrouter ingest` builds it, one engine
+// publisher in its own process (the binary re-executed as the hidden
+// `bench ingest-publisher`), the real broker, fresh topics; a run that lost
+// an event fails instead of printing a figure. TestBenchZMQToKafka runs
+// the same measurement with a pyzmq or an in-process publisher. On a
+// shared 2-core machine (figures vary with its other load):
 //
 //	one-block events per ZMQ message    events/s     ingest CPU per event
 //	1  (publisher "go")                 215k-322k    5.1-5.3 µs
 //	32 (publisher "go")                 411k-554k    2.2-2.4 µs
+//
+// Those are TestBenchZMQToKafka's before ingestbench, with events of eight
+// map keys and a queue of 4096. `bench ingest` sends vLLM ≥ v0.24's
+// eleven keys (sim.EncodeBatch) with `pdrouter ingest`'s queue of 1024;
+// its first two runs, with other benchmarks loading the machine (load
+// average 3.7-3.9), gave 168k and 141k events/s at one event per message
+// (5.5-5.7 µs of ingest CPU per event, 0.8-0.9 cores), 402k and 315k at
+// 32 (2.5-2.6 µs).
 //
 // With a pyzmq publisher one Python process sends about 105k messages/s and
 // ingest follows it at 0.6 cores. Most of the cost per message is decoding,
