@@ -127,7 +127,7 @@ func (s *Store) Apply(recs []*kgo.Record) error {
 	}
 	// Pebble serves the batch's decisions from now on.
 	s.mu.Lock()
-	s.st.dec.committed()
+	s.st.dec.committed(s.cache)
 	s.commits.Add(1)
 	s.mu.Unlock()
 	for i, n := range counts {

@@ -159,9 +159,18 @@ func (dl *decisionLog) dropPending(id string) {
 	}
 }
 
-// committed forgets the pending decisions: Pebble serves them now. Called
-// after the batch that wrote them committed.
-func (dl *decisionLog) committed() {
+// committed forgets the pending decisions: Pebble serves them now, and the
+// cache keeps the decoded records. Why the cache: lifecycle events follow
+// their decision closely (prefill_done within a second, short requests'
+// completed soon after), and each would otherwise read the record back
+// from Pebble and decode it again. Called after the batch that wrote them
+// committed.
+func (dl *decisionLog) committed(cache *decisionCache) {
+	for _, due := range dl.pendingDue {
+		if d := dl.pending[due.id]; d != nil {
+			cache.put(due.id, d)
+		}
+	}
 	clear(dl.pending)
 	clear(dl.pendingReq)
 	dl.pendingDue = dl.pendingDue[:0]
