@@ -83,11 +83,13 @@
 //
 // Those are TestBenchZMQToKafka's before ingestbench, with events of eight
 // map keys and a queue of 4096. `bench ingest` sends vLLM ≥ v0.24's
-// eleven keys (sim.EncodeBatch) with `pdrouter ingest`'s queue of 1024;
-// its first two runs, with other benchmarks loading the machine (load
-// average 3.7-3.9), gave 168k and 141k events/s at one event per message
-// (5.5-5.7 µs of ingest CPU per event, 0.8-0.9 cores), 402k and 315k at
-// 32 (2.5-2.6 µs).
+// eleven keys (sim.EncodeBatch) with `pdrouter ingest`'s queue of 1024.
+// On the machine with nothing else running it gave 315k and 303k
+// events/s at one event per message (5.2-5.3 µs of ingest CPU per event,
+// 1.6 cores) and 528k at 32 (2.65 µs); its first two runs, with other
+// benchmarks loading the machine (load average 3.7-3.9), gave 168k and
+// 141k at one event per message (0.8-0.9 cores: ingest waited for the
+// CPU), 402k and 315k at 32.
 //
 // With a pyzmq publisher one Python process sends about 105k messages/s and
 // ingest follows it at 0.6 cores. Most of the cost per message is decoding,
