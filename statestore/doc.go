@@ -38,7 +38,15 @@
 //
 // Memory layout: worker (id, dp rank) pairs get dense slots; the hot index
 // maps a router block hash to its holders, inline for one or two holders and
-// a tier-split bitset over slots beyond that (hotindex.go). Each slot keeps
+// a tier-split bitset over slots beyond that (hotindex.go). Its entries sit
+// in an arena in chain order (hottable.go: blocks stored together stay
+// together, the rebuild at Open lays the whole arena out by parent links),
+// so MatchPrefix walks a cached prefix by predicting each block's position
+// from the one before instead of paying a random memory access per block.
+// Figures (`pdrouter bench store`, 128 workers, 1M cached entries, 1,000-
+// block query): p99 8-13 µs after a rebuild, p50 ~6 µs; on the store that
+// applied the events (arena in arrival order, 16-block events interleaved
+// across workers) p50 8-10 µs, p99 20-33 µs. Each slot keeps
 // its engine hash → router hash table in a compact open-addressing table
 // (table.go) to resolve parents and removals. Active accounting keeps its
 // block hash → holder slots and refcounts in a sharded open-addressing
