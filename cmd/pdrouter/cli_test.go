@@ -123,6 +123,8 @@ func TestBadInputIsAPreciseError(t *testing.T) {
 		{map[string]string{"PDR_BROKERS": "h:1"}, []string{"dev"}, "dev runs its own broker"},
 		{map[string]string{"PDR_KAFKA_TLS": "maybe"}, []string{"version"}, "PDR_KAFKA_TLS"},
 		{nil, []string{"bench", "ingest", "--events-per-message", "0"}, "need --events ≥ 1, --events-per-message ≥ 1"},
+		{map[string]string{"PDR_MEMORY_LIMIT": "lots"}, []string{"serve", "--brokers", "127.0.0.1:1"}, `--memory-limit "lots": want a size`},
+		{nil, []string{"ingest", "--brokers", "127.0.0.1:1", "--gc-percent", "-3"}, "--gc-percent -3: want ≥ 0"},
 	}
 	for _, c := range cases {
 		_, _, err := run(t, c.env, c.args...)

@@ -115,6 +115,9 @@ workers topic (--watch-workers), and --bind for engines that connect.`,
 			if err != nil {
 				return err
 			}
+			if err := a.tuneMemory(); err != nil {
+				return err
+			}
 			opts, err := a.kafka.Opts()
 			if err != nil {
 				return err

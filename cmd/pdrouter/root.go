@@ -10,6 +10,7 @@ import (
 
 	"github.com/pdrouter/pdrouter/events"
 	"github.com/pdrouter/pdrouter/internal/envflags"
+	"github.com/pdrouter/pdrouter/internal/memlimit"
 	"github.com/pdrouter/pdrouter/kafkaconn"
 )
 
@@ -27,6 +28,7 @@ type app struct {
 	httpAddr    string
 	logLevel    string
 	logFormat   string
+	memory      memlimit.Config
 
 	log *slog.Logger
 }
@@ -73,6 +75,8 @@ PDR_TOPIC_PREFIX. A flag on the command line wins over the environment.`,
 	pf.StringVar(&a.httpAddr, "http-addr", "127.0.0.1:8080", "HTTP listen address of the API and /metrics")
 	pf.StringVar(&a.logLevel, "log-level", "info", "debug, info, warn or error")
 	pf.StringVar(&a.logFormat, "log-format", "text", "text or json")
+	pf.StringVar(&a.memory.Limit, "memory-limit", "auto", "soft memory limit of the Go runtime for serve, dev and ingest: auto (90% of the cgroup's memory limit, if any), none, or a size such as 3.5GiB; GOMEMLIMIT wins")
+	pf.IntVar(&a.memory.GCPercent, "gc-percent", 400, "Go GC percent while a memory limit is in effect (the runtime's 100 without one); GOGC wins")
 
 	root.AddCommand(newMigrateCmd(a), newLogCmd(a), newDevCmd(a), newServeCmd(a), newIngestCmd(a), newStateCmd(a), newBenchCmd(a), newSimCmd(a), newExplainCmd(a), newWhatifCmd(a), newTuneCmd(a), newExportCmd(a), newVersionCmd(a))
 	// Annotate after every command has registered its flags.
@@ -89,6 +93,17 @@ PDR_TOPIC_PREFIX. A flag on the command line wins over the environment.`,
 }
 
 func (a *app) names() events.Names { return events.Names{Prefix: a.topicPrefix} }
+
+// tuneMemory applies --memory-limit and --gc-percent (internal/memlimit)
+// for a long-running command, and logs what is in effect.
+func (a *app) tuneMemory() error {
+	r, err := memlimit.Apply(a.memory, memlimit.SystemDeps(a.env))
+	if err != nil {
+		return err
+	}
+	a.log.Info("go runtime memory", "limit_bytes", r.Limit, "limit_from", r.LimitFrom, "gc_percent", r.GCPercent, "gc_from", r.GCFrom)
+	return nil
+}
 
 func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {
 	var lv slog.Level

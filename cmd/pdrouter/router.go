@@ -86,6 +86,9 @@ func (r *routerRun) run(ctx context.Context) error {
 	if err := f.validate(); err != nil {
 		return err
 	}
+	if err := a.tuneMemory(); err != nil {
+		return err
+	}
 	cfg, err := f.decider.Config(a.env)
 	if err != nil {
 		return err
