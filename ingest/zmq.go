@@ -41,15 +41,25 @@ type msgReceiver interface {
 // restart downstream. Badly framed messages go to bad.
 func subscribeConnect(ctx context.Context, endpoint, topic string, retry time.Duration, lg *slog.Logger,
 	out func(received) error, bad func(error), connected func() error) error {
+	dial := func() (msgReceiver, func() error, error) {
+		sc, err := dialSub(ctx, endpoint, topic)
+		if err != nil {
+			return nil, nil, err
+		}
+		return sc, sc.Close, nil
+	}
 	if _, _, ok := netEndpoint(endpoint); !ok {
-		return subscribeConnectSocket(ctx, endpoint, topic, retry, lg, out, bad, connected)
+		dial = func() (msgReceiver, func() error, error) { return dialSocket(ctx, endpoint, topic, retry) }
 	}
 	failures := 0
 	for ctx.Err() == nil {
-		sc, err := dialSub(ctx, endpoint, topic)
+		rx, closeRx, err := dial()
 		if err != nil {
 			if ctx.Err() != nil {
 				break
+			}
+			if errors.Is(err, errSubscribe) {
+				return err
 			}
 			// Logged once per outage: an engine that is down is redialed
 			// every retry, quietly.
@@ -65,13 +75,13 @@ func subscribeConnect(ctx context.Context, endpoint, topic string, retry time.Du
 		failures = 0
 		lg.Debug("connected to engine publisher", "endpoint", endpoint, "topic", topic)
 		if err := connected(); err != nil {
-			sc.Close()
+			_ = closeRx()
 			return nil
 		}
-		stop := context.AfterFunc(ctx, func() { sc.Close() })
-		err = recvLoop(ctx, sc, out, bad)
+		stop := context.AfterFunc(ctx, func() { _ = closeRx() })
+		err = recvLoop(ctx, rx, out, bad)
 		stop()
-		sc.Close()
+		_ = closeRx()
 		if ctx.Err() != nil {
 			break
 		}
@@ -84,42 +94,23 @@ func subscribeConnect(ctx context.Context, endpoint, topic string, retry time.Du
 	return nil
 }
 
-// subscribeConnectSocket is subscribeConnect through go-zeromq's socket,
-// for endpoints without a net.Conn (inproc://).
-func subscribeConnectSocket(ctx context.Context, endpoint, topic string, retry time.Duration, lg *slog.Logger,
-	out func(received) error, bad func(error), connected func() error) error {
-	for ctx.Err() == nil {
-		sub := zmq4.NewSub(ctx, zmq4.WithLogger(zmqLogger), zmq4.WithDialerRetry(retry), zmq4.WithDialerMaxRetries(-1))
-		if err := sub.SetOption(zmq4.OptionSubscribe, topic); err != nil {
-			sub.Close()
-			return fmt.Errorf("ingest: subscribe %q on %s: %w", topic, endpoint, err)
-		}
-		if err := sub.Dial(endpoint); err != nil {
-			sub.Close()
-			if ctx.Err() != nil {
-				break
-			}
-			lg.Warn("cannot connect to engine publisher; retrying", "endpoint", endpoint, "err", err)
-			sleepCtx(ctx, retry)
-			continue
-		}
-		lg.Debug("connected to engine publisher", "endpoint", endpoint, "topic", topic)
-		if err := connected(); err != nil {
-			sub.Close()
-			return nil
-		}
-		err := recvLoop(ctx, sub, out, bad)
+// errSubscribe marks a subscription the socket refused: not a connection
+// problem, so it is not retried.
+var errSubscribe = errors.New("ingest: subscribe")
+
+// dialSocket connects go-zeromq's SUB socket, for endpoints without a
+// net.Conn (inproc://).
+func dialSocket(ctx context.Context, endpoint, topic string, retry time.Duration) (msgReceiver, func() error, error) {
+	sub := zmq4.NewSub(ctx, zmq4.WithLogger(zmqLogger), zmq4.WithDialerRetry(retry), zmq4.WithDialerMaxRetries(-1))
+	if err := sub.SetOption(zmq4.OptionSubscribe, topic); err != nil {
 		sub.Close()
-		if ctx.Err() != nil {
-			break
-		}
-		if errors.Is(err, errSinkStopped) {
-			return err
-		}
-		lg.Info("engine publisher connection lost; reconnecting", "endpoint", endpoint, "err", err)
-		sleepCtx(ctx, retry)
+		return nil, nil, fmt.Errorf("%w %q on %s: %w", errSubscribe, topic, endpoint, err)
 	}
-	return nil
+	if err := sub.Dial(endpoint); err != nil {
+		sub.Close()
+		return nil, nil, err
+	}
+	return sub, sub.Close, nil
 }
 
 // subscribeBind binds a SUB at endpoint, which engines configured with a

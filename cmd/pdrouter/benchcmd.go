@@ -7,6 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/pdrouter/pdrouter/internal/benchtable"
 	"github.com/pdrouter/pdrouter/statestore/storebench"
 )
 
@@ -45,10 +46,8 @@ Stores go to a temporary directory under --data-dir, removed afterwards.`,
 			if err != nil {
 				return err
 			}
-			for _, r := range res {
-				if r.Verdict == "FAIL" {
-					return fmt.Errorf("bench store: %q missed its bar (%s)", r.Measure, r.Bar)
-				}
+			if err := benchtable.Missed(res); err != nil {
+				return fmt.Errorf("bench store: %w", err)
 			}
 			return nil
 		},

@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/pdrouter/pdrouter/ingest/ingestbench"
+	"github.com/pdrouter/pdrouter/internal/benchtable"
 )
 
 // newBenchIngestCmd is `pdrouter bench ingest`: ingest's throughput from an
@@ -64,10 +65,8 @@ in-process kfake is used, and the rows say so: its figures are not Kafka's.`,
 			if err != nil {
 				return err
 			}
-			for _, r := range res {
-				if r.Verdict == "FAIL" {
-					return fmt.Errorf("bench ingest: %q missed its bar (%s)", r.Measure, r.Bar)
-				}
+			if err := benchtable.Missed(res); err != nil {
+				return fmt.Errorf("bench ingest: %w", err)
 			}
 			return nil
 		},

@@ -20,6 +20,8 @@ import (
 	"os/exec"
 	"time"
 
+	"github.com/pdrouter/pdrouter/internal/benchtable"
+
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -76,13 +78,7 @@ func (c *Config) workloads() []Workload {
 }
 
 // Result is one row of the table.
-type Result struct {
-	Measure string
-	Value   string
-	Bar     string
-	Verdict string // "ok", "FAIL", "" (report only)
-	Detail  string
-}
+type Result = benchtable.Row
 
 // Run runs every measurement and writes the table to out. An error means
 // no figure could be trusted: events were lost, or something failed.
@@ -106,6 +102,6 @@ func Run(ctx context.Context, cfg Config, out io.Writer) ([]Result, error) {
 			res = append(res, r)
 		}
 	}
-	printTable(out, res)
+	benchtable.Print(out, res)
 	return res, nil
 }

@@ -2,9 +2,9 @@ package ingestbench
 
 import (
 	"fmt"
-	"io"
-	"text/tabwriter"
 	"time"
+
+	"github.com/pdrouter/pdrouter/internal/benchtable"
 )
 
 // bar is issue 6's: one-block events per second, one event per message,
@@ -19,11 +19,11 @@ func (m measurement) rows(broker string) []Result {
 		per = "1 event per ZMQ message"
 	}
 	rate := m.eventsPerSecond()
-	r := Result{"events/s, " + per, fmt.Sprintf("%.0fk events/s", rate/1e3), "report", "",
+	r := benchtable.NewRow("events/s, "+per, fmt.Sprintf("%.0fk events/s", rate/1e3), "report", "",
 		fmt.Sprintf("%d one-block events in %d messages, %s, every one acknowledged; %s",
-			m.Events(), m.Messages, m.wall.Round(time.Millisecond), broker)}
+			m.Events(), m.Messages, m.wall.Round(time.Millisecond), broker))
 	if m.EventsPerMessage == 1 {
-		r.Bar, r.Verdict = "≥ 200k (real broker)", verdict(rate >= bar)
+		r.Bar, r.Verdict = "≥ 200k (real broker)", benchtable.Verdict(rate >= bar)
 	}
 	where := "ingest and its Kafka client"
 	if broker == kfakeLabel {
@@ -32,11 +32,11 @@ func (m measurement) rows(broker string) []Result {
 	if !m.pubApart {
 		where += ", and the publisher"
 	}
-	cpu := Result{"ingest process CPU, " + per, cores(m.ingestCPU, m.wall), "report", "",
+	cpu := benchtable.NewRow("ingest process CPU, "+per, cores(m.ingestCPU, m.wall), "report", "",
 		fmt.Sprintf("%.2f µs per event; getrusage self over the run (%s)",
-			float64(m.ingestCPU.Microseconds())/float64(m.Events()), where)}
-	pub := Result{"publisher process CPU, " + per, cores(m.pubCPU, m.wall), "report", "",
-		fmt.Sprintf("%.2fs over its whole life, in its own process", m.pubCPU.Seconds())}
+			float64(m.ingestCPU.Microseconds())/float64(m.Events()), where))
+	pub := benchtable.NewRow("publisher process CPU, "+per, cores(m.pubCPU, m.wall), "report", "",
+		fmt.Sprintf("%.2fs over its whole life, in its own process", m.pubCPU.Seconds()))
 	if !m.pubApart {
 		pub.Value, pub.Detail = "—", "in-process publisher: its CPU is in the ingest row"
 	}
@@ -45,20 +45,4 @@ func (m measurement) rows(broker string) []Result {
 
 func cores(cpu, wall time.Duration) string {
 	return fmt.Sprintf("%.2f cores", cpu.Seconds()/wall.Seconds())
-}
-
-func verdict(ok bool) string {
-	if ok {
-		return "ok"
-	}
-	return "FAIL"
-}
-
-func printTable(out io.Writer, res []Result) {
-	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(w, "measure\tvalue\tbar\tverdict\tdetail")
-	for _, r := range res {
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", r.Measure, r.Value, r.Bar, r.Verdict, r.Detail)
-	}
-	_ = w.Flush()
 }

@@ -26,6 +26,7 @@ import (
 	"github.com/pdrouter/pdrouter/decider"
 	"github.com/pdrouter/pdrouter/events"
 	pb "github.com/pdrouter/pdrouter/events/eventspb"
+	"github.com/pdrouter/pdrouter/internal/benchtable"
 	"github.com/pdrouter/pdrouter/kvhash"
 	"github.com/pdrouter/pdrouter/migrations"
 	"github.com/pdrouter/pdrouter/statestore"
@@ -77,13 +78,7 @@ func (c *Config) defaults() {
 }
 
 // Result is one row of the table.
-type Result struct {
-	Measure string
-	Value   string
-	Bar     string
-	Verdict string // "ok", "FAIL", "" (report only)
-	Detail  string
-}
+type Result = benchtable.Row
 
 // Workload builds the kv-events records of a fleet: each worker stores
 // conversations that start with one of a few shared system prompts
@@ -300,8 +295,8 @@ func Run(ctx context.Context, cfg Config, out io.Writer) ([]Result, error) {
 		el := time.Since(start)
 		_ = s.Close()
 		rate := float64(ops) / el.Seconds()
-		add(Result{"apply rate (in-memory records → Pebble + index)", fmt.Sprintf("%.0fk block ops/s", rate/1e3), "≥ 500k (goal 2M)", verdict(rate >= 500e3),
-			fmt.Sprintf("%d block ops (16/record, stores and evictions), %d workers, %s", ops, cfg.Workers, el.Round(time.Millisecond))})
+		add(benchtable.NewRow("apply rate (in-memory records → Pebble + index)", fmt.Sprintf("%.0fk block ops/s", rate/1e3), "≥ 500k (goal 2M)", benchtable.Verdict(rate >= 500e3),
+			fmt.Sprintf("%d block ops (16/record, stores and evictions), %d workers, %s", ops, cfg.Workers, el.Round(time.Millisecond))))
 	}
 
 	// 2-4. A store of cfg.Entries cached entries: memory, queries, bootstrap.
@@ -327,19 +322,19 @@ func Run(ctx context.Context, cfg Config, out io.Writer) ([]Result, error) {
 	recs = nil
 	ms := s.MemoryStats()
 	heap := float64(int64(m1.HeapAlloc) - int64(m0.HeapAlloc))
-	add(Result{"hot index bytes per cached (block, worker) entry", fmt.Sprintf("%.1f B", float64(ms.HotIndexBytes)/float64(ms.Entries)), "goal ≤ 48", verdict(float64(ms.HotIndexBytes)/float64(ms.Entries) <= 48),
-		fmt.Sprintf("%d entries over %d distinct hashes; router hash → holders (estimate from capacities)", ms.Entries, ms.DistinctHashes)})
-	add(Result{"all in-memory state per entry (measured heap)", fmt.Sprintf("%.1f B", heap/float64(ms.Entries)), "report", "",
-		fmt.Sprintf("Go heap delta after GC: hot index + engine tables (%.1f B/entry est.) + rest", float64(ms.EngineTableBytes)/float64(ms.Entries))})
+	add(benchtable.NewRow("hot index bytes per cached (block, worker) entry", fmt.Sprintf("%.1f B", float64(ms.HotIndexBytes)/float64(ms.Entries)), "goal ≤ 48", benchtable.Verdict(float64(ms.HotIndexBytes)/float64(ms.Entries) <= 48),
+		fmt.Sprintf("%d entries over %d distinct hashes; router hash → holders (estimate from capacities)", ms.Entries, ms.DistinctHashes)))
+	add(benchtable.NewRow("all in-memory state per entry (measured heap)", fmt.Sprintf("%.1f B", heap/float64(ms.Entries)), "report", "",
+		fmt.Sprintf("Go heap delta after GC: hot index + engine tables (%.1f B/entry est.) + rest", float64(ms.EngineTableBytes)/float64(ms.Entries))))
 
 	// The same query on the store that applied the events: its hot index
 	// arena is in arrival order (runs of 16 blocks, one record each), not
 	// yet in the chain order a rebuild gives it.
 	{
 		lat, _ := queryLatency(s, w, cfg)
-		add(Result{"overlap query, same, on the live store (arena in arrival order)",
+		add(benchtable.NewRow("overlap query, same, on the live store (arena in arrival order)",
 			fmt.Sprintf("p99 %s", lat[len(lat)*99/100]), "report", "",
-			fmt.Sprintf("p50 %s, max %s, %d queries", lat[len(lat)/2], lat[len(lat)-1], len(lat))})
+			fmt.Sprintf("p50 %s, max %s, %d queries", lat[len(lat)/2], lat[len(lat)-1], len(lat))))
 	}
 
 	snap := filepath.Join(dir, "snap")
@@ -353,17 +348,17 @@ func Run(ctx context.Context, cfg Config, out io.Writer) ([]Result, error) {
 		return nil, err
 	}
 	el := time.Since(start)
-	add(Result{fmt.Sprintf("bootstrap from a snapshot of %.1fM entries", float64(ms.Entries)/1e6), el.Round(time.Millisecond).String(), "≤ 5s", verdict(el <= 5*time.Second),
-		"link the checkpoint, open Pebble, rebuild the hot index"})
+	add(benchtable.NewRow(fmt.Sprintf("bootstrap from a snapshot of %.1fM entries", float64(ms.Entries)/1e6), el.Round(time.Millisecond).String(), "≤ 5s", benchtable.Verdict(el <= 5*time.Second),
+		"link the checkpoint, open Pebble, rebuild the hot index"))
 	// Queries on the bootstrapped replica: its index was rebuilt from
 	// Pebble, as after any start (arena in chain order), and no compaction
 	// competes for the CPU.
 	runtime.GC()
 	lat, depth := queryLatency(b, w, cfg)
 	p50, p99, pmax := lat[len(lat)/2], lat[len(lat)*99/100], lat[len(lat)-1]
-	add(Result{fmt.Sprintf("overlap query, %d-block request, %d workers, %.1fM entries", cfg.ChainBlocks, cfg.Workers, float64(ms.Entries)/1e6),
-		fmt.Sprintf("p99 %s", p99), "p99 ≤ 20µs", verdict(p99 <= 20*time.Microsecond),
-		fmt.Sprintf("p50 %s, max %s, %d queries; mean deepest match %.0f blocks", p50, pmax, len(lat), depth)})
+	add(benchtable.NewRow(fmt.Sprintf("overlap query, %d-block request, %d workers, %.1fM entries", cfg.ChainBlocks, cfg.Workers, float64(ms.Entries)/1e6),
+		fmt.Sprintf("p99 %s", p99), "p99 ≤ 20µs", benchtable.Verdict(p99 <= 20*time.Microsecond),
+		fmt.Sprintf("p50 %s, max %s, %d queries; mean deepest match %.0f blocks", p50, pmax, len(lat), depth)))
 
 	_ = b.Close()
 
@@ -383,17 +378,17 @@ func Run(ctx context.Context, cfg Config, out io.Writer) ([]Result, error) {
 			return nil, err
 		}
 		el := time.Since(start)
-		add(Result{fmt.Sprintf("full replay of %.1fM block ops", float64(ops)/1e6), el.Round(time.Millisecond).String(), "report", "",
-			fmt.Sprintf("%.0fk block ops/s, flush at close included; 10M would take ~%s", float64(ops)/el.Seconds()/1e3, (el * time.Duration(10e6/float64(ops))).Round(time.Second))})
+		add(benchtable.NewRow(fmt.Sprintf("full replay of %.1fM block ops", float64(ops)/1e6), el.Round(time.Millisecond).String(), "report", "",
+			fmt.Sprintf("%.0fk block ops/s, flush at close included; 10M would take ~%s", float64(ops)/el.Seconds()/1e3, (el*time.Duration(10e6/float64(ops))).Round(time.Second))))
 	}
 
 	// 6. End to end through a broker.
 	if r, err := endToEnd(ctx, cfg, dir); err != nil {
-		add(Result{"end-to-end apply rate from a broker", "error", "≥ 300k", "FAIL", err.Error()})
+		add(benchtable.NewRow("end-to-end apply rate from a broker", "error", "≥ 300k", "FAIL", err.Error()))
 	} else {
 		add(r)
 	}
-	printTable(out, res)
+	benchtable.Print(out, res)
 	return res, nil
 }
 
@@ -514,30 +509,6 @@ func endToEnd(ctx context.Context, cfg Config, dir string) (Result, error) {
 		return Result{}, fmt.Errorf("end to end: the store applied %d records, %d were produced", applied, want)
 	}
 	rate := float64(ops) / el.Seconds()
-	return Result{"end-to-end apply rate from a broker", fmt.Sprintf("%.0fk block ops/s", rate/1e3), "≥ 300k (real broker)", verdict(rate >= 300e3),
-		fmt.Sprintf("%d block ops in %d records, %s; %s", ops, len(recs), el.Round(time.Millisecond), label)}, nil
-}
-
-func verdict(ok bool) string {
-	if ok {
-		return "ok"
-	}
-	return "FAIL"
-}
-
-func printTable(out io.Writer, res []Result) {
-	wm, wv, wb := len("measure"), len("value"), len("bar")
-	for _, r := range res {
-		wm, wv, wb = max(wm, len([]rune(r.Measure))), max(wv, len([]rune(r.Value))), max(wb, len([]rune(r.Bar)))
-	}
-	pad := func(s string, n int) string {
-		for len([]rune(s)) < n {
-			s += " "
-		}
-		return s
-	}
-	fmt.Fprintf(out, "%s  %s  %s  %-7s %s\n", pad("measure", wm), pad("value", wv), pad("bar", wb), "verdict", "detail")
-	for _, r := range res {
-		fmt.Fprintf(out, "%s  %s  %s  %-7s %s\n", pad(r.Measure, wm), pad(r.Value, wv), pad(r.Bar, wb), r.Verdict, r.Detail)
-	}
+	return benchtable.NewRow("end-to-end apply rate from a broker", fmt.Sprintf("%.0fk block ops/s", rate/1e3), "≥ 300k (real broker)", benchtable.Verdict(rate >= 300e3),
+		fmt.Sprintf("%d block ops in %d records, %s; %s", ops, len(recs), el.Round(time.Millisecond), label)), nil
 }
