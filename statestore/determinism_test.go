@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"slices"
+	"sync"
 	"testing"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -236,4 +238,45 @@ func checkAgainstModel(t *testing.T, h *harness, model *refPrefix) {
 			})
 		}
 	}
+}
+
+// Readers share the hot index under the read lock: concurrent MatchPrefix
+// calls, whose walks take every path (predicted, linked, looked up), must
+// not write to it (the race detector checks) and agree with each other.
+func TestMatchPrefixConcurrentReaders(t *testing.T) {
+	h := newHarness(t, 3)
+	for _, r := range genRecords(h, 3, 3000, 11) {
+		h.apply(r)
+	}
+	chains := make([][]uint64, 0, 14)
+	for _, bs := range []int{4, 8} {
+		for _, text := range []string{"T0", "T1", "T2", "T3", "T4", "T5", "none"} {
+			chains = append(chains, chainOf(text, 40, bs))
+		}
+	}
+	want := make([][]decider.TierOverlap, len(chains))
+	h.s.Read(func(v View) {
+		for i, c := range chains {
+			want[i] = make([]decider.TierOverlap, len(v.Workers()))
+			v.MatchPrefix(4+4*(i/7), c, want[i])
+		}
+	})
+	var wg sync.WaitGroup
+	for g := 0; g < 4; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for k := 0; k < 200; k++ {
+				i := (g + k) % len(chains)
+				h.s.Read(func(v View) {
+					got := make([]decider.TierOverlap, len(v.Workers()))
+					v.MatchPrefix(4+4*(i/7), chains[i], got)
+					if !slices.Equal(got, want[i]) {
+						t.Errorf("reader %d chain %d: %v, want %v", g, i, got, want[i])
+					}
+				})
+			}
+		}()
+	}
+	wg.Wait()
 }

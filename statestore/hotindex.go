@@ -109,6 +109,7 @@ func (x *hotIndex) add(h uint64, slot int32, t Tier, up uint64) bool {
 		x.m.insert(h, c, up)
 		return true
 	}
+	x.m.lastP = p
 	// Every holder that knows h's parent knows the same one (a router hash
 	// covers its whole prefix), so a known parent only ever replaces
 	// "unknown".

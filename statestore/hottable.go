@@ -46,8 +46,10 @@ type hotTable struct {
 	// It is a hint: the walk confirms it like any prediction.
 	nx   []uint32
 	free []uint32 // free arena positions, reused last-freed first
-	// last is the entry last found or inserted. Blocks are stored parent
-	// first, so it is usually the parent of the next insert (see insert).
+	// lastP is the entry the writer last found or inserted (hotIndex.add).
+	// Blocks are stored parent first, so it is usually the parent of the
+	// next insert. Only the writer touches it: find, which readers call
+	// under the read lock, must not.
 	lastP int
 }
 
@@ -79,7 +81,6 @@ func (m *hotTable) find(h uint64) int {
 		}
 		if s>>32 == fp {
 			if p := int(uint32(s)) - 1; m.ents[p].h == h {
-				m.lastP = p
 				return p
 			}
 		}
