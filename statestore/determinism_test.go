@@ -8,6 +8,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/pdrouter/pdrouter/decider"
@@ -279,4 +280,45 @@ func TestMatchPrefixConcurrentReaders(t *testing.T) {
 		}()
 	}
 	wg.Wait()
+}
+
+// pdrouter_statestore_prefix_walk_blocks_total counts every block a walk
+// visits, by how it was found; after a restart (the arena laid out in chain
+// order) a walk looks up only its first and last block.
+func TestPrefixWalkMetrics(t *testing.T) {
+	h := newHarness(t, 3)
+	for _, r := range genRecords(h, 3, 3000, 12) {
+		h.apply(r)
+	}
+	h.reopen()
+	steps := func() (p, l, u float64) {
+		c := h.s.met.walk
+		return testutil.ToFloat64(c.WithLabelValues("predicted")), testutil.ToFloat64(c.WithLabelValues("linked")), testutil.ToFloat64(c.WithLabelValues("looked_up"))
+	}
+	walked := 0
+	h.s.Read(func(v View) {
+		for _, bs := range []int{4, 8} {
+			for _, text := range []string{"T0", "T1", "T2", "T3", "T4", "T5"} {
+				dst := make([]decider.TierOverlap, len(v.Workers()))
+				v.MatchPrefix(bs, chainOf(text, 40, bs), dst)
+				deepest := 0
+				for _, o := range dst {
+					deepest = max(deepest, o.Total())
+				}
+				// The blocks of the longest match, and the one that ended
+				// it (unless the whole chain matched).
+				walked += min(deepest+1, 40)
+			}
+		}
+	})
+	p, l, u := steps()
+	if int(p+l+u) != walked {
+		t.Fatalf("counted %v predicted + %v linked + %v looked up, walked %d", p, l, u, walked)
+	}
+	// In chain order, a walk looks up its first block and the block that
+	// ends it (absent from the index, or where a shared prefix branches);
+	// every block in between is predicted or linked.
+	if u > 2*12 {
+		t.Errorf("after a rebuild %v of %d blocks were looked up in 12 walks (predicted %v, linked %v)", u, walked, p, l)
+	}
 }

@@ -32,6 +32,10 @@ type Metrics struct {
 	indexBytes    prometheus.Gauge
 	kvMissing     prometheus.Gauge
 	predicted     prometheus.Gauge
+	walk          *prometheus.CounterVec
+	// The walk's children, resolved once: MatchPrefix adds to them on the
+	// hot path.
+	walkPredicted, walkLinked, walkLookedUp prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer, dm *events.DecodeMetrics) *Metrics {
@@ -110,9 +114,15 @@ func newMetrics(reg prometheus.Registerer, dm *events.DecodeMetrics) *Metrics {
 			Help: "Approximate mode: predicted (block, worker) device entries alive.",
 		}),
 	}
+	m.walk = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "pdrouter_statestore_prefix_walk_blocks_total",
+		Help: "Blocks of overlap queries (MatchPrefix) by how the hot index found them: predicted (the arena entry next to the block before), linked (where the chain went on last) or looked_up (hash table). A growing looked_up share means the arena has drifted from chain order; a restart lays it out again.",
+	}, []string{"step"})
+	m.walkPredicted, m.walkLinked, m.walkLookedUp = m.walk.WithLabelValues("predicted"), m.walk.WithLabelValues("linked"), m.walk.WithLabelValues("looked_up")
+
 	if reg != nil {
 		reg.MustRegister(m.applied, m.applySeconds, m.offset, m.lag, m.topicLag, m.blocks, m.workers, m.removeUnknown,
-			m.orphans, m.resets, m.staleLoads, m.afterTomb, m.active, m.races, m.indexBytes, m.kvMissing, m.predicted)
+			m.orphans, m.resets, m.staleLoads, m.afterTomb, m.active, m.races, m.indexBytes, m.kvMissing, m.predicted, m.walk)
 	}
 	return m
 }

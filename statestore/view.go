@@ -20,6 +20,7 @@ import (
 type View struct {
 	st  *state
 	cfg *Options
+	met *Metrics // nil in tests that build a View by hand
 }
 
 var _ decider.View = View{}
@@ -30,7 +31,7 @@ var _ decider.View = View{}
 func (s *Store) Read(fn func(v View)) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	fn(View{st: s.st, cfg: &s.opts})
+	fn(View{st: s.st, cfg: &s.opts, met: s.met})
 }
 
 // Watermark is the offset vector the view reflects.
@@ -176,24 +177,36 @@ func (v View) MatchPrefix(blockSize int, chain []uint64, dst []decider.TierOverl
 	// so the block costs one comparison. This is the common case of a long
 	// conversation held by one worker, where the walk is longest.
 	prev, hasPrev := uint64(0), false
+	var predicted, linked, lookedUp int
+	if v.met != nil {
+		defer func() {
+			v.met.walkPredicted.Add(float64(predicted))
+			v.met.walkLinked.Add(float64(linked))
+			v.met.walkLookedUp.Add(float64(lookedUp))
+		}()
+	}
 	for i := 0; any && i < n; i++ {
 		h := chain[i]
 		v, ok := m.at(p+1, h)
 		switch {
 		case ok:
 			p++
+			predicted++
 		case p >= 0:
 			if v, ok = m.at(p-1, h); ok {
 				p--
+				predicted++
 			} else if q := m.next(p); q != noPos {
 				if v, ok = m.at(q, h); ok {
 					p = q
+					linked++
 				}
 			}
 		}
 		if ok {
 			batch = minResolve
 		} else {
+			lookedUp++
 			if i >= rb+rn {
 				rb, rn = i, min(batch, n-i)
 				m.resolve(chain[rb:rb+rn], &pos)
