@@ -8,12 +8,13 @@ import (
 )
 
 // hotTable is the storage of the hot index: router hash → holders word.
-// It is two arrays, shaped for the chain walk of MatchPrefix:
+// It is shaped for the chain walk of MatchPrefix:
 //
-//   - ents, an arena of {hash, holders, parent} entries. An entry is placed when
-//     its hash is first stored and never moves, so blocks stored together
-//     (an engine announces a prompt's blocks in one event, parent first)
-//     sit next to each other, in chain order. The rebuild at start lays the
+//   - ents, an arena of {hash, holders, parent} entries (and nx, below,
+//     beside it). An entry is placed when its hash is first stored and
+//     never moves, so blocks stored together (an engine announces a
+//     prompt's blocks in one event, parent first) sit next to each other,
+//     in chain order. The rebuild at start lays the
 //     whole arena out in chain order (relayout). The walk then predicts
 //     that block i+1 is the entry after block i and checks it with one
 //     load from a cache line it most likely already has: a long cached
