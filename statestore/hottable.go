@@ -52,6 +52,10 @@ type hotTable struct {
 	// next insert. Only the writer touches it: find, which readers call
 	// under the read lock, must not.
 	lastP int
+	// loading skips the nx links while the rebuild fills the table in
+	// Pebble's order: relayout recomputes them, so the parent lookups
+	// would be wasted.
+	loading bool
 }
 
 // hotEntry is one router hash. up is its parent's router hash, or h
@@ -107,7 +111,7 @@ func (m *hotTable) insert(h, v, up uint64) int {
 	// The parent's position, for its nx link: the previous insert in a
 	// chain stored parent first, otherwise a lookup.
 	parent := noPos
-	if up != h {
+	if up != h && !m.loading {
 		if _, ok := m.at(m.lastP, up); ok {
 			parent = m.lastP
 		} else {
@@ -212,11 +216,16 @@ func growArena(ents []hotEntry) []hotEntry {
 // hash collision could make one) leaves its hashes to the end, in arena
 // order. Positions change: callers hold none across it.
 func (m *hotTable) relayout() {
-	type link struct{ up, h uint64 }
+	// links: every live entry as (parent, hash, old position), sorted by
+	// parent, so an entry's children are one contiguous run.
+	type link struct {
+		up, h uint64
+		pos   uint32
+	}
 	links := make([]link, 0, m.n)
-	for _, e := range m.ents {
+	for p, e := range m.ents {
 		if e.v != 0 {
-			links = append(links, link{e.up, e.h})
+			links = append(links, link{e.up, e.h, uint32(p)})
 		}
 	}
 	slices.SortFunc(links, func(a, b link) int {
@@ -225,44 +234,81 @@ func (m *hotTable) relayout() {
 		}
 		return cmp.Compare(a.h, b.h)
 	})
-	children := func(h uint64) []link {
-		i, _ := slices.BinarySearchFunc(links, h, func(l link, t uint64) int { return cmp.Compare(l.up, t) })
-		j := i
-		for j < len(links) && links[j].up == h {
+	// kids[p] is the run of links of the entry at old position p's
+	// children; a run whose parent is not in the table starts trees.
+	kids := make([][2]int32, len(m.ents))
+	var roots []uint32
+	for i := 0; i < len(links); {
+		j := i + 1
+		for j < len(links) && links[j].up == links[i].up {
 			j++
 		}
-		return links[i:j]
+		if p := m.find(links[i].up); p != noPos {
+			kids[p] = [2]int32{int32(i), int32(j)}
+		} else {
+			for _, l := range links[i:j] {
+				roots = append(roots, l.pos)
+			}
+		}
+		i = j
 	}
-	fresh := hotTable{ents: make([]hotEntry, 0, m.n), nx: make([]uint32, 0, m.n), lastP: noPos}
-	adviseHugePages(fresh.ents[:cap(fresh.ents)])
-	var stack []uint64
-	visit := func(root uint64) {
-		stack = append(stack[:0], root)
+	for _, l := range links {
+		if l.up == l.h {
+			roots = append(roots, l.pos)
+		}
+	}
+	// The new arena, in depth-first order; nx links each parent to its
+	// last child placed. The table is built after, in one pass.
+	ents := make([]hotEntry, 0, m.n)
+	adviseHugePages(ents[:cap(ents)])
+	nx := make([]uint32, 0, m.n)
+	moved := make([]bool, len(m.ents)) // by old position
+	type item struct {
+		old    uint32
+		parent int // new position of the parent, noPos for a root
+	}
+	var stack []item
+	visit := func(root uint32) {
+		stack = append(stack[:0], item{root, noPos})
 		for len(stack) > 0 {
-			h := stack[len(stack)-1]
+			it := stack[len(stack)-1]
 			stack = stack[:len(stack)-1]
-			if fresh.find(h) != noPos {
+			if moved[it.old] {
 				continue
 			}
-			e := m.ents[m.find(h)]
-			fresh.insert(e.h, e.v, e.up)
-			cs := children(h)
+			moved[it.old] = true
+			p := len(ents)
+			e := m.ents[it.old]
+			ents, nx = append(ents, e), append(nx, 0)
+			if it.parent != noPos {
+				nx[it.parent] = uint32(p + 1)
+			}
+			cs := links[kids[it.old][0]:kids[it.old][1]]
 			for k := len(cs) - 1; k >= 0; k-- {
-				if cs[k].h != h {
-					stack = append(stack, cs[k].h)
+				if cs[k].h != e.h {
+					stack = append(stack, item{cs[k].pos, p})
 				}
 			}
 		}
 	}
+	for _, r := range roots {
+		visit(r)
+	}
 	for _, l := range links {
-		if l.up == l.h || m.find(l.up) == noPos {
-			visit(l.h)
+		if !moved[l.pos] { // in a parent cycle
+			visit(l.pos)
 		}
 	}
-	for _, e := range m.ents {
-		if e.v != 0 && fresh.find(e.h) == noPos {
-			fresh.insert(e.h, e.v, e.up)
-		}
+	fresh := hotTable{ents: ents, nx: nx, n: len(ents), lastP: noPos}
+	size := 16
+	for size*7 < len(ents)*8 {
+		size *= 2
+	}
+	fresh.tab = make([]uint64, size)
+	adviseHugePages(fresh.tab)
+	fresh.shift = uint8(64 - bits.TrailingZeros(uint(size)))
+	for p, e := range ents {
+		fresh.place(e.h, p)
 	}
 	*m = fresh
 }

@@ -16,6 +16,7 @@ import (
 // worker-id order after a restart.
 func (s *Store) rebuild() (*state, error) {
 	st := newState(s.activeConfig())
+	st.idx.m.loading = true // until relayout, below
 	it, err := s.db.NewIter(nil)
 	if err != nil {
 		return nil, err
