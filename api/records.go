@@ -1,8 +1,6 @@
 package api
 
 import (
-	"strconv"
-
 	"github.com/pdrouter/pdrouter/decider"
 	"github.com/pdrouter/pdrouter/events"
 	pb "github.com/pdrouter/pdrouter/events/eventspb"
@@ -26,20 +24,6 @@ func decisionRecord(d *decider.Decision, req *decider.Request) *pb.DecisionRecor
 		orig.Chains[i] = &pb.HashChain{BlockSize: uint32(ch.BlockSize), BlockHashes: ch.Hashes}
 	}
 	return replay.RecordOf(d, orig)
-}
-
-// watermarkJSON renders a watermark as api.md shows it:
-// {"kv-events": {"0": 125}}.
-func watermarkJSON(w *pb.Watermark) map[string]map[string]int64 {
-	out := map[string]map[string]int64{}
-	for _, t := range w.GetTopics() {
-		m := map[string]int64{}
-		for _, p := range t.GetPartitions() {
-			m[strconv.Itoa(int(p.GetPartition()))] = p.GetOffset()
-		}
-		out[t.GetTopic()] = m
-	}
-	return out
 }
 
 // routeResponse is the 200 body of POST /v1/route.
@@ -105,7 +89,7 @@ func responseOf(rec *pb.DecisionRecord, explain bool) routeResponse {
 		DecodeWorker: refString(rec.GetDecodeWorker()), Reason: rec.GetReason(), Policy: rec.GetPolicy(),
 		PromptTokens: rec.GetPromptTokens(), CachedTokens: rec.GetCachedTokens(), EffectiveISL: rec.GetEffectiveIsl(),
 		EffectiveISLRatio: rec.GetEffectiveIslRatio(), ConfigHash: rec.GetConfigHash(),
-		Watermark: watermarkJSON(rec.GetWatermark()), DecidedBy: rec.GetDecidedBy(), Distance: rec.GetDistance(),
+		Watermark: replay.WatermarkMap(rec.GetWatermark()), DecidedBy: rec.GetDecidedBy(), Distance: rec.GetDistance(),
 	}
 	if rec.GetMode() == string(decider.ModeRemote) && rec.GetPrefillWorker() != nil {
 		p := refString(rec.GetPrefillWorker())
