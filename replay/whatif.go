@@ -3,6 +3,7 @@ package replay
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"slices"
 	"strings"
@@ -335,7 +336,7 @@ func skipKey(err error) string {
 }
 
 // WriteText renders the report for a terminal.
-func (r *WhatIfReport) WriteText(w interface{ Write([]byte) (int, error) }) error {
+func (r *WhatIfReport) WriteText(w io.Writer) error {
 	p := &printer{w: w}
 	p.f("what-if: %s\n", orDefault(r.Config, "(each record's own disaggregation config)"))
 	p.f("  %d decisions (%d skipped), decided under config(s) %s\n", r.Decisions, r.Skipped, strings.Join(r.ConfigHashes, ", "))

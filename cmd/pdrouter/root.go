@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -137,3 +138,14 @@ func newVersionCmd(a *app) *cobra.Command {
 
 // version is set at link time (-ldflags "-X main.version=...").
 var version = "dev"
+
+// writeReport prints a replay report (explain, what-if, tune): indented
+// JSON with --json, else its text form.
+func writeReport(w io.Writer, rep interface{ WriteText(io.Writer) error }, asJSON bool) error {
+	if asJSON {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(rep)
+	}
+	return rep.WriteText(w)
+}

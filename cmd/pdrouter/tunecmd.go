@@ -1,8 +1,6 @@
 package main
 
 import (
-	"encoding/json"
-
 	"github.com/spf13/cobra"
 
 	"github.com/pdrouter/pdrouter/replay"
@@ -36,12 +34,7 @@ ratio check), tune says so and why.`,
 			if err != nil {
 				return err
 			}
-			if asJSON {
-				enc := json.NewEncoder(a.stdout)
-				enc.SetIndent("", "  ")
-				return enc.Encode(rep)
-			}
-			return rep.WriteText(a.stdout)
+			return writeReport(a.stdout, rep, asJSON)
 		},
 	}
 	wf.bind(cmd, true)
