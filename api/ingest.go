@@ -63,18 +63,29 @@ type kvBody struct {
 	Events   []kvEventJSON `json:"events"`
 }
 
+// decodeWorkerBody decodes a worker-keyed ingest body into dst and checks
+// its worker_id (workerID points into dst): the first steps of every such
+// call. On failure it has answered, and ok is false. raw is the body.
+func (s *Server) decodeWorkerBody(c *gin.Context, dst any, workerID *string) (raw []byte, ok bool) {
+	raw, err := decodeBody(c, s.cfg.bodyLimit, dst)
+	if err != nil {
+		fail(c, err)
+		return nil, false
+	}
+	if err := events.ValidateWorkerID(*workerID); err != nil {
+		fail(c, unprocessable("invalid_value", "worker_id", err.Error()))
+		return nil, false
+	}
+	return raw, true
+}
+
 // maxIngestEvents bounds the events of one HTTP ingest call.
 const maxIngestEvents = 10000
 
 func (s *Server) ingestKV(c *gin.Context) {
 	var body kvBody
-	raw, err := decodeBody(c, s.cfg.bodyLimit, &body)
-	if err != nil {
-		fail(c, err)
-		return
-	}
-	if err := events.ValidateWorkerID(body.WorkerID); err != nil {
-		fail(c, unprocessable("invalid_value", "worker_id", err.Error()))
+	raw, ok := s.decodeWorkerBody(c, &body, &body.WorkerID)
+	if !ok {
 		return
 	}
 	if len(body.Events) == 0 || len(body.Events) > maxIngestEvents {
@@ -160,12 +171,7 @@ type loadBody struct {
 
 func (s *Server) ingestLoad(c *gin.Context) {
 	var b loadBody
-	if _, err := decodeBody(c, s.cfg.bodyLimit, &b); err != nil {
-		fail(c, err)
-		return
-	}
-	if err := events.ValidateWorkerID(b.WorkerID); err != nil {
-		fail(c, unprocessable("invalid_value", "worker_id", err.Error()))
+	if _, ok := s.decodeWorkerBody(c, &b, &b.WorkerID); !ok {
 		return
 	}
 	if b.KVUsageRatio != nil && !(*b.KVUsageRatio >= 0 && *b.KVUsageRatio <= 1) {
@@ -206,12 +212,7 @@ var engines = map[string]pb.Engine{"": pb.Engine_ENGINE_UNSPECIFIED, "vllm": pb.
 
 func (s *Server) registerWorker(c *gin.Context) {
 	var b workerBody
-	if _, err := decodeBody(c, s.cfg.bodyLimit, &b); err != nil {
-		fail(c, err)
-		return
-	}
-	if err := events.ValidateWorkerID(b.WorkerID); err != nil {
-		fail(c, unprocessable("invalid_value", "worker_id", err.Error()))
+	if _, ok := s.decodeWorkerBody(c, &b, &b.WorkerID); !ok {
 		return
 	}
 	pool := map[string]pb.Pool{"prefill": pb.Pool_POOL_PREFILL, "decode": pb.Pool_POOL_DECODE}[b.Pool]
