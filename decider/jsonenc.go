@@ -108,3 +108,36 @@ func appendOptFloat(b []byte, o OptFloat) []byte {
 	}
 	return appendFloat(b, o.Value)
 }
+
+// jsonObject appends the members of one JSON object, in the order they are
+// written: each member is one call, so an encoder reads as its list of keys.
+type jsonObject struct {
+	b []byte
+	n int // members written
+}
+
+// openObject starts an object at the end of b.
+func openObject(b []byte) jsonObject { return jsonObject{b: append(b, '{')} }
+
+// key writes the member's key (and the comma before every member but the
+// first); the caller appends the value to o.b.
+func (o *jsonObject) key(k string) {
+	o.b = appendKey(o.b, k, o.n == 0)
+	o.n++
+}
+
+func (o *jsonObject) str(k, v string)          { o.key(k); o.b = appendString(o.b, v) }
+func (o *jsonObject) int(k string, v int64)    { o.key(k); o.b = appendInt(o.b, v) }
+func (o *jsonObject) bool(k string, v bool)    { o.key(k); o.b = appendBool(o.b, v) }
+func (o *jsonObject) hex64(k string, v uint64) { o.key(k); o.b = appendHex64(o.b, v) }
+func (o *jsonObject) float(k string, v float64) {
+	o.key(k)
+	o.b = appendFloat(o.b, v)
+}
+func (o *jsonObject) optFloat(k string, v OptFloat) {
+	o.key(k)
+	o.b = appendOptFloat(o.b, v)
+}
+
+// close ends the object and returns the buffer.
+func (o *jsonObject) close() []byte { return append(o.b, '}') }
