@@ -73,64 +73,55 @@ func build(t *testing.T, dir string) *rendered {
 		}
 		gvk := res.GetApiVersion() + "/" + res.GetKind()
 		where := fmt.Sprintf("%s: %s %s", r.name, gvk, res.GetName())
-		var meta metav1.ObjectMeta
-		decode := func(obj any, om *metav1.ObjectMeta) {
-			if err := yaml.UnmarshalStrict(y, obj); err != nil {
-				t.Errorf("%s does not decode strictly into the API type: %v", where, err)
-			}
-			meta = *om
-		}
+		var meta *metav1.ObjectMeta
 		switch gvk {
 		case "apps/v1/Deployment":
-			o := new(appsv1.Deployment)
-			decode(o, &o.ObjectMeta)
-			r.deployments[o.Name] = o
+			meta, err = decodeInto(y, r.deployments)
 		case "batch/v1/Job":
-			o := new(batchv1.Job)
-			decode(o, &o.ObjectMeta)
-			r.jobs[o.Name] = o
+			meta, err = decodeInto(y, r.jobs)
 		case "v1/Service":
-			o := new(corev1.Service)
-			decode(o, &o.ObjectMeta)
-			r.services[o.Name] = o
+			meta, err = decodeInto(y, r.services)
 		case "v1/ConfigMap":
-			o := new(corev1.ConfigMap)
-			decode(o, &o.ObjectMeta)
-			r.configMaps[o.Name] = o
+			meta, err = decodeInto(y, r.configMaps)
 		case "v1/ServiceAccount":
-			o := new(corev1.ServiceAccount)
-			decode(o, &o.ObjectMeta)
-			r.accounts[o.Name] = o
+			meta, err = decodeInto(y, r.accounts)
 		case "v1/Namespace":
-			o := new(corev1.Namespace)
-			decode(o, &o.ObjectMeta)
-			r.namespaces[o.Name] = o
+			meta, err = decodeInto(y, r.namespaces)
 		case "policy/v1/PodDisruptionBudget":
-			o := new(policyv1.PodDisruptionBudget)
-			decode(o, &o.ObjectMeta)
-			r.pdbs[o.Name] = o
+			meta, err = decodeInto(y, r.pdbs)
 		case "autoscaling/v2/HorizontalPodAutoscaler":
-			o := new(autoscalingv2.HorizontalPodAutoscaler)
-			decode(o, &o.ObjectMeta)
-			r.hpas[o.Name] = o
+			meta, err = decodeInto(y, r.hpas)
 		case "monitoring.coreos.com/v1/ServiceMonitor":
-			o := new(monitoringv1.ServiceMonitor)
-			decode(o, &o.ObjectMeta)
-			r.monitors[o.Name] = o
+			meta, err = decodeInto(y, r.monitors)
 		case "monitoring.coreos.com/v1/PrometheusRule":
-			o := new(monitoringv1.PrometheusRule)
-			decode(o, &o.ObjectMeta)
-			r.rules[o.Name] = o
+			meta, err = decodeInto(y, r.rules)
 		default:
 			t.Errorf("%s: unexpected kind (add it to the test if it is intended)", where)
 			continue
 		}
-		r.metas = append(r.metas, meta)
+		if err != nil {
+			t.Errorf("%s does not decode strictly into the API type: %v", where, err)
+		}
+		r.metas = append(r.metas, *meta)
 		if gvk != "v1/Namespace" {
 			r.namespaceSet[meta.Namespace] = true
 		}
 	}
 	return r
+}
+
+// decodeInto decodes y strictly into a new API object of type T and files
+// it in m by name. It returns the object's metadata, and the decoding
+// error if any (the object is filed either way, as far as it decoded).
+func decodeInto[T any, P interface {
+	*T
+	metav1.ObjectMetaAccessor
+}](y []byte, m map[string]*T) (*metav1.ObjectMeta, error) {
+	o := P(new(T))
+	err := yaml.UnmarshalStrict(y, o)
+	om := o.GetObjectMeta().(*metav1.ObjectMeta)
+	m[om.Name] = (*T)(o)
+	return om, err
 }
 
 func TestKustomizationsReferenceEveryFile(t *testing.T) {
