@@ -62,10 +62,7 @@ func TestRecordedDecisionsReproduceByteForByte(t *testing.T) {
 	for name, mut := range configs {
 		t.Run(name, func(t *testing.T) {
 			prefix := kafkatest.Prefix(t)
-			kafkatest.Migrate(t, brokers, prefix)
-			r := newReplica(t, brokers, prefix, "router-a", mut)
-			r.setupFleet()
-			r.catchUp()
+			r := fleetReplica(t, brokers, prefix, mut)
 			answers := routeVariety(r, name+"-")
 			recs := readDecisions(t, brokers, r.names, len(answers))
 			modes := map[string]int{}
@@ -89,10 +86,7 @@ func TestRecordedDecisionsReproduceByteForByte(t *testing.T) {
 func TestPureCheckReportsPlantedDifferences(t *testing.T) {
 	brokers := kafkatest.Fake(t)
 	prefix := kafkatest.Prefix(t)
-	kafkatest.Migrate(t, brokers, prefix)
-	r := newReplica(t, brokers, prefix, "router-a", nil)
-	r.setupFleet()
-	r.catchUp()
+	r := fleetReplica(t, brokers, prefix, nil)
 	a := r.route("cached", promptOf(0, 64*16, 100, 1))
 	rec := readDecisions(t, brokers, r.names, 1)[0]
 	if a.Mode != "local" || a.Decode != "decode-1" {
@@ -165,10 +159,7 @@ func TestPureCheckReportsPlantedDifferences(t *testing.T) {
 func TestStateCheck(t *testing.T) {
 	kafkatest.Both(t, func(t *testing.T, brokers []string) {
 		prefix := kafkatest.Prefix(t)
-		kafkatest.Migrate(t, brokers, prefix)
-		r := newReplica(t, brokers, prefix, "router-a", nil)
-		r.setupFleet()
-		r.catchUp()
+		r := fleetReplica(t, brokers, prefix, nil)
 		checker := &replay.KafkaStateChecker{Client: r.conn, Names: r.names, TempDir: t.TempDir()}
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
@@ -290,10 +281,7 @@ func TestStateCheckUnderLoad(t *testing.T) {
 func TestStateCheckStartsFromSnapshot(t *testing.T) {
 	brokers := kafkatest.Fake(t)
 	prefix := kafkatest.Prefix(t)
-	kafkatest.Migrate(t, brokers, prefix)
-	r := newReplica(t, brokers, prefix, "router-a", nil)
-	r.setupFleet()
-	r.catchUp()
+	r := fleetReplica(t, brokers, prefix, nil)
 	snaps := filepath.Join(r.dataDir, "snapshots")
 	if _, err := r.store.Checkpoint(filepath.Join(snaps, "early")); err != nil {
 		t.Fatal(err)
@@ -346,10 +334,7 @@ func treeDigest(t *testing.T, dir string) string {
 func TestExplainEndpoint(t *testing.T) {
 	brokers := kafkatest.Fake(t)
 	prefix := kafkatest.Prefix(t)
-	kafkatest.Migrate(t, brokers, prefix)
-	r := newReplica(t, brokers, prefix, "router-a", nil)
-	r.setupFleet()
-	r.catchUp()
+	r := fleetReplica(t, brokers, prefix, nil)
 	a := r.route("cached", promptOf(0, 64*16, 100, 1))
 	var exp replay.Explanation
 	r.do("GET", "/v1/decisions/"+a.DecisionID+"/explain", nil, &exp)

@@ -41,6 +41,18 @@ type replica struct {
 	dataDir string
 }
 
+// fleetReplica migrates the topics under prefix and starts replica
+// "router-a" with the test fleet registered and applied: the start of most
+// tests.
+func fleetReplica(t *testing.T, brokers []string, prefix string, mut func(*decider.Config)) *replica {
+	t.Helper()
+	kafkatest.Migrate(t, brokers, prefix)
+	r := newReplica(t, brokers, prefix, "router-a", mut)
+	r.setupFleet()
+	r.catchUp()
+	return r
+}
+
 func newReplica(t *testing.T, brokers []string, prefix, id string, mut func(*decider.Config)) *replica {
 	t.Helper()
 	r := &replica{t: t, brokers: brokers, names: events.Names{Prefix: prefix}, conn: []kgo.Opt{kgo.SeedBrokers(brokers...)}, id: id, dataDir: t.TempDir()}
