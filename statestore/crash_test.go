@@ -148,16 +148,7 @@ func readAll(t *testing.T, brokers []string, names events.Names) []*kgo.Record {
 	for _, tp := range events.AllTopics {
 		topics = append(topics, names.Physical(tp))
 	}
-	s, err := Open(filepath.Join(t.TempDir(), "scan"), Options{Names: names, Registerer: prometheus.NewRegistry()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	m, err := NewMaterializer(s, MaterializerOptions{Client: []kgo.Opt{kgo.SeedBrokers(brokers...)}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close()
+	_, m := openMaterializer(t, brokers, Options{Names: names, Registerer: prometheus.NewRegistry()})
 	lag, err := m.Lag(context.Background())
 	if err != nil {
 		t.Fatal(err)

@@ -257,3 +257,20 @@ func newHarnessWith(t testing.TB, parts int32, o Options) *harness {
 	h.reopen()
 	return h
 }
+
+// openMaterializer opens a store in a temporary directory and a
+// materializer reading brokers into it; both close when the test ends.
+func openMaterializer(t *testing.T, brokers []string, o Options) (*Store, *Materializer) {
+	t.Helper()
+	s, err := Open(filepath.Join(t.TempDir(), "s"), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	m, err := NewMaterializer(s, MaterializerOptions{Client: []kgo.Opt{kgo.SeedBrokers(brokers...)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(m.Close)
+	return s, m
+}

@@ -152,16 +152,7 @@ func TestMaterializerSkipsInvalidRecords(t *testing.T) {
 	}
 	produce(t, brokers, prefix, newGenerator(1, 3).events(20))
 	reg := prometheus.NewRegistry()
-	s, err := Open(filepath.Join(t.TempDir(), "s"), Options{Names: names, Registerer: reg})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	m, err := NewMaterializer(s, MaterializerOptions{Client: []kgo.Opt{kgo.SeedBrokers(brokers...)}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close()
+	s, m := openMaterializer(t, brokers, Options{Names: names, Registerer: reg})
 	if err := m.CatchUp(context.Background()); err != nil {
 		t.Fatal(err)
 	}
