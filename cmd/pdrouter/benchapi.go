@@ -37,8 +37,8 @@ prefix, migrated with replication factor 1), which is what the bar of 5,000
 decisions/s with p99 ≤ 10 ms refers to; CPU is then the whole process's.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if cfg.MinTokens < 1 || cfg.MaxTokens < cfg.MinTokens || cfg.Clients < 1 || cfg.DecodeWorkers < 1 || cfg.SharedPrefixes < 1 {
-				return errors.New("need 1 ≤ --min-tokens ≤ --max-tokens, --clients ≥ 1, --decode-workers ≥ 1, --shared-prefixes ≥ 1")
+			if cfg.MinTokens < 1 || cfg.MaxTokens < cfg.MinTokens || cfg.Clients < 1 || cfg.DecodeWorkers < 1 || cfg.SharedPrefixes < 1 || cfg.InFlight < 0 {
+				return errors.New("need 1 ≤ --min-tokens ≤ --max-tokens, --clients ≥ 1, --decode-workers ≥ 1, --shared-prefixes ≥ 1, --in-flight ≥ 0")
 			}
 			cfg.Log = a.log
 			ctx, cancel := context.WithCancel(cmd.Context())

@@ -125,6 +125,7 @@ func TestBadInputIsAPreciseError(t *testing.T) {
 		{nil, []string{"bench", "ingest", "--events-per-message", "0"}, "need --events ≥ 1, --events-per-message ≥ 1"},
 		{map[string]string{"PDR_MEMORY_LIMIT": "lots"}, []string{"serve", "--brokers", "127.0.0.1:1"}, `--memory-limit "lots": want a size`},
 		{nil, []string{"ingest", "--brokers", "127.0.0.1:1", "--gc-percent", "-3"}, "--gc-percent -3: want ≥ 0"},
+		{nil, []string{"bench", "api", "--router", "http://127.0.0.1:1", "--in-flight", "-1"}, "--in-flight ≥ 0"},
 	}
 	for _, c := range cases {
 		_, _, err := run(t, c.env, c.args...)
