@@ -251,6 +251,25 @@ func TestDecisionMemoryBounded(t *testing.T) {
 	}
 }
 
+// A decision applied from the log is in the records cache once its batch
+// committed, before any lookup: a lifecycle event right after it does not
+// read it back from Pebble. The cache stays bounded and keeps the newest.
+func TestCommittedDecisionsAreCached(t *testing.T) {
+	h := newHarnessWith(t, 1, Options{DecisionCacheSize: 4})
+	for i := 0; i < 6; i++ {
+		h.put("d1", decision(fmt.Sprintf("c%d", i), fmt.Sprintf("q%d", i), "d1", 1e12+int64(i)))
+	}
+	for i := 0; i < 6; i++ {
+		id := fmt.Sprintf("c%d", i)
+		if got, want := h.s.cache.get(id) != nil, i >= 2; got != want {
+			t.Errorf("%s cached: %v, want %v", id, got, want)
+		}
+	}
+	if n := h.s.cache.ll.Len(); n != 4 {
+		t.Fatalf("cache holds %d records, want 4", n)
+	}
+}
+
 // The warning is logged once when a worker enters "KV events missing", not
 // on every apply; leaving and entering again logs again.
 func TestKvEventsMissingLogsOncePerTransition(t *testing.T) {
