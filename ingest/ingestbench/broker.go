@@ -64,7 +64,12 @@ func openBroker(ctx context.Context, cfg Config) (*broker, error) {
 		return nil, err
 	}
 	adm := kadm.NewClient(cl)
-	if _, err := migrations.Apply(ctx, adm, specs, false); err != nil {
+	// Apply returns once the created topics answer (leaders elected), so
+	// the first records of a measurement do not wait for that; 30 s at most.
+	mctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	_, err = migrations.Apply(mctx, adm, specs, false)
+	cancel()
+	if err != nil {
 		b.close()
 		return nil, fmt.Errorf("bench ingest: migrate: %w", err)
 	}
@@ -73,34 +78,8 @@ func openBroker(ctx context.Context, cfg Config) (*broker, error) {
 		topics[i] = s.Name
 	}
 	stops = append(stops, func() { deleteTopics(adm, topics, cfg.Log) })
-	if err := waitTopics(ctx, adm, topics); err != nil {
-		b.close()
-		return nil, err
-	}
 	cfg.Log.Info("bench ingest: topics migrated", "prefix", prefix, "broker", b.label)
 	return b, nil
-}
-
-// waitTopics waits until every partition has a leader that answers: a real
-// broker applies a topic creation through its controller, and the first
-// records of a measurement must not wait for that.
-func waitTopics(ctx context.Context, adm *kadm.Client, topics []string) error {
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	for {
-		ends, err := adm.ListEndOffsets(ctx, topics...)
-		if err == nil {
-			err = ends.Error()
-		}
-		if err == nil && len(ends) == len(topics) {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("bench ingest: topics not ready: %v", err)
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
 }
 
 func deleteTopics(adm *kadm.Client, topics []string, log *slog.Logger) {
