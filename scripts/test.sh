@@ -52,7 +52,19 @@ unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go' 
 if [ -n "$unformatted" ]; then echo "gofmt needed: $unformatted" >&2; exit 1; fi
 
 step "Go tests (race detector, real broker)"
-go test -race -count=1 -timeout 30m ./...
+# The output is kept so that, on failure, the race reports (whose second
+# stack is otherwise scrolled far above the summary) are printed again last.
+gotest_log=$(mktemp)
+if ! go test -race -count=1 -timeout 30m ./... 2>&1 | tee "$gotest_log"; then
+  if grep -q 'WARNING: DATA RACE' "$gotest_log"; then
+    step "data race reports, repeated"
+    awk '/WARNING: DATA RACE/{on=1} on{print} on && /^==================$/{on=0}' "$gotest_log" | head -400
+  fi
+  echo "Go tests failed: see FAIL lines above" >&2
+  rm -f "$gotest_log"
+  exit 1
+fi
+rm -f "$gotest_log"
 
 if [ -n "$started" ]; then
   # Restarts the broker under load, so it runs alone, after the rest.
