@@ -14,6 +14,7 @@ import (
 	"github.com/pdrouter/pdrouter/events"
 	pb "github.com/pdrouter/pdrouter/events/eventspb"
 	"github.com/pdrouter/pdrouter/internal/kafkatest"
+	"github.com/pdrouter/pdrouter/kvhash"
 )
 
 func tokens(n int, start uint32) []uint32 {
@@ -111,6 +112,10 @@ func TestRouteEndToEnd(t *testing.T) {
 			}
 			if rec.GetRequestId() != want.RequestID || rec.GetMode() != want.Mode || events.WorkerRank(rec.GetDecodeWorker().GetWorkerId(), rec.GetDecodeWorker().GetDpRank()) != want.DecodeWorker {
 				t.Fatalf("record %v differs from the answer %+v", rec, want)
+			}
+			// The digest names the prompt (kvhash.TokenDigest of the token ids).
+			if prompt := map[string][]uint32{"r-local": tokens(74, 0), "r-remote": tokens(4000, 50000)}[want.RequestID]; rec.GetRequestDigest() != kvhash.TokenDigest(prompt) {
+				t.Fatalf("record %s: request_digest %#x, want %#x", want.RequestID, rec.GetRequestDigest(), kvhash.TokenDigest(prompt))
 			}
 			if len(rec.GetCandidates()) != 3 || rec.GetConfigJson() == "" || rec.GetWatermark() == nil {
 				t.Fatalf("record lacks what explain needs: %v", rec)

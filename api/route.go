@@ -302,11 +302,11 @@ func chains(ws []decider.WorkerInfo, model string, p *parsed) []decider.Chain {
 	return out
 }
 
-// requestDigest names the prompt: the XXH3 digest of its token ids (as a
-// one-token-per-block chain) or of the given block hashes.
+// requestDigest names the prompt: kvhash.TokenDigest of its token ids, or
+// kvhash.Digest of the given block hashes.
 func requestDigest(p *parsed, req *decider.Request) uint64 {
 	if p.tokens != nil {
-		return kvhash.Digest(kvhash.Chain(nil, p.tokens, 1, 0, false))
+		return kvhash.TokenDigest(p.tokens)
 	}
 	return kvhash.Digest(req.Chains[0].Hashes)
 }

@@ -17,6 +17,7 @@ package kvhash
 
 import (
 	"encoding/binary"
+	"unsafe"
 
 	"github.com/zeebo/xxh3"
 )
@@ -30,6 +31,9 @@ const maxStackBlock = 256
 
 // Local hashes the tokens of one block.
 func Local(tokens []uint32) uint64 {
+	if b, ok := leBytes32(tokens); ok {
+		return xxh3.HashSeed(b, Seed)
+	}
 	var stack [maxStackBlock * 4]byte
 	var buf []byte
 	if n := len(tokens) * 4; n <= len(stack) {
@@ -41,6 +45,28 @@ func Local(tokens []uint32) uint64 {
 		binary.LittleEndian.PutUint32(buf[i*4:], t)
 	}
 	return xxh3.HashSeed(buf, Seed)
+}
+
+// littleEndian: on such hosts (amd64, arm64) the in-memory bytes of a
+// []uint32 or []uint64 are already the little-endian encoding the hashes
+// are defined over, and are hashed in place, without a copy.
+var littleEndian = binary.NativeEndian.Uint16([]byte{1, 0}) == 1
+
+// leBytes32 is the little-endian encoding of v, in place, when the host's
+// byte order allows.
+func leBytes32(v []uint32) ([]byte, bool) {
+	if !littleEndian || len(v) == 0 {
+		return nil, false
+	}
+	return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(v))), len(v)*4), true
+}
+
+// leBytes64 is leBytes32 for []uint64.
+func leBytes64(v []uint64) ([]byte, bool) {
+	if !littleEndian || len(v) == 0 {
+		return nil, false
+	}
+	return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(v))), len(v)*8), true
 }
 
 // Next extends a chain: the hash of the block after parent whose local hash
@@ -71,8 +97,12 @@ func Chain(dst []uint64, tokens []uint32, blockSize int, parent uint64, hasParen
 }
 
 // Digest is a single hash of a whole chain, used as the request digest in
-// decision records.
+// decision records of requests sent as block_hashes: XXH3-64 (seed 0) of
+// the chain's hashes as little-endian u64.
 func Digest(chain []uint64) uint64 {
+	if b, ok := leBytes64(chain); ok {
+		return xxh3.Hash(b)
+	}
 	h := xxh3.New()
 	var b [8]byte
 	for _, c := range chain {
@@ -81,3 +111,10 @@ func Digest(chain []uint64) uint64 {
 	}
 	return h.Sum64()
 }
+
+// TokenDigest is the request digest of a prompt sent as token ids: Local
+// of the whole prompt, i.e. XXH3-64 (seed 1337) of its token ids as
+// little-endian u32. One pass over the prompt: it was once the Digest of
+// a one-token-per-block Chain, two hashes per token and a chain-sized
+// allocation, which made it the largest CPU cost of a token_ids request.
+func TokenDigest(tokens []uint32) uint64 { return Local(tokens) }

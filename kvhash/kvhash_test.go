@@ -90,3 +90,48 @@ func BenchmarkChain1000Blocks(b *testing.B) {
 		dst = Chain(dst[:0], a, 16, 0, false)
 	}
 }
+
+// TestByteOrderPaths runs the in-place (little-endian host) and the
+// portable encoding paths over the same inputs: they must agree, so a
+// big-endian host computes the same hashes.
+func TestByteOrderPaths(t *testing.T) {
+	toks := tokens(1000, 3)
+	chain := Chain(nil, toks, 16, 0, false)
+	type result struct{ local, big, digest, tokenDigest uint64 }
+	run := func() result {
+		return result{Local(toks[:16]), Local(toks), Digest(chain), TokenDigest(toks)}
+	}
+	inPlace := run()
+	saved := littleEndian
+	littleEndian = false
+	portable := run()
+	littleEndian = saved
+	if inPlace != portable {
+		t.Fatalf("in place %+v, portable %+v", inPlace, portable)
+	}
+	// Digest is XXH3-64 (seed 0) of the chain as LE u64, streamed or not.
+	h := xxh3.New()
+	for _, c := range chain {
+		_, _ = h.Write([]byte{byte(c), byte(c >> 8), byte(c >> 16), byte(c >> 24), byte(c >> 32), byte(c >> 40), byte(c >> 48), byte(c >> 56)})
+	}
+	if got, want := Digest(chain), h.Sum64(); got != want {
+		t.Fatalf("Digest = %#x, want %#x", got, want)
+	}
+	if got, want := TokenDigest(toks), Local(toks); got != want {
+		t.Fatalf("TokenDigest = %#x, want Local of the prompt %#x", got, want)
+	}
+	if Digest(nil) != xxh3.Hash(nil) || TokenDigest(nil) != xxh3.HashSeed(nil, Seed) {
+		t.Fatal("empty inputs must hash as empty byte strings")
+	}
+}
+
+// BenchmarkTokenDigest is the request digest of a 16k-token prompt: one
+// pass over 64 KiB, no allocation.
+func BenchmarkTokenDigest(b *testing.B) {
+	toks := tokens(16384, 11)
+	b.SetBytes(int64(len(toks) * 4))
+	b.ReportAllocs()
+	for b.Loop() {
+		_ = TokenDigest(toks)
+	}
+}

@@ -29,7 +29,8 @@ type DecisionRecord struct {
 	state      protoimpl.MessageState `protogen:"open.v1"`
 	DecisionId string                 `protobuf:"bytes,1,opt,name=decision_id,json=decisionId,proto3" json:"decision_id,omitempty"`
 	RequestId  string                 `protobuf:"bytes,2,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
-	// XXH3-64 of the request's router block-hash chain (or token ids).
+	// Names the prompt. Token ids: XXH3-64 (seed 1337) of the ids as LE u32.
+	// Block hashes: XXH3-64 (seed 0) of the hashes as LE u64 (kvhash).
 	RequestDigest uint64 `protobuf:"fixed64,3,opt,name=request_digest,json=requestDigest,proto3" json:"request_digest,omitempty"`
 	Model         string `protobuf:"bytes,4,opt,name=model,proto3" json:"model,omitempty"`
 	LoraName      string `protobuf:"bytes,5,opt,name=lora_name,json=loraName,proto3" json:"lora_name,omitempty"`
