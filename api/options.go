@@ -77,5 +77,7 @@ func WithAuditTimeout(d time.Duration) Option { return func(c *config) { c.audit
 // API writes (decided_at, outcome times). Decisions never read it.
 func WithClock(now func() time.Time) Option { return func(c *config) { c.now = now } }
 
-// WithIDGenerator replaces the generator of request and decision ids.
+// WithIDGenerator replaces the generator of request and decision ids
+// (default: ULIDs). Every id it returns must be new: a generated request id
+// is never looked up for an earlier decision.
 func WithIDGenerator(f func() string) Option { return func(c *config) { c.newID = f } }

@@ -170,18 +170,24 @@ func (s *Server) route(c *gin.Context) {
 		fail(c, err)
 		return
 	}
-	if p.id == "" {
+	// A request id the router generates is new by construction (a ULID's
+	// 80 random bits): no decision can exist for it, so it skips the
+	// idempotency lookup, which reads the store (a Pebble seek).
+	generated := p.id == ""
+	if generated {
 		p.id = s.cfg.newID()
 	}
 	explain := c.Query("explain") == "true"
 	unlock := s.inflight.lock(p.id)
 	defer unlock()
-	if rec, ok := s.deps.State.DecisionForRequest(p.id); ok {
-		s.metrics.idempotent.Inc()
-		resp := responseOf(rec, explain)
-		resp.Idempotent = true
-		c.JSON(http.StatusOK, resp)
-		return
+	if !generated {
+		if rec, ok := s.deps.State.DecisionForRequest(p.id); ok {
+			s.metrics.idempotent.Inc()
+			resp := responseOf(rec, explain)
+			resp.Idempotent = true
+			c.JSON(http.StatusOK, resp)
+			return
+		}
 	}
 	if p.after != nil {
 		ctx, cancel := context.WithTimeout(c.Request.Context(), s.cfg.afterTimeout)

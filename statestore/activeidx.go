@@ -5,329 +5,252 @@ import (
 	"slices"
 )
 
-// activeIndex is active accounting's per-block table (active.go): for each
-// block hash active on some slot, the slots that carry it, each with a
-// refcount (how many of the requests it carries have the hash in their
-// chain). It answers "is (hash, slot) active" for MatchActive and counts a
-// slot's distinct active hashes as (hash, slot) pairs come and go.
+// activeIndex is active accounting's block table (active.go): which slots
+// carry which blocks of the requests they run. It answers MatchActive (the
+// leading run of a chain active on each slot) and counts each slot's
+// distinct active blocks as requests come and go.
 //
-// Every decision adds or removes its whole chain (up to thousands of
-// blocks), so this is the hot loop of accounting. It is one open-addressing
-// table (u64map) keyed by the hash: one probe per block, no allocation per
-// block. A hash carried by one slot is inline in the table's value; a hash
-// on two or more slots points to a holder set: its bitset in a slab of
-// fixed-stride words (MatchActive reads only that, one access after the
-// table's), and its refcounts in slot order. Memory only, derived from the
-// entries: never reaches Pebble or the digest, and no iteration order
-// reaches state.
+// It is a trie of the requests' chains, path-compressed: a node holds a run
+// of consecutive chain hashes (its label), and the slots carrying it, with
+// how many of their requests do. The structure rests on one property of
+// router hash chains (kvhash): chain(i) names the whole prefix up to block
+// i, so two chains that share a hash share every block before it. Hence:
 //
-// The table is split in aiShards shards by hash, so that growing one (a
-// rehash, under the store's write lock) moves a small part of the entries,
-// never millions at once: the pause stays short at any size. A chain is
-// added in batches whose table slots are touched first, so that the cache
-// misses of a batch overlap (the table is much larger than the CPU caches).
+//   - a request's blocks are one root-to-node path: it holds every node on
+//     it, whole (a node is split where a chain ends or leaves it);
+//   - a block is active on a slot iff the slot holds the block's node, so
+//     a slot's distinct active blocks are the total label length of the
+//     nodes it holds, and the active run of a chain on a slot ends at the
+//     first node along the chain's path the slot does not hold;
+//   - a node nobody holds has no holders below it either, and is dropped.
+//
+// So adding or removing a chain of n blocks costs one child lookup per node
+// on its path (a handful) and a sequential compare of n hashes; the hash
+// table this replaces paid a cache miss per block, on both the decision and
+// its completion, which made it the largest cost of active accounting.
+//
+// Blocks are told apart by their position in a chain as well as by hash: a
+// hash repeated within or across chains at different depths (which under
+// kvhash is a 64-bit collision, and otherwise only a caller's made-up
+// block_hashes) counts once per depth. Memory only, derived from the
+// entries: never reaches Pebble or the digest. No map iteration order
+// reaches a result: the one map walk is over a map of exactly one child.
 type activeIndex struct {
-	shards [aiShards]u64map
-	// Holder sets: set i has bitset words[i*stride:(i+1)*stride] and the
-	// refcount of each holder, in slot order, in counts[i] (a slot's count
-	// is at its rank in the bitset).
-	stride int
-	words  []uint64
-	counts [][]uint32
-	free   []uint32 // unused holder sets
-	n      int      // distinct hashes
-	sink   uint64   // keeps the touching loads alive
+	root atNode
+	// blocks is the total label length of all nodes: the distinct active
+	// blocks over all slots, counting a block once however many slots
+	// carry it.
+	blocks int
+	nodes  int
 }
 
-const aiShardBits = 12
-const aiShards = 1 << aiShardBits
-
-// shard picks a shard from other bits than u64map.home uses.
-func (x *activeIndex) shard(h uint64) *u64map {
-	h ^= h >> 31
-	h *= 0x7fb5d329728ea185
-	return &x.shards[h>>(64-aiShardBits)]
+// atNode is one run of blocks of the trie.
+type atNode struct {
+	// label holds the chain hashes of this node, at depths [d, d+len) where
+	// d is the parent's depth plus its label length. Owned by the node:
+	// never shared with a request's chain, and never appended to in place.
+	label []uint64
+	// kids are the children by the first hash of their labels.
+	kids map[uint64]*atNode
+	// holders are the slots holding this node, in slot order, each with
+	// the number of its requests whose path runs through the node; words
+	// is the same set as a bitset, for MatchActive.
+	holders []atHolder
+	words   []uint64
 }
 
-// set returns the bitset of holder set i.
-func (x *activeIndex) set(i uint32) []uint64 {
-	return x.words[int(i)*x.stride : (int(i)+1)*x.stride]
+type atHolder struct {
+	slot int32
+	n    uint32
 }
 
-// fit widens the stride so that the bitsets hold slot.
-func (x *activeIndex) fit(slot int32) {
-	need := int(slot)/64 + 1
-	if need <= x.stride {
-		return
-	}
-	n := len(x.counts)
-	words := make([]uint64, n*need, max(cap(x.words)/max(x.stride, 1), n)*need)
-	for i := 0; i < n; i++ {
-		copy(words[i*need:], x.words[i*x.stride:(i+1)*x.stride])
-	}
-	x.words, x.stride = words, need
-}
-
-// rank is the number of holders of set i below slot.
-func (x *activeIndex) rank(i uint32, slot int32) int {
-	b := x.set(i)
-	w, r := int(slot)/64, 0
-	for k := 0; k < w && k < len(b); k++ {
-		r += bits.OnesCount64(b[k])
-	}
-	if w < len(b) {
-		r += bits.OnesCount64(b[w] & (1<<(uint(slot)%64) - 1))
-	}
-	return r
-}
-
-func (x *activeIndex) has(i uint32, slot int32) bool {
-	w := int(slot) / 64
-	return w < x.stride && x.words[int(i)*x.stride+w]&(1<<(uint(slot)%64)) != 0
-}
-
-// insert adds slot, not held, with count n to set i.
-func (x *activeIndex) insert(i uint32, slot int32, n uint32) {
-	x.fit(slot)
-	x.counts[i] = slices.Insert(x.counts[i], x.rank(i, slot), n)
-	x.words[int(i)*x.stride+int(slot)/64] |= 1 << (uint(slot) % 64)
-}
-
-// touch loads the home slot of each hash, so the misses of a batch are
-// paid together; the following updates then find the lines in cache.
-func (x *activeIndex) touch(hs []uint64) {
-	var acc uint64
-	for _, h := range hs {
-		if m := x.shard(h); len(m.slots) > 0 {
-			acc ^= m.slots[m.home(h)].k
-		}
-	}
-	x.sink ^= acc
-}
-
-// addChain counts one more request carrying every hash of chain on slot
-// and returns how many (hash, slot) pairs are new.
+// addChain counts one more request carrying chain on slot and returns how
+// many (block, slot) pairs are new: the blocks the slot did not carry yet.
 func (x *activeIndex) addChain(chain []uint64, slot int32) int64 {
-	n := int64(0)
-	for base := 0; base < len(chain); base += aiBatch {
-		batch := chain[base:min(base+aiBatch, len(chain))]
-		x.touch(batch)
-		for _, h := range batch {
-			if x.add(h, slot) {
-				n++
-			}
+	var added int64
+	parent := &x.root
+	for pos := 0; pos < len(chain); {
+		k := parent.kids[chain[pos]]
+		if k == nil {
+			k = &atNode{label: slices.Clone(chain[pos:])}
+			x.adopt(parent, k)
+			x.blocks += len(k.label)
+			return added + k.hold(slot)
 		}
+		m := commonPrefix(k.label, chain[pos:])
+		if m < len(k.label) {
+			x.split(k, m)
+		}
+		added += k.hold(slot)
+		pos += m
+		parent = k
 	}
-	return n
+	return added
 }
 
 // removeChain undoes addChain and returns how many pairs are gone.
+// Removing a chain that was not added leaves the index as it is (it cannot
+// happen: contributions are removed exactly as they were added).
 func (x *activeIndex) removeChain(chain []uint64, slot int32) int64 {
-	n := int64(0)
-	for base := 0; base < len(chain); base += aiBatch {
-		batch := chain[base:min(base+aiBatch, len(chain))]
-		x.touch(batch)
-		for _, h := range batch {
-			if x.remove(h, slot) {
-				n++
-			}
+	var stack [16]*atNode
+	path := stack[:1]
+	path[0] = &x.root
+	for pos := 0; pos < len(chain); {
+		k := path[len(path)-1].kids[chain[pos]]
+		if k == nil || len(chain)-pos < len(k.label) || commonPrefix(k.label, chain[pos:]) < len(k.label) || !k.has(slot) {
+			return 0
 		}
+		path = append(path, k)
+		pos += len(k.label)
 	}
-	return n
+	var gone int64
+	// Leaf first: a node left without holders has none below it.
+	for i := len(path) - 1; i >= 1; i-- {
+		k, parent := path[i], path[i-1]
+		gone += k.release(slot)
+		if len(k.holders) == 0 {
+			delete(parent.kids, k.label[0])
+			x.blocks -= len(k.label)
+			x.nodes--
+			continue
+		}
+		x.mergeOnlyKid(k)
+	}
+	return gone
 }
 
-const aiBatch = 32
-
-// aiMaxLoad: the shards grow at 1/aiMaxLoad full. Linear probing is cheap
-// at half full (a miss probes 2.5 slots on average) and slow near the
-// u64map default of 7/8 (32): MatchActive looks up many missing hashes.
-const aiMaxLoad = 2
-
-// Value layout: bit 63 set: a holder set's index in the low 32 bits. Clear: one
-// holder, slot+1 in bits 0–30 and its refcount in bits 31–62.
-const (
-	aiOvf       = uint64(1) << 63
-	aiSlotMask  = uint64(1)<<31 - 1
-	aiCountUnit = uint64(1) << 31
-)
-
-func aiInline(slot int32, n uint64) uint64 { return uint64(slot+1) | n<<31 }
-
-func aiSlot(v uint64) int32 { return int32(v&aiSlotMask) - 1 }
-
-func aiCount(v uint64) uint64 { return (v &^ aiOvf) >> 31 }
-
-// add counts one more request carrying h on slot, and reports whether the
-// pair is new (the slot's distinct hashes grow by one).
-func (x *activeIndex) add(h uint64, slot int32) bool {
-	m := x.shard(h)
-	if (m.n+1)*aiMaxLoad > len(m.slots) {
-		m.grow()
+// adopt makes k a child of parent.
+func (x *activeIndex) adopt(parent, k *atNode) {
+	if parent.kids == nil {
+		parent.kids = make(map[uint64]*atNode, 1)
 	}
-	p, found := m.upsert(h)
-	if !found {
-		*p = aiInline(slot, 1)
-		x.n++
-		return true
-	}
-	v := *p
-	if v&aiOvf == 0 {
-		if aiSlot(v) == slot && aiCount(v) < 1<<32-1 {
-			*p = v + aiCountUnit
-			return false
-		}
-		// A second holder: move to a holder list. p stays valid: the
-		// table is not touched until the write.
-		i := x.newHolders()
-		x.insert(i, aiSlot(v), uint32(aiCount(v)))
-		x.insert(i, slot, 1)
-		*p = aiOvf | uint64(i)
-		return true
-	}
-	i := uint32(v)
-	if x.has(i, slot) {
-		x.counts[i][x.rank(i, slot)]++
-		return false
-	}
-	x.insert(i, slot, 1)
-	return true
+	parent.kids[k.label[0]] = k
+	x.nodes++
 }
 
-// remove counts one request less carrying h on slot, and reports whether
-// the pair is gone (the slot's distinct hashes shrink by one). Removing a
-// pair that is not there is a no-op (it cannot happen: contributions are
-// removed exactly as they were added).
-func (x *activeIndex) remove(h uint64, slot int32) bool {
-	m := x.shard(h)
-	p, found := m.ptr(h)
-	if !found {
-		return false
-	}
-	v := *p
-	if v&aiOvf == 0 {
-		if aiSlot(v) != slot {
-			return false
-		}
-		if aiCount(v) > 1 {
-			*p = v - aiCountUnit
-			return false
-		}
-		m.del(h)
-		x.n--
-		return true
-	}
-	i := uint32(v)
-	if !x.has(i, slot) {
-		return false
-	}
-	r := x.rank(i, slot)
-	c := x.counts[i]
-	if c[r] > 1 {
-		c[r]--
-		return false
-	}
-	x.counts[i] = slices.Delete(c, r, r+1)
-	b := x.set(i)
-	b[int(slot)/64] &^= 1 << (uint(slot) % 64)
-	if len(x.counts[i]) == 1 {
-		// One holder left: inline again.
-		for k, w := range b {
-			if w != 0 {
-				*p = aiInline(int32(k*64+bits.TrailingZeros64(w)), uint64(x.counts[i][0]))
-			}
-		}
-		x.freeHolders(i)
-	}
-	return true
+// split cuts k after m blocks: k keeps the first m and its holders (every
+// request through the tail runs through the head), and a new only child
+// takes the rest, k's holders and k's children.
+func (x *activeIndex) split(k *atNode, m int) {
+	tail := &atNode{label: k.label[m:], kids: k.kids,
+		holders: slices.Clone(k.holders), words: slices.Clone(k.words)}
+	k.label = k.label[:m:m]
+	k.kids = nil
+	x.adopt(k, tail)
 }
 
-func (x *activeIndex) newHolders() uint32 {
-	if n := len(x.free); n > 0 {
-		i := x.free[n-1]
-		x.free = x.free[:n-1]
-		return i
+// mergeOnlyKid joins k with its only child when both have the same
+// holders (no request ends at k): undoing the split a finished request
+// needed keeps paths short.
+func (x *activeIndex) mergeOnlyKid(k *atNode) {
+	if len(k.kids) != 1 {
+		return
 	}
-	x.counts = append(x.counts, make([]uint32, 0, 4))
-	x.words = append(x.words, make([]uint64, x.stride)...)
-	return uint32(len(x.counts) - 1)
+	var kid *atNode
+	for _, c := range k.kids { // exactly one
+		kid = c
+	}
+	if !slices.Equal(kid.holders, k.holders) {
+		return
+	}
+	k.label = append(slices.Clip(k.label), kid.label...)
+	k.kids = kid.kids
+	x.nodes--
 }
 
-func (x *activeIndex) freeHolders(i uint32) {
-	x.counts[i] = x.counts[i][:0]
-	clear(x.set(i))
-	x.free = append(x.free, i)
-}
-
-// word returns word k of the holder bitset of a table value.
-func (x *activeIndex) word(v uint64, k int) uint64 {
-	if v&aiOvf != 0 {
-		if k < x.stride {
-			return x.words[int(uint32(v))*x.stride+k]
-		}
+// hold counts one more request of slot through k and returns the blocks
+// new to the slot (k's length if the slot did not hold it).
+func (k *atNode) hold(slot int32) int64 {
+	i, found := k.find(slot)
+	if found {
+		k.holders[i].n++
 		return 0
 	}
-	if s := aiSlot(v); int(s)/64 == k {
-		return 1 << (uint(s) % 64)
+	k.holders = slices.Insert(k.holders, i, atHolder{slot: slot, n: 1})
+	w := int(slot) / 64
+	if w >= len(k.words) {
+		k.words = append(k.words, make([]uint64, w+1-len(k.words))...)
+	}
+	k.words[w] |= 1 << (uint(slot) % 64)
+	return int64(len(k.label))
+}
+
+// release undoes hold and returns the blocks the slot no longer carries.
+func (k *atNode) release(slot int32) int64 {
+	i, found := k.find(slot)
+	if !found {
+		return 0
+	}
+	if k.holders[i].n > 1 {
+		k.holders[i].n--
+		return 0
+	}
+	k.holders = slices.Delete(k.holders, i, i+1)
+	k.words[int(slot)/64] &^= 1 << (uint(slot) % 64)
+	return int64(len(k.label))
+}
+
+func (k *atNode) find(slot int32) (int, bool) {
+	return slices.BinarySearchFunc(k.holders, slot, func(h atHolder, s int32) int { return int(h.slot - s) })
+}
+
+func (k *atNode) has(slot int32) bool {
+	w := int(slot) / 64
+	return w < len(k.words) && k.words[w]&(1<<(uint(slot)%64)) != 0
+}
+
+// word is word w of k's holder bitset.
+func (k *atNode) word(w int) uint64 {
+	if w < len(k.words) {
+		return k.words[w]
 	}
 	return 0
 }
 
-// len is the number of distinct active hashes.
-func (x *activeIndex) len() int { return x.n }
-
-// lookup is u64map.loadSlots over the shards: the home slots of all keys
-// are read first, in a loop of independent loads.
-func (x *activeIndex) lookup(keys []uint64, vals *[lookahead]uint64, oks *[lookahead]bool) {
-	var first [lookahead]kv
-	for j, k := range keys {
-		if m := x.shard(k); len(m.slots) > 0 {
-			first[j] = m.slots[m.home(k)]
+// commonPrefix is the length of the common prefix of a and b.
+func commonPrefix(a, b []uint64) int {
+	n := min(len(a), len(b))
+	for i := 0; i < n; i++ {
+		if a[i] != b[i] {
+			return i
 		}
 	}
-	for j, k := range keys {
-		switch {
-		case k != 0 && first[j].k == k:
-			vals[j], oks[j] = first[j].v, true
-		case k != 0 && first[j].k == 0:
-			vals[j], oks[j] = 0, false
-		default:
-			vals[j], oks[j] = x.shard(k).get(k)
-		}
-	}
+	return n
 }
 
 // matchActive is MatchActive over slots: the leading run of chain active on
-// each live slot. live is consumed. Chain blocks are looked up lookahead at
-// a time (u64map.loadSlots), so their cache misses overlap.
+// each live slot (a bitset of slots, consumed): runs is called once per
+// live slot with its run length.
 func (x *activeIndex) matchActive(chain []uint64, live []uint64, runs func(slot int32, n int)) {
-	var vals [lookahead]uint64
-	var oks [lookahead]bool
-	// The first lookups are few: most walks end within the shared prefix.
-	for base, step := 0, 8; base < len(chain); base, step = base+step, min(step*2, lookahead) {
-		batch := chain[base:min(base+step, len(chain))]
-		x.lookup(batch, &vals, &oks)
-		for j := range batch {
-			i := base + j
-			any := false
-			for k := range live {
-				var w uint64
-				if oks[j] {
-					w = x.word(vals[j], k)
-				}
-				for ended := live[k] &^ w; ended != 0; ended &= ended - 1 {
-					runs(int32(k*64+bits.TrailingZeros64(ended)), i)
-				}
-				live[k] &= w
-				any = any || live[k] != 0
-			}
-			if !any {
-				return
-			}
+	parent, pos := &x.root, 0
+	for pos < len(chain) {
+		k := parent.kids[chain[pos]]
+		if k == nil {
+			break
 		}
+		// Slots not holding k end their run where k begins.
+		any := false
+		for w := range live {
+			held := k.word(w)
+			for ended := live[w] &^ held; ended != 0; ended &= ended - 1 {
+				runs(int32(w*64+bits.TrailingZeros64(ended)), pos)
+			}
+			live[w] &= held
+			any = any || live[w] != 0
+		}
+		if !any {
+			return
+		}
+		m := commonPrefix(k.label, chain[pos:])
+		pos += m
+		if m < len(k.label) {
+			break
+		}
+		parent = k
 	}
-	for k := range live {
-		for rest := live[k]; rest != 0; rest &= rest - 1 {
-			runs(int32(k*64+bits.TrailingZeros64(rest)), len(chain))
+	for w := range live {
+		for rest := live[w]; rest != 0; rest &= rest - 1 {
+			runs(int32(w*64+bits.TrailingZeros64(rest)), pos)
 		}
 	}
 }

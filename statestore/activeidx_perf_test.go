@@ -5,8 +5,9 @@ import (
 	"testing"
 )
 
-// BenchmarkActiveIndexChain: adding and removing one 1,024-block chain on a
-// table already holding ~8M (hash, slot) pairs (steady state: no growth).
+// BenchmarkActiveIndexChain: adding and removing one 1,024-block chain on
+// an index already holding 8,192 such chains, ~8M (block, slot) pairs
+// (steady state: no growth).
 func BenchmarkActiveIndexChain(b *testing.B) {
 	var x activeIndex
 	rng := rand.New(rand.NewPCG(1, 2))

@@ -12,77 +12,133 @@ import (
 	pb "github.com/pdrouter/pdrouter/events/eventspb"
 )
 
-// The active index agrees with a plain map model under random adds and
-// removes: refcounts, new/gone pairs, holder bitsets and MatchActive.
+// TestActiveIndexAgreesWithModel drives the trie with random requests
+// (chains that share prefixes of a few base chains, end anywhere and branch
+// anywhere, some repeated on one slot) added and removed in random order,
+// and checks it against a model that keeps the multiset of chains per slot:
+// the new and gone pair counts, every slot's distinct blocks (a block is a
+// chain prefix), MatchActive on random chains, and that the trie shrinks
+// back to nothing.
 func TestActiveIndexAgreesWithModel(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 11))
-	var x activeIndex
-	type pair struct {
-		h    uint64
-		slot int32
-	}
-	model := map[pair]int{}
 	const slots = 150
-	hashes := make([]uint64, 300)
-	for i := range hashes {
-		hashes[i] = rng.Uint64() >> rng.IntN(64) // small ones (and 0) too
+	base := make([][]uint64, 4)
+	for i := range base {
+		base[i] = make([]uint64, 60)
+		for j := range base[i] {
+			base[i][j] = rng.Uint64() >> rng.IntN(64) // small ones (and 0) too
+		}
 	}
-	hashes[0] = 0
-	for step := 0; step < 200_000; step++ {
-		h, slot := hashes[rng.IntN(len(hashes))], int32(rng.IntN(slots))
+	// randomChain: a prefix of a base chain, then maybe a branch of its own.
+	randomChain := func() []uint64 {
+		b := base[rng.IntN(len(base))]
+		c := slices.Clone(b[:rng.IntN(len(b)+1)])
 		if rng.IntN(2) == 0 {
-			model[pair{h, slot}]++
-			if got, want := x.add(h, slot), model[pair{h, slot}] == 1; got != want {
-				t.Fatalf("step %d: add(%x, %d) new=%v, want %v", step, h, slot, got, want)
-			}
-		} else if model[pair{h, slot}] > 0 {
-			model[pair{h, slot}]--
-			if got, want := x.remove(h, slot), model[pair{h, slot}] == 0; got != want {
-				t.Fatalf("step %d: remove(%x, %d) gone=%v, want %v", step, h, slot, got, want)
-			}
-			if model[pair{h, slot}] == 0 {
-				delete(model, pair{h, slot})
+			for range rng.IntN(20) {
+				c = append(c, rng.Uint64())
 			}
 		}
-		if step%5000 != 0 {
-			continue
-		}
-		distinct := map[uint64]bool{}
-		for p := range model {
-			distinct[p.h] = true
-		}
-		if x.len() != len(distinct) {
-			t.Fatalf("step %d: %d distinct hashes, model %d", step, x.len(), len(distinct))
-		}
-		for _, h := range hashes {
-			v, ok := x.shard(h).get(h)
-			for s := int32(0); s < slots; s++ {
-				held := ok && x.word(v, int(s)/64)&(1<<(uint(s)%64)) != 0
-				if held != (model[pair{h, s}] > 0) {
-					t.Fatalf("step %d: hash %x slot %d held=%v, model %d", step, h, s, held, model[pair{h, s}])
+		return c
+	}
+	type req struct {
+		chain []uint64
+		slot  int32
+	}
+	var x activeIndex
+	var live []req
+	distinct := func(slot int32) map[string]bool {
+		out := map[string]bool{}
+		for _, r := range live {
+			if r.slot == slot {
+				for i := range r.chain {
+					out[fmt.Sprint(r.chain[:i+1])] = true
 				}
 			}
 		}
-		// MatchActive on a random chain of the hashes.
-		chain := make([]uint64, 1+rng.IntN(100))
-		for i := range chain {
-			chain[i] = hashes[rng.IntN(8)] // few: long runs
+		return out
+	}
+	carried := make([]int64, slots) // the trie's count, summed from its answers
+	for step := 0; step < 40_000; step++ {
+		if len(live) == 0 || rng.IntN(2) == 0 {
+			r := req{randomChain(), int32(rng.IntN(slots))}
+			if rng.IntN(4) == 0 && len(live) > 0 { // the same chain again, same slot
+				r = live[rng.IntN(len(live))]
+			}
+			before := len(distinct(r.slot))
+			live = append(live, r)
+			got, want := x.addChain(r.chain, r.slot), int64(len(distinct(r.slot))-before)
+			if got != want {
+				t.Fatalf("step %d: addChain(len %d, slot %d) = %d new, model %d", step, len(r.chain), r.slot, got, want)
+			}
+			carried[r.slot] += got
+		} else {
+			i := rng.IntN(len(live))
+			r := live[i]
+			before := len(distinct(r.slot))
+			live = slices.Delete(live, i, i+1)
+			got, want := x.removeChain(r.chain, r.slot), int64(before-len(distinct(r.slot)))
+			if got != want {
+				t.Fatalf("step %d: removeChain(len %d, slot %d) = %d gone, model %d", step, len(r.chain), r.slot, got, want)
+			}
+			carried[r.slot] -= got
 		}
+		if step%500 != 0 {
+			continue
+		}
+		for s := int32(0); s < slots; s++ {
+			if want := int64(len(distinct(s))); carried[s] != want {
+				t.Fatalf("step %d: slot %d carries %d blocks, model %d", step, s, carried[s], want)
+			}
+		}
+		query := randomChain()
 		live := make([]uint64, (slots+63)/64)
 		for s := 0; s < slots; s++ {
 			live[s/64] |= 1 << (uint(s) % 64)
 		}
 		got := make([]int, slots)
-		x.matchActive(chain, live, func(slot int32, n int) { got[slot] = n })
+		calls := 0
+		x.matchActive(query, live, func(slot int32, n int) { got[slot] = n; calls++ })
+		if calls != slots {
+			t.Fatalf("step %d: MatchActive reported %d slots, want every one of %d", step, calls, slots)
+		}
 		for s := int32(0); s < slots; s++ {
+			held := distinct(s)
 			want := 0
-			for want < len(chain) && model[pair{chain[want], s}] > 0 {
+			for want < len(query) && held[fmt.Sprint(query[:want+1])] {
 				want++
 			}
 			if got[s] != want {
 				t.Fatalf("step %d: slot %d active run %d, model %d", step, s, got[s], want)
 			}
 		}
+	}
+	for _, r := range live {
+		x.removeChain(r.chain, r.slot)
+	}
+	if x.blocks != 0 || x.nodes != 0 || len(x.root.kids) != 0 {
+		t.Fatalf("all removed, yet the trie keeps %d blocks in %d nodes", x.blocks, x.nodes)
+	}
+}
+
+// TestActiveIndexMergesFinishedSplits: a request ending inside another's
+// run splits it; once it is gone the run is one node again, so paths do
+// not fragment over time.
+func TestActiveIndexMergesFinishedSplits(t *testing.T) {
+	var x activeIndex
+	long := []uint64{1, 2, 3, 4, 5, 6}
+	x.addChain(long, 0)
+	if x.nodes != 1 {
+		t.Fatalf("one chain: %d nodes", x.nodes)
+	}
+	x.addChain(long[:3], 1)
+	x.addChain(append(slices.Clone(long[:2]), 9), 0)
+	if x.nodes != 4 || x.blocks != 7 {
+		t.Fatalf("after two splits and a branch: %d nodes, %d blocks; want 4 and 7", x.nodes, x.blocks)
+	}
+	x.removeChain(long[:3], 1)
+	x.removeChain([]uint64{1, 2, 9}, 0)
+	if x.nodes != 1 || x.blocks != 6 || len(x.root.kids[1].label) != 6 {
+		t.Fatalf("after the short requests ended: %d nodes, %d blocks; want one node of 6", x.nodes, x.blocks)
 	}
 }
 

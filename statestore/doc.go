@@ -51,7 +51,7 @@
 // pdrouter_statestore_prefix_walk_blocks_total shows how far the arena has
 // drifted from chain order. Each slot keeps
 // its engine hash → router hash table in a compact open-addressing table
-// (table.go) to resolve parents and removals. Active accounting keeps its
-// block hash → holder slots and refcounts in a sharded open-addressing
-// table (activeidx.go), in memory only.
+// (table.go) to resolve parents and removals. Active accounting keeps the
+// chains of the requests in flight in a path-compressed trie whose nodes
+// know their holder slots and refcounts (activeidx.go), in memory only.
 package statestore

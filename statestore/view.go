@@ -336,6 +336,10 @@ type MemoryStats struct {
 	HotIndexBytes int64
 	// EngineTableBytes: the per-worker engine hash → router hash tables.
 	EngineTableBytes int64
+	// ActiveBlocks and ActiveNodes size active accounting's trie
+	// (activeidx.go): the distinct blocks of the requests in flight, and the
+	// runs they are stored in.
+	ActiveBlocks, ActiveNodes int64
 }
 
 // MemoryStats returns the current estimate.
@@ -343,7 +347,8 @@ func (s *Store) MemoryStats() MemoryStats {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	st := s.st
-	ms := MemoryStats{DistinctHashes: int64(st.idx.m.len()), HotIndexBytes: int64(st.idx.bytes())}
+	ms := MemoryStats{DistinctHashes: int64(st.idx.m.len()), HotIndexBytes: int64(st.idx.bytes()),
+		ActiveBlocks: int64(st.act.idx.blocks), ActiveNodes: int64(st.act.idx.nodes)}
 	for _, n := range st.tierBlocks {
 		ms.Entries += n
 	}
