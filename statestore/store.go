@@ -194,7 +194,9 @@ func Open(dir string, o Options) (*Store, error) {
 			return nil, fmt.Errorf("statestore: wipe %s for rebuild: %w", dir, err)
 		}
 	}
-	db, err := pebble.Open(dir, s.pebbleOptions())
+	popts := s.pebbleOptions()
+	db, err := pebble.Open(dir, popts)
+	popts.Cache.Unref() // the DB holds its own reference
 	if err != nil {
 		return nil, fmt.Errorf("statestore: open pebble at %s: %w", dir, err)
 	}
@@ -243,6 +245,11 @@ func (s *Store) pebbleOptions() *pebble.Options {
 		MemTableStopWritesThreshold: 4,
 		L0StopWritesThreshold:       100,
 		Logger:                      quietLogger{s.log},
+		// Idempotency lookups (every request that names its id, every
+		// lifecycle event) seek the request index at every level; with
+		// Pebble's 8 MiB default their blocks were read and decompressed
+		// again on most seeks.
+		Cache: pebble.NewCache(s.opts.CacheSize),
 	}
 	o.CompactionConcurrencyRange = func() (int, int) { return 1, 2 }
 	// Large values (decision records, active entries with their hash
