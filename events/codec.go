@@ -70,8 +70,16 @@ func TopicOf(m proto.Message) (Topic, error) {
 var marshal = proto.MarshalOptions{Deterministic: true}
 
 // Marshal encodes a message with deterministic field order, so a replay
-// that re-encodes a record produces the same bytes.
-func Marshal(m proto.Message) ([]byte, error) { return marshal.Marshal(m) }
+// that re-encodes a record produces the same bytes. Decision records take
+// the hand-written encoder (decisionwire.go), which yields the same bytes.
+func Marshal(m proto.Message) ([]byte, error) {
+	if d, ok := m.(*pb.DecisionRecord); ok {
+		if b, ok := appendDecision(make([]byte, 0, decisionSizeHint(d)), d); ok {
+			return b, nil
+		}
+	}
+	return marshal.Marshal(m)
+}
 
 // NewRecord frames a message as a Kafka record for its topic under names,
 // keyed by key. It validates the message first: nothing invalid is written.
