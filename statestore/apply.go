@@ -95,6 +95,7 @@ func (s *Store) Apply(recs []*kgo.Record) error {
 		}
 		s.checkKvEvents(false)
 		s.met.addStats(&st.stats)
+		st.wm.Store(nil) // offsets moved
 		s.notifyApplied()
 		s.mu.Unlock()
 	}

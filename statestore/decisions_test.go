@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/pdrouter/pdrouter/decider"
 	"github.com/pdrouter/pdrouter/events"
@@ -350,4 +351,28 @@ func TestRegistration(t *testing.T) {
 			t.Fatalf("%d workers after the tombstone, want 1", n)
 		}
 	})
+}
+
+// TestWatermarkFollowsApply: the watermark decisions record is cached
+// between applies; it must still move with every applied record, and equal
+// the offsets the state has applied.
+func TestWatermarkFollowsApply(t *testing.T) {
+	h := newHarness(t, 1)
+	read := func() (*pb.Watermark, Offsets) {
+		var w *pb.Watermark
+		var o Offsets
+		h.s.Read(func(v View) { w, o = v.WatermarkProto(), v.Watermark() })
+		return w, o
+	}
+	for i, id := range []string{"decode-1", "decode-2", "prefill-1"} {
+		h.put(id, registration(id, pb.Pool_POOL_DECODE, 16, 1))
+		w, o := read()
+		again, _ := read()
+		if !proto.Equal(w, o.Proto()) || again != w {
+			t.Fatalf("after %d records: watermark %v, offsets %v (cached %p, again %p)", i+1, w, o, w, again)
+		}
+		if got := w.GetTopics()[0].GetPartitions()[0].GetOffset(); got != int64(i+1) {
+			t.Fatalf("after %d records the watermark says %d", i+1, got)
+		}
+	}
 }

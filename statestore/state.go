@@ -1,6 +1,8 @@
 package statestore
 
 import (
+	"sync/atomic"
+
 	"github.com/cockroachdb/pebble/v2"
 
 	"github.com/pdrouter/pdrouter/decider"
@@ -19,6 +21,12 @@ type state struct {
 	tombs   map[string]int64 // worker id → Kafka timestamp of its latest tombstone
 	act     *activeTable
 	offsets map[topicPartition]int64
+	// wm caches offsets as a decision record's watermark: every decision
+	// until the next chunk is applied records the same one, and building it
+	// (sort, allocate) was 2% of a decision. Readers fill it under the read
+	// lock (two may race to store equal values); Apply clears it under the
+	// write lock after moving offsets. Shared by many records: read-only.
+	wm atomic.Pointer[pb.Watermark]
 
 	// The event-time clock (never the wall clock): now is the max event time
 	// of every record applied, reqNow that of decisions and outcomes only,

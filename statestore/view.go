@@ -37,8 +37,16 @@ func (s *Store) Read(fn func(v View)) {
 // Watermark is the offset vector the view reflects.
 func (v View) Watermark() Offsets { return v.st.sortedOffsets() }
 
-// WatermarkProto is Watermark in the decision record's form.
-func (v View) WatermarkProto() *pb.Watermark { return v.Watermark().Proto() }
+// WatermarkProto is Watermark in the decision record's form. It is shared
+// by the decisions made until the next apply: read-only.
+func (v View) WatermarkProto() *pb.Watermark {
+	if w := v.st.wm.Load(); w != nil {
+		return w
+	}
+	w := v.Watermark().Proto()
+	v.st.wm.Store(w)
+	return w
+}
 
 // Now is the state's event-time clock (Unix ns): the max event time applied.
 func (v View) Now() int64 { return v.st.now }
