@@ -48,19 +48,19 @@ func (s *Server) requestEvent(c *gin.Context) {
 		return
 	}
 	id := c.Param("id")
-	dec, ok := s.deps.State.DecisionForRequest(id)
+	dec, ok := s.deps.State.DecisionRefForRequest(id)
 	if !ok {
 		fail(c, notFound("unknown_request", "no decision for request "+id+" on this replica; send lifecycle events for requests routed by /v1/route (pass `after` offsets if you just routed it elsewhere)"))
 		return
 	}
 	ev := &pb.OutcomeEvent{
-		RequestId: id, DecisionId: dec.GetDecisionId(), Kind: kind,
-		DecodeWorker: dec.GetDecodeWorker(), PrefillWorker: dec.GetPrefillWorker(),
+		RequestId: id, DecisionId: dec.DecisionID, Kind: kind,
+		DecodeWorker: dec.DecodeWorker, PrefillWorker: dec.PrefillWorker,
 		EventTimeUnixNano: s.cfg.now().UnixNano(), TtftMs: body.TTFTMs, ItlMsMean: body.ITLMsMean,
 	}
 	if body.OutputTokens != nil {
 		v := uint64(*body.OutputTokens)
 		ev.OutputTokens = &v
 	}
-	s.appendAndAnswer(c, events.WorkerKey(dec.GetDecodeWorker().GetWorkerId()), ev)
+	s.appendAndAnswer(c, events.WorkerKey(dec.DecodeWorker.GetWorkerId()), ev)
 }

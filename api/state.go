@@ -30,6 +30,10 @@ type State interface {
 	Decision(id string) (*pb.DecisionRecord, bool)
 	// DecisionForRequest returns the decision made for a request id.
 	DecisionForRequest(requestID string) (*pb.DecisionRecord, bool)
+	// DecisionRefForRequest names the decision DecisionForRequest returns
+	// and its workers, without reading the record: all a lifecycle event
+	// needs, at the cost of an index lookup however old the decision.
+	DecisionRefForRequest(requestID string) (DecisionRef, bool)
 	// Workers lists every registered worker with its status.
 	Workers() []WorkerStatus
 	// Status reports offsets, lag and the state digest. The digest reads
@@ -37,6 +41,13 @@ type State interface {
 	Status(ctx context.Context) (StateStatus, error)
 	// TotalLag is the records the state is behind the log, for /readyz.
 	TotalLag(ctx context.Context) (int64, error)
+}
+
+// DecisionRef names a decision and the workers it chose.
+type DecisionRef struct {
+	DecisionID    string
+	DecodeWorker  *pb.WorkerRef
+	PrefillWorker *pb.WorkerRef // nil for a local prefill
 }
 
 // WorkerStatus is one row of GET /v1/workers.

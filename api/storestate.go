@@ -58,6 +58,12 @@ func (s *StoreState) DecisionForRequest(id string) (*pb.DecisionRecord, bool) {
 	return s.Store.DecisionForRequest(id)
 }
 
+// DecisionRefForRequest implements State.
+func (s *StoreState) DecisionRefForRequest(id string) (DecisionRef, bool) {
+	r, ok := s.Store.DecisionRefForRequest(id)
+	return DecisionRef(r), ok
+}
+
 // Workers implements State.
 func (s *StoreState) Workers() []WorkerStatus {
 	var out []WorkerStatus

@@ -14,9 +14,10 @@ import (
 // History: v1, prefix tables, registry, load and active accounting; v2 adds
 // decision records, their request and time indexes, and the KV-health
 // times (statestore/keys.go); v3 adds the parent's router hash to prefix
-// entries, so a replica rebuilds its hot index in chain order. v1 and v2
-// stores are rebuilt.
-const StoreSchemaVersion uint32 = 3
+// entries, so a replica rebuilds its hot index in chain order; v4 adds the
+// decision's workers to request index values, so a lifecycle event finds
+// them without reading the record. v1 to v3 stores are rebuilt.
+const StoreSchemaVersion uint32 = 4
 
 // PebbleFormat pins Pebble's on-disk format. Pebble's FormatDefault picks the
 // oldest format it supports and may change between releases; pinning keeps a

@@ -122,7 +122,7 @@ func (st *state) applyDecisionLog(b *pebble.Batch, d *pb.DecisionRecord, v []byt
 	}
 	tD := d.GetDecidedAtUnixNano()
 	_ = b.Set(decisionKey(id), v, nil)
-	_ = b.Set(requestKey(req, id), i64Value(tD), nil)
+	_ = b.Set(requestKey(req, id), requestIndexValue(d), nil)
 	_ = b.Set(expiryKey(tD, id), []byte(req), nil)
 	if _, ok := dl.pending[id]; !ok {
 		dl.pendingReq[req] = append(dl.pendingReq[req], id)
@@ -345,12 +345,49 @@ func (s *Store) Decision(id string) (*pb.DecisionRecord, bool) {
 // name the same decision once they have applied the same records. The
 // record is shared and read-only.
 func (s *Store) DecisionForRequest(requestID string) (*pb.DecisionRecord, bool) {
+	mem, stored, ok := s.forRequest(requestID)
+	if ok && (mem == nil || stored.DecisionID < mem.GetDecisionId()) {
+		if d := s.loadDecision(stored.DecisionID); d != nil {
+			return d, true
+		}
+	}
+	return mem, mem != nil
+}
+
+// DecisionRef names a decision and the workers it chose: what a lifecycle
+// event needs of the decision it reports on.
+type DecisionRef struct {
+	DecisionID    string
+	DecodeWorker  *pb.WorkerRef
+	PrefillWorker *pb.WorkerRef // nil for a local prefill
+}
+
+// DecisionRefForRequest is DecisionForRequest without the record: the
+// committed decision's workers come from its request index entry, so a
+// lifecycle event reported long after its decision (when the record has
+// left the records cache) costs one index seek, not a record read and
+// decode. The refs are shared and read-only.
+func (s *Store) DecisionRefForRequest(requestID string) (DecisionRef, bool) {
+	mem, stored, ok := s.forRequest(requestID)
+	if ok && (mem == nil || stored.DecisionID < mem.GetDecisionId()) {
+		return stored, true
+	}
+	if mem == nil {
+		return DecisionRef{}, false
+	}
+	return DecisionRef{DecisionID: mem.GetDecisionId(), DecodeWorker: mem.GetDecodeWorker(), PrefillWorker: mem.GetPrefillWorker()}, true
+}
+
+// forRequest finds the candidates for a request's canonical decision: the
+// lowest-id present decision in memory (this replica's own, and those
+// applied but not committed yet), and the first present entry of the
+// request index in Pebble.
+func (s *Store) forRequest(requestID string) (mem *pb.DecisionRecord, stored DecisionRef, storedOK bool) {
 	s.mu.RLock()
 	st := s.st
-	var best *pb.DecisionRecord
 	consider := func(d *pb.DecisionRecord) {
-		if d != nil && st.decisionPresent(d) && (best == nil || d.GetDecisionId() < best.GetDecisionId()) {
-			best = d
+		if d != nil && st.decisionPresent(d) && (mem == nil || d.GetDecisionId() < mem.GetDecisionId()) {
+			mem = d
 		}
 	}
 	for _, id := range st.dec.localReq[requestID] {
@@ -364,35 +401,74 @@ func (s *Store) DecisionForRequest(requestID string) (*pb.DecisionRecord, bool) 
 	// Committed decisions: the first present key of the request's span is
 	// the lowest decision id. Read after the memory sources: a decision
 	// committed in between was either seen pending or is found here.
-	if id, ok := s.firstStoredDecision(requestID, now); ok && (best == nil || id < best.GetDecisionId()) {
-		if d := s.loadDecision(id); d != nil {
-			best = d
-		}
-	}
-	return best, best != nil
+	stored, storedOK = s.firstStoredDecision(requestID, now)
+	return mem, stored, storedOK
 }
 
 // firstStoredDecision scans the request index of requestID for the lowest
 // decision id still present at now.
-func (s *Store) firstStoredDecision(requestID string, now int64) (string, bool) {
+func (s *Store) firstStoredDecision(requestID string, now int64) (DecisionRef, bool) {
 	s.dbMu.RLock()
 	defer s.dbMu.RUnlock()
 	if s.db == nil {
-		return "", false
+		return DecisionRef{}, false
 	}
 	lo := requestPrefix(requestID)
 	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: prefixEnd(lo)})
 	if err != nil {
-		return "", false
+		return DecisionRef{}, false
 	}
 	defer it.Close()
 	ret := s.opts.DecisionRetention.Nanoseconds()
 	for it.First(); it.Valid(); it.Next() {
-		if v := it.Value(); len(v) == 8 && addSat(int64(binary.LittleEndian.Uint64(v)), ret) > now {
-			return string(it.Key()[len(lo):]), true
+		tD, ref, ok := decodeRequestIndex(it.Value())
+		if ok && addSat(tD, ret) > now {
+			ref.DecisionID = string(it.Key()[len(lo):])
+			return ref, true
 		}
 	}
-	return "", false
+	return DecisionRef{}, false
+}
+
+// requestIndexValue is the value of a decision's request index key: its
+// decided_at (retention), then its workers (DecisionRefForRequest).
+//
+//	i64 decided_at | uvarint len, decode worker id | uvarint decode rank |
+//	u8 has prefill | [uvarint len, prefill worker id | uvarint prefill rank]
+func requestIndexValue(d *pb.DecisionRecord) []byte {
+	dw, pw := d.GetDecodeWorker(), d.GetPrefillWorker()
+	v := make([]byte, 0, 24+len(dw.GetWorkerId())+len(pw.GetWorkerId()))
+	v = binary.LittleEndian.AppendUint64(v, uint64(d.GetDecidedAtUnixNano()))
+	v = appendString(v, dw.GetWorkerId())
+	v = binary.AppendUvarint(v, uint64(dw.GetDpRank()))
+	if pw == nil {
+		return append(v, 0)
+	}
+	v = append(v, 1)
+	v = appendString(v, pw.GetWorkerId())
+	return binary.AppendUvarint(v, uint64(pw.GetDpRank()))
+}
+
+// decodeRequestIndex reads requestIndexValue; ok is false on a value this
+// version did not write.
+func decodeRequestIndex(v []byte) (tD int64, ref DecisionRef, ok bool) {
+	if len(v) < 8 {
+		return 0, ref, false
+	}
+	r := reader{b: v[8:]}
+	ref.DecodeWorker = &pb.WorkerRef{WorkerId: r.str(), DpRank: uint32(r.uvarint())}
+	if len(r.b) > 0 && r.b[0] == 1 {
+		r.b = r.b[1:]
+		ref.PrefillWorker = &pb.WorkerRef{WorkerId: r.str(), DpRank: uint32(r.uvarint())}
+	} else if len(r.b) > 0 && r.b[0] == 0 {
+		r.b = r.b[1:]
+	} else {
+		r.err = errBadEntry
+	}
+	if r.err != nil || len(r.b) != 0 {
+		return 0, DecisionRef{}, false
+	}
+	return int64(binary.LittleEndian.Uint64(v)), ref, true
 }
 
 // prefixEnd is the smallest key above every key starting with p.

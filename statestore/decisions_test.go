@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -373,6 +374,27 @@ func TestWatermarkFollowsApply(t *testing.T) {
 		}
 		if got := w.GetTopics()[0].GetPartitions()[0].GetOffset(); got != int64(i+1) {
 			t.Fatalf("after %d records the watermark says %d", i+1, got)
+		}
+	}
+}
+
+// TestRequestIndexValue: the request index value round-trips a decision's
+// time and workers, and a value this version did not write (the v3 8-byte
+// form, truncated or with trailing bytes) is refused, never misread.
+func TestRequestIndexValue(t *testing.T) {
+	remote := &pb.DecisionRecord{DecidedAtUnixNano: -5, DecodeWorker: &pb.WorkerRef{WorkerId: "decode-1", DpRank: 3},
+		PrefillWorker: &pb.WorkerRef{WorkerId: "prefill-\x00x", DpRank: 70000}}
+	local := &pb.DecisionRecord{DecidedAtUnixNano: 1 << 62, DecodeWorker: &pb.WorkerRef{WorkerId: "d"}}
+	for _, d := range []*pb.DecisionRecord{remote, local} {
+		v := requestIndexValue(d)
+		tD, ref, ok := decodeRequestIndex(v)
+		if !ok || tD != d.GetDecidedAtUnixNano() || !proto.Equal(ref.DecodeWorker, d.GetDecodeWorker()) || !proto.Equal(ref.PrefillWorker, d.GetPrefillWorker()) {
+			t.Fatalf("round trip of %v: %d %+v %v", d, tD, ref, ok)
+		}
+		for _, bad := range [][]byte{v[:8], v[:len(v)-1], append(slices.Clone(v), 0), v[:3]} {
+			if _, _, ok := decodeRequestIndex(bad); ok {
+				t.Fatalf("malformed value %x was accepted", bad)
+			}
 		}
 	}
 }

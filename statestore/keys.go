@@ -32,7 +32,8 @@ import (
 //	'h' workerID 0x00 rank(u32)              KV-event health: i64 first load sample time,
 //	                                         i64 latest kv-events time (kvhealth.go); absent when both 0
 //	'd' decisionID                           DecisionRecord, deterministic protobuf (decisions.go)
-//	'q' uvarint(len) requestID decisionID    request index: i64 decided_at
+//	'q' uvarint(len) requestID decisionID    request index: i64 decided_at, then the decision's
+//	                                         workers (decisions.go requestIndexValue)
 //	'e' decidedAt(u64, sign bit flipped) decisionID
 //	                                         retention index: the request id
 //

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/pdrouter/pdrouter/decider"
 	pb "github.com/pdrouter/pdrouter/events/eventspb"
@@ -361,12 +362,22 @@ func (r *specRunner) query(f []string) ([]string, error) {
 			d, ok = h.s.Decision(pos[1])
 		} else {
 			d, ok = h.s.DecisionForRequest(pos[1])
+			// The record-free path must name the same decision and workers.
+			ref, refOK := h.s.DecisionRefForRequest(pos[1])
+			if refOK != ok || ok && (ref.DecisionID != d.GetDecisionId() || !proto.Equal(ref.DecodeWorker, d.GetDecodeWorker()) ||
+				!proto.Equal(ref.PrefillWorker, d.GetPrefillWorker())) {
+				return []string{fmt.Sprintf("DecisionRefForRequest disagrees: %+v, %v", ref, refOK)}, nil
+			}
 		}
 		if !ok {
 			return []string{"none"}, nil
 		}
-		out = append(out, fmt.Sprintf("%s req=%s decode=%s mode=%s at=%s replica=%s", d.GetDecisionId(), d.GetRequestId(),
-			d.GetDecodeWorker().GetWorkerId(), d.GetMode(), time.Duration(d.GetDecidedAtUnixNano()), d.GetReplicaId()))
+		prefill := ""
+		if d.GetPrefillWorker() != nil {
+			prefill = " prefill=" + d.GetPrefillWorker().GetWorkerId()
+		}
+		out = append(out, fmt.Sprintf("%s req=%s decode=%s%s mode=%s at=%s replica=%s", d.GetDecisionId(), d.GetRequestId(),
+			d.GetDecodeWorker().GetWorkerId(), prefill, d.GetMode(), time.Duration(d.GetDecidedAtUnixNano()), d.GetReplicaId()))
 	case "kv-missing":
 		h.s.Read(func(v View) {
 			for i, w := range v.Workers() {
