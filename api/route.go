@@ -220,6 +220,9 @@ func (s *Server) route(c *gin.Context) {
 	} else {
 		s.deps.State.RecordLocalDecision(rec)
 	}
+	if ex, ok := s.deps.State.(decisionExpecter); ok {
+		ex.UnexpectLocalDecision(rec.GetDecisionId())
+	}
 	s.metrics.decisions.WithLabelValues(rec.GetMode(), rec.GetReason(), rec.GetPolicy()).Inc()
 	s.metrics.effISL.Observe(float64(rec.GetEffectiveIsl()))
 	c.JSON(http.StatusOK, responseOf(rec, explain))
@@ -339,6 +342,10 @@ func (s *Server) appendDecision(ctx context.Context, rec *pb.DecisionRecord) (Po
 	if err != nil {
 		return Position{}, nil, err
 	}
+	ex, expecting := s.deps.State.(decisionExpecter)
+	if expecting {
+		ex.ExpectLocalDecision(rec, r.Value)
+	}
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.auditTimeout)
 	defer cancel()
 	s.metrics.auditPending.Inc()
@@ -346,6 +353,9 @@ func (s *Server) appendDecision(ctx context.Context, rec *pb.DecisionRecord) (Po
 	s.metrics.auditPending.Dec()
 	s.metrics.auditSecs.Observe(time.Since(start).Seconds())
 	if err != nil {
+		if expecting {
+			ex.UnexpectLocalDecision(rec.GetDecisionId())
+		}
 		s.metrics.auditFailures.Inc()
 		s.cfg.log.Error("decision not durable; answering 503", "request_id", rec.GetRequestId(), "err", err)
 		return Position{}, nil, unavailable("audit_log_unavailable", "the decision could not be made durable on the decisions topic; retry with the same request_id", 1)

@@ -346,6 +346,14 @@ type localDecisionAtRecorder interface {
 	RecordLocalDecisionAt(rec *pb.DecisionRecord, value []byte, at Position)
 }
 
+// decisionExpecter is a State that can be told of a decision before its
+// append (StoreState): when the log copy is applied before the decision is
+// recorded, it is then recognized by its bytes, not decoded again.
+type decisionExpecter interface {
+	ExpectLocalDecision(rec *pb.DecisionRecord, value []byte)
+	UnexpectLocalDecision(id string)
+}
+
 // hashesOf is hs as []uint64, without a copy (hashValue is a uint64).
 func hashesOf(hs []hashValue) []uint64 {
 	if len(hs) == 0 {

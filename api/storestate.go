@@ -149,6 +149,14 @@ func put(m map[string]map[string]int64, t events.Topic, p int32, v int64) {
 	m[string(t)][strconv.Itoa(int(p))] = v
 }
 
+// ExpectLocalDecision implements decisionExpecter.
+func (s *StoreState) ExpectLocalDecision(rec *pb.DecisionRecord, value []byte) {
+	s.Store.ExpectLocalDecision(rec, value)
+}
+
+// UnexpectLocalDecision implements decisionExpecter.
+func (s *StoreState) UnexpectLocalDecision(id string) { s.Store.UnexpectLocalDecision(id) }
+
 // RecordLocalDecisionAt records a local decision whose log copy, value
 // (rec encoded, as appended), is at (partition, offset) of the decisions
 // topic (route.go): the store knows from its offsets whether it applied

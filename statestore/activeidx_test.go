@@ -301,4 +301,24 @@ func TestOwnDecisionReadBackWithoutDecoding(t *testing.T) {
 			t.Fatalf("%s: not found after read-back", id)
 		}
 	}
+	// Announced before its append, the log copy applied before the API
+	// records it: recognized by its bytes all the same; and the
+	// announcement ends when the API records it (which then finds the copy
+	// applied and records nothing).
+	d := decision("own-early", "q-early", "d1", 1e12)
+	r := h.record("d1", d)
+	h.s.ExpectLocalDecision(d, r.Value)
+	var applied *pb.DecisionRecord
+	testHookBeforeCommit = func() { applied = h.s.st.dec.pending["own-early"] }
+	h.apply(r)
+	testHookBeforeCommit = nil
+	if applied != d {
+		t.Fatal("an announced decision applied before it was recorded was decoded again")
+	}
+	if err := h.s.RecordLocalDecisionAt(d, r.Value, r.Partition, r.Offset); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(h.s.expecting.m); n != 0 || len(h.s.st.dec.local) != 0 {
+		t.Fatalf("after RecordLocalDecisionAt: %d announced, %d local decisions left", n, len(h.s.st.dec.local))
+	}
 }

@@ -1,7 +1,6 @@
 package statestore
 
 import (
-	"bytes"
 	"fmt"
 	"slices"
 	"time"
@@ -160,7 +159,8 @@ type preparedRecord struct {
 // nothing.
 //
 // This replica's own decisions come back from the log byte for byte as
-// they were appended (RecordLocalDecisionAt kept the bytes): such a record
+// they were appended (RecordLocalDecisionAt, or ExpectLocalDecision before
+// it, kept the bytes): such a record
 // is not decoded and re-encoded, the local record is used, and the log
 // bytes are its stored value (events.Marshal is deterministic, so they are
 // what re-encoding would give).
@@ -175,9 +175,7 @@ func (s *Store) prepareAll(dst []preparedRecord, recs []*kgo.Record) []preparedR
 			own = make([]*pb.DecisionRecord, len(recs))
 			s.mu.RLock()
 		}
-		if v, ok := s.st.dec.localValue[id]; ok && bytes.Equal(v, r.Value) {
-			own[i] = s.st.dec.local[id]
-		}
+		own[i] = s.ownRecord(id, r.Value)
 	}
 	if own != nil {
 		s.mu.RUnlock()

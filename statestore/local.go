@@ -1,7 +1,9 @@
 package statestore
 
 import (
+	"bytes"
 	"fmt"
+	"sync"
 
 	"github.com/pdrouter/pdrouter/events"
 	pb "github.com/pdrouter/pdrouter/events/eventspb"
@@ -58,6 +60,7 @@ func (s *Store) RecordLocalDecisionAt(d *pb.DecisionRecord, value []byte, partit
 	if err := events.Validate(d); err != nil {
 		return fmt.Errorf("statestore: local decision: %w", err)
 	}
+	defer s.UnexpectLocalDecision(d.GetDecisionId())
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if next, ok := s.st.offsets[topicPartition{events.TopicDecisions, partition}]; ok && next > offset {
@@ -67,6 +70,54 @@ func (s *Store) RecordLocalDecisionAt(d *pb.DecisionRecord, value []byte, partit
 	s.st.recordLocalDecision(d, value)
 	if s.st.viewDirty {
 		s.st.rebuildView()
+	}
+	return nil
+}
+
+// ExpectLocalDecision announces a decision this replica is about to append
+// with value as its record value, before the append. The broker
+// acknowledges an append to the API and serves it to the materializer at
+// the same moment, so the log copy is often applied before the API calls
+// RecordLocalDecisionAt; announced, it is then recognized by its bytes
+// (apply.go prepareAll) instead of being decoded and re-encoded. The
+// announcement ends at RecordLocalDecisionAt, or at UnexpectLocalDecision
+// when the append fails. d and value are retained until then and must not
+// be modified.
+func (s *Store) ExpectLocalDecision(d *pb.DecisionRecord, value []byte) {
+	s.expecting.mu.Lock()
+	s.expecting.m[d.GetDecisionId()] = expectedDecision{d: d, value: value}
+	s.expecting.mu.Unlock()
+}
+
+// UnexpectLocalDecision ends ExpectLocalDecision.
+func (s *Store) UnexpectLocalDecision(id string) {
+	s.expecting.mu.Lock()
+	delete(s.expecting.m, id)
+	s.expecting.mu.Unlock()
+}
+
+// expectedDecisions are the announced decisions, by decision id. Lock
+// order: Store.mu, then mu.
+type expectedDecisions struct {
+	mu sync.Mutex
+	m  map[string]expectedDecision
+}
+
+type expectedDecision struct {
+	d     *pb.DecisionRecord
+	value []byte
+}
+
+// ownRecord returns the local record whose appended bytes are value, if id is
+// one of this replica's decisions (recorded or only announced).
+func (s *Store) ownRecord(id string, value []byte) *pb.DecisionRecord {
+	if v, ok := s.st.dec.localValue[id]; ok && bytes.Equal(v, value) {
+		return s.st.dec.local[id]
+	}
+	s.expecting.mu.Lock()
+	defer s.expecting.mu.Unlock()
+	if e, ok := s.expecting.m[id]; ok && bytes.Equal(e.value, value) {
+		return e.d
 	}
 	return nil
 }

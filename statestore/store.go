@@ -159,6 +159,9 @@ type Store struct {
 	dbMu sync.RWMutex
 	// cache holds recently used decision records (decisions.go).
 	cache *decisionCache
+	// expecting holds this replica's decisions from their encoding to
+	// RecordLocalDecisionAt (local.go ExpectLocalDecision).
+	expecting expectedDecisions
 
 	// commitMu serializes Pebble commits with checkpoints, so a checkpoint
 	// always holds whole batches and knows their offsets.
@@ -180,7 +183,8 @@ var ErrRebuildNeeded = errors.New("statestore: rebuild needed")
 // wiped for a rebuild by replay.
 func Open(dir string, o Options) (*Store, error) {
 	o.defaults()
-	s := &Store{dir: dir, opts: o, log: o.Logger, applied: make(chan struct{}), cache: newDecisionCache(o.DecisionCacheSize)}
+	s := &Store{dir: dir, opts: o, log: o.Logger, applied: make(chan struct{}), cache: newDecisionCache(o.DecisionCacheSize),
+		expecting: expectedDecisions{m: map[string]expectedDecision{}}}
 	s.met = newMetrics(o.Registerer, o.DecodeMetrics)
 	start := time.Now()
 	found, exists, err := readSchema(dir)
