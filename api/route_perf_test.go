@@ -1,10 +1,13 @@
 package api
 
 import (
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -149,4 +152,53 @@ func BenchmarkRouteBody(b *testing.B) {
 			}
 		}
 	})
+}
+
+// TestEightDigits checks the SWAR digit block against strconv on every
+// kind of block: all digits, and one byte of each other value at each
+// position.
+func TestEightDigits(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 9))
+	for range 20000 {
+		var b [8]byte
+		for i := range b {
+			b[i] = '0' + byte(rng.IntN(10))
+		}
+		want, _ := strconv.ParseUint(string(b[:]), 10, 64)
+		if got, ok := eightDigits(binary.LittleEndian.Uint64(b[:])); !ok || got != want {
+			t.Fatalf("%q: %d, %v; want %d", b, got, ok, want)
+		}
+		for c := 0; c < 256; c++ {
+			if c >= '0' && c <= '9' {
+				continue
+			}
+			bad := b
+			bad[rng.IntN(8)] = byte(c)
+			if _, ok := eightDigits(binary.LittleEndian.Uint64(bad[:])); ok {
+				t.Fatalf("%q accepted as digits", bad)
+			}
+		}
+	}
+	// The whole number: 8-digit blocks, the 19-digit limit, overflow.
+	for _, c := range []struct {
+		in   string
+		want uint64
+		n    int
+		ok   bool
+	}{
+		{"12345678,", 12345678, 8, true},
+		{"1234567812345678]", 1234567812345678, 16, true},
+		{"1234567890123456789", 1234567890123456789, 19, true},
+		{"18446744073709551615", math.MaxUint64, 20, true},
+		{"18446744073709551616", 0, 0, false},
+		{"99999999999999999999", 0, 0, false},
+		{"1234567:", 1234567, 7, true},
+		{"00000000012", 12, 11, true},
+	} {
+		s := fastScanner{b: []byte(c.in)}
+		v, n, ok := s.digits()
+		if ok != c.ok || ok && (v != c.want || n != c.n) {
+			t.Errorf("digits(%q) = %d, %d, %v; want %d, %d, %v", c.in, v, n, ok, c.want, c.n, c.ok)
+		}
+	}
 }
