@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -15,8 +14,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/pdrouter/pdrouter/events"
 	pb "github.com/pdrouter/pdrouter/events/eventspb"
@@ -191,27 +188,17 @@ func hammer(url, idPrefix string, n int, after map[string]map[string]int64, stop
 func logged(t *testing.T, brokers []string, prefix string) map[string]bool {
 	t.Helper()
 	names := events.Names{Prefix: prefix}
-	cl := kafkatest.Client(t, brokers, kgo.ConsumeTopics(names.Physical(events.TopicDecisions)), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
 	out := map[string]bool{}
-	idle := 0
-	for idle < 4 {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		fs := cl.PollFetches(ctx)
-		cancel()
-		if len(fs.Records()) == 0 {
-			idle++
+	for _, r := range kafkatest.ReadAll(t, brokers, names.Physical(events.TopicDecisions)) {
+		env, err := events.Decode(names, r)
+		if err != nil {
+			t.Fatal(err)
 		}
-		for _, r := range fs.Records() {
-			env, err := events.Decode(names, r)
-			if err != nil {
-				t.Fatal(err)
-			}
-			id := env.Message.(*pb.DecisionRecord).GetDecisionId()
-			if out[id] {
-				t.Fatalf("decision %s is in the log twice", id)
-			}
-			out[id] = true
+		id := env.Message.(*pb.DecisionRecord).GetDecisionId()
+		if out[id] {
+			t.Fatalf("decision %s is in the log twice", id)
 		}
+		out[id] = true
 	}
 	return out
 }

@@ -145,6 +145,45 @@ func DeleteTopics(t testing.TB, brokers []string, prefix string) {
 	}
 }
 
+// ReadAll returns every record of topic, from the start up to its end
+// offsets as they are when it is called. Reading to known offsets, not
+// until the topic seems quiet, cannot stop early when the first fetch is
+// slow (a loaded CI machine) nor wait on records that will never come. It
+// fails the test if they are not all read within a minute.
+func ReadAll(t testing.TB, brokers []string, topic string) []*kgo.Record {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	ends, err := kadm.NewClient(Client(t, brokers)).ListEndOffsets(ctx, topic)
+	if err == nil {
+		err = ends.Error()
+	}
+	if err != nil {
+		t.Fatalf("end offsets of %s: %v", topic, err)
+	}
+	left := map[int32]int64{} // partition → end offset still to reach
+	ends.Each(func(o kadm.ListedOffset) {
+		if o.Offset > 0 {
+			left[o.Partition] = o.Offset
+		}
+	})
+	cl := Client(t, brokers, kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	var out []*kgo.Record
+	for len(left) > 0 {
+		fs := cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			t.Fatalf("read %s: partitions %v (partition → end offset) not read to their end within a minute", topic, left)
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			out = append(out, r)
+			if end, ok := left[r.Partition]; ok && r.Offset+1 >= end {
+				delete(left, r.Partition)
+			}
+		})
+	}
+	return out
+}
+
 // Client returns a franz-go client closed at the end of the test.
 func Client(t testing.TB, brokers []string, opts ...kgo.Opt) *kgo.Client {
 	t.Helper()
