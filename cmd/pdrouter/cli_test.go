@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/spf13/pflag"
 	"github.com/twmb/franz-go/pkg/kadm"
 
 	"github.com/pdrouter/pdrouter/events"
@@ -126,6 +128,7 @@ func TestBadInputIsAPreciseError(t *testing.T) {
 		{map[string]string{"PDR_MEMORY_LIMIT": "lots"}, []string{"serve", "--brokers", "127.0.0.1:1"}, `--memory-limit "lots": want a size`},
 		{nil, []string{"ingest", "--brokers", "127.0.0.1:1", "--gc-percent", "-3"}, "--gc-percent -3: want ≥ 0"},
 		{nil, []string{"bench", "api", "--router", "http://127.0.0.1:1", "--in-flight", "-1"}, "--in-flight ≥ 0"},
+		{nil, []string{"serve", "--brokers", "127.0.0.1:1", "--decision-retention", "0s"}, "--decision-retention 0s: want at least 1s"},
 	}
 	for _, c := range cases {
 		_, _, err := run(t, c.env, c.args...)
@@ -157,5 +160,25 @@ func TestVersionListsSchemas(t *testing.T) {
 	out, _, err := run(t, nil, "version")
 	if err != nil || !strings.Contains(out, "pdrouter.events.v1.DecisionRecord") {
 		t.Fatalf("%v\n%s", err, out)
+	}
+}
+
+// TestRouterFlagsReachTheStore: the replica flags that shape the state
+// arrive in the statestore's options.
+func TestRouterFlagsReachTheStore(t *testing.T) {
+	var rf routerFlags
+	fs := pflag.NewFlagSet("serve", pflag.ContinueOnError)
+	rf.bindFlags(fs)
+	if err := fs.Parse([]string{"--decision-retention", "90m", "--router-active-request-expiry", "7m"}); err != nil {
+		t.Fatal(err)
+	}
+	a := &app{env: func(string) (string, bool) { return "", false }, log: slog.New(slog.DiscardHandler)}
+	cfg, err := rf.decider.Config(a.env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := (&routerRun{a: a, f: &rf}).storeOptions(cfg, nil)
+	if o.DecisionRetention != 90*time.Minute || o.ActiveExpiry != 7*time.Minute {
+		t.Fatalf("store options: decision retention %s, active expiry %s; want 90m and 7m", o.DecisionRetention, o.ActiveExpiry)
 	}
 }

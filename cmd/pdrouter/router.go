@@ -41,6 +41,8 @@ type routerFlags struct {
 	bootstrapFrom  string
 	shutdownTimout time.Duration
 	debugAddr      string
+	// decisionRetention is statestore.Options.DecisionRetention.
+	decisionRetention time.Duration
 }
 
 func (f *routerFlags) bindFlags(fs *pflag.FlagSet) {
@@ -58,6 +60,7 @@ func (f *routerFlags) bindFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&f.bootstrapFrom, "bootstrap-from", "", "when the store is empty, start from a snapshot of this peer (http://peer:8080/v1/state/snapshot) instead of replaying the whole log; sends --auth-token; falls back to replaying when the peer has none")
 	fs.DurationVar(&f.shutdownTimout, "shutdown-timeout", 15*time.Second, "how long in-flight requests may take on SIGTERM")
 	fs.StringVar(&f.debugAddr, "debug-addr", "", "serve Go's /debug/pprof profiles on this address (keep it private: it exposes internals)")
+	fs.DurationVar(&f.decisionRetention, "decision-retention", 24*time.Hour, "how long after its event time every replica keeps a decision record, for GET /v1/decisions, explain and idempotent retries; records fill the data dir at rate × this × ~26 KB (deployments/README.md, Sizing). Give every replica the same value: it shapes the state they compare. In approximate mode it is at least the 2m prediction TTL")
 }
 
 func (f *routerFlags) validate() error {
@@ -66,6 +69,9 @@ func (f *routerFlags) validate() error {
 	}
 	if f.readyLag < 0 || f.afterTimeout <= 0 || f.auditTimeout <= 0 || f.bodyLimit < 1024 || f.maxTokens < 1 {
 		return errors.New("--ready-lag ≥ 0, --after-timeout and --audit-timeout > 0, --max-body-bytes ≥ 1024 and --max-prompt-tokens ≥ 1")
+	}
+	if f.decisionRetention < time.Second {
+		return fmt.Errorf("--decision-retention %s: want at least 1s (records are looked up by later requests and lifecycle events)", f.decisionRetention)
 	}
 	return nil
 }
@@ -79,6 +85,16 @@ type routerRun struct {
 	ingestCfg *ingest.Config
 	// listening is called with the API's address once it accepts requests.
 	listening func(addr string)
+}
+
+// storeOptions are the replica's statestore options: its flags and the
+// decider's configuration.
+func (r *routerRun) storeOptions(cfg decider.Config, reg prometheus.Registerer) statestore.Options {
+	return statestore.Options{
+		Names: r.a.names(), Logger: r.a.log, Registerer: reg,
+		ActiveExpiry: cfg.ActiveRequestExpiry, Approximate: cfg.Approximate(),
+		DecisionRetention: r.f.decisionRetention,
+	}
 }
 
 func (r *routerRun) run(ctx context.Context) error {
@@ -99,10 +115,7 @@ func (r *routerRun) run(ctx context.Context) error {
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	sopts := statestore.Options{
-		Names: a.names(), Logger: a.log, Registerer: reg,
-		ActiveExpiry: cfg.ActiveRequestExpiry, Approximate: cfg.Approximate(),
-	}
+	sopts := r.storeOptions(cfg, reg)
 	store, err := r.openStore(ctx, sopts)
 	if err != nil {
 		return err
