@@ -33,6 +33,7 @@ type Metrics struct {
 	kvMissing     prometheus.Gauge
 	predicted     prometheus.Gauge
 	walk          *prometheus.CounterVec
+	diskSlow      prometheus.Counter
 	// The walk's children, resolved once: MatchPrefix adds to them on the
 	// hot path.
 	walkPredicted, walkLinked, walkLookedUp prometheus.Counter
@@ -119,10 +120,14 @@ func newMetrics(reg prometheus.Registerer, dm *events.DecodeMetrics) *Metrics {
 		Help: "Blocks of overlap queries (MatchPrefix) by how the hot index found them: predicted (the arena entry next to the block before), linked (where the chain went on last) or looked_up (hash table). A growing looked_up share means the arena has drifted from chain order; a restart lays it out again.",
 	}, []string{"step"})
 	m.walkPredicted, m.walkLinked, m.walkLookedUp = m.walk.WithLabelValues("predicted"), m.walk.WithLabelValues("linked"), m.walk.WithLabelValues("looked_up")
+	m.diskSlow = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "pdrouter_statestore_disk_slow_total",
+		Help: "Pebble file operations still running after 5s (Pebble's disk health check): a sign of a saturated or failing data disk.",
+	})
 
 	if reg != nil {
 		reg.MustRegister(m.applied, m.applySeconds, m.offset, m.lag, m.topicLag, m.blocks, m.workers, m.removeUnknown,
-			m.orphans, m.resets, m.staleLoads, m.afterTomb, m.active, m.races, m.indexBytes, m.kvMissing, m.predicted, m.walk)
+			m.orphans, m.resets, m.staleLoads, m.afterTomb, m.active, m.races, m.indexBytes, m.kvMissing, m.predicted, m.walk, m.diskSlow)
 	}
 	return m
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pdrouter/pdrouter/events"
@@ -162,6 +163,8 @@ type Store struct {
 	// expecting holds this replica's decisions from their encoding to
 	// RecordLocalDecisionAt (local.go ExpectLocalDecision).
 	expecting expectedDecisions
+	// closeFS stops the disk health check of the Pebble FS (pebbleOptions).
+	closeFS io.Closer
 
 	// commitMu serializes Pebble commits with checkpoints, so a checkpoint
 	// always holds whole batches and knows their offsets.
@@ -201,6 +204,9 @@ func Open(dir string, o Options) (*Store, error) {
 	popts := s.pebbleOptions()
 	db, err := pebble.Open(dir, popts)
 	popts.Cache.Unref() // the DB holds its own reference
+	if err != nil {
+		_ = s.closeFS.Close()
+	}
 	if err != nil {
 		return nil, fmt.Errorf("statestore: open pebble at %s: %w", dir, err)
 	}
@@ -255,6 +261,17 @@ func (s *Store) pebbleOptions() *pebble.Options {
 		// again on most seeks.
 		Cache: pebble.NewCache(s.opts.CacheSize),
 	}
+	// Pebble's disk health check, set up here rather than by
+	// EnsureDefaults: its monitor goroutine then reports slow operations
+	// to the store's log and metric only, and never reads the Options
+	// (whose default callback it would otherwise call). Closed with the
+	// store.
+	var fs vfs.FS
+	fs, s.closeFS = vfs.WithDiskHealthChecks(vfs.Default, diskSlowAfter, nil, func(info vfs.DiskSlowInfo) {
+		s.met.diskSlow.Inc()
+		s.log.Warn("statestore: slow disk operation", "op", info.OpType.String(), "path", info.Path, "bytes", info.WriteSize, "running_for", info.Duration)
+	})
+	o.FS = fs
 	o.CompactionConcurrencyRange = func() (int, int) { return 1, 2 }
 	// Large values (decision records, active entries with their hash
 	// chains: tens of KB, mostly random hashes) go to blob files, written
@@ -271,6 +288,10 @@ func (s *Store) pebbleOptions() *pebble.Options {
 	return o
 }
 
+// diskSlowAfter is when a Pebble file operation counts as slow (Pebble's
+// own default).
+const diskSlowAfter = 5 * time.Second
+
 // readSchema reads the version key of an existing store without keeping
 // it open. exists is false when there is no store in dir.
 func readSchema(dir string) (uint32, bool, error) {
@@ -281,7 +302,7 @@ func readSchema(dir string) (uint32, bool, error) {
 	if err != nil {
 		return 0, false, err
 	}
-	db, err := pebble.Open(dir, &pebble.Options{ReadOnly: true, ErrorIfNotExists: true, FormatMajorVersion: migrations.PebbleFormat, Logger: quietLogger{nil}})
+	db, err := pebble.Open(dir, &pebble.Options{ReadOnly: true, ErrorIfNotExists: true, FormatMajorVersion: migrations.PebbleFormat, Logger: quietLogger{nil}, FS: vfs.Default})
 	if err != nil {
 		// Something that Pebble cannot open (not a store, another format,
 		// corrupt): rebuild over it.
@@ -330,7 +351,7 @@ func (s *Store) Close() error {
 	ferr := s.db.Flush()
 	err := s.db.Close()
 	s.db = nil
-	return errors.Join(ferr, err)
+	return errors.Join(ferr, err, s.closeFS.Close())
 }
 
 // Dir is the Pebble directory.
