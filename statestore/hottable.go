@@ -317,6 +317,10 @@ func (m *hotTable) bytes() int {
 	return len(m.tab)*8 + cap(m.ents)*int(unsafe.Sizeof(hotEntry{})) + cap(m.nx)*4 + cap(m.free)*4
 }
 
+// lookahead is how many chain blocks MatchPrefix resolves at once, so that
+// their cache misses overlap.
+const lookahead = 64
+
 // resolve looks up keys (at most lookahead) into pos. The home slots of all
 // keys are read first, in a loop of independent loads, so the CPU overlaps
 // their cache misses; then the arena entries they name, again all at once.
