@@ -220,9 +220,6 @@ func (s *Server) route(c *gin.Context) {
 	} else {
 		s.deps.State.RecordLocalDecision(rec)
 	}
-	if ex, ok := s.deps.State.(decisionExpecter); ok {
-		ex.UnexpectLocalDecision(rec.GetDecisionId())
-	}
 	s.metrics.decisions.WithLabelValues(rec.GetMode(), rec.GetReason(), rec.GetPolicy()).Inc()
 	s.metrics.effISL.Observe(float64(rec.GetEffectiveIsl()))
 	c.JSON(http.StatusOK, responseOf(rec, explain))

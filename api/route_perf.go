@@ -376,7 +376,9 @@ type localDecisionAtRecorder interface {
 
 // decisionExpecter is a State that can be told of a decision before its
 // append (StoreState): when the log copy is applied before the decision is
-// recorded, it is then recognized by its bytes, not decoded again.
+// recorded, it is then recognized by its bytes, not decoded again. Recording
+// the decision ends the announcement; a failed append ends it with
+// UnexpectLocalDecision.
 type decisionExpecter interface {
 	ExpectLocalDecision(rec *pb.DecisionRecord, value []byte)
 	UnexpectLocalDecision(id string)

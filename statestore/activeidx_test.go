@@ -321,4 +321,20 @@ func TestOwnDecisionReadBackWithoutDecoding(t *testing.T) {
 	if n := len(h.s.expecting.m); n != 0 || len(h.s.st.dec.local) != 0 {
 		t.Fatalf("after RecordLocalDecisionAt: %d announced, %d local decisions left", n, len(h.s.st.dec.local))
 	}
+	// Recording without a position, or a record that fails validation,
+	// ends the announcement too: none outlives its decision.
+	late := decision("own-late", "q-late", "d1", 1e12)
+	bad := decision("own-bad", "q-bad", "d1", 1e12)
+	bad.DecodeWorker = nil
+	h.s.ExpectLocalDecision(late, []byte("v1"))
+	h.s.ExpectLocalDecision(bad, []byte("v2"))
+	if err := h.s.RecordLocalDecision(late); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.s.RecordLocalDecisionAt(bad, nil, 0, 99); err == nil {
+		t.Fatal("a decision without a decode worker was recorded")
+	}
+	if n := len(h.s.expecting.m); n != 0 {
+		t.Fatalf("%d announcements outlived their decisions", n)
+	}
 }

@@ -22,6 +22,7 @@ import (
 // the pending decision is dropped when the log copy is applied (which then
 // counts it) or when it expires by event time without coming back.
 func (s *Store) RecordLocalDecision(d *pb.DecisionRecord) error {
+	defer s.UnexpectLocalDecision(d.GetDecisionId())
 	if err := events.Validate(d); err != nil {
 		return fmt.Errorf("statestore: local decision: %w", err)
 	}
@@ -57,10 +58,10 @@ func (s *Store) RecordLocalDecision(d *pb.DecisionRecord) error {
 // exactly these bytes, Apply uses d instead of decoding and re-encoding
 // it: the same bytes are the same record.
 func (s *Store) RecordLocalDecisionAt(d *pb.DecisionRecord, value []byte, partition int32, offset int64) error {
+	defer s.UnexpectLocalDecision(d.GetDecisionId())
 	if err := events.Validate(d); err != nil {
 		return fmt.Errorf("statestore: local decision: %w", err)
 	}
-	defer s.UnexpectLocalDecision(d.GetDecisionId())
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if next, ok := s.st.offsets[topicPartition{events.TopicDecisions, partition}]; ok && next > offset {
@@ -80,7 +81,8 @@ func (s *Store) RecordLocalDecisionAt(d *pb.DecisionRecord, value []byte, partit
 // the same moment, so the log copy is often applied before the API calls
 // RecordLocalDecisionAt; announced, it is then recognized by its bytes
 // (apply.go prepareAll) instead of being decoded and re-encoded. The
-// announcement ends at RecordLocalDecisionAt, or at UnexpectLocalDecision
+// announcement ends when the decision is recorded (RecordLocalDecision or
+// RecordLocalDecisionAt, even one that fails), or at UnexpectLocalDecision
 // when the append fails. d and value are retained until then and must not
 // be modified.
 func (s *Store) ExpectLocalDecision(d *pb.DecisionRecord, value []byte) {
