@@ -344,10 +344,6 @@ type MemoryStats struct {
 	HotIndexBytes int64
 	// EngineTableBytes: the per-worker engine hash → router hash tables.
 	EngineTableBytes int64
-	// ActiveBlocks and ActiveNodes size active accounting's trie
-	// (activeidx.go): the distinct blocks of the requests in flight, and the
-	// runs they are stored in.
-	ActiveBlocks, ActiveNodes int64
 }
 
 // MemoryStats returns the current estimate.
@@ -355,8 +351,7 @@ func (s *Store) MemoryStats() MemoryStats {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	st := s.st
-	ms := MemoryStats{DistinctHashes: int64(st.idx.m.len()), HotIndexBytes: int64(st.idx.bytes()),
-		ActiveBlocks: int64(st.act.idx.blocks), ActiveNodes: int64(st.act.idx.nodes)}
+	ms := MemoryStats{DistinctHashes: int64(st.idx.m.len()), HotIndexBytes: int64(st.idx.bytes())}
 	for _, n := range st.tierBlocks {
 		ms.Entries += n
 	}
