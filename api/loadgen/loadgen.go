@@ -15,7 +15,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"slices"
-	"strings"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -79,12 +79,12 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
-	// The write buffer holds a whole request: a body that does not fit
-	// goes to the connection through io.Copy, which allocates a 32 KiB
-	// buffer per request (net/http hides the body's WriterTo), and that
-	// load generator garbage was charged to the router it shares a
-	// process with.
-	cl := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: cfg.Clients * 2, WriteBufferSize: 256 << 10}}
+	// setup uses net/http; the measured loop uses one conn per client
+	// (client.go).
+	cl := &http.Client{Timeout: 30 * time.Second}
+	if _, err := newConn(cfg.URL, time.Second); err != nil {
+		return Result{}, err
+	}
 	rng := rand.New(rand.NewPCG(cfg.Seed, 7))
 	prefixes := make([][]uint32, cfg.SharedPrefixes)
 	for i := range prefixes {
@@ -134,7 +134,10 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 			var mine []time.Duration
 			myErrs, myCErrs := map[int]int{}, map[int]int{}
 			myLocal, myDone := 0, 0
-			var running []int64 // routed, not yet completed: oldest first
+			var running []int64                      // routed, not yet completed: oldest first
+			k, _ := newConn(cfg.URL, 30*time.Second) // checked above
+			defer k.close()
+			var head, path []byte
 			for i := c; ; i++ {
 				select {
 				case <-stop:
@@ -154,13 +157,14 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 				}
 				id := seq.Add(1)
 				start := time.Now()
-				body, size := withRequestID(bodies[i%len(bodies)], id)
-				code, isLocal := send(ctx, cl, cfg.URL, body, size)
+				head = withRequestID(head[:0], id)
+				code, isLocal := send(k, head, bodies[i%len(bodies)][1:])
 				d := time.Since(start)
 				if code == http.StatusOK && cfg.InFlight > 0 {
 					running = append(running, id)
 					if len(running) > cfg.InFlight {
-						code := complete(ctx, cl, cfg.URL, running[0])
+						path = completionPath(path[:0], running[0])
+						code := complete(k, path)
 						running = running[1:]
 						if measure.Load() {
 							if code == http.StatusAccepted {
@@ -216,52 +220,43 @@ loop:
 	return res, nil
 }
 
-// withRequestID puts a fresh request id at the front of a JSON object, so
-// every request is a new decision (a repeated id would be answered from the
-// idempotency index). The body is not copied: the id is read first, then
-// the shared body after its opening brace.
-func withRequestID(body []byte, n int64) (io.Reader, int64) {
-	id := fmt.Sprintf(`{"request_id":"bench-%d",`, n)
-	return io.MultiReader(strings.NewReader(id), bytes.NewReader(body[1:])), int64(len(id) + len(body) - 1)
+// withRequestID appends the front of a route body with a fresh request id
+// to b: `{"request_id":"bench-N",`. The shared body after its opening
+// brace follows it on the wire, so every request is a new decision (a
+// repeated id would be answered from the idempotency index) and no body
+// is copied.
+func withRequestID(b []byte, n int64) []byte {
+	b = append(b, `{"request_id":"bench-`...)
+	b = strconv.AppendInt(b, n, 10)
+	return append(b, `",`...)
 }
 
-// send posts a route request of size bytes (sent with a Content-Length,
-// as gateways do, not chunked).
-func send(ctx context.Context, cl *http.Client, url string, body io.Reader, size int64) (int, bool) {
-	req, err := http.NewRequestWithContext(ctx, "POST", url+"/v1/route", body)
+// completionPath appends the lifecycle path of request n to b.
+func completionPath(b []byte, n int64) []byte {
+	b = append(b, "/v1/requests/bench-"...)
+	b = strconv.AppendInt(b, n, 10)
+	return append(b, "/events"...)
+}
+
+// send posts a route request (with a Content-Length, as gateways do, not
+// chunked) and returns its status and whether the decision was local.
+func send(k *conn, head, tail []byte) (int, bool) {
+	code, body, err := k.post("/v1/route", head, tail)
 	if err != nil {
 		return 0, false
 	}
-	req.ContentLength = size
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := cl.Do(req)
-	if err != nil {
-		return 0, false
-	}
-	defer resp.Body.Close()
-	var r struct {
-		Mode string `json:"mode"`
-	}
-	raw, _ := io.ReadAll(resp.Body)
-	_ = json.Unmarshal(raw, &r)
-	return resp.StatusCode, r.Mode == "local"
+	return code, bytes.Contains(body, []byte(`"mode":"local"`))
 }
 
-// complete reports request n completed and returns the status.
-func complete(ctx context.Context, cl *http.Client, url string, n int64) int {
-	body := strings.NewReader(`{"event":"completed","output_tokens":256}`)
-	req, err := http.NewRequestWithContext(ctx, "POST", fmt.Sprintf("%s/v1/requests/bench-%d/events", url, n), body)
+var completedBody = []byte(`{"event":"completed","output_tokens":256}`)
+
+// complete reports a request completed and returns the status.
+func complete(k *conn, path []byte) int {
+	code, _, err := k.post(string(path), completedBody, nil)
 	if err != nil {
 		return 0
 	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := cl.Do(req)
-	if err != nil {
-		return 0
-	}
-	_, _ = io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
-	return resp.StatusCode
+	return code
 }
 
 // cpuTime is this process's CPU time (user + system).
