@@ -43,6 +43,10 @@ type routerFlags struct {
 	debugAddr      string
 	// decisionRetention is statestore.Options.DecisionRetention.
 	decisionRetention time.Duration
+	// fetchMinBytes and fetchMaxWait are the materializer's fetch batch
+	// (statestore.MaterializerOptions).
+	fetchMinBytes int32
+	fetchMaxWait  time.Duration
 }
 
 func (f *routerFlags) bindFlags(fs *pflag.FlagSet) {
@@ -60,6 +64,8 @@ func (f *routerFlags) bindFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&f.bootstrapFrom, "bootstrap-from", "", "when the store is empty, start from a snapshot of this peer (http://peer:8080/v1/state/snapshot) instead of replaying the whole log; sends --auth-token; falls back to replaying when the peer has none")
 	fs.DurationVar(&f.shutdownTimout, "shutdown-timeout", 15*time.Second, "how long in-flight requests may take on SIGTERM")
 	fs.StringVar(&f.debugAddr, "debug-addr", "", "serve Go's /debug/pprof profiles on this address (keep it private: it exposes internals)")
+	fs.Int32Var(&f.fetchMinBytes, "fetch-min-bytes", 256<<10, "the broker answers the state's log fetches once it holds this many bytes, or after --fetch-max-wait: fewer, larger fetches cost the broker less CPU under load")
+	fs.DurationVar(&f.fetchMaxWait, "fetch-max-wait", 10*time.Millisecond, "longest a log fetch waits for --fetch-min-bytes (≥ 10ms); also the most it adds to apply lag, and so to `after` waits, when the log is quiet")
 	fs.DurationVar(&f.decisionRetention, "decision-retention", 24*time.Hour, "how long after its event time every replica keeps a decision record, for GET /v1/decisions, explain and idempotent retries; records fill the data dir at rate × this × ~26 KB (deployments/README.md, Sizing). Give every replica the same value: it shapes the state they compare. In approximate mode it is at least the 2m prediction TTL")
 }
 
@@ -69,6 +75,9 @@ func (f *routerFlags) validate() error {
 	}
 	if f.readyLag < 0 || f.afterTimeout <= 0 || f.auditTimeout <= 0 || f.bodyLimit < 1024 || f.maxTokens < 1 {
 		return errors.New("--ready-lag ≥ 0, --after-timeout and --audit-timeout > 0, --max-body-bytes ≥ 1024 and --max-prompt-tokens ≥ 1")
+	}
+	if f.fetchMinBytes < 1 || f.fetchMaxWait < 10*time.Millisecond {
+		return fmt.Errorf("--fetch-min-bytes %d, --fetch-max-wait %s: want at least 1 byte and 10ms", f.fetchMinBytes, f.fetchMaxWait)
 	}
 	if f.decisionRetention < time.Second {
 		return fmt.Errorf("--decision-retention %s: want at least 1s (records are looked up by later requests and lifecycle events)", f.decisionRetention)
@@ -95,6 +104,12 @@ func (r *routerRun) storeOptions(cfg decider.Config, reg prometheus.Registerer) 
 		ActiveExpiry: cfg.ActiveRequestExpiry, Approximate: cfg.Approximate(),
 		DecisionRetention: r.f.decisionRetention,
 	}
+}
+
+// materializerOptions are the replica's materializer options.
+func (r *routerRun) materializerOptions() statestore.MaterializerOptions {
+	return statestore.MaterializerOptions{Client: r.connOpts, Logger: r.a.log,
+		FetchMinBytes: r.f.fetchMinBytes, FetchMaxWait: r.f.fetchMaxWait}
 }
 
 func (r *routerRun) run(ctx context.Context) error {
@@ -125,7 +140,7 @@ func (r *routerRun) run(ctx context.Context) error {
 			a.log.Error("closing the store", "err", err)
 		}
 	}()
-	mat, err := statestore.NewMaterializer(store, statestore.MaterializerOptions{Client: r.connOpts, Logger: a.log})
+	mat, err := statestore.NewMaterializer(store, r.materializerOptions())
 	if err != nil {
 		return err
 	}
