@@ -83,13 +83,16 @@ func poolName(p pb.Pool) string {
 	return "unspecified"
 }
 
+// responseOf is rec's route response, without its Watermark: writeRoute
+// renders the record's watermark (cached per watermark), and fills
+// Watermark only when it falls back to encoding/json.
 func responseOf(rec *pb.DecisionRecord, explain bool) routeResponse {
 	r := routeResponse{
 		RequestID: rec.GetRequestId(), DecisionID: rec.GetDecisionId(), Mode: rec.GetMode(),
 		DecodeWorker: refString(rec.GetDecodeWorker()), Reason: rec.GetReason(), Policy: rec.GetPolicy(),
 		PromptTokens: rec.GetPromptTokens(), CachedTokens: rec.GetCachedTokens(), EffectiveISL: rec.GetEffectiveIsl(),
 		EffectiveISLRatio: rec.GetEffectiveIslRatio(), ConfigHash: rec.GetConfigHash(),
-		Watermark: replay.WatermarkMap(rec.GetWatermark()), DecidedBy: rec.GetDecidedBy(), Distance: rec.GetDistance(),
+		DecidedBy: rec.GetDecidedBy(), Distance: rec.GetDistance(),
 	}
 	if rec.GetMode() == string(decider.ModeRemote) && rec.GetPrefillWorker() != nil {
 		p := refString(rec.GetPrefillWorker())

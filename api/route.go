@@ -185,7 +185,7 @@ func (s *Server) route(c *gin.Context) {
 			s.metrics.idempotent.Inc()
 			resp := responseOf(rec, explain)
 			resp.Idempotent = true
-			c.JSON(http.StatusOK, resp)
+			s.writeRoute(c, &resp, rec.GetWatermark())
 			return
 		}
 	}
@@ -222,7 +222,8 @@ func (s *Server) route(c *gin.Context) {
 	}
 	s.metrics.decisions.WithLabelValues(rec.GetMode(), rec.GetReason(), rec.GetPolicy()).Inc()
 	s.metrics.effISL.Observe(float64(rec.GetEffectiveIsl()))
-	c.JSON(http.StatusOK, responseOf(rec, explain))
+	resp := responseOf(rec, explain)
+	s.writeRoute(c, &resp, rec.GetWatermark())
 }
 
 // decide runs the decider under one consistent read of the state.

@@ -44,6 +44,8 @@ type Server struct {
 	// configOnce renders configJSONText (route.go configJSON).
 	configOnce     sync.Once
 	configJSONText string
+	// routeJSON writes POST /v1/route's answers (routejson.go).
+	routeJSON
 }
 
 // New builds a Server.
