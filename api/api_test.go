@@ -308,8 +308,8 @@ func TestAuditLogDownAnswers503AndNoDecision(t *testing.T) {
 	// address does not answer, so no produce ever succeeds.
 	dead := newHarness(t, brokers, harnessOpt{share: h,
 		log: func(h *harness) api.EventLog {
-			cl := kafkatest.Client(t, []string{"127.0.0.1:1"}, kgo.RecordDeliveryTimeout(time.Second))
-			return &api.KafkaLog{Client: cl, Names: h.names}
+			cl := kafkatest.Client(t, []string{"127.0.0.1:1"}, append(api.GroupLogClientOpts(), kgo.RecordDeliveryTimeout(time.Second))...)
+			return api.NewGroupLog(cl, h.names, 64<<20)
 		},
 	})
 	code, hdr, raw := dead.do("POST", "/v1/route", map[string]any{"request_id": "lost", "token_ids": tokens(20, 0), "after": after}, nil)

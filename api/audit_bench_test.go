@@ -43,8 +43,8 @@ func BenchmarkAuditKafkaSync(b *testing.B) {
 	brokers := kafkatest.Brokers(b)
 	prefix := kafkatest.Prefix(b)
 	kafkatest.Migrate(b, brokers, prefix)
-	cl := kafkatest.Client(b, brokers)
-	log := &KafkaLog{Client: cl, Names: events.Names{Prefix: prefix}}
+	cl := kafkatest.Client(b, brokers, GroupLogClientOpts()...)
+	log := NewGroupLog(cl, events.Names{Prefix: prefix}, 64<<20)
 	tmpl, _ := auditRecordBytes(b)
 	for _, conc := range []int{1, 16} {
 		b.Run(fmt.Sprintf("concurrency=%d", conc), func(b *testing.B) {

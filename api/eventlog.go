@@ -26,28 +26,6 @@ type EventLog interface {
 	Append(ctx context.Context, recs ...*kgo.Record) ([]Position, error)
 }
 
-// KafkaLog appends synchronously through a franz-go client. The client must
-// keep franz-go's defaults of acks=all and idempotent writes, so a retried
-// produce never duplicates a record.
-type KafkaLog struct {
-	Client *kgo.Client
-	Names  events.Names
-}
-
-// Append implements EventLog.
-func (l *KafkaLog) Append(ctx context.Context, recs ...*kgo.Record) ([]Position, error) {
-	res := l.Client.ProduceSync(ctx, recs...)
-	if err := res.FirstErr(); err != nil {
-		return nil, fmt.Errorf("append to the event log: %w", err)
-	}
-	out := make([]Position, len(res))
-	for i, r := range res {
-		t, _ := l.Names.Logical(r.Record.Topic)
-		out[i] = Position{Topic: t, Partition: r.Record.Partition, Offset: r.Record.Offset}
-	}
-	return out, nil
-}
-
 // offsetsBody renders positions as the ingest answer (api.md): the offset
 // each record was written at, the highest per topic and partition, ready to
 // pass as `after` to /v1/route.

@@ -106,6 +106,11 @@ func (r *routerRun) storeOptions(cfg decider.Config, reg prometheus.Registerer) 
 	}
 }
 
+// groupLogMaxQueued bounds the bytes of records waiting for the event log
+// (api.GroupLog): ~2,500 decision records of a 160-worker fleet. Past it,
+// appends answer 503 at once.
+const groupLogMaxQueued = 64 << 20
+
 // materializerOptions are the replica's materializer options.
 func (r *routerRun) materializerOptions() statestore.MaterializerOptions {
 	return statestore.MaterializerOptions{Client: r.connOpts, Logger: r.a.log,
@@ -157,12 +162,9 @@ func (r *routerRun) run(ctx context.Context) error {
 	}
 	goRun("materializer", func() error { return mat.Run(ctx) })
 
-	// The decisions producer: one ProduceSync per answered decision, so no
-	// linger; no compression, because records are mostly random hashes and
-	// compressing them only costs CPU on the client, the broker and every
-	// consumer. acks=all and idempotence stay franz-go's defaults.
-	prod, err := kgo.NewClient(append(slices.Clone(r.connOpts),
-		kgo.ProducerBatchCompression(kgo.NoCompression()), kgo.ProducerLinger(0))...)
+	// The decisions producer: appends are group-committed (api.GroupLog),
+	// acks=all and idempotence stay franz-go's defaults.
+	prod, err := kgo.NewClient(append(slices.Clone(r.connOpts), api.GroupLogClientOpts()...)...)
 	if err != nil {
 		return err
 	}
@@ -180,7 +182,7 @@ func (r *routerRun) run(ctx context.Context) error {
 	srv, err := api.New(api.Deps{
 		State:    &api.StoreState{Store: store, Lag: mat},
 		Decider:  dec,
-		Log:      &api.KafkaLog{Client: prod, Names: a.names()},
+		Log:      api.NewGroupLog(prod, a.names(), groupLogMaxQueued),
 		Names:    a.names(),
 		Snapshot: store.SnapshotHandler(filepath.Join(a.dataDir, "tmp")),
 	},

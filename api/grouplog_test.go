@@ -1,0 +1,138 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/pdrouter/pdrouter/events"
+	"github.com/pdrouter/pdrouter/internal/kafkatest"
+)
+
+// TestGroupLogAppendsLandWhereReported: concurrent appends on the real
+// broker (and kfake) each get back the positions their own records were
+// written at, every record is in the log exactly once, and concurrent
+// appends did share produce requests (fewer groups than appends).
+func TestGroupLogAppendsLandWhereReported(t *testing.T) {
+	kafkatest.Both(t, func(t *testing.T, brokers []string) {
+		prefix := kafkatest.Prefix(t)
+		kafkatest.Migrate(t, brokers, prefix)
+		names := events.Names{Prefix: prefix}
+		l := NewGroupLog(kafkatest.Client(t, brokers, GroupLogClientOpts()...), names, 64<<20)
+		var groups int
+		l.onCommit = func(int) { groups++ } // called by the one commit loop at a time
+		const clients, each = 16, 25
+		type landed struct {
+			pos   Position
+			value string
+		}
+		var (
+			mu  sync.Mutex
+			got []landed
+			wg  sync.WaitGroup
+		)
+		topic := names.Physical(events.TopicOutcomes)
+		for c := range clients {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := range each {
+					recs := []*kgo.Record{
+						{Topic: topic, Key: []byte(fmt.Sprintf("w%d", c%5)), Value: []byte(fmt.Sprintf("c%d-%d-a", c, i))},
+						{Topic: topic, Key: []byte(fmt.Sprintf("w%d", i%5)), Value: []byte(fmt.Sprintf("c%d-%d-b", c, i))},
+					}
+					pos, err := l.Append(context.Background(), recs...)
+					if err != nil || len(pos) != 2 {
+						t.Errorf("append: %v %v", pos, err)
+						return
+					}
+					mu.Lock()
+					for j, p := range pos {
+						got = append(got, landed{p, string(recs[j].Value)})
+					}
+					mu.Unlock()
+				}
+			}()
+		}
+		wg.Wait()
+		if t.Failed() {
+			return
+		}
+		inLog := map[Position]string{}
+		for _, r := range kafkatest.ReadAll(t, brokers, topic) {
+			p := Position{Topic: events.TopicOutcomes, Partition: r.Partition, Offset: r.Offset}
+			if _, dup := inLog[p]; dup {
+				t.Fatalf("two records at %v", p)
+			}
+			inLog[p] = string(r.Value)
+		}
+		if len(inLog) != clients*each*2 || len(got) != len(inLog) {
+			t.Fatalf("%d records in the log, %d reported; want %d", len(inLog), len(got), clients*each*2)
+		}
+		for _, g := range got {
+			if inLog[g.pos] != g.value {
+				t.Fatalf("reported %v for %q, which holds %q", g.pos, g.value, inLog[g.pos])
+			}
+		}
+		if groups >= clients*each {
+			t.Fatalf("%d groups for %d concurrent appends: nothing was grouped", groups, clients*each)
+		}
+		t.Logf("%d appends in %d groups", clients*each, groups)
+	})
+}
+
+// TestGroupLogBoundsWhatWaits: with the broker unreachable, the first
+// append's group never completes; later appends wait up to the byte
+// bound, and past it fail at once with ErrLogFull. A waiting append whose
+// context ends is withdrawn: it frees its room and is never produced.
+func TestGroupLogBoundsWhatWaits(t *testing.T) {
+	cl := kafkatest.Client(t, []string{"127.0.0.1:1"}, GroupLogClientOpts()...)
+	l := NewGroupLog(cl, events.Names{}, 100)
+	rec := func(n int) *kgo.Record { return &kgo.Record{Topic: "t", Value: make([]byte, n)} }
+	started := make(chan struct{})
+	l.onCommit = func(int) { close(started); l.onCommit = nil }
+
+	stuck, cancelStuck := context.WithCancel(context.Background())
+	defer cancelStuck()
+	go func() { _, _ = l.Append(stuck, rec(10)) }() // taken by a group that cannot finish
+	<-started
+
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() { _, err := l.Append(ctx, rec(60)); errc <- err }()
+	waitFor(t, func() bool { return l.waiting() == 60 })
+
+	if _, err := l.Append(context.Background(), rec(41)); !errors.Is(err, ErrLogFull) {
+		t.Fatalf("append past the bound: %v; want ErrLogFull", err)
+	}
+	cancel()
+	if err := <-errc; !errors.Is(err, context.Canceled) {
+		t.Fatalf("withdrawn append: %v; want context.Canceled", err)
+	}
+	if n := l.waiting(); n != 0 {
+		t.Fatalf("%d bytes still wait after the withdrawal; want 0", n)
+	}
+	// The room is free again: a 100-byte append waits (and is withdrawn
+	// by its deadline) instead of failing at once.
+	short, cancelShort := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancelShort()
+	if _, err := l.Append(short, rec(100)); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("append into the freed room: %v; want its deadline", err)
+	}
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not reached in 10s")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
