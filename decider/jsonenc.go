@@ -2,7 +2,8 @@ package decider
 
 import (
 	"strconv"
-	"unicode/utf8"
+
+	"github.com/pdrouter/pdrouter/internal/jsonstr"
 )
 
 // The canonical encodings (Config and Decision) are written by hand rather than with
@@ -39,57 +40,9 @@ func appendHex64(b []byte, v uint64) []byte {
 	return append(b, '"')
 }
 
-// appendString writes s as a JSON string. It escapes '"', '\\', control characters,
-// U+2028 and U+2029, and replaces invalid UTF-8 with U+FFFD, as encoding/json does, so
-// that the output is valid JSON whatever a client sent as a request id.
-func appendString(b []byte, s string) []byte {
-	const hex = "0123456789abcdef"
-	b = append(b, '"')
-	start := 0
-	for i := 0; i < len(s); {
-		c := s[i]
-		if c < utf8.RuneSelf {
-			if c >= 0x20 && c != '"' && c != '\\' {
-				i++
-				continue
-			}
-			b = append(b, s[start:i]...)
-			switch c {
-			case '"', '\\':
-				b = append(b, '\\', c)
-			case '\n':
-				b = append(b, '\\', 'n')
-			case '\r':
-				b = append(b, '\\', 'r')
-			case '\t':
-				b = append(b, '\\', 't')
-			default:
-				b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
-			}
-			i++
-			start = i
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		if r == utf8.RuneError && size == 1 {
-			b = append(b, s[start:i]...)
-			b = append(b, `\ufffd`...)
-			i += size
-			start = i
-			continue
-		}
-		if r == '\u2028' || r == '\u2029' {
-			b = append(b, s[start:i]...)
-			b = append(b, '\\', 'u', '2', '0', '2', hex[r&0xf])
-			i += size
-			start = i
-			continue
-		}
-		i += size
-	}
-	b = append(b, s[start:]...)
-	return append(b, '"')
-}
+// appendString writes s as a JSON string in the canonical escaping
+// (jsonstr.Canonical), valid JSON whatever a client sent as a request id.
+func appendString(b []byte, s string) []byte { return jsonstr.Append(b, s, jsonstr.Canonical) }
 
 // appendKey writes `,"key":` (without the comma for the first key of an object).
 func appendKey(b []byte, key string, first bool) []byte {
