@@ -34,9 +34,14 @@ func TestReplicasAgree(t *testing.T) {
 	kafkatest.Migrate(t, brokers, prefix)
 	start := time.Now()
 	dirs := []string{t.TempDir(), t.TempDir(), t.TempDir()}
-	a := startReplica(t, brokers, prefix, dirs[0])
-	b := startReplica(t, brokers, prefix, dirs[1])
-	c := startReplica(t, brokers, prefix, dirs[2])
+	// Fetches answered at once (the default batches up to 10 ms): part 1's
+	// barrier must reach each replica alone, not in one fetch with the
+	// decision a faster peer made just after it, or the replicas decide at
+	// different watermarks and there is nothing to compare.
+	unbatched := []string{"--fetch-min-bytes", "1"}
+	a := startReplica(t, brokers, prefix, dirs[0], unbatched...)
+	b := startReplica(t, brokers, prefix, dirs[1], unbatched...)
+	c := startReplica(t, brokers, prefix, dirs[2], unbatched...)
 	t.Logf("three replicas ready in %s", time.Since(start).Round(time.Millisecond))
 
 	registerFleet(t, a.url)
@@ -146,7 +151,7 @@ func TestReplicasAgree(t *testing.T) {
 	}
 	postKVBlocks(t, a.url, "d2", tokenSeq(20001, 256))
 	restart := time.Now()
-	c = startReplica(t, brokers, prefix, dirs[2])
+	c = startReplica(t, brokers, prefix, dirs[2], unbatched...)
 	t.Logf("C restarted on its store and was ready in %s", time.Since(restart).Round(time.Millisecond))
 	all = []*replica{a, b, c}
 	waitSynced(t, all...)
