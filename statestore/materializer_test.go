@@ -45,10 +45,11 @@ func produce(t testing.TB, brokers []string, prefix string, evs []genEvent) {
 }
 
 // produceClock stamps produced records, increasing across calls, as one
-// wall clock would.
+// wall clock would, from an hour back (inside every topic's declared
+// retention; kafkatest.Migrate also turns retention off, see there).
 var produceClock = func() *atomic.Int64 {
 	var c atomic.Int64
-	c.Store(time.Now().Add(-24 * time.Hour).UnixMilli())
+	c.Store(time.Now().Add(-time.Hour).UnixMilli())
 	return &c
 }()
 

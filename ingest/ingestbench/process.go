@@ -134,6 +134,13 @@ func (ip *inProcPublisher) sending() error {
 		return nil
 	case err := <-ip.errc:
 		ip.errc <- err
+		// A short run can start and finish before this select; both
+		// channels are then ready and select picks either.
+		select {
+		case <-ip.started:
+			return nil
+		default:
+		}
 		return errors.Join(errors.New("in-process publisher stopped before sending"), err)
 	}
 }

@@ -82,11 +82,25 @@ func Prefix(t testing.TB) string {
 
 // Migrate creates pdrouter's topics under prefix on a single-node cluster
 // and deletes them when the test ends.
+//
+// The topics keep their records forever (retention.ms -1) instead of the
+// declared retention: tests write fixed, historical event times (replay's
+// fixtures start in May 2026) and stamp records with them, and the broker
+// deletes a segment once its newest timestamp is past retention, whatever
+// its age on disk. scripts/kafka-local.sh checks retention every 10 s, so
+// such records vanished mid-test: CI once saw a test's whole load topic
+// deleted ("log retention time 86400000ms breach") between two replicas
+// reading it.
 func Migrate(t testing.TB, brokers []string, prefix string) {
 	t.Helper()
 	specs, err := migrations.Declarations(migrations.SingleNodeOptions(prefix))
 	if err != nil {
 		t.Fatal(err)
+	}
+	for i := range specs {
+		if _, ok := specs[i].Configs["retention.ms"]; ok {
+			specs[i].Configs["retention.ms"] = "-1"
+		}
 	}
 	cl := Client(t, brokers)
 	adm := kadm.NewClient(cl)
