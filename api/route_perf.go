@@ -249,6 +249,56 @@ func (s *fastScanner) hashes(dst []hashValue) ([]hashValue, bool) {
 	}
 }
 
+// tokens reads an array of token ids: plain JSON integers in
+// [0, MaxUint32]. It is array(uint) unrolled into one loop over the bytes,
+// for the common `[1,22,333]` spacing: token ids are short numbers, so
+// the calls per element and the SWAR attempt of digits (which never finds
+// eight digits) were most of the cost: 16k tokens took ~280 µs, now ~130
+// (BenchmarkRouteBodyTokens). A SWAR conversion of the short numbers
+// measured no faster than this loop. Whitespace around the commas is
+// taken too, through the general path.
+func (s *fastScanner) tokens(dst []uint32) ([]uint32, bool) {
+	if !s.eat('[') {
+		return nil, false
+	}
+	if s.eat(']') {
+		return dst, true
+	}
+	b := s.b
+	for {
+		if s.i < len(b) && b[s.i]-'0' > 9 {
+			s.ws()
+		}
+		i, start := s.i, s.i
+		end := min(len(b), start+11) // 11 digits are too many for uint32
+		var v uint64
+		for ; i < end; i++ {
+			c := b[i] - '0'
+			if c > 9 {
+				break
+			}
+			v = v*10 + uint64(c)
+		}
+		n := i - start
+		if n == 0 || n > 10 || n > 1 && b[start] == '0' || v > math.MaxUint32 ||
+			i < len(b) && (b[i] == '.' || b[i] == 'e' || b[i] == 'E') {
+			return nil, false
+		}
+		dst = append(dst, uint32(v))
+		if i < len(b) && b[i] == ',' {
+			s.i = i + 1
+			continue
+		}
+		s.i = i
+		if s.eat(']') {
+			return dst, true
+		}
+		if !s.eat(',') {
+			return nil, false
+		}
+	}
+}
+
 // array reads [elem, ...], calling elem for each element.
 func (s *fastScanner) array(elem func() bool) bool {
 	if !s.eat('[') {
@@ -336,12 +386,9 @@ func fastRouteBody(raw []byte, req *routeRequest) bool {
 			req.ExpectedOutputTokens = &v
 			return ok
 		case "token_ids":
-			req.TokenIDs = make([]uint32, 0, len(raw)/8)
-			return s.array(func() bool {
-				v, ok := s.uint(math.MaxUint32)
-				req.TokenIDs = append(req.TokenIDs, uint32(v))
-				return ok
-			})
+			var ok bool
+			req.TokenIDs, ok = s.tokens(make([]uint32, 0, len(raw)/6+16))
+			return ok
 		case "block_hashes":
 			var ok bool
 			req.BlockHashes, ok = s.hashes(make([]hashValue, 0, len(raw)/16))

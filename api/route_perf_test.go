@@ -119,6 +119,52 @@ func TestFastRouteBodyAgrees(t *testing.T) {
 	}
 }
 
+// TestFastRouteBodyTokensAgree: random token_ids bodies (numbers of every
+// length up to and past uint32, spacing, and mutations) decode as
+// encoding/json decodes them, or go to it.
+func TestFastRouteBodyTokensAgree(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	spaces := []string{"", "", "", " ", "\n", "\t "}
+	took := 0
+	for i := 0; i < 3000; i++ {
+		var b strings.Builder
+		b.WriteString(`{"token_ids":[`)
+		for j := 0; j < rng.IntN(40); j++ {
+			if j > 0 {
+				b.WriteString(spaces[rng.IntN(len(spaces))] + "," + spaces[rng.IntN(len(spaces))])
+			}
+			switch rng.IntN(4) {
+			case 0:
+				fmt.Fprintf(&b, "%d", rng.IntN(10))
+			case 1:
+				fmt.Fprintf(&b, "%d", rng.Uint32())
+			case 2:
+				fmt.Fprintf(&b, "%d", uint64(math.MaxUint32)+uint64(rng.IntN(3))-1)
+			default:
+				fmt.Fprintf(&b, "%d", rng.Uint64()>>rng.IntN(64))
+			}
+		}
+		b.WriteString(`],"model":"m"}`)
+		body := b.String()
+		checkFastBody(t, body)
+		var r routeRequest
+		if fastRouteBody([]byte(body), &r) {
+			took++
+		}
+		for m := 0; m < 3; m++ {
+			mut := []byte(body)
+			mut[rng.IntN(len(mut))] = "{}[],:\"0123456789-.eExn \\"[rng.IntN(25)]
+			checkFastBody(t, string(mut))
+		}
+	}
+	// A quarter of the numbers overflow or start a body that holds one,
+	// so most bodies go to encoding/json; the rest must take the fast path.
+	if took < 300 {
+		t.Fatalf("the fast path took %d of 3000 bodies", took)
+	}
+	t.Logf("the fast path took %d of 3000 bodies", took)
+}
+
 func FuzzFastRouteBody(f *testing.F) {
 	for _, s := range fastBodySeeds {
 		f.Add(s)
@@ -152,6 +198,25 @@ func BenchmarkRouteBody(b *testing.B) {
 			}
 		}
 	})
+}
+
+// BenchmarkRouteBodyTokens: decoding a body of 16,384 token ids.
+func BenchmarkRouteBodyTokens(b *testing.B) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	toks := make([]uint32, 16384)
+	for i := range toks {
+		toks[i] = rng.Uint32N(128000)
+	}
+	raw, _ := json.Marshal(map[string]any{"request_id": "bench-1", "model": "bench", "token_ids": toks,
+		"after": map[string]any{"kv-events": map[string]any{"0": 100, "1": 200}, "workers": map[string]any{"0": 3}}})
+	b.SetBytes(int64(len(raw)))
+	b.ReportAllocs()
+	for b.Loop() {
+		var r routeRequest
+		if !fastRouteBody(raw, &r) {
+			b.Fatal("not taken")
+		}
+	}
 }
 
 // TestEightDigits checks the SWAR digit block against strconv on every
