@@ -309,7 +309,7 @@ func TestAuditLogDownAnswers503AndNoDecision(t *testing.T) {
 	dead := newHarness(t, brokers, harnessOpt{share: h,
 		log: func(h *harness) api.EventLog {
 			cl := kafkatest.Client(t, []string{"127.0.0.1:1"}, append(api.GroupLogClientOpts(), kgo.RecordDeliveryTimeout(time.Second))...)
-			return api.NewGroupLog(cl, h.names, 64<<20)
+			return api.NewGroupLog(cl, h.names, 64<<20, nil)
 		},
 	})
 	code, hdr, raw := dead.do("POST", "/v1/route", map[string]any{"request_id": "lost", "token_ids": tokens(20, 0), "after": after}, nil)

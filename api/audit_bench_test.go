@@ -44,7 +44,7 @@ func BenchmarkAuditKafkaSync(b *testing.B) {
 	prefix := kafkatest.Prefix(b)
 	kafkatest.Migrate(b, brokers, prefix)
 	cl := kafkatest.Client(b, brokers, GroupLogClientOpts()...)
-	log := NewGroupLog(cl, events.Names{Prefix: prefix}, 64<<20)
+	log := NewGroupLog(cl, events.Names{Prefix: prefix}, 64<<20, nil)
 	tmpl, _ := auditRecordBytes(b)
 	for _, conc := range []int{1, 16} {
 		b.Run(fmt.Sprintf("concurrency=%d", conc), func(b *testing.B) {

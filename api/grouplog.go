@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sync"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/pdrouter/pdrouter/events"
@@ -48,9 +49,41 @@ type GroupLog struct {
 	queued  int  // bytes of the records in queue
 	running bool // a commit loop owns the client's buffer
 
+	met groupLogMetrics
+
 	// onCommit, when set (tests), is called by the commit loop with each
 	// group's size before it is produced.
 	onCommit func(appends int)
+}
+
+// groupLogMetrics show whether grouping works (appends per group) and how
+// close the queue is to refusing (queued bytes, refusals).
+type groupLogMetrics struct {
+	groupAppends prometheus.Histogram
+	queuedBytes  prometheus.Gauge
+	full         prometheus.Counter
+}
+
+func newGroupLogMetrics(reg prometheus.Registerer) groupLogMetrics {
+	m := groupLogMetrics{
+		groupAppends: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "pdrouter_eventlog_group_appends",
+			Help:    "Appends (decisions, lifecycle events, HTTP ingest) sent together in one group commit to the event log.",
+			Buckets: prometheus.ExponentialBuckets(1, 2, 10),
+		}),
+		queuedBytes: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "pdrouter_eventlog_queued_bytes",
+			Help: "Bytes of records waiting for the next group commit; appends are refused (503) beyond the bound.",
+		}),
+		full: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "pdrouter_eventlog_full_total",
+			Help: "Appends refused at once because too many bytes already waited for the event log (the broker is down or slow).",
+		}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.groupAppends, m.queuedBytes, m.full)
+	}
+	return m
 }
 
 // waiting is the bytes of records waiting for a group.
@@ -77,9 +110,9 @@ type groupAppend struct {
 // kgo.MaxBufferedRecords above any group's record count (a manually
 // flushed client fails records beyond it), and keep franz-go's defaults
 // of acks=all and idempotent writes. maxQueuedBytes bounds the keys and
-// values waiting for a group.
-func NewGroupLog(cl *kgo.Client, names events.Names, maxQueuedBytes int) *GroupLog {
-	return &GroupLog{cl: cl, names: names, maxQueued: max(1, maxQueuedBytes)}
+// values waiting for a group. Its metrics go to reg (none when nil).
+func NewGroupLog(cl *kgo.Client, names events.Names, maxQueuedBytes int, reg prometheus.Registerer) *GroupLog {
+	return &GroupLog{cl: cl, names: names, maxQueued: max(1, maxQueuedBytes), met: newGroupLogMetrics(reg)}
 }
 
 // GroupLogClientOpts are the producer options NewGroupLog needs, to add to
@@ -100,10 +133,12 @@ func (l *GroupLog) Append(ctx context.Context, recs ...*kgo.Record) ([]Position,
 	l.mu.Lock()
 	if len(l.queue) > 0 && l.queued+a.size > l.maxQueued {
 		l.mu.Unlock()
+		l.met.full.Inc()
 		return nil, fmt.Errorf("append to the event log: %w", ErrLogFull)
 	}
 	l.queue = append(l.queue, a)
 	l.queued += a.size
+	l.met.queuedBytes.Set(float64(l.queued))
 	if !l.running {
 		l.running = true
 		go l.commitLoop()
@@ -120,6 +155,7 @@ func (l *GroupLog) Append(ctx context.Context, recs ...*kgo.Record) ([]Position,
 		if i := slices.Index(l.queue, a); i >= 0 {
 			l.queue = slices.Delete(l.queue, i, i+1)
 			l.queued -= a.size
+			l.met.queuedBytes.Set(float64(l.queued))
 		}
 		l.mu.Unlock()
 		return nil, fmt.Errorf("append to the event log: %w", ctx.Err())
@@ -132,12 +168,14 @@ func (l *GroupLog) commitLoop() {
 		l.mu.Lock()
 		group := l.queue
 		l.queue, l.queued = nil, 0
+		l.met.queuedBytes.Set(0)
 		if len(group) == 0 {
 			l.running = false
 			l.mu.Unlock()
 			return
 		}
 		l.mu.Unlock()
+		l.met.groupAppends.Observe(float64(len(group)))
 		if l.onCommit != nil {
 			l.onCommit(len(group))
 		}

@@ -8,6 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/pdrouter/pdrouter/events"
@@ -23,7 +26,8 @@ func TestGroupLogAppendsLandWhereReported(t *testing.T) {
 		prefix := kafkatest.Prefix(t)
 		kafkatest.Migrate(t, brokers, prefix)
 		names := events.Names{Prefix: prefix}
-		l := NewGroupLog(kafkatest.Client(t, brokers, GroupLogClientOpts()...), names, 64<<20)
+		reg := prometheus.NewRegistry()
+		l := NewGroupLog(kafkatest.Client(t, brokers, GroupLogClientOpts()...), names, 64<<20, reg)
 		var groups int
 		l.onCommit = func(int) { groups++ } // called by the one commit loop at a time
 		const clients, each = 16, 25
@@ -82,6 +86,14 @@ func TestGroupLogAppendsLandWhereReported(t *testing.T) {
 		if groups >= clients*each {
 			t.Fatalf("%d groups for %d concurrent appends: nothing was grouped", groups, clients*each)
 		}
+		// The histogram saw every group, and its sum is every append.
+		var m dto.Metric
+		if err := l.met.groupAppends.Write(&m); err != nil {
+			t.Fatal(err)
+		}
+		if h := m.GetHistogram(); h.GetSampleCount() != uint64(groups) || h.GetSampleSum() != clients*each {
+			t.Fatalf("pdrouter_eventlog_group_appends: %d groups, %v appends; want %d and %d", h.GetSampleCount(), h.GetSampleSum(), groups, clients*each)
+		}
 		t.Logf("%d appends in %d groups", clients*each, groups)
 	})
 }
@@ -92,7 +104,8 @@ func TestGroupLogAppendsLandWhereReported(t *testing.T) {
 // context ends is withdrawn: it frees its room and is never produced.
 func TestGroupLogBoundsWhatWaits(t *testing.T) {
 	cl := kafkatest.Client(t, []string{"127.0.0.1:1"}, GroupLogClientOpts()...)
-	l := NewGroupLog(cl, events.Names{}, 100)
+	reg := prometheus.NewRegistry()
+	l := NewGroupLog(cl, events.Names{}, 100, reg)
 	rec := func(n int) *kgo.Record { return &kgo.Record{Topic: "t", Value: make([]byte, n)} }
 	started := make(chan struct{})
 	l.onCommit = func(int) { close(started); l.onCommit = nil }
@@ -114,8 +127,11 @@ func TestGroupLogBoundsWhatWaits(t *testing.T) {
 	if err := <-errc; !errors.Is(err, context.Canceled) {
 		t.Fatalf("withdrawn append: %v; want context.Canceled", err)
 	}
-	if n := l.waiting(); n != 0 {
-		t.Fatalf("%d bytes still wait after the withdrawal; want 0", n)
+	if n := l.waiting(); n != 0 || testutil.ToFloat64(l.met.queuedBytes) != 0 {
+		t.Fatalf("%d bytes still wait after the withdrawal (gauge %v); want 0", n, testutil.ToFloat64(l.met.queuedBytes))
+	}
+	if n := testutil.ToFloat64(l.met.full); n != 1 {
+		t.Fatalf("pdrouter_eventlog_full_total %v; want 1", n)
 	}
 	// The room is free again: a 100-byte append waits (and is withdrawn
 	// by its deadline) instead of failing at once.

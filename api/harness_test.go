@@ -85,7 +85,7 @@ func newHarness(t *testing.T, brokers []string, o harnessOpt) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var elog api.EventLog = api.NewGroupLog(kafkatest.Client(t, brokers, api.GroupLogClientOpts()...), h.names, 64<<20)
+	var elog api.EventLog = api.NewGroupLog(kafkatest.Client(t, brokers, api.GroupLogClientOpts()...), h.names, 64<<20, nil)
 	if o.log != nil {
 		elog = o.log(h)
 	}

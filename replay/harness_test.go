@@ -79,7 +79,7 @@ func newReplica(t *testing.T, brokers []string, prefix, id string, mut func(*dec
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := api.New(api.Deps{State: &api.StoreState{Store: store, Lag: mat}, Decider: dec, Log: api.NewGroupLog(prod, r.names, 64<<20), Names: r.names},
+	srv, err := api.New(api.Deps{State: &api.StoreState{Store: store, Lag: mat}, Decider: dec, Log: api.NewGroupLog(prod, r.names, 64<<20, nil), Names: r.names},
 		api.WithMetrics(prometheus.NewRegistry(), prometheus.NewRegistry()), api.WithLogger(slog.New(slog.DiscardHandler)),
 		api.WithReplicaID(id), api.WithAfterTimeout(5*time.Second), api.WithAuditTimeout(10*time.Second))
 	if err != nil {

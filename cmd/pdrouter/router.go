@@ -182,7 +182,7 @@ func (r *routerRun) run(ctx context.Context) error {
 	srv, err := api.New(api.Deps{
 		State:    &api.StoreState{Store: store, Lag: mat},
 		Decider:  dec,
-		Log:      api.NewGroupLog(prod, a.names(), groupLogMaxQueued),
+		Log:      api.NewGroupLog(prod, a.names(), groupLogMaxQueued, reg),
 		Names:    a.names(),
 		Snapshot: store.SnapshotHandler(filepath.Join(a.dataDir, "tmp")),
 	},
