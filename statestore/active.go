@@ -121,14 +121,18 @@ func (st *state) decisionFacts(e *reqEntry, d *pb.DecisionRecord) {
 	e.decodeID, e.decodeRank = d.GetDecodeWorker().GetWorkerId(), d.GetDecodeWorker().GetDpRank()
 	bs := uint32(0)
 	var prefillRow *pb.Candidate
+	pw := d.GetPrefillWorker()
 	for _, c := range d.GetCandidates() {
 		w := c.GetWorker()
 		if c.GetPool() == pb.Pool_POOL_DECODE && w.GetWorkerId() == e.decodeID && w.GetDpRank() == e.decodeRank && bs == 0 {
 			bs = c.GetBlockSize()
 		}
-		if pw := d.GetPrefillWorker(); pw != nil && c.GetPool() == pb.Pool_POOL_PREFILL &&
+		if pw != nil && c.GetPool() == pb.Pool_POOL_PREFILL &&
 			w.GetWorkerId() == pw.GetWorkerId() && w.GetDpRank() == pw.GetDpRank() && prefillRow == nil {
 			prefillRow = c
+		}
+		if bs != 0 && (pw == nil || prefillRow != nil) {
+			break // both first matches found: the rest cannot change them
 		}
 	}
 	var chain []uint64
