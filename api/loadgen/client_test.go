@@ -50,12 +50,12 @@ func TestConnSpeaksHTTP(t *testing.T) {
 	}
 	defer k.close()
 	for i := range 3 {
-		head := withRequestID(nil, int64(i))
+		head := withRequestID(nil, "r1", int64(i))
 		code, body, err := k.post("/echo", head, []byte(`"model":"m"}`))
 		if err != nil || code != http.StatusOK {
 			t.Fatalf("echo %d: %d %v", i, code, err)
 		}
-		if want := `{"request_id":"bench-` + string(rune('0'+i)) + `","model":"m"}`; string(body) != want {
+		if want := `{"request_id":"bench-r1-` + string(rune('0'+i)) + `","model":"m"}`; string(body) != want {
 			t.Fatalf("echo %d: got %s, want %s", i, body, want)
 		}
 	}

@@ -8,6 +8,8 @@ package loadgen
 import (
 	"bytes"
 	"context"
+	crand "crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -49,7 +51,12 @@ type Config struct {
 	// is not a steady state. 0 sends none.
 	InFlight int
 	Seed     uint64
-	Log      *slog.Logger
+	// RunID names this run in its request ids (bench-<RunID>-<n>); empty,
+	// a random one. Ids must not repeat across runs on one router: a
+	// repeated id is answered from the idempotency index, a replay that
+	// costs almost nothing and would inflate the figures.
+	RunID string
+	Log   *slog.Logger
 }
 
 // Result is a run's outcome.
@@ -61,6 +68,10 @@ type Result struct {
 	P50, P99   time.Duration
 	P999, Max  time.Duration
 	Local      int
+	// Replays is how many 200 answers were idempotent replays of an
+	// earlier decision (the ids were used before): not counted as
+	// decisions, nor in the latencies.
+	Replays int
 	// Completions is how many lifecycle events were accepted during the
 	// measured time, and CompletionErrors the others, by status.
 	Completions      int
@@ -124,7 +135,14 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		done    int
 		seq     atomic.Int64
 		measure atomic.Bool
+		replays int
 	)
+	if cfg.RunID == "" {
+		var b [4]byte
+		_, _ = crand.Read(b[:])
+		cfg.RunID = hex.EncodeToString(b[:])
+	}
+	cfg.Log.Info("bench api: request ids", "pattern", "bench-"+cfg.RunID+"-<n>")
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	for c := 0; c < cfg.Clients; c++ {
@@ -133,7 +151,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 			defer wg.Done()
 			var mine []time.Duration
 			myErrs, myCErrs := map[int]int{}, map[int]int{}
-			myLocal, myDone := 0, 0
+			myLocal, myDone, myReplays := 0, 0, 0
 			var running []int64                      // routed, not yet completed: oldest first
 			k, _ := newConn(cfg.URL, 30*time.Second) // checked above
 			defer k.close()
@@ -151,19 +169,20 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 					}
 					local += myLocal
 					done += myDone
+					replays += myReplays
 					mu.Unlock()
 					return
 				default:
 				}
 				id := seq.Add(1)
 				start := time.Now()
-				head = withRequestID(head[:0], id)
-				code, isLocal := send(k, head, bodies[i%len(bodies)][1:])
+				head = withRequestID(head[:0], cfg.RunID, id)
+				code, isLocal, replay := send(k, head, bodies[i%len(bodies)][1:])
 				d := time.Since(start)
 				if code == http.StatusOK && cfg.InFlight > 0 {
 					running = append(running, id)
 					if len(running) > cfg.InFlight {
-						path = completionPath(path[:0], running[0])
+						path = completionPath(path[:0], cfg.RunID, running[0])
 						code := complete(k, path)
 						running = running[1:]
 						if measure.Load() {
@@ -180,6 +199,10 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 				}
 				if code != http.StatusOK {
 					myErrs[code]++
+					continue
+				}
+				if replay {
+					myReplays++
 					continue
 				}
 				mine = append(mine, d)
@@ -209,8 +232,11 @@ loop:
 	elapsed, cpu := time.Since(begin), cpuTime()-cpu0
 	close(stop)
 	wg.Wait()
-	res := Result{Requests: len(lat), Errors: errs, Elapsed: elapsed, Local: local, Completions: done, CompletionErrors: cerrs, CPU: cpu}
+	res := Result{Requests: len(lat), Errors: errs, Elapsed: elapsed, Local: local, Replays: replays, Completions: done, CompletionErrors: cerrs, CPU: cpu}
 	if len(lat) == 0 {
+		if replays > 0 {
+			return res, fmt.Errorf("bench api: all %d answers replayed earlier decisions: request ids bench-%s-<n> were used before on this router", replays, cfg.RunID)
+		}
 		return res, fmt.Errorf("bench api: no request succeeded (errors by status: %v)", errs)
 	}
 	slices.Sort(lat)
@@ -221,31 +247,38 @@ loop:
 }
 
 // withRequestID appends the front of a route body with a fresh request id
-// to b: `{"request_id":"bench-N",`. The shared body after its opening
-// brace follows it on the wire, so every request is a new decision (a
-// repeated id would be answered from the idempotency index) and no body
-// is copied.
-func withRequestID(b []byte, n int64) []byte {
-	b = append(b, `{"request_id":"bench-`...)
-	b = strconv.AppendInt(b, n, 10)
+// to b: `{"request_id":"bench-RUN-N",`. The shared body after its opening
+// brace follows it on the wire, so every request is a new decision and no
+// body is copied.
+func withRequestID(b []byte, run string, n int64) []byte {
+	b = append(b, `{"request_id":"`...)
+	b = appendID(b, run, n)
 	return append(b, `",`...)
 }
 
 // completionPath appends the lifecycle path of request n to b.
-func completionPath(b []byte, n int64) []byte {
-	b = append(b, "/v1/requests/bench-"...)
-	b = strconv.AppendInt(b, n, 10)
+func completionPath(b []byte, run string, n int64) []byte {
+	b = append(b, "/v1/requests/"...)
+	b = appendID(b, run, n)
 	return append(b, "/events"...)
 }
 
+func appendID(b []byte, run string, n int64) []byte {
+	b = append(b, "bench-"...)
+	b = append(b, run...)
+	b = append(b, '-')
+	return strconv.AppendInt(b, n, 10)
+}
+
 // send posts a route request (with a Content-Length, as gateways do, not
-// chunked) and returns its status and whether the decision was local.
-func send(k *conn, head, tail []byte) (int, bool) {
+// chunked) and returns its status, whether the decision was local, and
+// whether the answer replayed an earlier decision.
+func send(k *conn, head, tail []byte) (code int, local, replay bool) {
 	code, body, err := k.post("/v1/route", head, tail)
 	if err != nil {
-		return 0, false
+		return 0, false, false
 	}
-	return code, bytes.Contains(body, []byte(`"mode":"local"`))
+	return code, bytes.Contains(body, []byte(`"mode":"local"`)), bytes.Contains(body, []byte(`"idempotent_replay":true`))
 }
 
 var completedBody = []byte(`{"event":"completed","output_tokens":256}`)

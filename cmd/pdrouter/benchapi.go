@@ -151,6 +151,9 @@ func printBenchAPI(a *app, cfg loadgen.Config, r loadgen.Result, inProcess bool)
 	fmt.Fprintf(w, "prompts\t%d–%d tokens, sent as %s\n", cfg.MinTokens, cfg.MaxTokens, map[bool]string{true: "block_hashes", false: "token_ids"}[cfg.Hashes])
 	fmt.Fprintf(w, "clients\t%d for %s\n", cfg.Clients, r.Elapsed.Round(time.Millisecond))
 	fmt.Fprintf(w, "decisions\t%d (%d local)\n", r.Requests, r.Local)
+	if r.Replays > 0 {
+		fmt.Fprintf(w, "replays\t%d answers replayed an earlier decision (request ids reused): not counted\n", r.Replays)
+	}
 	fmt.Fprintf(w, "errors\t%v\n", r.Errors)
 	if cfg.InFlight > 0 {
 		fmt.Fprintf(w, "completions\t%d (%d in flight per client; errors %v)\n", r.Completions, cfg.InFlight, r.CompletionErrors)

@@ -1,0 +1,77 @@
+package loadgen
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// replayingRouter answers like a router's idempotency index: a request id
+// seen before gets its earlier decision back, flagged as a replay. It
+// stands in for the router only to test the generator's own counting.
+func replayingRouter(t *testing.T) *httptest.Server {
+	var mu sync.Mutex
+	seen := map[string]bool{}
+	mux := http.NewServeMux()
+	accepted := func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.WriteHeader(http.StatusAccepted)
+		_, _ = io.WriteString(w, `{"offsets":{"kv-events":{"0":1}}}`)
+	}
+	mux.HandleFunc("POST /v1/workers", accepted)
+	mux.HandleFunc("POST /v1/events/kv", accepted)
+	mux.HandleFunc("POST /v1/requests/{id}/events", accepted)
+	mux.HandleFunc("POST /v1/route", func(w http.ResponseWriter, r *http.Request) {
+		var req struct {
+			RequestID string `json:"request_id"`
+		}
+		if err := json.NewDecoder(r.Body).Decode(&req); err != nil || !strings.HasPrefix(req.RequestID, "bench-") {
+			http.Error(w, "bad body", http.StatusBadRequest)
+			return
+		}
+		mu.Lock()
+		replay := seen[req.RequestID]
+		seen[req.RequestID] = true
+		mu.Unlock()
+		if replay {
+			_, _ = io.WriteString(w, `{"mode":"remote","idempotent_replay":true}`)
+			return
+		}
+		_, _ = io.WriteString(w, `{"mode":"local"}`)
+	})
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+// TestRunsNeverCountReplays: request ids are unique per run, so a second
+// run on the same router makes new decisions; a run that reuses a run id
+// gets replays, which are reported as such and never counted as decisions.
+func TestRunsNeverCountReplays(t *testing.T) {
+	srv := replayingRouter(t)
+	cfg := Config{URL: srv.URL, DecodeWorkers: 2, PrefillWorkers: 1, BlockSize: 16, MinTokens: 32, MaxTokens: 64,
+		SharedPrefixes: 1, Clients: 2, Duration: 300 * time.Millisecond, Warmup: 50 * time.Millisecond, InFlight: 2, Seed: 1}
+	for _, run := range []string{"", ""} {
+		cfg.RunID = run
+		res, err := Run(context.Background(), cfg)
+		if err != nil || res.Replays != 0 || res.Requests == 0 || res.Local != res.Requests {
+			t.Fatalf("fresh run: %d decisions (%d local), %d replays, %v", res.Requests, res.Local, res.Replays, err)
+		}
+	}
+	cfg.RunID = "fixed"
+	if res, err := Run(context.Background(), cfg); err != nil || res.Replays != 0 {
+		t.Fatalf("first run of id fixed: %d replays, %v", res.Replays, err)
+	}
+	// The stub answers new decisions "local" and replays "remote": were a
+	// replay counted as a decision, the local count would fall short.
+	res, err := Run(context.Background(), cfg)
+	if res.Replays == 0 || res.Local != res.Requests || err != nil && !strings.Contains(err.Error(), "replayed earlier decisions") {
+		t.Fatalf("run reusing ids: %d decisions (%d local), %d replays, err %v; want the replays apart", res.Requests, res.Local, res.Replays, err)
+	}
+}
