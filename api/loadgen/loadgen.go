@@ -56,7 +56,10 @@ type Config struct {
 	// repeated id is answered from the idempotency index, a replay that
 	// costs almost nothing and would inflate the figures.
 	RunID string
-	Log   *slog.Logger
+	// Window is the length of the windows the measured time is reported
+	// in (Result.Windows and the progress log); default 5 s.
+	Window time.Duration
+	Log    *slog.Logger
 }
 
 // Result is a run's outcome.
@@ -78,6 +81,44 @@ type Result struct {
 	CompletionErrors map[int]int
 	// CPU is this process's CPU time over the measured time.
 	CPU time.Duration
+	// Windows are the measured time's consecutive Config.Window windows
+	// (the last may be shorter; one under a fifth of a window is left
+	// out), so a rate that does not hold shows.
+	Windows []Window
+}
+
+// Window is one stretch of the measured time.
+type Window struct {
+	Elapsed    time.Duration
+	Throughput float64
+	P99        time.Duration
+}
+
+// windowLatencies collects the decisions of the current window.
+type windowLatencies struct {
+	mu  sync.Mutex
+	lat []time.Duration
+}
+
+func (w *windowLatencies) add(d time.Duration) {
+	w.mu.Lock()
+	w.lat = append(w.lat, d)
+	w.mu.Unlock()
+}
+
+// close ends the window that began at start and returns it.
+func (w *windowLatencies) close(start time.Time) Window {
+	w.mu.Lock()
+	lat := w.lat
+	w.lat = nil
+	w.mu.Unlock()
+	el := time.Since(start)
+	win := Window{Elapsed: el, Throughput: float64(len(lat)) / el.Seconds()}
+	if len(lat) > 0 {
+		slices.Sort(lat)
+		win.P99 = lat[min(len(lat)-1, len(lat)*99/100)]
+	}
+	return win
 }
 
 type prompt struct {
@@ -136,6 +177,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		seq     atomic.Int64
 		measure atomic.Bool
 		replays int
+		window  windowLatencies
 	)
 	if cfg.RunID == "" {
 		var b [4]byte
@@ -206,6 +248,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 					continue
 				}
 				mine = append(mine, d)
+				window.add(d)
 				if isLocal {
 					myLocal++
 				}
@@ -215,9 +258,14 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	time.Sleep(cfg.Warmup)
 	measure.Store(true)
 	begin, cpu0 := time.Now(), cpuTime()
-	progress := time.NewTicker(5 * time.Second)
+	if cfg.Window <= 0 {
+		cfg.Window = 5 * time.Second
+	}
+	progress := time.NewTicker(cfg.Window)
 	defer progress.Stop()
 	deadline := time.After(cfg.Duration)
+	var windows []Window
+	winStart := begin
 loop:
 	for {
 		select {
@@ -225,14 +273,21 @@ loop:
 			break loop
 		case <-ctx.Done():
 			break loop
-		case <-progress.C:
-			cfg.Log.Info("bench api: running", "elapsed", time.Since(begin).Round(time.Second), "sent", seq.Load())
+		case now := <-progress.C:
+			w := window.close(winStart)
+			winStart = now
+			windows = append(windows, w)
+			cfg.Log.Info("bench api: running", "elapsed", time.Since(begin).Round(time.Second), "sent", seq.Load(),
+				"window_decisions_per_s", int(w.Throughput), "window_p99", w.P99.Round(time.Microsecond))
 		}
+	}
+	if last := window.close(winStart); last.Elapsed >= cfg.Window/5 {
+		windows = append(windows, last)
 	}
 	elapsed, cpu := time.Since(begin), cpuTime()-cpu0
 	close(stop)
 	wg.Wait()
-	res := Result{Requests: len(lat), Errors: errs, Elapsed: elapsed, Local: local, Replays: replays, Completions: done, CompletionErrors: cerrs, CPU: cpu}
+	res := Result{Requests: len(lat), Errors: errs, Elapsed: elapsed, Local: local, Replays: replays, Completions: done, CompletionErrors: cerrs, CPU: cpu, Windows: windows}
 	if len(lat) == 0 {
 		if replays > 0 {
 			return res, fmt.Errorf("bench api: all %d answers replayed earlier decisions: request ids bench-%s-<n> were used before on this router", replays, cfg.RunID)

@@ -75,3 +75,30 @@ func TestRunsNeverCountReplays(t *testing.T) {
 		t.Fatalf("run reusing ids: %d decisions (%d local), %d replays, err %v; want the replays apart", res.Requests, res.Local, res.Replays, err)
 	}
 }
+
+// TestRunReportsWindows: the measured time is cut into windows whose
+// decisions add up to the run's.
+func TestRunReportsWindows(t *testing.T) {
+	srv := replayingRouter(t)
+	cfg := Config{URL: srv.URL, DecodeWorkers: 2, PrefillWorkers: 1, BlockSize: 16, MinTokens: 32, MaxTokens: 64,
+		SharedPrefixes: 1, Clients: 2, Duration: 550 * time.Millisecond, Warmup: 20 * time.Millisecond, InFlight: 2, Seed: 1,
+		Window: 100 * time.Millisecond}
+	res, err := Run(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Windows) < 4 {
+		t.Fatalf("%d windows in a 550 ms run of 100 ms windows", len(res.Windows))
+	}
+	sum := 0.0
+	for _, w := range res.Windows {
+		if w.Throughput <= 0 || w.P99 <= 0 {
+			t.Fatalf("empty window %+v", w)
+		}
+		sum += w.Throughput * w.Elapsed.Seconds()
+	}
+	// Decisions that end after the last window closes are in neither.
+	if got := int(sum + 0.5); got > res.Requests || got < res.Requests-2*cfg.Clients {
+		t.Fatalf("windows hold %d decisions; the run %d", got, res.Requests)
+	}
+}

@@ -165,6 +165,19 @@ func printBenchAPI(a *app, cfg loadgen.Config, r loadgen.Result, inProcess bool)
 	fmt.Fprintf(w, "latency p99\t%s\t(bar ≤ 10ms)\n", r.P99.Round(time.Microsecond))
 	fmt.Fprintf(w, "latency p99.9\t%s\n", r.P999.Round(time.Microsecond))
 	fmt.Fprintf(w, "latency max\t%s\n", r.Max.Round(time.Microsecond))
+	if len(r.Windows) > 1 {
+		lo, hi := r.Windows[0], r.Windows[0]
+		for _, x := range r.Windows {
+			if x.Throughput < lo.Throughput {
+				lo = x
+			}
+			if x.Throughput > hi.Throughput {
+				hi = x
+			}
+		}
+		fmt.Fprintf(w, "windows\t%d of ~5s: %.0f–%.0f decisions/s, p99 %s–%s (slowest–fastest)\n", len(r.Windows),
+			lo.Throughput, hi.Throughput, lo.P99.Round(time.Microsecond), hi.P99.Round(time.Microsecond))
+	}
 	fmt.Fprintf(w, "cpu\t%.2f cores over the measured time (this process%s)\n", r.CPU.Seconds()/r.Elapsed.Seconds(), map[bool]string{true: ": router and load generator", false: ": load generator only"}[inProcess])
 	_ = w.Flush()
 	_ = os.Stdout.Sync()
