@@ -36,9 +36,7 @@ func appendDecision(b []byte, d *pb.DecisionRecord) (_ []byte, ok bool) {
 	}
 	b = appendString(b, 1, d.DecisionId)
 	b = appendString(b, 2, d.RequestId)
-	if d.RequestDigest != 0 {
-		b = binary.LittleEndian.AppendUint64(appendTag(b, 3, protowire.Fixed64Type), d.RequestDigest)
-	}
+	b = appendFixed64(b, 3, d.RequestDigest)
 	b = appendString(b, 4, d.Model)
 	b = appendString(b, 5, d.LoraName)
 	b = appendUvarint(b, 6, uint64(d.PromptTokens))
@@ -138,9 +136,7 @@ func appendCandidate(b []byte, c *pb.Candidate) []byte {
 	b = appendUvarint(b, 15, uint64(c.SharedActiveBlocks))
 	b = appendUvarint(b, 16, uint64(c.PotentialDecodeBlocks))
 	b = appendDouble(b, 17, c.Cost)
-	if c.TieHash != 0 {
-		b = binary.LittleEndian.AppendUint64(appendTag(b, 18, protowire.Fixed64Type), c.TieHash)
-	}
+	b = appendFixed64(b, 18, c.TieHash)
 	b = appendDouble(b, 19, c.Probability)
 	b = appendUvarint(b, 20, uint64(c.TotalKvBlocks))
 	b = appendUvarint(b, 21, uint64(c.MaxNumBatchedTokens))
@@ -205,12 +201,17 @@ func appendBool(b []byte, num protowire.Number, v bool) []byte {
 	return append(appendTag(b, num, protowire.VarintType), 1)
 }
 
+// appendDouble leaves out +0 only: -0 and NaN have other bits and are
+// written.
 func appendDouble(b []byte, num protowire.Number, v float64) []byte {
-	bits := math.Float64bits(v)
-	if bits == 0 { // +0 only: -0 and NaN are written
+	return appendFixed64(b, num, math.Float64bits(v))
+}
+
+func appendFixed64(b []byte, num protowire.Number, v uint64) []byte {
+	if v == 0 {
 		return b
 	}
-	return binary.LittleEndian.AppendUint64(appendTag(b, num, protowire.Fixed64Type), bits)
+	return binary.LittleEndian.AppendUint64(appendTag(b, num, protowire.Fixed64Type), v)
 }
 
 // appendTag and appendVarint are protowire's, in a form the compiler
