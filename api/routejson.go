@@ -31,9 +31,11 @@ import (
 
 // writeRoute answers 200 with r.
 func (s *Server) writeRoute(c *gin.Context, r *routeResponse, wm *pb.Watermark) {
-	if b, ok := appendRouteJSON(s.routeBuf(), r, s.watermarkJSON(wm)); ok {
+	buf := s.routeBuf()
+	defer s.routeBufs.Put(buf)
+	if b, ok := appendRouteJSON((*buf)[:0], r, s.watermarkJSON(wm)); ok {
 		c.Data(http.StatusOK, "application/json; charset=utf-8", b)
-		s.routeBufs.Put(&b)
+		*buf = b // keep what it grew to
 		return
 	}
 	if r.Watermark == nil {
@@ -42,11 +44,14 @@ func (s *Server) writeRoute(c *gin.Context, r *routeResponse, wm *pb.Watermark) 
 	c.JSON(http.StatusOK, r)
 }
 
-func (s *Server) routeBuf() []byte {
+// routeBuf is a pooled response buffer; c.Data copies it to the
+// connection, so it goes back to the pool when the handler returns.
+func (s *Server) routeBuf() *[]byte {
 	if p, ok := s.routeBufs.Get().(*[]byte); ok {
-		return (*p)[:0]
+		return p
 	}
-	return make([]byte, 0, 1024)
+	b := make([]byte, 0, 1024)
+	return &b
 }
 
 // renderedWatermark is the JSON of one watermark, by identity: state
