@@ -66,6 +66,12 @@ func newConn(base string, timeout time.Duration) (*conn, error) {
 	return k, nil
 }
 
+// clone returns an unconnected conn to the same router, for another
+// client goroutine.
+func (k *conn) clone() *conn {
+	return &conn{addr: k.addr, host: k.host, tlsConf: k.tlsConf, timeout: k.timeout}
+}
+
 func hostPort(u *url.URL, def string) string {
 	if u.Port() != "" {
 		return u.Host

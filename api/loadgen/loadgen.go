@@ -134,7 +134,8 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	// setup uses net/http; the measured loop uses one conn per client
 	// (client.go).
 	cl := &http.Client{Timeout: 30 * time.Second}
-	if _, err := newConn(cfg.URL, time.Second); err != nil {
+	target, err := newConn(cfg.URL, 30*time.Second)
+	if err != nil {
 		return Result{}, err
 	}
 	rng := rand.New(rand.NewPCG(cfg.Seed, 7))
@@ -194,8 +195,8 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 			var mine []time.Duration
 			myErrs, myCErrs := map[int]int{}, map[int]int{}
 			myLocal, myDone, myReplays := 0, 0, 0
-			var running []int64                      // routed, not yet completed: oldest first
-			k, _ := newConn(cfg.URL, 30*time.Second) // checked above
+			var running []int64 // routed, not yet completed: oldest first
+			k := target.clone()
 			defer k.close()
 			var head, path []byte
 			for i := c; ; i++ {
