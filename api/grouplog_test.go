@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -20,14 +21,17 @@ import (
 // TestGroupLogAppendsLandWhereReported: concurrent appends on the real
 // broker (and kfake) each get back the positions their own records were
 // written at, every record is in the log exactly once, and concurrent
-// appends did share produce requests (fewer groups than appends).
+// appends did share produce requests: the client sent fewer produce
+// requests than there were appends.
 func TestGroupLogAppendsLandWhereReported(t *testing.T) {
 	kafkatest.Both(t, func(t *testing.T, brokers []string) {
 		prefix := kafkatest.Prefix(t)
 		kafkatest.Migrate(t, brokers, prefix)
 		names := events.Names{Prefix: prefix}
 		reg := prometheus.NewRegistry()
-		l := NewGroupLog(kafkatest.Client(t, brokers, GroupLogClientOpts()...), names, 64<<20, reg)
+		var produces produceCounter
+		cl := kafkatest.Client(t, brokers, append(GroupLogClientOpts(), kgo.WithHooks(&produces))...)
+		l := NewGroupLog(cl, names, 64<<20, reg)
 		var groups int
 		l.onCommit = func(int) { groups++ } // called by the one commit loop at a time
 		const clients, each = 16, 25
@@ -86,6 +90,9 @@ func TestGroupLogAppendsLandWhereReported(t *testing.T) {
 		if groups >= clients*each {
 			t.Fatalf("%d groups for %d concurrent appends: nothing was grouped", groups, clients*each)
 		}
+		if n := produces.n.Load(); n == 0 || n >= clients*each {
+			t.Fatalf("%d produce requests for %d concurrent appends (%d groups): appends were not sent together", n, clients*each, groups)
+		}
 		// The histogram saw every group, and its sum is every append.
 		var m dto.Metric
 		if err := l.met.groupAppends.Write(&m); err != nil {
@@ -94,7 +101,7 @@ func TestGroupLogAppendsLandWhereReported(t *testing.T) {
 		if h := m.GetHistogram(); h.GetSampleCount() != uint64(groups) || h.GetSampleSum() != clients*each {
 			t.Fatalf("pdrouter_eventlog_group_appends: %d groups, %v appends; want %d and %d", h.GetSampleCount(), h.GetSampleSum(), groups, clients*each)
 		}
-		t.Logf("%d appends in %d groups", clients*each, groups)
+		t.Logf("%d appends in %d groups, %d produce requests", clients*each, groups, produces.n.Load())
 	})
 }
 
@@ -139,6 +146,15 @@ func TestGroupLogBoundsWhatWaits(t *testing.T) {
 	defer cancelShort()
 	if _, err := l.Append(short, rec(100)); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("append into the freed room: %v; want its deadline", err)
+	}
+}
+
+// produceCounter counts the produce requests a client writes to brokers.
+type produceCounter struct{ n atomic.Int64 }
+
+func (p *produceCounter) OnBrokerWrite(_ kgo.BrokerMetadata, key int16, _ int, _, _ time.Duration, err error) {
+	if key == 0 && err == nil { // kmsg.Produce
+		p.n.Add(1)
 	}
 }
 
