@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -199,4 +200,51 @@ func TestMaterializerOffsetOutOfRangeNeedsRebuild(t *testing.T) {
 		t.Fatalf("Run: %v, want ErrRebuildNeeded", err)
 	}
 	t.Logf("as expected: %v", err)
+}
+
+// TestMaterializerFetchOptions: the fetch batch options reach the
+// consumer the materializer builds (franz-go reports its settings), the
+// defaults fetch every record at once, and a wait franz-go refuses is an
+// error up front.
+func TestMaterializerFetchOptions(t *testing.T) {
+	brokers := kafkatest.Fake(t)
+	prefix := kafkatest.Prefix(t)
+	kafkatest.Migrate(t, brokers, prefix)
+	produce(t, brokers, prefix, newGenerator(5, 4).events(50))
+	for _, tc := range []struct {
+		opts     MaterializerOptions
+		minBytes int32
+		maxWait  time.Duration
+	}{
+		{MaterializerOptions{}, 1, 500 * time.Millisecond},
+		{MaterializerOptions{FetchMinBytes: 4096, FetchMaxWait: 30 * time.Millisecond}, 4096, 30 * time.Millisecond},
+	} {
+		s, err := Open(t.TempDir(), Options{Names: events.Names{Prefix: prefix}, Registerer: prometheus.NewRegistry()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tc.opts.Client = []kgo.Opt{kgo.SeedBrokers(brokers...)}
+		m, err := NewMaterializer(s, tc.opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := &replica{s, m}
+		r.catchUp(t)
+		if got := m.cl.OptValue(kgo.FetchMinBytes); got != tc.minBytes {
+			t.Errorf("%+v: consumer fetch min bytes %v; want %d", tc.opts, got, tc.minBytes)
+		}
+		if got := m.cl.OptValue(kgo.FetchMaxWait); got != tc.maxWait {
+			t.Errorf("%+v: consumer fetch max wait %v; want %s", tc.opts, got, tc.maxWait)
+		}
+		r.close()
+	}
+	s, err := Open(t.TempDir(), Options{Names: events.Names{Prefix: prefix}, Registerer: prometheus.NewRegistry()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if _, err := NewMaterializer(s, MaterializerOptions{Client: []kgo.Opt{kgo.SeedBrokers(brokers...)}, FetchMaxWait: 5 * time.Millisecond}); err == nil ||
+		!strings.Contains(err.Error(), "fetch max wait 5ms: want at least 10ms") {
+		t.Fatalf("a 5ms fetch wait: %v; want a precise error", err)
+	}
 }
