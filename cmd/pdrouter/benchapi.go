@@ -30,6 +30,11 @@ their caches with shared prefixes, then runs --clients closed-loop clients
 sending POST /v1/route with prompts of --min-tokens to --max-tokens tokens
 for --duration, and prints decisions/s and latency p50/p99/p99.9 of the
 whole request: HTTP, decision and durable append to the decisions topic.
+It also reports the run in 5-second windows (rate and p99 of each in the
+progress log; the slowest and fastest in the table), so a rate that does
+not hold shows. Request ids are bench-<run>-<n>, new in every run: an
+answer that replays an earlier decision (an id seen before) is counted
+apart and never as a decision.
 
 With --router it loads a running router. Without it, it starts a router
 replica in this process on --brokers (a real Kafka; topics under a fresh
