@@ -74,7 +74,7 @@ var marshal = proto.MarshalOptions{Deterministic: true}
 // the hand-written encoder (decisionwire.go), which yields the same bytes.
 func Marshal(m proto.Message) ([]byte, error) {
 	if d, ok := m.(*pb.DecisionRecord); ok {
-		if b, ok := appendDecision(make([]byte, 0, decisionSizeHint(d)), d); ok {
+		if b, ok := appendDecision(make([]byte, 0, decisionSizeHint(d)), d, wholeDecision); ok {
 			return b, nil
 		}
 	}

@@ -28,10 +28,21 @@ import (
 // repeated field, or a string that is not valid UTF-8.
 // TestDecisionWireMatchesProto compares both on random records.
 
-// appendDecision appends the encoding of d to b; ok is false when d needs
-// the generic encoder.
-func appendDecision(b []byte, d *pb.DecisionRecord) (_ []byte, ok bool) {
-	if !decisionEncodable(d) {
+// decisionParts selects the bulky parts of a record appendDecision
+// writes; the header (every other field) is always written.
+type decisionParts uint8
+
+const (
+	partTable  decisionParts = 1 << iota // candidates (field 19)
+	partChains                           // chains (field 20)
+
+	wholeDecision = partTable | partChains
+)
+
+// appendDecision appends the encoding of d, with the parts selected, to b;
+// ok is false when d needs the generic encoder.
+func appendDecision(b []byte, d *pb.DecisionRecord, parts decisionParts) (_ []byte, ok bool) {
+	if !decisionEncodable(d, parts) {
 		return b, false
 	}
 	b = appendString(b, 1, d.DecisionId)
@@ -52,11 +63,15 @@ func appendDecision(b []byte, d *pb.DecisionRecord) (_ []byte, ok bool) {
 	b = appendString(b, 16, d.ConfigHash)
 	b = appendString(b, 17, d.ConfigJson)
 	b = appendMessage(b, 18, d.Watermark, appendWatermark)
-	for _, c := range d.Candidates {
-		b = appendMessage(b, 19, c, appendCandidate)
+	if parts&partTable != 0 {
+		for _, c := range d.Candidates {
+			b = appendMessage(b, 19, c, appendCandidate)
+		}
 	}
-	for _, c := range d.Chains {
-		b = appendMessage(b, 20, c, appendHashChain)
+	if parts&partChains != 0 {
+		for _, c := range d.Chains {
+			b = appendMessage(b, 20, c, appendHashChain)
+		}
 	}
 	b = appendUvarint(b, 21, uint64(d.BlockSize))
 	b = appendUvarint(b, 22, uint64(d.DecidedAtUnixNano))
@@ -229,9 +244,10 @@ func appendVarint(b []byte, v uint64) []byte {
 	return append(b, byte(v))
 }
 
-// decisionEncodable reports whether appendDecision encodes d exactly: no
-// unknown fields, no nil in a repeated field, every string valid UTF-8.
-func decisionEncodable(d *pb.DecisionRecord) bool {
+// decisionEncodable reports whether appendDecision encodes d's header and
+// the parts selected exactly: no unknown fields, no nil in a repeated
+// field, every string valid UTF-8.
+func decisionEncodable(d *pb.DecisionRecord, parts decisionParts) bool {
 	if !plain(d) || !utf8s(d.DecisionId, d.RequestId, d.Model, d.LoraName, d.Mode, d.Reason, d.Policy,
 		d.ConfigHash, d.ConfigJson, d.ReplicaId, d.DecidedBy) {
 		return false
@@ -255,11 +271,17 @@ func decisionEncodable(d *pb.DecisionRecord) bool {
 		}
 	}
 	for _, c := range d.Candidates {
+		if parts&partTable == 0 {
+			break
+		}
 		if c == nil || !plain(c) || !workerRefOK(c.Worker) || !utf8.ValidString(c.Excluded) {
 			return false
 		}
 	}
 	for _, c := range d.Chains {
+		if parts&partChains == 0 {
+			break
+		}
 		if c == nil || !plain(c) {
 			return false
 		}

@@ -117,7 +117,7 @@ func TestDecisionWireMatchesProto(t *testing.T) {
 		if err != nil {
 			t.Fatalf("record %d: generic encoder: %v", i, err)
 		}
-		got, ok := appendDecision(nil, d)
+		got, ok := appendDecision(nil, d, wholeDecision)
 		if !ok {
 			t.Fatalf("record %d: the hand-written encoder declined a plain record", i)
 		}
@@ -141,7 +141,7 @@ func TestDecisionWireLeavesTheRestToProto(t *testing.T) {
 	nilRow := eventstest.Decision(4, 2, 0)
 	nilRow.Candidates[2] = nil
 	for name, d := range map[string]*pb.DecisionRecord{"unknown field": withUnknown, "invalid UTF-8": badUTF8, "nil row": nilRow} {
-		if _, ok := appendDecision(nil, d); ok {
+		if _, ok := appendDecision(nil, d, wholeDecision); ok {
 			t.Errorf("%s: the hand-written encoder took a record it cannot encode exactly", name)
 		}
 	}
