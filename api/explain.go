@@ -21,9 +21,14 @@ const explainNoState = "the state check rebuilds the state at the watermark by r
 // distance. The body is replay.Explanation; a record that cannot be
 // recomputed is still explained, with the reason in pure_check.error.
 func (s *Server) explain(c *gin.Context) {
-	rec, ok := s.deps.State.Decision(c.Param("id"))
+	sd, ok := s.deps.State.Decision(c.Param("id"))
 	if !ok {
 		fail(c, notFound("unknown_decision", "no decision "+c.Param("id")+" in this replica's state (older decisions: pdrouter explain <decision-id>, which reads the log)"))
+		return
+	}
+	rec, err := s.wholeDecision(c.Request.Context(), sd)
+	if err != nil {
+		fail(c, err)
 		return
 	}
 	exp := replay.Explain(c.Request.Context(), rec, replay.ExplainOptions{NoStateReason: explainNoState})

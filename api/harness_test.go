@@ -49,6 +49,10 @@ type harnessOpt struct {
 	log func(h *harness) api.EventLog
 	// share reads and writes the topics of another harness.
 	share *harness
+	// store tunes the statestore (its Names and Registerer are the harness's).
+	store statestore.Options
+	// noRecords leaves Deps.Records unset.
+	noRecords bool
 }
 
 func newHarness(t *testing.T, brokers []string, o harnessOpt) *harness {
@@ -61,7 +65,9 @@ func newHarness(t *testing.T, brokers []string, o harnessOpt) *harness {
 		kafkatest.Migrate(t, brokers, prefix)
 	}
 	h := &harness{t: t, brokers: brokers, names: events.Names{Prefix: prefix}, reg: prometheus.NewRegistry()}
-	store, err := statestore.Open(filepath.Join(t.TempDir(), "store"), statestore.Options{Names: h.names, Registerer: h.reg})
+	sopts := o.store
+	sopts.Names, sopts.Registerer = h.names, h.reg
+	store, err := statestore.Open(filepath.Join(t.TempDir(), "store"), sopts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,7 +97,11 @@ func newHarness(t *testing.T, brokers []string, o harnessOpt) *harness {
 	}
 	opts := append([]api.Option{api.WithMetrics(h.reg, h.reg), api.WithLogger(slog.New(slog.DiscardHandler)),
 		api.WithAfterTimeout(3 * time.Second), api.WithAuditTimeout(3 * time.Second)}, o.apiOpts...)
-	srv, err := api.New(api.Deps{State: &api.StoreState{Store: store, Lag: mat}, Decider: dec, Log: elog, Names: h.names}, opts...)
+	deps := api.Deps{State: &api.StoreState{Store: store, Lag: mat}, Decider: dec, Log: elog, Names: h.names}
+	if !o.noRecords {
+		deps.Records = api.NewLogDecisionReader(kafkatest.Client(t, brokers), h.names)
+	}
+	srv, err := api.New(deps, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,6 +15,7 @@ type metrics struct {
 	auditSecs     prometheus.Histogram
 	idempotent    prometheus.Counter
 	auditPending  prometheus.Gauge
+	recordReads   *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -59,7 +60,14 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "pdrouter_audit_outbox_records",
 			Help: "Decisions made and waiting to be durable on the decisions topic. pdrouter appends synchronously, so its outbox is the set of in-flight appends, each held by a request that has not been answered.",
 		}),
+		recordReads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "pdrouter_decision_record_reads_total",
+			Help: "Whole decision records read back from the decisions topic (the store keeps headers), by result: ok, gone (past the topic's retention) or error.",
+		}, []string{"result"}),
 	}
-	reg.MustRegister(m.decisions, m.decisionSecs, m.effISL, m.requests, m.requestSecs, m.auditFailures, m.auditSecs, m.idempotent, m.auditPending)
+	for _, r := range []string{"ok", "gone", "error"} {
+		m.recordReads.WithLabelValues(r)
+	}
+	reg.MustRegister(m.decisions, m.decisionSecs, m.effISL, m.requests, m.requestSecs, m.auditFailures, m.auditSecs, m.idempotent, m.auditPending, m.recordReads)
 	return m
 }

@@ -181,7 +181,15 @@ func (s *Server) route(c *gin.Context) {
 	unlock := s.inflight.lock(p.id)
 	defer unlock()
 	if !generated {
-		if rec, ok := s.deps.State.DecisionForRequest(p.id); ok {
+		if sd, ok := s.deps.State.DecisionForRequest(p.id); ok {
+			rec := sd.Record
+			if explain { // the table: the whole record
+				var err error
+				if rec, err = s.wholeDecision(c.Request.Context(), sd); err != nil {
+					fail(c, err)
+					return
+				}
+			}
 			s.metrics.idempotent.Inc()
 			resp := responseOf(rec, explain)
 			resp.Idempotent = true

@@ -27,6 +27,10 @@ type Deps struct {
 	// Snapshot, when set, serves a snapshot of the store at
 	// GET /v1/state/snapshot, for new replicas to bootstrap from.
 	Snapshot http.Handler
+	// Records reads whole decision records from the decisions topic, for
+	// GET /v1/decisions, explain and ?explain=true replays of decisions
+	// the state holds as headers. Without it those answer 503.
+	Records DecisionReader
 }
 
 // Server is the HTTP API. Build it with New and serve Handler().

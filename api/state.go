@@ -26,10 +26,13 @@ type State interface {
 	WaitApplied(ctx context.Context, after Offsets) error
 	// RecordLocalDecision counts a decision this replica made, at once.
 	RecordLocalDecision(rec *pb.DecisionRecord)
-	// Decision returns a decision record by decision id.
-	Decision(id string) (*pb.DecisionRecord, bool)
-	// DecisionForRequest returns the decision made for a request id.
-	DecisionForRequest(requestID string) (*pb.DecisionRecord, bool)
+	// Decision returns a decision by decision id: the whole record while the
+	// replica holds it in memory, else its header and its position on the
+	// decisions topic (Server.wholeDecision reads the rest from there).
+	Decision(id string) (StoredDecision, bool)
+	// DecisionForRequest returns the decision made for a request id, as
+	// Decision does.
+	DecisionForRequest(requestID string) (StoredDecision, bool)
 	// DecisionRefForRequest names the decision DecisionForRequest returns
 	// and its workers, without reading the record: all a lifecycle event
 	// needs, at the cost of an index lookup however old the decision.
@@ -41,6 +44,29 @@ type State interface {
 	Status(ctx context.Context) (StateStatus, error)
 	// TotalLag is the records the state is behind the log, for /readyz.
 	TotalLag(ctx context.Context) (int64, error)
+}
+
+// StoredDecision is a decision as the state holds it.
+type StoredDecision struct {
+	// Record is the decision record, shared and read-only. Unless Complete
+	// it is the header only: no candidate table and no hash chains.
+	Record *pb.DecisionRecord
+	// Complete: Record is the whole record.
+	Complete bool
+	// Partition and Offset are the whole record's position on the decisions
+	// topic (Partition -1 when unknown; a Complete record needs none).
+	Partition int32
+	Offset    int64
+}
+
+// DecisionReader reads whole decision records from the decisions topic by
+// position: a replica keeps only the header of a decision once it is
+// committed (statestore/decisions.go says why).
+type DecisionReader interface {
+	// ReadDecision returns the decision record at (partition, offset) of
+	// the decisions topic. It returns an error wrapping ErrRecordGone when
+	// the topic no longer holds that offset.
+	ReadDecision(ctx context.Context, partition int32, offset int64) (*pb.DecisionRecord, error)
 }
 
 // DecisionRef names a decision and the workers it chose.

@@ -51,11 +51,15 @@ func (s *StoreState) RecordLocalDecision(rec *pb.DecisionRecord) {
 }
 
 // Decision implements State.
-func (s *StoreState) Decision(id string) (*pb.DecisionRecord, bool) { return s.Store.Decision(id) }
+func (s *StoreState) Decision(id string) (StoredDecision, bool) {
+	d, ok := s.Store.Decision(id)
+	return StoredDecision(d), ok
+}
 
 // DecisionForRequest implements State.
-func (s *StoreState) DecisionForRequest(id string) (*pb.DecisionRecord, bool) {
-	return s.Store.DecisionForRequest(id)
+func (s *StoreState) DecisionForRequest(id string) (StoredDecision, bool) {
+	d, ok := s.Store.DecisionForRequest(id)
+	return StoredDecision(d), ok
 }
 
 // DecisionRefForRequest implements State.

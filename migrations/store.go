@@ -16,8 +16,11 @@ import (
 // times (statestore/keys.go); v3 adds the parent's router hash to prefix
 // entries, so a replica rebuilds its hot index in chain order; v4 adds the
 // decision's workers to request index values, so a lifecycle event finds
-// them without reading the record. v1 to v3 stores are rebuilt.
-const StoreSchemaVersion uint32 = 4
+// them without reading the record; v5 stores a decision's header and its
+// position on the decisions topic instead of the whole record (the table is
+// read from the topic when asked for). v1 to v4 stores are rebuilt: a v4
+// record does not know its position.
+const StoreSchemaVersion uint32 = 5
 
 // PebbleFormat pins Pebble's on-disk format. Pebble's FormatDefault picks the
 // oldest format it supports and may change between releases; pinning keeps a

@@ -297,7 +297,7 @@ func TestOwnDecisionReadBackWithoutDecoding(t *testing.T) {
 			t.Fatalf("%s: the log copy is the local record: %v, want %v", id, applied == d, same)
 		}
 		got, ok := h.s.Decision(id)
-		if !ok || got.GetDecisionId() != id {
+		if !ok || got.Record.GetDecisionId() != id {
 			t.Fatalf("%s: not found after read-back", id)
 		}
 	}

@@ -73,7 +73,7 @@ func (s *Store) Apply(recs []*kgo.Record) error {
 			if p.err != nil {
 				s.log.Warn("statestore: skipping a record that does not decode", "err", p.err)
 			} else {
-				st.applyEnvelope(b, p.env, r.Timestamp.UnixMilli(), p.value)
+				st.applyEnvelope(b, p.env, r.Timestamp.UnixMilli())
 				counts[topicIndex[t]]++
 			}
 			*p = preparedRecord{}
@@ -146,12 +146,10 @@ func (s *Store) Apply(recs []*kgo.Record) error {
 const chunkHold = time.Millisecond
 
 // preparedRecord is a record decoded outside the write lock: the envelope
-// or the decode error, and for a decision record its stored value
-// (decisions.go).
+// or the decode error.
 type preparedRecord struct {
-	env   *events.Envelope
-	err   error
-	value []byte
+	env *events.Envelope
+	err error
 }
 
 // prepareAll appends the prepared recs to dst. It runs without the write
@@ -160,10 +158,8 @@ type preparedRecord struct {
 //
 // This replica's own decisions come back from the log byte for byte as
 // they were appended (RecordLocalDecisionAt, or ExpectLocalDecision before
-// it, kept the bytes): such a record
-// is not decoded and re-encoded, the local record is used, and the log
-// bytes are its stored value (events.Marshal is deterministic, so they are
-// what re-encoding would give).
+// it, kept the bytes): such a record is not decoded, the local record is
+// used.
 func (s *Store) prepareAll(dst []preparedRecord, recs []*kgo.Record) []preparedRecord {
 	var own []*pb.DecisionRecord // own[i]: the local record of recs[i], if any
 	for i, r := range recs {
@@ -184,17 +180,11 @@ func (s *Store) prepareAll(dst []preparedRecord, recs []*kgo.Record) []preparedR
 		if own != nil && own[i] != nil {
 			t, _ := s.opts.Names.Logical(r.Topic)
 			env := &events.Envelope{Topic: t, Partition: r.Partition, Offset: r.Offset, Key: r.Key, Schema: decisionSchema, Message: own[i]}
-			dst = append(dst, preparedRecord{env: env, value: r.Value})
+			dst = append(dst, preparedRecord{env: env})
 			continue
 		}
 		env, err := events.Decode(s.opts.Names, r)
-		p := preparedRecord{env: env, err: err}
-		if err == nil {
-			if d, ok := env.Message.(*pb.DecisionRecord); ok {
-				p.value, _ = events.Marshal(d)
-			}
-		}
-		dst = append(dst, p)
+		dst = append(dst, preparedRecord{env: env, err: err})
 	}
 	return dst
 }

@@ -5,7 +5,6 @@ import (
 	"fmt"
 
 	"github.com/cockroachdb/pebble/v2"
-	"google.golang.org/protobuf/proto"
 
 	pb "github.com/pdrouter/pdrouter/events/eventspb"
 )
@@ -181,13 +180,12 @@ func (s *Store) rebuildPredictions(st *state) error {
 		if err != nil {
 			return fmt.Errorf("decision %q indexed but not stored: %w", id, err)
 		}
-		d := &pb.DecisionRecord{}
-		err = proto.Unmarshal(v, d)
+		sd, err := decodeStoredDecision(v)
 		_ = closer.Close()
 		if err != nil {
 			return fmt.Errorf("decision %q: %w", id, err)
 		}
-		st.predictDecision(d)
+		st.predictDecision(sd.Record)
 	}
 	return it.Error()
 }

@@ -5,6 +5,7 @@ import (
 	"container/list"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"math"
 	"slices"
 	"sync"
@@ -33,16 +34,27 @@ import (
 //     records the caller holds in memory anyway.
 //  3. the cache: Options.DecisionCacheSize records read from Pebble, least
 //     recently used out first.
-//  4. Pebble, keys 'd' (the record), 'q' (request → decision ids) and 'e'
-//     (time → decision id, for the sweep), written in the same batch as
-//     the offsets (invariant 2). They are part of the state and the digest:
-//     they are a function of the log (the record is re-marshalled
-//     deterministically) and two replicas must agree on which requests
-//     already have a decision, or a retried request would be decided twice
-//     on one of them.
+//  4. Pebble, keys 'd' (the record's header and its position on the
+//     decisions topic), 'q' (request → decision ids) and 'e' (time →
+//     decision id, for the sweep), written in the same batch as the
+//     offsets (invariant 2). They are part of the state and the digest:
+//     they are a function of the log (the header is re-marshalled
+//     deterministically, the position is the record's) and two replicas
+//     must agree on which requests already have a decision, or a retried
+//     request would be decided twice on one of them.
+//
+// Only the first two sources hold whole records. Pebble keeps the header
+// (events.MarshalDecisionHeader: no candidate table, and hash chains only
+// in approximate mode, whose predictions are rebuilt from them at Open):
+// the table and chains are ~97% of a record's bytes, and storing them made
+// every replica rewrite ~26 KB per decision through Pebble's flushes and
+// compactions (a quarter of a busy router's CPU) and fill its disk at
+// rate × retention × 26 KB. Whoever needs the whole record (GET
+// /v1/decisions, explain) reads it from the decisions topic at the stored
+// position (StoredDecision).
 //
 // Memory is therefore bounded by MaxLocalDecisions + one Apply batch +
-// DecisionCacheSize records, whatever the retention.
+// DecisionCacheSize headers, whatever the retention.
 //
 // Retention, by event time: a decision is present iff it was seen and
 // decided_at + DecisionRetention > reqNow (the clock of decisions and
@@ -105,23 +117,21 @@ func (st *state) decisionPresent(d *pb.DecisionRecord) bool {
 }
 
 // applyDecisionLog is the apply rule of a decision record for lookups
-// (and, in approximate mode, its predicted cache entries, approx.go). v is
-// events.Marshal(d) when the caller has it already, else nil.
-func (st *state) applyDecisionLog(b *pebble.Batch, d *pb.DecisionRecord, v []byte) {
+// (and, in approximate mode, its predicted cache entries, approx.go).
+// partition and offset are the record's position on the decisions topic.
+func (st *state) applyDecisionLog(b *pebble.Batch, d *pb.DecisionRecord, partition int32, offset int64) {
 	dl := st.dec
 	id, req := d.GetDecisionId(), d.GetRequestId()
 	st.dropLocalDecision(id) // read back: the log copy serves from now on
 	if !st.decisionPresent(d) {
 		return // already absent: the same as seen, then swept
 	}
-	if v == nil {
-		var err error
-		if v, err = events.Marshal(d); err != nil {
-			return // unreachable for a decoded message
-		}
+	header, err := events.MarshalDecisionHeader(d, st.act.cfg.approxTTL > 0)
+	if err != nil {
+		return // unreachable: a decoded message has valid UTF-8
 	}
 	tD := d.GetDecidedAtUnixNano()
-	_ = b.Set(decisionKey(id), v, nil)
+	_ = b.Set(decisionKey(id), storedDecisionValue(partition, offset, header), nil)
 	_ = b.Set(requestKey(req, id), requestIndexValue(d), nil)
 	_ = b.Set(expiryKey(tD, id), []byte(req), nil)
 	if _, ok := dl.pending[id]; !ok {
@@ -160,7 +170,8 @@ func (dl *decisionLog) dropPending(id string) {
 }
 
 // committed forgets the pending decisions: Pebble serves them now, and the
-// cache keeps the decoded records. Why the cache: lifecycle events follow
+// cache keeps the whole decoded records (so a lookup of a recent decision
+// needs no read of the log either). Why the cache: lifecycle events follow
 // their decision closely (prefill_done within a second, short requests'
 // completed soon after), and each would otherwise read the record back
 // from Pebble and decode it again. Called after the batch that wrote them
@@ -168,7 +179,7 @@ func (dl *decisionLog) dropPending(id string) {
 func (dl *decisionLog) committed(cache *decisionCache) {
 	for _, due := range dl.pendingDue {
 		if d := dl.pending[due.id]; d != nil {
-			cache.put(due.id, d)
+			cache.put(due.id, inMemory(d))
 		}
 	}
 	clear(dl.pending)
@@ -310,12 +321,12 @@ func (s *Store) decisionStored(id string) bool {
 	return true
 }
 
-// Decision returns the decision record with this decision id: one of this
+// Decision returns the decision with this decision id: one of this
 // replica's own decisions (RecordLocalDecision) at once, or any decision
 // applied from the decisions topic, while its retention lasts
-// (Options.DecisionRetention, event time). The record is shared and
-// read-only.
-func (s *Store) Decision(id string) (*pb.DecisionRecord, bool) {
+// (Options.DecisionRetention, event time). A committed decision comes back
+// as its header and position (StoredDecision.Complete false).
+func (s *Store) Decision(id string) (StoredDecision, bool) {
 	s.mu.RLock()
 	st := s.st
 	d := st.dec.local[id]
@@ -325,33 +336,38 @@ func (s *Store) Decision(id string) (*pb.DecisionRecord, bool) {
 	if d != nil {
 		ok := st.decisionPresent(d)
 		s.mu.RUnlock()
-		if !ok {
-			return nil, false
-		}
-		return d, true
+		return inMemory(d), ok
 	}
 	now := st.reqNow
 	s.mu.RUnlock()
-	d = s.loadDecision(id)
-	if d == nil || addSat(d.GetDecidedAtUnixNano(), s.opts.DecisionRetention.Nanoseconds()) <= now {
-		return nil, false
+	sd, ok := s.loadDecision(id)
+	if !ok || addSat(sd.Record.GetDecidedAtUnixNano(), s.opts.DecisionRetention.Nanoseconds()) <= now {
+		return StoredDecision{}, false
 	}
-	return d, true
+	return sd, true
+}
+
+// inMemory is a whole record held in memory.
+func inMemory(d *pb.DecisionRecord) StoredDecision {
+	return StoredDecision{Record: d, Complete: true, Partition: -1, Offset: -1}
 }
 
 // DecisionForRequest returns the decision made for a request id: the one
 // with the lowest decision id among this replica's own decisions and those
 // applied from the log, so that replicas that raced on one request all
-// name the same decision once they have applied the same records. The
-// record is shared and read-only.
-func (s *Store) DecisionForRequest(requestID string) (*pb.DecisionRecord, bool) {
+// name the same decision once they have applied the same records. As with
+// Decision, a committed decision comes back as its header and position.
+func (s *Store) DecisionForRequest(requestID string) (StoredDecision, bool) {
 	mem, stored, ok := s.forRequest(requestID)
 	if ok && (mem == nil || stored.DecisionID < mem.GetDecisionId()) {
-		if d := s.loadDecision(stored.DecisionID); d != nil {
-			return d, true
+		if sd, ok := s.loadDecision(stored.DecisionID); ok {
+			return sd, true
 		}
 	}
-	return mem, mem != nil
+	if mem == nil {
+		return StoredDecision{}, false
+	}
+	return inMemory(mem), true
 }
 
 // DecisionRef names a decision and the workers it chose: what a lifecycle
@@ -483,40 +499,40 @@ func prefixEnd(p []byte) []byte {
 	return nil // no upper bound
 }
 
-// loadDecision reads a committed record through the cache.
-func (s *Store) loadDecision(id string) *pb.DecisionRecord {
-	if d := s.cache.get(id); d != nil {
-		return d
+// loadDecision reads a committed decision through the cache.
+func (s *Store) loadDecision(id string) (StoredDecision, bool) {
+	if sd, ok := s.cache.get(id); ok {
+		return sd, true
 	}
 	s.dbMu.RLock()
 	defer s.dbMu.RUnlock()
 	if s.db == nil {
-		return nil
+		return StoredDecision{}, false
 	}
 	v, closer, err := s.db.Get(decisionKey(id))
 	if err != nil {
 		if !errors.Is(err, pebble.ErrNotFound) {
 			s.log.Warn("statestore: reading a decision record", "decision_id", id, "err", err)
 		}
-		return nil
+		return StoredDecision{}, false
 	}
 	defer closer.Close()
-	d := &pb.DecisionRecord{}
-	if err := proto.Unmarshal(v, d); err != nil {
-		s.log.Warn("statestore: a stored decision record does not decode", "decision_id", id, "err", err)
-		return nil
+	sd, err := decodeStoredDecision(v)
+	if err != nil {
+		s.log.Warn("statestore: a stored decision does not decode", "decision_id", id, "err", err)
+		return StoredDecision{}, false
 	}
-	s.cache.put(id, d)
-	return d
+	s.cache.put(id, sd)
+	return sd, true
 }
 
-// decisionCache is a small LRU of decoded records read from Pebble.
-// Records are immutable per id, so it is never invalidated; lookups apply
+// decisionCache is a small LRU of decoded headers read from Pebble.
+// Decisions are immutable per id, so it is never invalidated; lookups apply
 // the retention test to what it returns.
 type decisionCache struct {
 	mu  sync.Mutex
 	cap int
-	ll  *list.List // front: most recently used; values *pb.DecisionRecord
+	ll  *list.List // front: most recently used; values StoredDecision
 	m   map[string]*list.Element
 }
 
@@ -524,28 +540,28 @@ func newDecisionCache(n int) *decisionCache {
 	return &decisionCache{cap: n, ll: list.New(), m: map[string]*list.Element{}}
 }
 
-func (c *decisionCache) get(id string) *pb.DecisionRecord {
+func (c *decisionCache) get(id string) (StoredDecision, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if e := c.m[id]; e != nil {
 		c.ll.MoveToFront(e)
-		return e.Value.(*pb.DecisionRecord)
+		return e.Value.(StoredDecision), true
 	}
-	return nil
+	return StoredDecision{}, false
 }
 
-func (c *decisionCache) put(id string, d *pb.DecisionRecord) {
+func (c *decisionCache) put(id string, sd StoredDecision) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if e := c.m[id]; e != nil {
 		c.ll.MoveToFront(e)
 		return
 	}
-	c.m[id] = c.ll.PushFront(d)
+	c.m[id] = c.ll.PushFront(sd)
 	for c.ll.Len() > c.cap {
 		e := c.ll.Back()
 		c.ll.Remove(e)
-		delete(c.m, e.Value.(*pb.DecisionRecord).GetDecisionId())
+		delete(c.m, e.Value.(StoredDecision).Record.GetDecisionId())
 	}
 }
 
@@ -571,4 +587,48 @@ func (h *decisionHeap) Pop() any {
 	x := old[len(old)-1]
 	*h = old[:len(old)-1]
 	return x
+}
+
+// StoredDecision is a decision as this replica holds it.
+type StoredDecision struct {
+	// Record is the decision record, shared and read-only. Unless Complete
+	// it is the header only (events.MarshalDecisionHeader): no candidate
+	// table, and hash chains only in approximate mode.
+	Record *pb.DecisionRecord
+	// Complete: Record is the whole record.
+	Complete bool
+	// Partition and Offset are the whole record's position on the decisions
+	// topic; Partition is -1 when a Complete record came from memory.
+	Partition int32
+	Offset    int64
+}
+
+// storedDecisionValue is the value of a decision key:
+//
+//	u8 format (1) | uvarint partition | uvarint offset | header
+func storedDecisionValue(partition int32, offset int64, header []byte) []byte {
+	v := make([]byte, 0, 1+2*binary.MaxVarintLen64+len(header))
+	v = append(v, storedDecisionFormat)
+	v = binary.AppendUvarint(v, uint64(partition))
+	v = binary.AppendUvarint(v, uint64(offset))
+	return append(v, header...)
+}
+
+const storedDecisionFormat = 1
+
+// decodeStoredDecision reads storedDecisionValue.
+func decodeStoredDecision(v []byte) (StoredDecision, error) {
+	if len(v) == 0 || v[0] != storedDecisionFormat {
+		return StoredDecision{}, errors.New("stored decision: unknown value format")
+	}
+	r := reader{b: v[1:]}
+	p, off := r.uvarint(), r.uvarint()
+	if r.err != nil || p > math.MaxInt32 || off > math.MaxInt64 {
+		return StoredDecision{}, errors.New("stored decision: bad position")
+	}
+	d := &pb.DecisionRecord{}
+	if err := proto.Unmarshal(r.b, d); err != nil {
+		return StoredDecision{}, fmt.Errorf("stored decision: %w", err)
+	}
+	return StoredDecision{Record: d, Partition: int32(p), Offset: int64(off)}, nil
 }

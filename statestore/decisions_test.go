@@ -19,6 +19,7 @@ import (
 	"github.com/pdrouter/pdrouter/decider"
 	"github.com/pdrouter/pdrouter/events"
 	pb "github.com/pdrouter/pdrouter/events/eventspb"
+	"github.com/pdrouter/pdrouter/events/eventstest"
 )
 
 // The new state (decision records and their retention sweep, approximate
@@ -198,7 +199,7 @@ func TestDecisionVisibleOnceApplied(t *testing.T) {
 	testHookBeforeCommit = func() {
 		if _, ok := h.s.Decision("x1"); !ok {
 			checked <- errors.New("Decision: not found before the commit")
-		} else if got, ok := h.s.DecisionForRequest("q1"); !ok || got.GetDecisionId() != "x1" {
+		} else if got, ok := h.s.DecisionForRequest("q1"); !ok || got.Record.GetDecisionId() != "x1" {
 			checked <- errors.New("DecisionForRequest: not found before the commit")
 		} else {
 			checked <- nil
@@ -263,7 +264,8 @@ func TestCommittedDecisionsAreCached(t *testing.T) {
 	}
 	for i := 0; i < 6; i++ {
 		id := fmt.Sprintf("c%d", i)
-		if got, want := h.s.cache.get(id) != nil, i >= 2; got != want {
+		if _, got := h.s.cache.get(id); got != (i >= 2) {
+			want := i >= 2
 			t.Errorf("%s cached: %v, want %v", id, got, want)
 		}
 	}
@@ -396,5 +398,68 @@ func TestRequestIndexValue(t *testing.T) {
 				t.Fatalf("malformed value %x was accepted", bad)
 			}
 		}
+	}
+}
+
+// A committed decision is stored as its header and the record's position
+// on the decisions topic, never its candidate table: the stored value stays
+// small whatever the fleet, and the position is exactly the record's.
+// Approximate mode keeps the chains, and after a reopen rebuilds from them
+// the predictions it had.
+func TestCommittedDecisionIsHeaderAndPosition(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		o          Options
+		keepChains bool
+	}{
+		{"kv-events", Options{DecisionCacheSize: 1}, false},
+		{"approximate", Options{DecisionCacheSize: 1, Approximate: true}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarnessWith(t, 3, tc.o)
+			big := eventstest.Decision(128, 32, 1000)
+			big.DecisionId, big.RequestId, big.DecidedAtUnixNano = "big", "q-big", 1e12
+			r := h.record(big.GetDecodeWorker().GetWorkerId(), big)
+			h.apply(r)
+			// Push "big" out of the one-entry cache of committed records.
+			h.put("d1", decision("other", "q-other", "d1", 1e12+1))
+			predicted := h.s.PredictedEntries()
+			if tc.keepChains && predicted == 0 {
+				t.Fatal("approximate mode predicted nothing: the reopen check would pass vacuously")
+			}
+
+			sd, ok := h.s.Decision("big")
+			if !ok || sd.Complete {
+				t.Fatalf("Decision(big): found %v, complete %v; want a stored header", ok, sd.Complete)
+			}
+			if sd.Partition != r.Partition || sd.Offset != r.Offset {
+				t.Fatalf("position %d@%d, want the record's %d@%d", sd.Partition, sd.Offset, r.Partition, r.Offset)
+			}
+			if n := len(sd.Record.GetCandidates()); n != 0 {
+				t.Fatalf("the store kept %d candidate rows", n)
+			}
+			if got := len(sd.Record.GetChains()) > 0; got != tc.keepChains {
+				t.Fatalf("chains kept: %v, want %v", got, tc.keepChains)
+			}
+			if sd.Record.GetMode() != big.GetMode() || sd.Record.GetReason() != big.GetReason() || !proto.Equal(sd.Record.GetWatermark(), big.GetWatermark()) {
+				t.Fatal("the header lost fields of the record")
+			}
+			v, closer, err := h.s.db.Get(decisionKey("big"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			size := len(v)
+			_ = closer.Close()
+			if limit := 2048 + map[bool]int{true: 8 * 1000}[tc.keepChains]; size > limit {
+				t.Fatalf("stored value is %d bytes for a %d-byte record; want ≤ %d", size, len(r.Value), limit)
+			}
+			h.reopen()
+			if got := h.s.PredictedEntries(); got != predicted {
+				t.Fatalf("predicted entries after reopen: %d, before: %d", got, predicted)
+			}
+			if sd, ok := h.s.DecisionForRequest("q-big"); !ok || sd.Record.GetDecisionId() != "big" || sd.Offset != r.Offset {
+				t.Fatalf("DecisionForRequest after reopen: %+v %v", sd, ok)
+			}
+		})
 	}
 }

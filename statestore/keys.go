@@ -7,9 +7,11 @@ import (
 	"github.com/pdrouter/pdrouter/events"
 )
 
-// Key layout of the Pebble store (schema migrations.StoreSchemaVersion = 3).
+// Key layout of the Pebble store (schema migrations.StoreSchemaVersion = 5).
 // History (migrations/store.go): v2 added the families h, d, q and e; v3
-// the parent's router hash in prefix values. Older stores are rebuilt.
+// the parent's router hash in prefix values; v4 the workers in request
+// index values; v5 stores a decision's header and position instead of the
+// whole record. Older stores are rebuilt.
 //
 // Every key starts with a one-byte family. Worker ids are validated by
 // events.ValidateWorkerID (printable, no NUL), so a NUL after an id ends it
@@ -31,7 +33,10 @@ import (
 //	'a' entryID                              active-request facts (active.go encodeEntry)
 //	'h' workerID 0x00 rank(u32)              KV-event health: i64 first load sample time,
 //	                                         i64 latest kv-events time (kvhealth.go); absent when both 0
-//	'd' decisionID                           DecisionRecord, deterministic protobuf (decisions.go)
+//	'd' decisionID                           u8 format 1 | uvarint partition | uvarint offset (the
+//	                                         record's position on the decisions topic) | the
+//	                                         record's header, deterministic protobuf
+//	                                         (decisions.go storedDecisionValue)
 //	'q' uvarint(len) requestID decisionID    request index: i64 decided_at, then the decision's
 //	                                         workers (decisions.go requestIndexValue)
 //	'e' decidedAt(u64, sign bit flipped) decisionID

@@ -356,12 +356,13 @@ func (r *specRunner) query(f []string) ([]string, error) {
 			}
 		}
 	case "decision", "decision-for":
-		var d *pb.DecisionRecord
+		var sd StoredDecision
 		var ok bool
 		if pos[0] == "decision" {
-			d, ok = h.s.Decision(pos[1])
+			sd, ok = h.s.Decision(pos[1])
 		} else {
-			d, ok = h.s.DecisionForRequest(pos[1])
+			sd, ok = h.s.DecisionForRequest(pos[1])
+			d := sd.Record
 			// The record-free path must name the same decision and workers.
 			ref, refOK := h.s.DecisionRefForRequest(pos[1])
 			if refOK != ok || ok && (ref.DecisionID != d.GetDecisionId() || !proto.Equal(ref.DecodeWorker, d.GetDecodeWorker()) ||
@@ -372,6 +373,7 @@ func (r *specRunner) query(f []string) ([]string, error) {
 		if !ok {
 			return []string{"none"}, nil
 		}
+		d := sd.Record
 		prefill := ""
 		if d.GetPrefillWorker() != nil {
 			prefill = " prefill=" + d.GetPrefillWorker().GetWorkerId()

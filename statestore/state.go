@@ -109,9 +109,7 @@ func (st *state) observe(t int64, requests bool) {
 // logTime is the record's Kafka timestamp (the producer's CreateTime, the
 // same for every replica). It orders a tombstone against the kv-events and
 // load records of the same worker, which live on other topics (load.go).
-// decisionValue is a decision record's stored value when the caller
-// encoded it already (nil: encoded here).
-func (st *state) applyEnvelope(b *pebble.Batch, env *events.Envelope, logTime int64, decisionValue []byte) {
+func (st *state) applyEnvelope(b *pebble.Batch, env *events.Envelope, logTime int64) {
 	if env.Tombstone() {
 		if env.Topic == events.TopicWorkers {
 			st.applyTombstone(b, string(env.Key), logTime)
@@ -139,7 +137,7 @@ func (st *state) applyEnvelope(b *pebble.Batch, env *events.Envelope, logTime in
 	case *pb.DecisionRecord:
 		st.observe(m.GetDecidedAtUnixNano(), true)
 		st.applyDecision(b, m)
-		st.applyDecisionLog(b, m, decisionValue)
+		st.applyDecisionLog(b, m, env.Partition, env.Offset)
 	case *pb.OutcomeEvent:
 		st.observe(m.GetEventTimeUnixNano(), true)
 		st.applyOutcome(b, m)

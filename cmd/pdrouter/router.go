@@ -185,6 +185,9 @@ func (r *routerRun) run(ctx context.Context) error {
 		Log:      api.NewGroupLog(prod, a.names(), groupLogMaxQueued, reg),
 		Names:    a.names(),
 		Snapshot: store.SnapshotHandler(filepath.Join(a.dataDir, "tmp")),
+		// Reads of whole records share the producer's client: franz-go
+		// keeps fetches on connections of their own, apart from produces.
+		Records: api.NewLogDecisionReader(prod, a.names()),
 	},
 		api.WithLogger(a.log), api.WithMetrics(reg, reg), api.WithReplicaID(f.replicaID),
 		api.WithAuthToken(f.authToken), api.WithReadyLag(f.readyLag), api.WithAfterTimeout(f.afterTimeout),

@@ -1,0 +1,172 @@
+package api_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/pdrouter/pdrouter/events"
+	"github.com/pdrouter/pdrouter/internal/kafkatest"
+	"github.com/pdrouter/pdrouter/statestore"
+)
+
+// committedHeader waits until the store serves decision id as a committed
+// header (out of memory, its table left on the topic), and returns it.
+func committedHeader(t *testing.T, h *harness, id string) statestore.StoredDecision {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		sd, ok := h.store.Decision(id)
+		if ok && !sd.Complete {
+			return sd
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("decision %s: still not a committed header (found %v, complete %v)", id, ok, sd.Complete)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestOldDecisionsAreReadFromTheLog: once a decision has left the replica's
+// memory, its store keeps the header and the record's position only, and
+// GET /v1/decisions, explain and an ?explain=true replay read the whole
+// record from the decisions topic: byte for byte the record the log holds.
+// When the topic no longer holds it, the answer is a precise 410; without a
+// reader, a 503.
+func TestOldDecisionsAreReadFromTheLog(t *testing.T) {
+	kafkatest.Both(t, func(t *testing.T, brokers []string) {
+		// One cached record and one local decision: the earlier ones leave
+		// memory at once.
+		h := newHarness(t, brokers, harnessOpt{store: statestore.Options{DecisionCacheSize: 1, MaxLocalDecisions: 1}})
+		after := fleet(h)
+		var ids []string
+		for i := range 4 {
+			var r routeResp
+			h.mustDo(http.StatusOK, "POST", "/v1/route", map[string]any{
+				"request_id": fmt.Sprintf("old-%d", i), "model": "m", "token_ids": tokens(74+16*i, 0), "after": after}, &r)
+			ids = append(ids, r.DecisionID)
+		}
+		logged := readDecisions(t, h, len(ids))
+		sd := committedHeader(t, h, ids[0])
+		if len(sd.Record.GetCandidates()) != 0 || len(sd.Record.GetChains()) != 0 || sd.Partition < 0 || sd.Offset < 0 {
+			t.Fatalf("the store kept more than the header, or no position: %d rows, %d chains, partition %d offset %d",
+				len(sd.Record.GetCandidates()), len(sd.Record.GetChains()), sd.Partition, sd.Offset)
+		}
+
+		want, err := protojson.MarshalOptions{UseProtoNames: true}.Marshal(logged[ids[0]])
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := h.mustDo(http.StatusOK, "GET", "/v1/decisions/"+ids[0], nil, nil)
+		if !jsonEqual(t, got, want) {
+			t.Fatalf("GET /v1/decisions/%s is not the logged record\n got %s\nwant %s", ids[0], got, want)
+		}
+		var exp struct {
+			PureCheck struct {
+				Identical bool `json:"identical"`
+			} `json:"pure_check"`
+		}
+		if raw := h.mustDo(http.StatusOK, "GET", "/v1/decisions/"+ids[0]+"/explain", nil, &exp); !exp.PureCheck.Identical {
+			t.Fatalf("explain of a decision read from the log did not recompute it: %s", raw)
+		}
+		committedHeader(t, h, ids[1])
+		var again routeResp
+		h.mustDo(http.StatusOK, "POST", "/v1/route?explain=true", map[string]any{"request_id": "old-1", "token_ids": tokens(90, 0)}, &again)
+		if !again.Idempotent || again.DecisionID != ids[1] || len(again.Candidates) != 3 {
+			t.Fatalf("?explain=true replay of a committed decision: %+v", again)
+		}
+		if n := recordReads(t, h, "ok"); n < 3 {
+			t.Fatalf("pdrouter_decision_record_reads_total{result=ok} = %v, want ≥ 3", n)
+		}
+
+		// The topic's records deleted (retention shorter than the replica's):
+		// the header is still known, the record is gone.
+		adm := kadm.NewClient(kafkatest.Client(t, brokers))
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		ends, err := adm.ListEndOffsets(ctx, h.names.Physical(events.TopicDecisions))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := adm.DeleteRecords(ctx, ends.Offsets()); err != nil {
+			t.Skipf("this broker does not delete records (%v): the 410 case needs it", err)
+		}
+		committedHeader(t, h, ids[2])
+		body := string(h.mustDo(http.StatusGone, "GET", "/v1/decisions/"+ids[2], nil, nil))
+		if !strings.Contains(body, `"decision_record_gone"`) || !strings.Contains(body, ids[2]) || !strings.Contains(body, "retention") {
+			t.Fatalf("410 body does not say what is gone and why: %s", body)
+		}
+		h.mustDo(http.StatusGone, "GET", "/v1/decisions/"+ids[2]+"/explain", nil, nil)
+		if n := recordReads(t, h, "gone"); n != 2 {
+			t.Fatalf("pdrouter_decision_record_reads_total{result=gone} = %v, want 2", n)
+		}
+	})
+}
+
+// TestOldDecisionsWithoutAReader: a server built without Deps.Records
+// answers a committed decision's record with a 503 that says why.
+func TestOldDecisionsWithoutAReader(t *testing.T) {
+	h := newHarness(t, kafkatest.Fake(t), harnessOpt{store: statestore.Options{DecisionCacheSize: 1, MaxLocalDecisions: 1}, noRecords: true})
+	after := fleet(h)
+	var ids []string
+	for i := range 3 {
+		var r routeResp
+		h.mustDo(http.StatusOK, "POST", "/v1/route", map[string]any{"request_id": fmt.Sprintf("nr-%d", i), "token_ids": tokens(74, 0), "after": after}, &r)
+		ids = append(ids, r.DecisionID)
+	}
+	committedHeader(t, h, ids[0])
+	body := string(h.mustDo(http.StatusServiceUnavailable, "GET", "/v1/decisions/"+ids[0], nil, nil))
+	if !strings.Contains(body, `"decision_record_unavailable"`) {
+		t.Fatalf("503 body: %s", body)
+	}
+	// The header alone still answers a plain replay.
+	var again routeResp
+	h.mustDo(http.StatusOK, "POST", "/v1/route", map[string]any{"request_id": "nr-0", "token_ids": tokens(74, 0)}, &again)
+	if !again.Idempotent || again.DecisionID != ids[0] || again.Mode == "" || again.DecodeWorker == "" {
+		t.Fatalf("plain replay from the header: %+v", again)
+	}
+}
+
+// recordReads is pdrouter_decision_record_reads_total{result} of h.
+func recordReads(t *testing.T, h *harness, result string) float64 {
+	t.Helper()
+	mfs, err := h.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "pdrouter_decision_record_reads_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			if m.GetLabel()[0].GetValue() == result {
+				return m.GetCounter().GetValue()
+			}
+		}
+	}
+	t.Fatalf("pdrouter_decision_record_reads_total{result=%q} is not registered", result)
+	return 0
+}
+
+// jsonEqual compares two JSON documents by value.
+func jsonEqual(t *testing.T, a, b []byte) bool {
+	t.Helper()
+	var x, y any
+	if err := json.Unmarshal(a, &x); err != nil {
+		t.Fatalf("%v: %s", err, a)
+	}
+	if err := json.Unmarshal(b, &y); err != nil {
+		t.Fatalf("%v: %s", err, b)
+	}
+	xs, _ := json.Marshal(x)
+	ys, _ := json.Marshal(y)
+	return bytes.Equal(xs, ys)
+}
