@@ -43,11 +43,7 @@ func headerOf(t *testing.T, d *pb.DecisionRecord, keepChains bool) []byte {
 // encoding of the record with the table (and chains) cleared, and it
 // decodes to that record.
 func TestDecisionHeaderIsTheRecordWithoutItsBulk(t *testing.T) {
-	rng := rand.New(rand.NewPCG(7, 11))
-	records := []*pb.DecisionRecord{{}, eventstest.Decision(4, 2, 0), eventstest.Decision(128, 32, 1000)}
-	for range 2000 {
-		records = append(records, randomDecision(rng))
-	}
+	records := decisionCorpus(rand.New(rand.NewPCG(7, 11)), 2000)
 	unknownTop := eventstest.Decision(4, 2, 10)
 	unknownTop.ProtoReflect().SetUnknown(protowire.AppendVarint(protowire.AppendTag(nil, 99, protowire.VarintType), 7))
 	unknownRow := eventstest.Decision(4, 2, 10)
@@ -91,22 +87,4 @@ func TestStripDecisionFieldsRejectsTruncation(t *testing.T) {
 	if _, err := stripDecisionFields(v[:len(v)-3], 0); err == nil {
 		t.Fatal("a truncated record was stripped without an error")
 	}
-}
-
-// BenchmarkDecisionHeader: the header of a 160-row, 1,000-block decision,
-// against encoding the whole record.
-func BenchmarkDecisionHeader(b *testing.B) {
-	d := eventstest.Decision(128, 32, 1000)
-	b.Run("whole", func(b *testing.B) {
-		b.ReportAllocs()
-		for b.Loop() {
-			_, _ = Marshal(d)
-		}
-	})
-	b.Run("header", func(b *testing.B) {
-		b.ReportAllocs()
-		for b.Loop() {
-			_, _ = MarshalDecisionHeader(d, false)
-		}
-	})
 }

@@ -104,14 +104,19 @@ func randomDecision(rng *rand.Rand) *pb.DecisionRecord {
 	return d
 }
 
+// decisionCorpus is the empty record, the samples and n random records.
+func decisionCorpus(rng *rand.Rand, n int) []*pb.DecisionRecord {
+	records := []*pb.DecisionRecord{{}, eventstest.Decision(4, 2, 0), eventstest.Decision(128, 32, 1000)}
+	for range n {
+		records = append(records, randomDecision(rng))
+	}
+	return records
+}
+
 // TestDecisionWireMatchesProto: the hand-written encoder yields exactly the
 // generic encoder's bytes, on random records and on the sample ones.
 func TestDecisionWireMatchesProto(t *testing.T) {
-	rng := rand.New(rand.NewPCG(3, 5))
-	records := []*pb.DecisionRecord{{}, eventstest.Decision(4, 2, 0), eventstest.Decision(128, 32, 1000)}
-	for range 5000 {
-		records = append(records, randomDecision(rng))
-	}
+	records := decisionCorpus(rand.New(rand.NewPCG(3, 5)), 5000)
 	for i, d := range records {
 		want, err := generic.Marshal(d)
 		if err != nil {
@@ -156,7 +161,8 @@ func TestDecisionWireLeavesTheRestToProto(t *testing.T) {
 }
 
 // BenchmarkDecisionMarshal: a decision of a 128 decode + 32 prefill fleet
-// with a 1,000-block chain, by the generic and the hand-written encoder.
+// with a 1,000-block chain, by the generic and the hand-written encoder,
+// and its header alone (what a replica stores, MarshalDecisionHeader).
 func BenchmarkDecisionMarshal(b *testing.B) {
 	d := eventstest.Decision(128, 32, 1000)
 	b.Run("generic", func(b *testing.B) {
@@ -169,6 +175,12 @@ func BenchmarkDecisionMarshal(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
 			_, _ = Marshal(d)
+		}
+	})
+	b.Run("header", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			_, _ = MarshalDecisionHeader(d, false)
 		}
 	})
 }
