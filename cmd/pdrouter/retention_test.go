@@ -35,6 +35,7 @@ func TestDecisionTopicShort(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { _, _ = adm.DeleteTopics(context.Background(), topic) })
+			kafkatest.WaitTopics(t, adm, topic)
 			msg, err := decisionTopicShort(ctx, adm, topic, tc.keep)
 			if err != nil {
 				t.Fatalf("retention.ms %s: %v", tc.retentionMS, err)
