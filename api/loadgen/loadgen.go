@@ -282,6 +282,11 @@ loop:
 				"window_decisions_per_s", int(w.Throughput), "window_p99", w.P99.Round(time.Microsecond))
 		}
 	}
+	// The measured time ends here: decisions that complete while the
+	// clients stop are neither in the run nor in a window (but for the one
+	// a client may be recording right now), so the run's rate and its
+	// windows count the same decisions over the same time.
+	measure.Store(false)
 	if last := window.close(winStart); last.Elapsed >= cfg.Window/5 {
 		windows = append(windows, last)
 	}

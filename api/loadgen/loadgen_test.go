@@ -90,15 +90,26 @@ func TestRunReportsWindows(t *testing.T) {
 	if len(res.Windows) < 4 {
 		t.Fatalf("%d windows in a 550 ms run of 100 ms windows", len(res.Windows))
 	}
-	sum := 0.0
+	sum, covered := 0.0, time.Duration(0)
 	for _, w := range res.Windows {
 		if w.Throughput <= 0 || w.P99 <= 0 {
 			t.Fatalf("empty window %+v", w)
 		}
 		sum += w.Throughput * w.Elapsed.Seconds()
+		covered += w.Elapsed
 	}
-	// Decisions that end after the last window closes are in neither.
-	if got := int(sum + 0.5); got > res.Requests || got < res.Requests-2*cfg.Clients {
-		t.Fatalf("windows hold %d decisions; the run %d", got, res.Requests)
+	// A decision a client was recording as the measured time ended may be
+	// in the run and not in a window (at most one per client); so are those
+	// of a last window under a fifth of a window, which is left out: on a
+	// loaded machine (the race detector in CI) late ticks can shorten it
+	// below that. Allow the run's rate over the time the windows do not
+	// cover.
+	uncovered := max(res.Elapsed-covered, 0)
+	slack := 2*cfg.Clients + int(float64(res.Requests)*uncovered.Seconds()/res.Elapsed.Seconds()*1.5+0.5)
+	if got := int(sum + 0.5); got > res.Requests || got < res.Requests-slack {
+		t.Fatalf("windows hold %d decisions; the run %d (windows cover %s of %s)", got, res.Requests, covered, res.Elapsed)
+	}
+	if uncovered > cfg.Window/5+cfg.Window/2 {
+		t.Fatalf("the windows leave %s of the run uncovered; at most a short last window may be left out", uncovered)
 	}
 }
