@@ -49,7 +49,8 @@ type State interface {
 // StoredDecision is a decision as the state holds it.
 type StoredDecision struct {
 	// Record is the decision record, shared and read-only. Unless Complete
-	// it is the header only: no candidate table and no hash chains.
+	// it is the header only: no candidate table, and hash chains only in
+	// approximate mode.
 	Record *pb.DecisionRecord
 	// Complete: Record is the whole record.
 	Complete bool
