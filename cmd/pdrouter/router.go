@@ -68,7 +68,7 @@ func (f *routerFlags) bindFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&f.debugAddr, "debug-addr", "", "serve Go's /debug/pprof profiles on this address (keep it private: it exposes internals)")
 	fs.Int32Var(&f.fetchMinBytes, "fetch-min-bytes", 256<<10, "the broker answers the state's log fetches once it holds this many bytes, or after --fetch-max-wait: fewer, larger fetches cost the broker less CPU under load")
 	fs.DurationVar(&f.fetchMaxWait, "fetch-max-wait", 10*time.Millisecond, "longest a log fetch waits for --fetch-min-bytes (≥ 10ms); also the most it adds to apply lag, and so to `after` waits, when the log is quiet")
-	fs.DurationVar(&f.decisionRetention, "decision-retention", 24*time.Hour, "how long after its event time every replica keeps a decision record, for GET /v1/decisions, explain and idempotent retries; the data dir keeps each one's header, ~0.5 KB, and reads the whole record back from the decisions topic, whose retention.ms should be at least this (deployments/README.md, Sizing). Give every replica the same value: it shapes the state they compare. In approximate mode it is at least the 2m prediction TTL")
+	fs.DurationVar(&f.decisionRetention, "decision-retention", 24*time.Hour, "how long after its event time every replica keeps a decision record, for GET /v1/decisions, explain and idempotent retries; the data dir keeps each one's header, ~0.45 KB on disk, and reads the whole record back from the decisions topic, whose retention.ms should be at least this (deployments/README.md, Sizing). Give every replica the same value: it shapes the state they compare. In approximate mode it is at least the 2m prediction TTL")
 }
 
 func (f *routerFlags) validate() error {
