@@ -270,20 +270,18 @@ func decisionEncodable(d *pb.DecisionRecord, parts decisionParts) bool {
 			}
 		}
 	}
-	for _, c := range d.Candidates {
-		if parts&partTable == 0 {
-			break
-		}
-		if c == nil || !plain(c) || !workerRefOK(c.Worker) || !utf8.ValidString(c.Excluded) {
-			return false
+	if parts&partTable != 0 {
+		for _, c := range d.Candidates {
+			if c == nil || !plain(c) || !workerRefOK(c.Worker) || !utf8.ValidString(c.Excluded) {
+				return false
+			}
 		}
 	}
-	for _, c := range d.Chains {
-		if parts&partChains == 0 {
-			break
-		}
-		if c == nil || !plain(c) {
-			return false
+	if parts&partChains != 0 {
+		for _, c := range d.Chains {
+			if c == nil || !plain(c) {
+				return false
+			}
 		}
 	}
 	for _, c := range []*pb.Check{d.EffIslCheck, d.RatioCheck, d.PrefillBusyCheck, d.DecodeBusyCheck} {
