@@ -3,11 +3,38 @@ package main
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 )
+
+// warnDecisionTopicShort logs decisionTopicShort's warning, if any. It is a
+// warning only: the replica serves whatever the topic keeps. It tries for
+// 30 s, once a second, because a topic just created can be unknown to the
+// broker for a moment; it gives up silently when ctx ends (shutdown).
+func warnDecisionTopicShort(ctx context.Context, adm *kadm.Client, topic string, keep time.Duration, log *slog.Logger) {
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	for {
+		msg, err := decisionTopicShort(cctx, adm, topic, keep)
+		if err == nil {
+			if msg != "" {
+				log.Warn(msg)
+			}
+			return
+		}
+		select {
+		case <-cctx.Done():
+			if ctx.Err() == nil {
+				log.Warn("could not read the decisions topic's retention", "topic", topic, "err", err)
+			}
+			return
+		case <-time.After(time.Second):
+		}
+	}
+}
 
 // decisionTopicShort compares the decisions topic's retention.ms with the
 // replica's --decision-retention. A replica keeps only the header of each

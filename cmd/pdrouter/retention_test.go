@@ -1,7 +1,9 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -49,6 +51,33 @@ func TestDecisionTopicShort(t *testing.T) {
 		}
 		if _, err := decisionTopicShort(ctx, adm, prefix+"missing", time.Hour); err == nil {
 			t.Fatal("a missing topic was not an error")
+		}
+	})
+}
+
+// warnDecisionTopicShort logs the warning once for a short topic, and
+// nothing for a topic that keeps records long enough.
+func TestWarnDecisionTopicShort(t *testing.T) {
+	kafkatest.Both(t, func(t *testing.T, brokers []string) {
+		adm := kadm.NewClient(kafkatest.Client(t, brokers))
+		prefix := kafkatest.Prefix(t)
+		for _, tc := range []struct {
+			retentionMS string
+			warn        bool
+		}{{"3600000", true}, {"-1", false}} {
+			topic := prefix + "decisions-" + strings.TrimPrefix(tc.retentionMS, "-")
+			if _, err := adm.CreateTopic(context.Background(), 1, 1, map[string]*string{"retention.ms": kadm.StringPtr(tc.retentionMS)}, topic); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _, _ = adm.DeleteTopics(context.Background(), topic) })
+			var buf bytes.Buffer
+			warnDecisionTopicShort(context.Background(), adm, topic, 24*time.Hour, slog.New(slog.NewTextHandler(&buf, nil)))
+			if got := strings.Count(buf.String(), "level=WARN"); got != map[bool]int{true: 1}[tc.warn] {
+				t.Fatalf("retention.ms %s: %d warnings, want warn=%v: %s", tc.retentionMS, got, tc.warn, buf.String())
+			}
+			if tc.warn && !strings.Contains(buf.String(), "410") {
+				t.Fatalf("the warning does not say what fails: %s", buf.String())
+			}
 		}
 	})
 }

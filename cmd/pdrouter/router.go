@@ -171,30 +171,7 @@ func (r *routerRun) run(ctx context.Context) error {
 		return err
 	}
 	defer prod.Close()
-	go func() {
-		// A warning only: the replica serves whatever the topic keeps. Tried
-		// for a while: a topic just created may be unknown for a moment.
-		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		defer cancel()
-		topic := a.names().Physical(events.TopicDecisions)
-		for {
-			msg, err := decisionTopicShort(cctx, kadm.NewClient(prod), topic, f.decisionRetention)
-			if err == nil {
-				if msg != "" {
-					a.log.Warn(msg)
-				}
-				return
-			}
-			select {
-			case <-cctx.Done():
-				if ctx.Err() == nil {
-					a.log.Warn("could not read the decisions topic's retention", "topic", topic, "err", err)
-				}
-				return
-			case <-time.After(time.Second):
-			}
-		}
-	}()
+	go warnDecisionTopicShort(ctx, kadm.NewClient(prod), a.names().Physical(events.TopicDecisions), f.decisionRetention, a.log)
 	if r.ingestCfg != nil {
 		cl, err := kgo.NewClient(r.connOpts...)
 		if err != nil {
