@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -13,7 +14,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"google.golang.org/protobuf/encoding/protojson"
 
+	"github.com/pdrouter/pdrouter/api"
 	"github.com/pdrouter/pdrouter/events"
+	pb "github.com/pdrouter/pdrouter/events/eventspb"
 	"github.com/pdrouter/pdrouter/internal/kafkatest"
 	"github.com/pdrouter/pdrouter/statestore"
 )
@@ -132,6 +135,59 @@ func TestOldDecisionsWithoutAReader(t *testing.T) {
 	h.mustDo(http.StatusOK, "POST", "/v1/route", map[string]any{"request_id": "nr-0", "token_ids": tokens(74, 0)}, &again)
 	if !again.Idempotent || again.DecisionID != ids[0] || again.Mode == "" || again.DecodeWorker == "" {
 		t.Fatalf("plain replay from the header: %+v", again)
+	}
+}
+
+// readerFunc is a DecisionReader for failure injection.
+type readerFunc func(ctx context.Context, partition int32, offset int64) (*pb.DecisionRecord, error)
+
+func (f readerFunc) ReadDecision(ctx context.Context, partition int32, offset int64) (*pb.DecisionRecord, error) {
+	return f(ctx, partition, offset)
+}
+
+// TestOldDecisionReadFailures: what the reader of the decisions topic
+// returns decides the answer. A failed read is a 503 that names the
+// position and keeps the cause (here a broker address) in the log; a
+// position holding something else than the decision is a 500, never
+// served as the decision; a record gone is a 410.
+func TestOldDecisionReadFailures(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		read   readerFunc
+		status int
+		code   string
+	}{
+		{"broker down", func(context.Context, int32, int64) (*pb.DecisionRecord, error) {
+			return nil, errors.New("dial tcp secret-broker.internal:9092: connection refused")
+		}, http.StatusServiceUnavailable, "decision_log_unavailable"},
+		{"another decision", func(context.Context, int32, int64) (*pb.DecisionRecord, error) {
+			return &pb.DecisionRecord{DecisionId: "someone-else"}, nil
+		}, http.StatusInternalServerError, "internal"},
+		{"not a decision", func(context.Context, int32, int64) (*pb.DecisionRecord, error) {
+			return nil, fmt.Errorf("%w: not a decision record", api.ErrNotTheRecord)
+		}, http.StatusInternalServerError, "internal"},
+		{"gone", func(context.Context, int32, int64) (*pb.DecisionRecord, error) {
+			return nil, fmt.Errorf("%w: deleted", api.ErrRecordGone)
+		}, http.StatusGone, "decision_record_gone"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, kafkatest.Fake(t), harnessOpt{store: statestore.Options{DecisionCacheSize: 1, MaxLocalDecisions: 1}, records: tc.read})
+			after := fleet(h)
+			var ids []string
+			for i := range 3 {
+				var r routeResp
+				h.mustDo(http.StatusOK, "POST", "/v1/route", map[string]any{"request_id": fmt.Sprintf("rf-%d", i), "token_ids": tokens(74, 0), "after": after}, &r)
+				ids = append(ids, r.DecisionID)
+			}
+			committedHeader(t, h, ids[0])
+			body := string(h.mustDo(tc.status, "GET", "/v1/decisions/"+ids[0], nil, nil))
+			if !strings.Contains(body, `"`+tc.code+`"`) || strings.Contains(body, "secret-broker") || strings.Contains(body, "someone-else") {
+				t.Fatalf("%d body: %s", tc.status, body)
+			}
+			if n := recordReads(t, h, "ok"); n != 0 {
+				t.Fatalf("a failed read counted as ok (%v)", n)
+			}
+		})
 	}
 }
 

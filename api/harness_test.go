@@ -51,8 +51,10 @@ type harnessOpt struct {
 	share *harness
 	// store tunes the statestore (its Names and Registerer are the harness's).
 	store statestore.Options
-	// noRecords leaves Deps.Records unset.
+	// noRecords leaves Deps.Records unset; records replaces the reader of
+	// the decisions topic.
 	noRecords bool
+	records   api.DecisionReader
 }
 
 func newHarness(t *testing.T, brokers []string, o harnessOpt) *harness {
@@ -98,7 +100,10 @@ func newHarness(t *testing.T, brokers []string, o harnessOpt) *harness {
 	opts := append([]api.Option{api.WithMetrics(h.reg, h.reg), api.WithLogger(slog.New(slog.DiscardHandler)),
 		api.WithAfterTimeout(3 * time.Second), api.WithAuditTimeout(3 * time.Second)}, o.apiOpts...)
 	deps := api.Deps{State: &api.StoreState{Store: store, Lag: mat}, Decider: dec, Log: elog, Names: h.names}
-	if !o.noRecords {
+	switch {
+	case o.records != nil:
+		deps.Records = o.records
+	case !o.noRecords:
 		deps.Records = api.NewLogDecisionReader(kafkatest.Client(t, brokers), h.names)
 	}
 	srv, err := api.New(deps, opts...)

@@ -66,7 +66,8 @@ type StoredDecision struct {
 type DecisionReader interface {
 	// ReadDecision returns the decision record at (partition, offset) of
 	// the decisions topic. It returns an error wrapping ErrRecordGone when
-	// the topic no longer holds that offset.
+	// the topic no longer holds that offset, and one wrapping
+	// ErrNotTheRecord when what it holds is not a decision record.
 	ReadDecision(ctx context.Context, partition int32, offset int64) (*pb.DecisionRecord, error)
 }
 

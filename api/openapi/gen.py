@@ -135,7 +135,8 @@ def errors(*codes):
              "409": "conflict", "413": "too large", "415": "not JSON", "422": "well-formed but invalid",
              "503": "not ready, or the log cannot take more (Retry-After)", "504": "a wait bound ran out",
              "501": "not implemented in this build",
-             "410": "the replica holds the decision, but the decisions topic no longer holds its record (its retention is shorter)"}
+             "410": "the replica holds the decision, but the decisions topic no longer holds its record (its retention is shorter)",
+             "500": "the decisions topic holds another record at the decision's position (see the router's log)"}
     return {c: resp(names[c], ERR) for c in codes}
 
 def op(summary, responses, body=None, params=None):
@@ -158,15 +159,15 @@ doc = {
     "paths": {
         "/v1/route": {"post": op("Decide where a request goes", {
             "200": resp("the decision (made durable on the decisions topic before answering)", ref("RouteResponse")),
-            **errors("400", "401", "410", "413", "415", "422", "503", "504")},
+            **errors("400", "401", "410", "413", "415", "422", "500", "503", "504")},
             body=ref("RouteRequest"),
             params=[{"name": "explain", "in": "query", "schema": {"type": "string", "enum": ["true", "false"]},
                      "description": "include the candidate table"}])},
         "/v1/decisions/{decision_id}": {"get": op("The stored decision record", {
-            "200": resp("the record", ref("DecisionRecord")), **errors("401", "404", "410", "503")},
+            "200": resp("the record", ref("DecisionRecord")), **errors("401", "404", "410", "500", "503")},
             params=[ID("decision_id", "a decision id")])},
         "/v1/decisions/{decision_id}/explain": {"get": op("Replay explanation of a decision", {
-            "200": resp("the explanation", ref("Explanation")), **errors("401", "404", "410", "501", "503")},
+            "200": resp("the explanation", ref("Explanation")), **errors("401", "404", "410", "500", "501", "503")},
             params=[ID("decision_id", "a decision id")])},
         "/v1/requests/{request_id}/events": {"post": op("A request lifecycle event (frees accounting)", {
             "202": resp("written; the offsets it was written at", ref("IngestAccepted")), **errors("400", "401", "404", "413", "415", "422", "503")},
