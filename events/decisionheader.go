@@ -27,15 +27,22 @@ const (
 // decision. Approximate mode keeps the chains: its predicted cache entries
 // are rebuilt from them when a replica opens its store.
 func MarshalDecisionHeader(d *pb.DecisionRecord, keepChains bool) ([]byte, error) {
-	parts := decisionParts(0)
-	if keepChains {
-		parts = partChains
-	}
 	hint := 512 + len(d.GetConfigJson())
 	if keepChains {
 		hint = decisionSizeHint(d) - 128*len(d.GetCandidates())
 	}
-	if b, ok := appendDecision(make([]byte, 0, hint), d, parts); ok {
+	return AppendDecisionHeader(make([]byte, 0, hint), d, keepChains)
+}
+
+// AppendDecisionHeader appends MarshalDecisionHeader(d, keepChains) to dst,
+// so a caller that frames the header (the store prefixes its position)
+// encodes it in place instead of copying it.
+func AppendDecisionHeader(dst []byte, d *pb.DecisionRecord, keepChains bool) ([]byte, error) {
+	parts := decisionParts(0)
+	if keepChains {
+		parts = partChains
+	}
+	if b, ok := appendDecision(dst, d, parts); ok {
 		return b, nil
 	}
 	// Unknown fields, a nil element or invalid UTF-8: the generic encoder
@@ -45,13 +52,13 @@ func MarshalDecisionHeader(d *pb.DecisionRecord, keepChains bool) ([]byte, error
 	if err != nil {
 		return nil, err
 	}
-	return stripDecisionFields(whole, parts)
+	return appendStrippedDecision(dst, whole, parts)
 }
 
-// stripDecisionFields copies an encoded DecisionRecord without the top-level
-// candidates field and, unless parts keeps them, the chains field.
-func stripDecisionFields(v []byte, parts decisionParts) ([]byte, error) {
-	out := make([]byte, 0, 512)
+// appendStrippedDecision appends an encoded DecisionRecord to out without
+// the top-level candidates field and, unless parts keeps them, the chains
+// field.
+func appendStrippedDecision(out, v []byte, parts decisionParts) ([]byte, error) {
 	for b := v; len(b) > 0; {
 		num, typ, n := protowire.ConsumeTag(b)
 		if n < 0 {

@@ -55,8 +55,13 @@ func TestDecisionHeaderIsTheRecordWithoutItsBulk(t *testing.T) {
 			if err != nil {
 				t.Fatalf("record %d keepChains=%v: %v", i, keep, err)
 			}
-			if want := headerOf(t, d, keep); !bytes.Equal(got, want) {
+			want := headerOf(t, d, keep)
+			if !bytes.Equal(got, want) {
 				t.Fatalf("record %d keepChains=%v: header differs\n got %x\nwant %x", i, keep, got, want)
+			}
+			framed, err := AppendDecisionHeader([]byte("prefix"), d, keep)
+			if err != nil || !bytes.Equal(framed, append([]byte("prefix"), want...)) {
+				t.Fatalf("record %d keepChains=%v: AppendDecisionHeader after a prefix: %x, %v", i, keep, framed, err)
 			}
 			back := &pb.DecisionRecord{}
 			if err := proto.Unmarshal(got, back); err != nil {
@@ -79,12 +84,12 @@ func TestDecisionHeaderIsTheRecordWithoutItsBulk(t *testing.T) {
 
 // TestStripDecisionFieldsRejectsTruncation: a cut record is an error,
 // never a silently shorter header.
-func TestStripDecisionFieldsRejectsTruncation(t *testing.T) {
+func TestAppendStrippedDecisionRejectsTruncation(t *testing.T) {
 	v, err := Marshal(eventstest.Decision(4, 2, 10))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := stripDecisionFields(v[:len(v)-3], 0); err == nil {
+	if _, err := appendStrippedDecision(nil, v[:len(v)-3], 0); err == nil {
 		t.Fatal("a truncated record was stripped without an error")
 	}
 }

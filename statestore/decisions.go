@@ -126,12 +126,13 @@ func (st *state) applyDecisionLog(b *pebble.Batch, d *pb.DecisionRecord, partiti
 	if !st.decisionPresent(d) {
 		return // already absent: the same as seen, then swept
 	}
-	header, err := events.MarshalDecisionHeader(d, st.act.cfg.approxTTL > 0)
+	v, err := appendStoredDecision(st.dbuf[:0], partition, offset, d, st.act.cfg.approxTTL > 0)
 	if err != nil {
 		return // unreachable: a decoded message has valid UTF-8
 	}
+	st.dbuf = v // Set copies it
 	tD := d.GetDecidedAtUnixNano()
-	_ = b.Set(decisionKey(id), storedDecisionValue(partition, offset, header), nil)
+	_ = b.Set(decisionKey(id), v, nil)
 	_ = b.Set(requestKey(req, id), requestIndexValue(d), nil)
 	_ = b.Set(expiryKey(tD, id), []byte(req), nil)
 	if _, ok := dl.pending[id]; !ok {
@@ -603,20 +604,19 @@ type StoredDecision struct {
 	Offset    int64
 }
 
-// storedDecisionValue is the value of a decision key:
+// appendStoredDecision appends the value of a decision key to v:
 //
 //	u8 format (1) | uvarint partition | uvarint offset | header
-func storedDecisionValue(partition int32, offset int64, header []byte) []byte {
-	v := make([]byte, 0, 1+2*binary.MaxVarintLen64+len(header))
+func appendStoredDecision(v []byte, partition int32, offset int64, d *pb.DecisionRecord, keepChains bool) ([]byte, error) {
 	v = append(v, storedDecisionFormat)
 	v = binary.AppendUvarint(v, uint64(partition))
 	v = binary.AppendUvarint(v, uint64(offset))
-	return append(v, header...)
+	return events.AppendDecisionHeader(v, d, keepChains)
 }
 
 const storedDecisionFormat = 1
 
-// decodeStoredDecision reads storedDecisionValue.
+// decodeStoredDecision reads what appendStoredDecision wrote.
 func decodeStoredDecision(v []byte) (StoredDecision, error) {
 	if len(v) == 0 || v[0] != storedDecisionFormat {
 		return StoredDecision{}, errors.New("stored decision: unknown value format")

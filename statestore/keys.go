@@ -36,7 +36,7 @@ import (
 //	'd' decisionID                           u8 format 1 | uvarint partition | uvarint offset (the
 //	                                         record's position on the decisions topic) | the
 //	                                         record's header, deterministic protobuf
-//	                                         (decisions.go storedDecisionValue)
+//	                                         (decisions.go appendStoredDecision)
 //	'q' uvarint(len) requestID decisionID    request index: i64 decided_at, then the decision's
 //	                                         workers (decisions.go requestIndexValue)
 //	'e' decidedAt(u64, sign bit flipped) decisionID

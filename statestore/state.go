@@ -57,6 +57,7 @@ type state struct {
 	kbuf    []byte
 	vbuf    []byte
 	ebuf    []byte // encodeEntry's (active.go)
+	dbuf    []byte // appendStoredDecision's (decisions.go)
 }
 
 // applyStats counts what apply rules saw; the Store moves them into its
