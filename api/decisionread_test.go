@@ -21,6 +21,26 @@ import (
 	"github.com/pdrouter/pdrouter/statestore"
 )
 
+// oneRecordInMemory keeps one cached record and one local decision: the
+// earlier ones leave memory at once, and lookups find their headers.
+var oneRecordInMemory = statestore.Options{DecisionCacheSize: 1, MaxLocalDecisions: 1}
+
+// routeUntilHeader registers the fleet, routes three requests (ids
+// prefix-0..2, one cached prompt) and returns their decision ids once the
+// first is a committed header.
+func routeUntilHeader(t *testing.T, h *harness, prefix string) []string {
+	t.Helper()
+	after := fleet(h)
+	var ids []string
+	for i := range 3 {
+		var r routeResp
+		h.mustDo(http.StatusOK, "POST", "/v1/route", map[string]any{"request_id": fmt.Sprintf("%s-%d", prefix, i), "token_ids": tokens(74, 0), "after": after}, &r)
+		ids = append(ids, r.DecisionID)
+	}
+	committedHeader(t, h, ids[0])
+	return ids
+}
+
 // committedHeader waits until the store serves decision id as a committed
 // header (out of memory, its table left on the topic), and returns it.
 func committedHeader(t *testing.T, h *harness, id string) statestore.StoredDecision {
@@ -46,9 +66,7 @@ func committedHeader(t *testing.T, h *harness, id string) statestore.StoredDecis
 // reader, a 503.
 func TestOldDecisionsAreReadFromTheLog(t *testing.T) {
 	kafkatest.Both(t, func(t *testing.T, brokers []string) {
-		// One cached record and one local decision: the earlier ones leave
-		// memory at once.
-		h := newHarness(t, brokers, harnessOpt{store: statestore.Options{DecisionCacheSize: 1, MaxLocalDecisions: 1}})
+		h := newHarness(t, brokers, harnessOpt{store: oneRecordInMemory})
 		after := fleet(h)
 		var ids []string
 		for i := range 4 {
@@ -117,15 +135,8 @@ func TestOldDecisionsAreReadFromTheLog(t *testing.T) {
 // TestOldDecisionsWithoutAReader: a server built without Deps.Records
 // answers a committed decision's record with a 503 that says why.
 func TestOldDecisionsWithoutAReader(t *testing.T) {
-	h := newHarness(t, kafkatest.Fake(t), harnessOpt{store: statestore.Options{DecisionCacheSize: 1, MaxLocalDecisions: 1}, noRecords: true})
-	after := fleet(h)
-	var ids []string
-	for i := range 3 {
-		var r routeResp
-		h.mustDo(http.StatusOK, "POST", "/v1/route", map[string]any{"request_id": fmt.Sprintf("nr-%d", i), "token_ids": tokens(74, 0), "after": after}, &r)
-		ids = append(ids, r.DecisionID)
-	}
-	committedHeader(t, h, ids[0])
+	h := newHarness(t, kafkatest.Fake(t), harnessOpt{store: oneRecordInMemory, noRecords: true})
+	ids := routeUntilHeader(t, h, "nr")
 	body := string(h.mustDo(http.StatusServiceUnavailable, "GET", "/v1/decisions/"+ids[0], nil, nil))
 	if !strings.Contains(body, `"decision_record_unavailable"`) {
 		t.Fatalf("503 body: %s", body)
@@ -171,15 +182,8 @@ func TestOldDecisionReadFailures(t *testing.T) {
 		}, http.StatusGone, "decision_record_gone"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			h := newHarness(t, kafkatest.Fake(t), harnessOpt{store: statestore.Options{DecisionCacheSize: 1, MaxLocalDecisions: 1}, records: tc.read})
-			after := fleet(h)
-			var ids []string
-			for i := range 3 {
-				var r routeResp
-				h.mustDo(http.StatusOK, "POST", "/v1/route", map[string]any{"request_id": fmt.Sprintf("rf-%d", i), "token_ids": tokens(74, 0), "after": after}, &r)
-				ids = append(ids, r.DecisionID)
-			}
-			committedHeader(t, h, ids[0])
+			h := newHarness(t, kafkatest.Fake(t), harnessOpt{store: oneRecordInMemory, records: tc.read})
+			ids := routeUntilHeader(t, h, "rf")
 			body := string(h.mustDo(tc.status, "GET", "/v1/decisions/"+ids[0], nil, nil))
 			if !strings.Contains(body, `"`+tc.code+`"`) || strings.Contains(body, "secret-broker") || strings.Contains(body, "someone-else") {
 				t.Fatalf("%d body: %s", tc.status, body)
