@@ -13,6 +13,19 @@ import (
 	"github.com/pdrouter/pdrouter/internal/kafkatest"
 )
 
+// topicKeeping creates a one-partition topic under prefix with this
+// retention.ms, deleted at the end of the test, and waits until it answers.
+func topicKeeping(t *testing.T, adm *kadm.Client, prefix, retentionMS string) string {
+	t.Helper()
+	topic := prefix + "decisions-" + strings.TrimPrefix(retentionMS, "-")
+	if _, err := adm.CreateTopic(context.Background(), 1, 1, map[string]*string{"retention.ms": kadm.StringPtr(retentionMS)}, topic); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = adm.DeleteTopics(context.Background(), topic) })
+	kafkatest.WaitTopics(t, adm, topic)
+	return topic
+}
+
 // TestDecisionTopicShort: a decisions topic that deletes records before the
 // replica forgets their headers is reported with both durations; one that
 // keeps them as long, longer or forever is not.
@@ -32,12 +45,7 @@ func TestDecisionTopicShort(t *testing.T) {
 			{"2592000000", 24 * time.Hour, false},
 			{"-1", 24 * time.Hour, false},
 		} {
-			topic := prefix + "decisions-" + strings.TrimPrefix(tc.retentionMS, "-")
-			if _, err := adm.CreateTopic(ctx, 1, 1, map[string]*string{"retention.ms": kadm.StringPtr(tc.retentionMS)}, topic); err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _, _ = adm.DeleteTopics(context.Background(), topic) })
-			kafkatest.WaitTopics(t, adm, topic)
+			topic := topicKeeping(t, adm, prefix, tc.retentionMS)
 			msg, err := decisionTopicShort(ctx, adm, topic, tc.keep)
 			if err != nil {
 				t.Fatalf("retention.ms %s: %v", tc.retentionMS, err)
@@ -55,7 +63,7 @@ func TestDecisionTopicShort(t *testing.T) {
 	})
 }
 
-// warnDecisionTopicShort logs the warning once for a short topic, and
+// TestWarnDecisionTopicShort: warnDecisionTopicShort logs the warning once for a short topic, and
 // nothing for a topic that keeps records long enough.
 func TestWarnDecisionTopicShort(t *testing.T) {
 	kafkatest.Both(t, func(t *testing.T, brokers []string) {
@@ -65,11 +73,7 @@ func TestWarnDecisionTopicShort(t *testing.T) {
 			retentionMS string
 			warn        bool
 		}{{"3600000", true}, {"-1", false}} {
-			topic := prefix + "decisions-" + strings.TrimPrefix(tc.retentionMS, "-")
-			if _, err := adm.CreateTopic(context.Background(), 1, 1, map[string]*string{"retention.ms": kadm.StringPtr(tc.retentionMS)}, topic); err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _, _ = adm.DeleteTopics(context.Background(), topic) })
+			topic := topicKeeping(t, adm, prefix, tc.retentionMS)
 			var buf bytes.Buffer
 			warnDecisionTopicShort(context.Background(), adm, topic, 24*time.Hour, slog.New(slog.NewTextHandler(&buf, nil)))
 			if got := strings.Count(buf.String(), "level=WARN"); got != map[bool]int{true: 1}[tc.warn] {
