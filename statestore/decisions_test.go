@@ -3,6 +3,7 @@ package statestore
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -461,5 +462,33 @@ func TestCommittedDecisionIsHeaderAndPosition(t *testing.T) {
 				t.Fatalf("DecisionForRequest after reopen: %+v %v", sd, ok)
 			}
 		})
+	}
+}
+
+// A stored decision value that is not what appendStoredDecision wrote (a
+// store written by another build, a torn value) is an error naming what is
+// wrong, never a record with a made-up position.
+func TestDecodeStoredDecisionRejectsMalformedValues(t *testing.T) {
+	good, err := appendStoredDecision(nil, 3, 1234, decision("x", "q", "d1", 1e12), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sd, err := decodeStoredDecision(good); err != nil || sd.Partition != 3 || sd.Offset != 1234 || sd.Record.GetDecisionId() != "x" || sd.Complete {
+		t.Fatalf("the value appendStoredDecision wrote: %+v, %v", sd, err)
+	}
+	for _, tc := range []struct {
+		name string
+		v    []byte
+		want string
+	}{
+		{"empty", nil, "unknown value format"},
+		{"other format", append([]byte{2}, good[1:]...), "unknown value format"},
+		{"cut in the position", good[:2], "bad position"},
+		{"partition past int32", binary.AppendUvarint(binary.AppendUvarint([]byte{1}, 1<<40), 5), "bad position"},
+		{"cut in the header", good[:len(good)-2], "stored decision:"},
+	} {
+		if _, err := decodeStoredDecision(tc.v); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want an error containing %q", tc.name, err, tc.want)
+		}
 	}
 }
