@@ -22,6 +22,7 @@ import shutil
 import signal
 import socket
 import statistics
+import struct
 import subprocess
 import threading
 import time
@@ -174,6 +175,8 @@ class Target:
                 self.proc.wait(10)
         self.log.close()
         self.proc = None
+        if self.kind == "serve":
+            delete_topics(self.brokers, [self.prefix + t for t in TOPICS])
 
     def restart(self, why):
         self.restarts.append(why)
@@ -271,6 +274,30 @@ class Target:
 
     def rss(self):
         return rss_of(self.proc.pid) if self.alive() else None
+
+
+TOPICS = ["kv-events", "load", "workers", "decisions", "outcomes"]
+
+
+def delete_topics(brokers, names):
+    """Deletes a serve target's topics from the shared broker with one
+    DeleteTopics v1 request (the suite has no Kafka client library; this is
+    the whole of the protocol it needs). Best effort: a leftover topic under
+    a unique prefix disturbs no one."""
+    host, port = brokers.split(",")[0].rsplit(":", 1)
+
+    def string(x):
+        b = x.encode()
+        return struct.pack(">h", len(b)) + b
+
+    body = struct.pack(">i", len(names)) + b"".join(string(n) for n in names) + struct.pack(">i", 30000)
+    req = struct.pack(">hhi", 20, 1, 1) + string("pdrouter-hostile-suite") + body
+    try:
+        with socket.create_connection((host, int(port)), timeout=30) as s:
+            s.sendall(struct.pack(">i", len(req)) + req)
+            s.recv(4096)
+    except OSError:
+        pass
 
 
 # What a call to a dying or stalled process can raise.

@@ -572,7 +572,7 @@ GAPS = {
         "a reused request_id with another prompt silently gets the first request's decision"),
     "negative_prompt_tokens": (
         lambda t: _route(t, block_hashes=[1, 2], block_size=16, prompt_tokens=-5),
-        422, "invalid_value", "prompt_tokens", "a negative prompt_tokens is accepted"),
+        422, "invalid_value", "prompt_tokens", "a negative prompt_tokens is taken for a size and answered 413"),
     "case_folded_key": (
         lambda t: t.call("POST", "/v1/route", raw=b'{"Request_ID":"gap-case","model":"llama","token_ids":[1,2,3]}'),
         400, "unknown_field", None, "encoding/json matches keys case-insensitively"),
