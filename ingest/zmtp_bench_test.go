@@ -46,7 +46,7 @@ func BenchmarkSubConnRecv(b *testing.B) {
 	}()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	sc, err := dialSub(ctx, "tcp://"+ln.Addr().String(), "")
+	sc, err := dialSub(ctx, "tcp://"+ln.Addr().String(), "", ZMTPLimits{})
 	if err != nil {
 		b.Fatal(err)
 	}
