@@ -44,6 +44,10 @@ type zmtpConn struct {
 	wbuf []byte
 }
 
+// errPeerError is the end of a connection whose peer sent ERROR: the peer's
+// decision, not a refusal of ours.
+var errPeerError = errors.New("zmtp: the peer closed the connection with ERROR")
+
 // zmtpReadBuffer is the read buffer: many engine messages (a one-block
 // event is ~150 bytes on the wire) per read syscall.
 const zmtpReadBuffer = 64 << 10
@@ -274,7 +278,7 @@ func (c *zmtpConn) command(size uint64) error {
 		_ = c.nc.SetWriteDeadline(time.Time{})
 		return err
 	case "ERROR":
-		return fmt.Errorf("zmtp: the peer closed the connection: %s", parseError(data))
+		return fmt.Errorf("%w: %s", errPeerError, parseError(data))
 	}
 	return nil
 }

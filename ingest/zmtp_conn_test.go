@@ -2,6 +2,7 @@ package ingest
 
 import (
 	"bytes"
+	"errors"
 	"io"
 	"net"
 	"runtime"
@@ -125,7 +126,7 @@ func TestZMTPConnPingPong(t *testing.T) {
 
 func TestZMTPConnPeerError(t *testing.T) {
 	zc, _ := subOver(t, ZMTPLimits{}, cat(goodPubHandshake, testCommand("ERROR", []byte("\x07go away"))))
-	if _, err := zc.Recv(); err == nil || zmtpReason(err) != "" {
-		t.Fatalf("got %v, want an error that is no refusal", err)
+	if _, err := zc.Recv(); !errors.Is(err, errPeerError) || zmtpReason(err) != "" {
+		t.Fatalf("got %v, want the peer's ERROR, which is no refusal", err)
 	}
 }
