@@ -42,6 +42,10 @@ type Config struct {
 	ScrapeInterval time.Duration
 	// ScrapeTimeout bounds one scrape (default: the interval, at most 10s).
 	ScrapeTimeout time.Duration
+
+	// ZMTP bounds every tcp:// and ipc:// ZMQ peer: publishers on Bind or
+	// dialed, and replay sockets.
+	ZMTP ZMTPLimits
 }
 
 func (c *Config) defaults() {
@@ -57,6 +61,7 @@ func (c *Config) defaults() {
 	if c.ScrapeTimeout <= 0 {
 		c.ScrapeTimeout = min(c.ScrapeInterval, 10*time.Second)
 	}
+	c.ZMTP.defaults()
 	if c.IngestID == "" {
 		h, _ := os.Hostname()
 		c.IngestID = "ingest@" + h

@@ -18,6 +18,12 @@ import (
 // under events.MaxValueBytes anyway; refusing it early bounds memory too.
 const MaxPayloadBytes = events.MaxValueBytes / 2
 
+// MaxTimestampSeconds bounds an engine batch's timestamp: 2100-01-01 UTC in
+// seconds since the epoch. A later clock is a broken or hostile engine, and
+// the bound is what lets the float seconds become int64 nanoseconds without
+// overflow.
+const MaxTimestampSeconds = 4102444800
+
 // maxDepth bounds nesting while skipping values nobody reads (extra_keys,
 // metadata, future fields). Engines nest 3 or 4 levels; a hostile payload
 // of nested one-element arrays must not recurse a million times.
@@ -397,10 +403,11 @@ func (dc *decoder) timestamp() (int64, error) {
 	if err != nil {
 		return 0, dc.fail(ReasonTimestamp, off, err)
 	}
-	// 1e10 s is the year 2286: past it, or negative, or NaN, the value is
-	// not a wall clock and nanoseconds would overflow.
-	if !(ts >= 0 && ts < 1e10) {
-		return 0, dc.fail(ReasonTimestamp, off, fmt.Errorf("timestamp %v is not seconds since 1970", ts))
+	// The comparison is written so NaN fails it too. The bound keeps
+	// sec*1e9 far inside int64 (which ends in 2262), so the conversion
+	// below cannot wrap to a negative time.
+	if !(ts >= 0 && ts < MaxTimestampSeconds) {
+		return 0, dc.fail(ReasonTimestamp, off, fmt.Errorf("timestamp %v is not seconds since 1970 before 2100", ts))
 	}
 	sec := math.Floor(ts)
 	return int64(sec)*1e9 + int64(math.Round((ts-sec)*1e9)), nil

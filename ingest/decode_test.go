@@ -3,6 +3,7 @@ package ingest
 import (
 	"encoding/hex"
 	"errors"
+	"math"
 	"testing"
 
 	"github.com/vmihailenco/msgpack/v5"
@@ -186,6 +187,12 @@ func TestDecodeErrors(t *testing.T) {
 		{"one element", mp(t, []any{1.0}), ReasonBatchLength, -1, ""},
 		{"string ts", mp(t, []any{"now", []any{}}), ReasonTimestamp, -1, ""},
 		{"negative ts", mp(t, []any{-1.0, []any{}}), ReasonTimestamp, -1, ""},
+		{"ts past int64 nanoseconds", mp(t, []any{9.5e9, []any{}}), ReasonTimestamp, -1, ""},
+		{"ts just past int64 nanoseconds", mp(t, []any{9.223372037e9, []any{}}), ReasonTimestamp, -1, ""},
+		{"int ts past int64 nanoseconds", mp(t, []any{uint64(9_300_000_000), []any{}}), ReasonTimestamp, -1, ""},
+		{"ts beyond year 2100", mp(t, []any{4.2e9, []any{}}), ReasonTimestamp, -1, ""},
+		{"NaN ts", mp(t, []any{math.NaN(), []any{}}), ReasonTimestamp, -1, ""},
+		{"infinite ts", mp(t, []any{math.Inf(1), []any{}}), ReasonTimestamp, -1, ""},
 		{"events not array", mp(t, []any{1.0, map[string]any{}}), ReasonEvents, -1, ""},
 		{"string rank", mp(t, []any{1.0, []any{}, "0"}), ReasonDPRank, -1, ""},
 		{"negative rank", mp(t, []any{1.0, []any{}, -1}), ReasonDPRank, -1, ""},

@@ -16,8 +16,16 @@
 //   - frames.go, endpoint.go: the ZMQ framing (live and replay) and endpoint
 //     arithmetic (bind vs connect, data-parallel port offsets).
 //   - sequence.go: the per-source sequence state machine (gaps, restarts).
-//   - zmq.go, subconn.go, replay.go: the sockets (go-zeromq, pure Go; the
-//     SUB side reads go-zeromq connections through a buffer).
+//   - zmtp.go, zmtp_conn.go, zmtp_limits.go, zmtp_guard.go: ingest's own
+//     ZMTP 3 (greeting, NULL handshake, framing, PING) for tcp:// and ipc://
+//     peers, with bounded sizes, a handshake timeout, a cap on connections
+//     to --bind, refusals counted in pdrouter_rejected_total{entry=zmq_bind
+//     or zmq_dial}, and a recover per connection. Whoever can reach the
+//     bound port or register an endpoint is its peer, so nothing a peer
+//     sends may panic, allocate what it declares, or stall ingest.
+//   - zmq.go, subconn.go, replay.go: the SUB loops (dial and bind) and the
+//     replay DEALER over those connections; inproc:// endpoints, reachable
+//     only from this process, keep go-zeromq's sockets.
 //   - source.go: one goroutine per source that ties frames, decoding,
 //     sequencing and replay together and hands records to a Sink.
 //   - sink.go: the Kafka producer (idempotent, acks=all, backpressure).
@@ -94,6 +102,6 @@
 // With a pyzmq publisher one Python process sends about 105k messages/s and
 // ingest follows it at 0.6 cores. Most of the cost per message is decoding,
 // the Protobuf record and franz-go's produce path; the socket reads are
-// buffered (subconn.go), since go-zeromq's own reader, at five read
+// buffered (zmtp_conn.go), since go-zeromq's own reader, at five read
 // syscalls a message, held ingest under 100k messages/s.
 package ingest

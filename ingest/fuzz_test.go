@@ -24,6 +24,9 @@ func fuzzDecode(f *testing.F, eng pb.Engine) {
 		f.Add(p)
 	}
 	f.Add([]byte{0x92, 0x01, 0x91, 0x92, 0xa1, 'X', 0xc0})
+	// A float64 timestamp of 9.5e9 s, which used to wrap to negative
+	// nanoseconds.
+	f.Add([]byte{0x92, 0xcb, 0x42, 0x01, 0xb1, 0xf3, 0xf8, 0x00, 0x00, 0x00, 0x90})
 	f.Fuzz(func(t *testing.T, p []byte) {
 		b, err := DecodeBatch(p, eng)
 		if err != nil {
@@ -35,6 +38,9 @@ func fuzzDecode(f *testing.F, eng pb.Engine) {
 				t.Fatalf("bad error: %+v", de)
 			}
 			return
+		}
+		if b.TimeUnixNano < 0 {
+			t.Fatalf("negative event time %d", b.TimeUnixNano)
 		}
 		rec := &pb.KvEventRecord{Worker: &pb.WorkerRef{WorkerId: "w"}, Events: b.Events}
 		if err := events.Validate(rec); err != nil {

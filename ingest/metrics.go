@@ -1,6 +1,10 @@
 package ingest
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/pdrouter/pdrouter/internal/rejects"
+)
 
 // Metrics are ingest's Prometheus metrics. They are registered on the
 // Registerer passed to NewMetrics, never on a global one, so `pdrouter dev`
@@ -24,6 +28,7 @@ type Metrics struct {
 	Lag           prometheus.Histogram
 	Scrapes       *prometheus.CounterVec // {result}
 	Unrouted      prometheus.Counter
+	ConnPanics    *prometheus.CounterVec // {entry}
 }
 
 // NewMetrics creates the metrics and registers them on reg (nil: not
@@ -61,10 +66,14 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Engine /metrics scrapes, by result (ok, error)."}, []string{"result"}),
 		Unrouted: prometheus.NewCounter(prometheus.CounterOpts{Name: "pdrouter_ingest_unrouted_total",
 			Help: "Messages on the bind endpoint whose topic maps to no valid worker id."}),
+		ConnPanics: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "pdrouter_ingest_connection_panics_total",
+			Help: "Panics recovered on a ZMQ connection (entry zmq_bind or zmq_dial); each dropped that connection. Any is a bug."}, []string{"entry"}),
 	}
+	m.ConnPanics.WithLabelValues(string(rejects.ZMQBind))
+	m.ConnPanics.WithLabelValues(string(rejects.ZMQDial))
 	if reg != nil {
 		reg.MustRegister(m.Batches, m.Events, m.Demoted, m.DecodeErrors, m.FrameErrors, m.Gaps, m.Replays, m.Replayed,
-			m.Resets, m.ProduceErrors, m.Produced, m.QueueDepth, m.Lag, m.Scrapes, m.Unrouted)
+			m.Resets, m.ProduceErrors, m.Produced, m.QueueDepth, m.Lag, m.Scrapes, m.Unrouted, m.ConnPanics)
 	}
 	return m
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/pdrouter/pdrouter/events"
 	pb "github.com/pdrouter/pdrouter/events/eventspb"
+	"github.com/pdrouter/pdrouter/internal/rejects"
 )
 
 // Deps are Run's collaborators, passed in so `pdrouter ingest`, `dev` and
@@ -60,6 +61,7 @@ type Ingest struct {
 	sdeps   sourceDeps
 	kafka   *KafkaSink
 	metrics *Metrics
+	guard   *connGuard
 	log     *slog.Logger
 
 	ctx    context.Context
@@ -84,11 +86,11 @@ func New(cfg Config, deps Deps) (*Ingest, error) {
 	if deps.Log == nil {
 		deps.Log = slog.Default()
 	}
-	if deps.Replayer == nil {
-		deps.Replayer = ZMQReplayer{}
-	}
 	if deps.HTTP == nil {
 		deps.HTTP = &http.Client{Timeout: cfg.ScrapeTimeout}
+	}
+	if err := cfg.ZMTP.Validate(); err != nil {
+		return nil, err
 	}
 	if cfg.Bind != "" {
 		if err := checkEndpoint("--bind", cfg.Bind); err != nil {
@@ -102,6 +104,11 @@ func New(cfg Config, deps Deps) (*Ingest, error) {
 	}
 	ing := &Ingest{cfg: cfg, deps: deps, log: deps.Log, metrics: NewMetrics(deps.Registerer),
 		running: map[string]*runningSource{}, regs: map[string]*pb.WorkerRegistration{}, bindTops: map[string]SourceConfig{}}
+	ing.guard = newConnGuard(cfg.ZMTP, rejects.For(deps.Registerer), ing.metrics.ConnPanics, deps.Log)
+	if deps.Replayer == nil {
+		deps.Replayer = ZMQReplayer{guard: ing.guard}
+		ing.deps.Replayer = deps.Replayer
+	}
 	sink := deps.Sink
 	if sink == nil {
 		if deps.Kafka == nil {
@@ -257,7 +264,7 @@ func (ing *Ingest) runConnect(ctx context.Context, spec sourceSpec, topic string
 	rctx, stopReader := context.WithCancel(ctx)
 	readerDone := make(chan error, 1)
 	go func() {
-		readerDone <- subscribeConnect(rctx, spec.Endpoint, topic, ing.cfg.ReconnectInterval, ing.log,
+		readerDone <- subscribeConnect(rctx, spec.Endpoint, topic, ing.cfg.ReconnectInterval, ing.guard,
 			func(r received) error {
 				in := decodeInbound(r, spec.Engine)
 				select {
@@ -373,7 +380,7 @@ func (ing *Ingest) runBind(ctx context.Context) error {
 			return context.Cause(ctx)
 		}
 	}
-	err := subscribeBind(ctx, ing.cfg.Bind, ing.cfg.BindTopic, ing.log, dispatch, ing.frameError, ing.deps.BindReady)
+	err := subscribeBind(ctx, ing.cfg.Bind, ing.cfg.BindTopic, ing.guard, dispatch, ing.frameError, ing.deps.BindReady)
 	if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) {
 		return cause
 	}

@@ -12,12 +12,14 @@ import (
 	"time"
 
 	"github.com/go-zeromq/zmq4"
+
+	"github.com/pdrouter/pdrouter/internal/rejects"
 )
 
-// Sockets are go-zeromq's pure-Go ZMTP 3 implementation, so ingest builds
-// without cgo; TestZMQInteropPyzmq checks it against libzmq through pyzmq.
-// The SUB side of tcp:// and ipc:// endpoints uses go-zeromq's connections
-// without its socket (subconn.go).
+// tcp:// and ipc:// endpoints are read with ingest's own ZMTP connections
+// (zmtp_conn.go, subconn.go), behind a connGuard. inproc:// endpoints use
+// go-zeromq's pure-Go sockets: they only reach code in this process.
+// TestZMQInteropPyzmq checks the wire against libzmq through pyzmq.
 
 // zmqLogger silences go-zeromq's own logger (it prints to stderr on every
 // refused connection); ingest logs what matters through slog.
@@ -32,17 +34,26 @@ type received struct {
 // msgReceiver is what recvLoop reads: a subConn, or go-zeromq's socket for
 // inproc:// endpoints.
 type msgReceiver interface {
-	Recv() (zmq4.Msg, error)
+	Recv() ([][]byte, error)
+}
+
+// socketReceiver reads go-zeromq's socket as a msgReceiver.
+type socketReceiver struct{ s zmq4.Socket }
+
+func (r socketReceiver) Recv() ([][]byte, error) {
+	m, err := r.s.Recv()
+	return m.Frames, err
 }
 
 // subscribeConnect dials an engine's PUB at endpoint and calls out for every
-// well-framed message until ctx ends. A lost connection (engine restart) is
-// redialed after retry; a missed stretch shows up as a sequence gap or
-// restart downstream. Badly framed messages go to bad.
-func subscribeConnect(ctx context.Context, endpoint, topic string, retry time.Duration, lg *slog.Logger,
+// well-framed message until ctx ends. A lost connection (engine restart),
+// a refused handshake or frame, or a recovered panic is redialed after
+// retry; a missed stretch shows up as a sequence gap or restart
+// downstream. Badly framed messages go to bad.
+func subscribeConnect(ctx context.Context, endpoint, topic string, retry time.Duration, g *connGuard,
 	out func(received) error, bad func(error), connected func() error) error {
 	dial := func() (msgReceiver, func() error, error) {
-		sc, err := dialSub(ctx, endpoint, topic)
+		sc, err := dialSub(ctx, endpoint, topic, g.limits)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -51,9 +62,14 @@ func subscribeConnect(ctx context.Context, endpoint, topic string, retry time.Du
 	if _, _, ok := netEndpoint(endpoint); !ok {
 		dial = func() (msgReceiver, func() error, error) { return dialSocket(ctx, endpoint, topic, retry) }
 	}
+	lg := g.log
 	failures := 0
 	for ctx.Err() == nil {
-		rx, closeRx, err := dial()
+		var (
+			rx      msgReceiver
+			closeRx func() error
+		)
+		err := g.run(rejects.ZMQDial, endpoint, func() (err error) { rx, closeRx, err = dial(); return err })
 		if err != nil {
 			if ctx.Err() != nil {
 				break
@@ -62,7 +78,8 @@ func subscribeConnect(ctx context.Context, endpoint, topic string, retry time.Du
 				return err
 			}
 			// Logged once per outage: an engine that is down is redialed
-			// every retry, quietly.
+			// every retry, quietly; a refused peer is counted every time.
+			g.refused(rejects.ZMQDial, err)
 			level := slog.LevelDebug
 			if failures == 0 {
 				level = slog.LevelWarn
@@ -79,7 +96,7 @@ func subscribeConnect(ctx context.Context, endpoint, topic string, retry time.Du
 			return nil
 		}
 		stop := context.AfterFunc(ctx, func() { _ = closeRx() })
-		err = recvLoop(ctx, rx, out, bad)
+		err = g.run(rejects.ZMQDial, endpoint, func() error { return recvLoop(ctx, rx, out, bad) })
 		stop()
 		_ = closeRx()
 		if ctx.Err() != nil {
@@ -88,7 +105,11 @@ func subscribeConnect(ctx context.Context, endpoint, topic string, retry time.Du
 		if errors.Is(err, errSinkStopped) {
 			return err
 		}
-		lg.Info("engine publisher connection lost; reconnecting", "endpoint", endpoint, "err", err)
+		if g.refused(rejects.ZMQDial, err) {
+			lg.Warn("engine publisher sent what ZMTP or ingest's limits refuse; reconnecting", "endpoint", endpoint, "err", err)
+		} else {
+			lg.Info("engine publisher connection lost; reconnecting", "endpoint", endpoint, "err", err)
+		}
 		sleepCtx(ctx, retry)
 	}
 	return nil
@@ -110,19 +131,21 @@ func dialSocket(ctx context.Context, endpoint, topic string, retry time.Duration
 		sub.Close()
 		return nil, nil, err
 	}
-	return sub, sub.Close, nil
+	return socketReceiver{sub}, sub.Close, nil
 }
 
 // subscribeBind binds a SUB at endpoint, which engines configured with a
 // non-wildcard tcp endpoint connect to, and calls out for every message
 // until ctx ends or out fails. Connections come and go; each is read by its
-// own goroutine, and out is called by one of them at a time, so a
+// own goroutine, at most g.limits.MaxConns at once (more are closed as they
+// are accepted), and out is called by one of them at a time, so a
 // publisher's messages reach out in its order.
-func subscribeBind(ctx context.Context, endpoint, topic string, lg *slog.Logger, out func(received) error, bad func(error), ready func(addr string)) error {
+func subscribeBind(ctx context.Context, endpoint, topic string, g *connGuard, out func(received) error, bad func(error), ready func(addr string)) error {
 	network, laddr, ok := netEndpoint(endpoint)
 	if !ok {
-		return subscribeBindSocket(ctx, endpoint, topic, lg, out, bad, ready)
+		return subscribeBindSocket(ctx, endpoint, topic, g.log, out, bad, ready)
 	}
+	lg := g.log
 	var lc net.ListenConfig
 	ln, err := lc.Listen(ctx, network, laddr)
 	if err != nil {
@@ -132,7 +155,7 @@ func subscribeBind(ctx context.Context, endpoint, topic string, lg *slog.Logger,
 	if network == "tcp" {
 		addr = "tcp://" + ln.Addr().String()
 	}
-	lg.Info("listening for engine publishers", "endpoint", addr, "topic", topic)
+	lg.Info("listening for engine publishers", "endpoint", addr, "topic", topic, "max_conns", g.limits.MaxConns)
 	if ready != nil {
 		ready(addr)
 	}
@@ -143,6 +166,7 @@ func subscribeBind(ctx context.Context, endpoint, topic string, lg *slog.Logger,
 	var (
 		wg    sync.WaitGroup
 		outMu sync.Mutex
+		slots = make(chan struct{}, g.limits.MaxConns)
 	)
 	serialOut := func(r received) error {
 		outMu.Lock()
@@ -152,26 +176,36 @@ func subscribeBind(ctx context.Context, endpoint, topic string, lg *slog.Logger,
 	for {
 		nc, err := ln.Accept()
 		if err != nil {
-			break // the listener closed: ctx ended
+			if ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
+				break
+			}
+			// Out of file descriptors, or a connection reset before it was
+			// accepted: the listener is fine, so keep accepting.
+			lg.Warn("accepting an engine publisher failed; retrying", "endpoint", addr, "err", err)
+			sleepCtx(ctx, 50*time.Millisecond)
+			continue
+		}
+		select {
+		case slots <- struct{}{}:
+		default:
+			g.rejects.Inc(rejects.ZMQBind, reasonTooManyConns)
+			lg.Debug("refused an engine publisher: too many connections", "endpoint", addr, "peer", nc.RemoteAddr(), "max_conns", g.limits.MaxConns)
+			nc.Close()
+			continue
 		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			sc, err := openSub(nc, topic, true)
-			if err != nil {
-				lg.Debug("ZMTP handshake with an engine publisher failed", "endpoint", addr, "err", err)
-				return
-			}
-			stop := context.AfterFunc(ctx, func() { sc.Close() })
-			err = recvLoop(ctx, sc, serialOut, bad)
-			stop()
-			sc.Close()
+			defer func() { <-slots }()
+			err := g.run(rejects.ZMQBind, addr, func() error { return serveSub(ctx, nc, topic, g, serialOut, bad) })
 			if errors.Is(err, errSinkStopped) {
 				cancel(err)
 				return
 			}
-			if ctx.Err() == nil {
-				lg.Debug("an engine publisher disconnected", "endpoint", addr, "err", err)
+			if ctx.Err() == nil && g.refused(rejects.ZMQBind, err) {
+				lg.Debug("refused an engine publisher", "endpoint", addr, "peer", nc.RemoteAddr(), "err", err)
+			} else if ctx.Err() == nil {
+				lg.Debug("an engine publisher disconnected", "endpoint", addr, "peer", nc.RemoteAddr(), "err", err)
 			}
 		}()
 	}
@@ -182,6 +216,18 @@ func subscribeBind(ctx context.Context, endpoint, topic string, lg *slog.Logger,
 		return err
 	}
 	return nil
+}
+
+// serveSub reads one accepted connection until it ends. It owns nc.
+func serveSub(ctx context.Context, nc net.Conn, topic string, g *connGuard, out func(received) error, bad func(error)) error {
+	defer nc.Close()
+	stop := context.AfterFunc(ctx, func() { nc.Close() })
+	defer stop()
+	sc, err := openSub(nc, topic, g.limits)
+	if err != nil {
+		return err
+	}
+	return recvLoop(ctx, sc, out, bad)
 }
 
 // subscribeBindSocket is subscribeBind through go-zeromq's socket, for
@@ -200,7 +246,7 @@ func subscribeBindSocket(ctx context.Context, endpoint, topic string, lg *slog.L
 		ready(endpoint)
 	}
 	for ctx.Err() == nil {
-		err := recvLoop(ctx, sub, out, bad)
+		err := recvLoop(ctx, socketReceiver{sub}, out, bad)
 		if ctx.Err() != nil || errors.Is(err, errSinkStopped) {
 			return err
 		}
@@ -214,14 +260,14 @@ var errSinkStopped = errors.New("ingest: pipeline stopped")
 // recvLoop receives until a socket error (returned) or out fails.
 func recvLoop(ctx context.Context, sock msgReceiver, out func(received) error, bad func(error)) error {
 	for {
-		msg, err := sock.Recv()
+		frames, err := sock.Recv()
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
 			}
 			return err
 		}
-		m, err := ParseLive(msg.Frames)
+		m, err := ParseLive(frames)
 		if err != nil {
 			bad(err)
 			continue

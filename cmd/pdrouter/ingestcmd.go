@@ -32,6 +32,7 @@ type ingestFlags struct {
 	replayTimeout  time.Duration
 	queueSize      int
 	ingestID       string
+	zmtp           ingest.ZMTPLimits
 }
 
 func (f *ingestFlags) bindFlags(fs *pflag.FlagSet) {
@@ -44,13 +45,23 @@ func (f *ingestFlags) bindFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&f.replayTimeout, "replay-timeout", 5*time.Second, "bound on one replay request to an engine's replay socket")
 	fs.IntVar(&f.queueSize, "ingest-queue", 1024, "messages buffered per ZMQ socket before ingest stops reading it (backpressure)")
 	fs.StringVar(&f.ingestID, "ingest-id", "", "name of this ingest process in every record (default: ingest@<hostname>)")
+	fs.IntVar(&f.zmtp.MaxFrameBytes, "zmq-max-frame-bytes", ingest.DefaultZMQMaxFrameBytes, "largest ZMQ frame accepted from an engine (publisher or replay); a larger one drops the connection")
+	fs.IntVar(&f.zmtp.MaxMessageBytes, "zmq-max-message-bytes", ingest.DefaultZMQMaxFrameBytes+ingest.DefaultZMQMessageOverhead, "largest ZMQ message (all its frames) accepted from an engine")
+	fs.DurationVar(&f.zmtp.HandshakeTimeout, "zmq-handshake-timeout", ingest.DefaultZMQHandshakeTimeout, "time a ZMQ peer has to finish the ZMTP greeting and handshake")
+	fs.IntVar(&f.zmtp.MaxConns, "zmq-max-conns", ingest.DefaultZMQMaxConns, "connections open at once on the --bind socket; more are closed as they arrive")
 }
 
 // config builds the ingest configuration from the flags and the config file.
 func (f *ingestFlags) config(a *app) (ingest.Config, error) {
 	cfg := ingest.Config{
 		IngestID: f.ingestID, Names: a.names(), Bind: f.bind, BindTopic: f.bindTopic, WatchWorkers: f.watchWorkers,
-		ScrapeInterval: f.scrapeInterval, ReplayTimeout: f.replayTimeout, QueueSize: f.queueSize,
+		ScrapeInterval: f.scrapeInterval, ReplayTimeout: f.replayTimeout, QueueSize: f.queueSize, ZMTP: f.zmtp,
+	}
+	if f.zmtp.MaxFrameBytes <= 0 || f.zmtp.MaxMessageBytes <= 0 || f.zmtp.HandshakeTimeout <= 0 || f.zmtp.MaxConns <= 0 {
+		return cfg, errors.New("--zmq-max-frame-bytes, --zmq-max-message-bytes, --zmq-handshake-timeout and --zmq-max-conns must be positive")
+	}
+	if err := f.zmtp.Validate(); err != nil {
+		return cfg, err
 	}
 	if f.scrapeInterval < 0 || f.replayTimeout < 0 || f.queueSize < 0 {
 		return cfg, errors.New("--scrape-interval, --replay-timeout and --ingest-queue must not be negative")
