@@ -16,7 +16,7 @@ import (
 //     really there (or with a limit) before it is used, in uint64, so no
 //     declared size can overflow an int, index past a slice or size an
 //     allocation;
-//   - nothing panics on any input (FuzzZMTPParse checks it);
+//   - nothing panics on any input (FuzzZMTPConn checks it through the connection that uses it);
 //   - every refusal is a *zmtpError whose reason is one of the fixed
 //     strings below, which is what pdrouter_rejected_total counts.
 //
