@@ -74,9 +74,8 @@ func (s *Server) parseRoute(c *gin.Context) (*parsed, error) {
 	var req routeRequest
 	bp := bodyPool.Get().(*[]byte)
 	raw, err := readBody(c, s.cfg.bodyLimit, *bp)
-	if err == nil && !fastRouteBody(raw, &req, s.cfg.maxAfter) {
-		req = routeRequest{}
-		err = decodeJSON(raw, s.cfg.maxAfter, &req)
+	if err == nil {
+		err = decodeRouteBody(raw, s.cfg.maxAfter, &req)
 	}
 	if raw != nil && cap(raw) <= maxPooledBody {
 		*bp = raw[:0] // req holds no part of raw: strings and slices are copies
@@ -142,6 +141,16 @@ func (s *Server) parseRoute(c *gin.Context) (*parsed, error) {
 	}
 	p.after = after
 	return p, nil
+}
+
+// decodeRouteBody decodes a route body into req (zero): by the fast path
+// when it takes the body, else strictly by decodeJSON.
+func decodeRouteBody(raw []byte, maxAfter int, req *routeRequest) error {
+	if fastRouteBody(raw, req, maxAfter) {
+		return nil
+	}
+	*req = routeRequest{}
+	return decodeJSON(raw, maxAfter, req)
 }
 
 // parseAfter validates an `after` offset vector. Its size is bounded where
