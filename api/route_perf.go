@@ -21,9 +21,10 @@ import (
 // every part it fully understands (the exact field names, no duplicate
 // keys, no null, no escapes in strings, plain integers), and then yields
 // exactly what encoding/json would. On anything else (including every
-// malformed body) it returns false and the caller decodes with
-// encoding/json, which then accepts the body with the same result or
-// rejects it with its precise error. TestFastRouteBodyAgrees checks this.
+// malformed body) it returns false and the caller decodes with decodeJSON
+// (encoding/json behind checkKeys), which then accepts the body with the
+// same result or rejects it with its precise error. TestFastRouteBodyAgrees
+// and FuzzRouteBody check this.
 
 // bodyPool recycles route bodies: they are read, parsed and dropped.
 var bodyPool = sync.Pool{New: func() any { b := make([]byte, 0, 64<<10); return &b }}
