@@ -72,7 +72,7 @@ func TestAfterKeysAreBoundedAndLinear(t *testing.T) {
 	code, _, raw := h.do("POST", "/v1/route", many, nil)
 	took := time.Since(start)
 	wantError(t, "120k after keys", code, raw, 422, "invalid_value", "after")
-	if took > 2*time.Second {
+	if took > 10*time.Second { // generous: a shared machine; the old quadratic check took minutes
 		t.Fatalf("120k after keys took %s to refuse", took)
 	}
 
@@ -86,7 +86,7 @@ func TestAfterKeysAreBoundedAndLinear(t *testing.T) {
 		start := time.Now()
 		code, _, raw := h.do("POST", "/v1/route", c.body, nil)
 		wantError(t, c.name, code, raw, 400, "duplicate_key", c.field)
-		if took := time.Since(start); took > 2*time.Second {
+		if took := time.Since(start); took > 10*time.Second {
 			t.Fatalf("%s took %s", c.name, took)
 		}
 	}

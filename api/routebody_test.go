@@ -169,9 +169,10 @@ func TestRouteBodyRefusesWhatEncodingJSONTakes(t *testing.T) {
 	}
 }
 
-// TestRouteBodyKeysAreLinear: a body of 2 MB of distinct after keys is
-// decoded (by either path) in time linear in its size: well under a
-// second, where comparing each key with every earlier one took minutes.
+// TestRouteBodyKeysAreLinear: a body of 3 MB of distinct after keys is
+// decoded (by either path) in time linear in its size: under a second
+// (a few under the race detector on a loaded machine, hence the generous
+// bound), where comparing each key with every earlier one takes minutes.
 func TestRouteBodyKeysAreLinear(t *testing.T) {
 	const n = 200_000
 	body := []byte(manyAfterKeys(n, 0))
@@ -188,7 +189,7 @@ func TestRouteBodyKeysAreLinear(t *testing.T) {
 			t.Fatalf("%s: %v, %d partitions", path, err, len(req.After["load"]))
 		}
 		t.Logf("%s path: %d after keys (%d KB) in %s", path, n, len(b)>>10, took)
-		if took > 3*time.Second {
+		if took > 20*time.Second {
 			t.Fatalf("%s path: %d after keys took %s", path, n, took)
 		}
 	}
