@@ -365,6 +365,27 @@ func TestOversizedBodyGets413NotReset(t *testing.T) {
 	}
 }
 
+// TestOversizedBodyWithExpectContinue: a client that waits for 100
+// Continue before sending a body declared over the limit gets the 413 and
+// never sends it.
+func TestOversizedBodyWithExpectContinue(t *testing.T) {
+	brokers := kafkatest.Fake(t)
+	h := newHarness(t, brokers, harnessOpt{apiOpts: []api.Option{api.WithBodyLimit(1 << 20)}})
+	c, err := net.Dial("tcp", h.srv.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := io.WriteString(c, rawRequest(3<<19, "Expect: 100-continue")); err != nil {
+		t.Fatal(err)
+	}
+	resp, raw, err := readResponse(t, c, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantError(t, "declared 1.5 MiB, expecting 100-continue", resp.StatusCode, raw, 413, "body_too_large", "")
+}
+
 // smallBuffers gives accepted connections a small receive buffer.
 type smallBuffers struct{ net.Listener }
 

@@ -44,8 +44,8 @@ const minBodyBuf = 4 << 10
 // The buffer grows with what arrives, never with what the request
 // declares: a Content-Length is a claim, and a thousand requests claiming
 // 16 MiB and sending nothing must not hold 16 GiB. A body over the limit is
-// read on and discarded, up to another limit's worth, before the 413, so
-// the client (still sending) reads the answer instead of a reset. The read
+// read on and discarded (tooLong) before the 413, so the client (still
+// sending) reads the answer instead of a reset. The read
 // deadline the limits middleware set when the request arrived bounds the
 // whole read; it is lifted once the body is in, so a long handler is not
 // cut off by it.
@@ -88,9 +88,11 @@ func readBody(c *gin.Context, limit int64, buf []byte) ([]byte, error) {
 // body while the whole stays within twice the limit, so a client that
 // writes its whole body before reading sees the 413, not a reset. A body
 // declared larger than that is not read at all: the server then closes the
-// connection after the answer.
+// connection after the answer. Neither is one whose client waits for
+// "100 Continue" before sending it: the 413 reaches it first.
 func tooLong(c *gin.Context, body io.Reader, read, declared, limit int64) error {
-	if declared <= 2*limit {
+	waiting := read == 0 && strings.EqualFold(c.GetHeader("Expect"), "100-continue")
+	if declared <= 2*limit && !waiting {
 		if _, err := io.CopyN(io.Discard, body, 2*limit-read); errors.Is(err, io.EOF) {
 			liftReadDeadline(c)
 		}
