@@ -34,7 +34,9 @@ const (
 // it refused the request (a 4xx).
 func (s *Server) countRefusal(c *gin.Context) {
 	status := c.Writer.Status()
-	if status < 400 || status >= 500 {
+	// 410: the decision exists but its record left the log, which says
+	// nothing about the request.
+	if status < 400 || status >= 500 || status == http.StatusGone {
 		return
 	}
 	code := c.GetString(errorCodeKey)
