@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net/http"
 	"strconv"
+	"unicode/utf8"
 
 	"github.com/gin-gonic/gin"
 )
@@ -41,6 +42,10 @@ func tooLarge(code, field, msg string) *Error {
 	return &Error{Status: http.StatusRequestEntityTooLarge, Code: code, Field: field, Message: msg}
 }
 
+func conflict(code, field, msg string) *Error {
+	return &Error{Status: http.StatusConflict, Code: code, Field: field, Message: msg}
+}
+
 func unavailable(code, msg string, retryAfter int) *Error {
 	return &Error{Status: http.StatusServiceUnavailable, Code: code, Message: msg, RetryAfter: retryAfter}
 }
@@ -48,14 +53,51 @@ func unavailable(code, msg string, retryAfter int) *Error {
 // fail writes err as the API's error body and aborts the handler chain.
 // An error that is not an *Error is a bug or an unexpected failure: it is
 // logged by the caller's middleware and answered as a 500 without details.
+// The code is left in the context for the refusal counter (Server.observe).
+// Message and field are cut to a bound: they may quote the request, and an
+// answer must never grow with what a client sent.
 func fail(c *gin.Context, err error) {
 	var e *Error
 	if !errors.As(err, &e) {
 		_ = c.Error(err)
 		e = &Error{Status: http.StatusInternalServerError, Code: "internal", Message: "internal error; see the router's log"}
 	}
+	if len(e.Message) > maxMessageBytes || len(e.Field) > maxFieldBytes {
+		cut := *e
+		cut.Message, cut.Field = truncate(e.Message, maxMessageBytes), truncate(e.Field, maxFieldBytes)
+		e = &cut
+	}
 	if e.RetryAfter > 0 {
 		c.Header("Retry-After", strconv.Itoa(e.RetryAfter))
 	}
+	c.Set(errorCodeKey, e.Code)
 	c.AbortWithStatusJSON(e.Status, errorBody{Error: e})
 }
+
+// errorCodeKey holds the code of the error a request was answered with.
+const errorCodeKey = "pdrouter.error_code"
+
+// The longest message and field an error answer carries, in bytes.
+const (
+	maxMessageBytes = 1024
+	maxFieldBytes   = 256
+	// maxQuotedBytes is the most of a client's input (a key, a topic
+	// name) that an error message quotes.
+	maxQuotedBytes = 64
+)
+
+// truncate cuts s to at most n bytes on a rune boundary, marking the cut
+// with "…".
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	cut := n - len("…")
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…"
+}
+
+// quoted is input named in an error: truncated (maxQuotedBytes) and quoted.
+func quoted(s string) string { return strconv.Quote(truncate(s, maxQuotedBytes)) }

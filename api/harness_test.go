@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -55,6 +57,8 @@ type harnessOpt struct {
 	// the decisions topic.
 	noRecords bool
 	records   api.DecisionReader
+	// listener wraps the test server's listener.
+	listener func(net.Listener) net.Listener
 }
 
 func newHarness(t *testing.T, brokers []string, o harnessOpt) *harness {
@@ -110,7 +114,11 @@ func newHarness(t *testing.T, brokers []string, o harnessOpt) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h.srv = httptest.NewServer(srv.Handler())
+	h.srv = httptest.NewUnstartedServer(srv.Handler())
+	if o.listener != nil {
+		h.srv.Listener = o.listener(h.srv.Listener)
+	}
+	h.srv.Start()
 	t.Cleanup(h.srv.Close)
 	h.client = &http.Client{Timeout: 30 * time.Second, Transport: &openapiCheck{t: t, next: http.DefaultTransport}}
 	return h
@@ -230,14 +238,23 @@ func (c *openapiCheck) RoundTrip(req *http.Request) (*http.Response, error) {
 	rr.URL.Scheme, rr.URL.Host, rr.Host = "", "", ""
 	rr.Body = io.NopCloser(bytes.NewReader(reqBody))
 	route, params, err := specRouter.FindRoute(rr)
+	if err == nil && strings.HasSuffix(rr.URL.Path, "/") != strings.HasSuffix(route.Path, "/") {
+		err = fmt.Errorf("%s is not %s", rr.URL.Path, route.Path) // the router ignores a trailing slash
+	}
 	if err != nil {
 		// A path or method outside the document must be refused with the
-		// API's error shape.
+		// API's error shape (401 first when a token is required, and the
+		// refusals of any request: 408, 413, 431).
 		var e struct {
 			Error struct{ Code, Message string } `json:"error"`
 		}
-		if (resp.StatusCode != http.StatusNotFound && resp.StatusCode != http.StatusMethodNotAllowed) ||
-			json.Unmarshal(body, &e) != nil || e.Error.Code == "" || e.Error.Message == "" {
+		refusal := false
+		switch resp.StatusCode {
+		case http.StatusNotFound, http.StatusMethodNotAllowed, http.StatusUnauthorized, http.StatusRequestTimeout,
+			http.StatusRequestEntityTooLarge, http.StatusRequestHeaderFieldsTooLarge:
+			refusal = true
+		}
+		if !refusal || json.Unmarshal(body, &e) != nil || e.Error.Code == "" || e.Error.Message == "" {
 			c.t.Errorf("openapi: %s %s is not in the document (%v) but answered %d %s", req.Method, req.URL.Path, err, resp.StatusCode, body)
 		}
 		return resp, nil

@@ -23,6 +23,10 @@ type config struct {
 	now          func() time.Time
 	newID        func() string
 	auditTimeout time.Duration
+	// readTimeout, maxHeaderBytes: httplimits.go.
+	readTimeout    time.Duration
+	maxHeaderBytes int
+	maxAfter       int
 }
 
 func defaultConfig() config {
@@ -35,6 +39,11 @@ func defaultConfig() config {
 		readyLag:     1000,
 		now:          time.Now,
 		auditTimeout: 10 * time.Second,
+		readTimeout:  30 * time.Second,
+		// maxHeaderBytes: http.Server's default (1 MiB); pdrouter serve
+		// sets its own --http-max-header-bytes.
+		maxHeaderBytes: 1 << 20,
+		maxAfter:       1024,
 	}
 }
 
@@ -81,3 +90,16 @@ func WithClock(now func() time.Time) Option { return func(c *config) { c.now = n
 // (default: ULIDs). Every id it returns must be new: a generated request id
 // is never looked up for an earlier decision.
 func WithIDGenerator(f func() string) Option { return func(c *config) { c.newID = f } }
+
+// WithReadTimeout bounds the time from a request reaching the API to the
+// last byte of its body (408 past it, or a closed connection when no answer
+// can be sent). 0 disables it. Default 30 s.
+func WithReadTimeout(d time.Duration) Option { return func(c *config) { c.readTimeout = d } }
+
+// WithMaxHeaderBytes caps the request line and headers, in bytes (431
+// headers_too_large above it). Default 1 MiB.
+func WithMaxHeaderBytes(n int) Option { return func(c *config) { c.maxHeaderBytes = n } }
+
+// WithMaxAfterPartitions caps the entries of a /v1/route `after` vector,
+// topics and partitions together (422 above it). Default 1024.
+func WithMaxAfterPartitions(n int) Option { return func(c *config) { c.maxAfter = n } }

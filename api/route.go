@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"slices"
 	"strconv"
@@ -73,9 +74,8 @@ func (s *Server) parseRoute(c *gin.Context) (*parsed, error) {
 	var req routeRequest
 	bp := bodyPool.Get().(*[]byte)
 	raw, err := readBody(c, s.cfg.bodyLimit, *bp)
-	if err == nil && !fastRouteBody(raw, &req) {
-		req = routeRequest{}
-		err = decodeJSON(raw, s.cfg.bodyLimit, &req)
+	if err == nil {
+		err = decodeRouteBody(raw, s.cfg.maxAfter, &req)
 	}
 	if raw != nil && cap(raw) <= maxPooledBody {
 		*bp = raw[:0] // req holds no part of raw: strings and slices are copies
@@ -87,6 +87,9 @@ func (s *Server) parseRoute(c *gin.Context) (*parsed, error) {
 	p := &parsed{id: req.RequestID, model: req.Model}
 	if len(p.id) > maxRequestIDLen {
 		return nil, unprocessable("invalid_request_id", "request_id", fmt.Sprintf("is %d bytes; at most %d", len(p.id), maxRequestIDLen))
+	}
+	if req.PromptTokens != nil && *req.PromptTokens < 0 {
+		return nil, unprocessable("invalid_value", "prompt_tokens", "is negative; a prompt's length in tokens is at least 0")
 	}
 	if req.LoraName != nil {
 		p.lora = *req.LoraName
@@ -101,6 +104,9 @@ func (s *Server) parseRoute(c *gin.Context) (*parsed, error) {
 	case req.TokenIDs != nil && req.BlockHashes != nil:
 		return nil, unprocessable("ambiguous_prompt", "block_hashes", "send either token_ids or block_hashes, not both")
 	case req.TokenIDs != nil:
+		if len(req.TokenIDs) == 0 {
+			return nil, unprocessable("invalid_value", "token_ids", "is empty; send the prompt's token ids")
+		}
 		if len(req.TokenIDs) > s.cfg.maxTokens {
 			return nil, tooLarge("too_many_tokens", "token_ids", fmt.Sprintf("%d tokens; at most %d", len(req.TokenIDs), s.cfg.maxTokens))
 		}
@@ -118,7 +124,7 @@ func (s *Server) parseRoute(c *gin.Context) (*parsed, error) {
 		if req.BlockSize <= 0 || req.BlockSize > events.MaxBlockSize {
 			return nil, unprocessable("invalid_value", "block_size", fmt.Sprintf("block_hashes need block_size, the tokens per block they were hashed with, in [1, %d]", events.MaxBlockSize))
 		}
-		if *req.PromptTokens < 0 || *req.PromptTokens > int64(s.cfg.maxTokens) {
+		if *req.PromptTokens > int64(s.cfg.maxTokens) {
 			return nil, tooLarge("too_many_tokens", "prompt_tokens", fmt.Sprintf("must be in [0, %d]", s.cfg.maxTokens))
 		}
 		if full := *req.PromptTokens / int64(req.BlockSize); int64(len(req.BlockHashes)) > full {
@@ -137,7 +143,18 @@ func (s *Server) parseRoute(c *gin.Context) (*parsed, error) {
 	return p, nil
 }
 
-// parseAfter validates an `after` offset vector.
+// decodeRouteBody decodes a route body into req (zero): by the fast path
+// when it takes the body, else strictly by decodeJSON.
+func decodeRouteBody(raw []byte, maxAfter int, req *routeRequest) error {
+	if fastRouteBody(raw, req, maxAfter) {
+		return nil
+	}
+	*req = routeRequest{}
+	return decodeJSON(raw, maxAfter, req)
+}
+
+// parseAfter validates an `after` offset vector. Its size is bounded where
+// it is decoded (fastRouteBody, checkKeys).
 func parseAfter(in map[string]map[string]int64) (Offsets, error) {
 	if len(in) == 0 {
 		return nil, nil
@@ -146,16 +163,18 @@ func parseAfter(in map[string]map[string]int64) (Offsets, error) {
 	for t, ps := range in {
 		topic, err := events.ParseTopic(t)
 		if err != nil {
-			return nil, unprocessable("invalid_value", "after."+t, err.Error())
+			return nil, unprocessable("invalid_value", "after."+truncate(t, maxQuotedBytes), fmt.Sprintf("%s is not a topic of pdrouter's log", quoted(t)))
 		}
 		m := map[int32]int64{}
 		for ps, off := range ps {
+			field := "after." + t + "." + truncate(ps, maxQuotedBytes)
 			p, err := strconv.ParseInt(ps, 10, 32)
 			if err != nil || p < 0 {
-				return nil, unprocessable("invalid_value", "after."+t+"."+ps, "partition keys are non-negative integers")
+				return nil, unprocessable("invalid_value", field, "partition keys are non-negative integers")
 			}
-			if off < 0 {
-				return nil, unprocessable("invalid_value", "after."+t+"."+ps, "offsets are non-negative")
+			// The wait is for the offset after it: MaxInt64 has none.
+			if off < 0 || off == math.MaxInt64 {
+				return nil, unprocessable("invalid_value", field, fmt.Sprintf("offsets are in [0, %d)", int64(math.MaxInt64)))
 			}
 			m[int32(p)] = off
 		}
@@ -183,6 +202,10 @@ func (s *Server) route(c *gin.Context) {
 	if !generated {
 		if sd, ok := s.deps.State.DecisionForRequest(p.id); ok {
 			rec := sd.Record
+			if err := sameRequest(p, rec); err != nil {
+				fail(c, err)
+				return
+			}
 			if explain { // the table: the whole record
 				var err error
 				if rec, err = s.wholeDecision(c.Request.Context(), sd); err != nil {
@@ -203,7 +226,7 @@ func (s *Server) route(c *gin.Context) {
 		cancel()
 		if err != nil {
 			fail(c, &Error{Status: http.StatusGatewayTimeout, Code: "after_timeout", Field: "after",
-				Message: fmt.Sprintf("this replica did not reach the requested offsets within %s: %v", s.cfg.afterTimeout, err)})
+				Message: fmt.Sprintf("this replica did not reach the requested offsets within %s: %s", s.cfg.afterTimeout, truncate(err.Error(), 256))})
 			return
 		}
 	}
@@ -265,7 +288,7 @@ func (s *Server) decide(p *parsed) (*pb.DecisionRecord, error) {
 	// record is built after the read lock is released.
 	rec := decisionRecord(d, req)
 	rec.Watermark = wm
-	rec.RequestDigest = requestDigest(p, req)
+	rec.RequestDigest = requestDigest(p)
 	s.metrics.decisionSecs.Observe(time.Since(start).Seconds())
 	return rec, nil
 }
@@ -319,11 +342,32 @@ func chains(ws []decider.WorkerInfo, model string, p *parsed) []decider.Chain {
 
 // requestDigest names the prompt: kvhash.TokenDigest of its token ids, or
 // kvhash.Digest of the given block hashes.
-func requestDigest(p *parsed, req *decider.Request) uint64 {
+func requestDigest(p *parsed) uint64 {
 	if p.tokens != nil {
 		return kvhash.TokenDigest(p.tokens)
 	}
-	return kvhash.Digest(req.Chains[0].Hashes)
+	return kvhash.Digest(p.hashes)
+}
+
+// sameRequest checks that a request reusing a request_id is the one the id
+// was decided for: the same prompt (its digest and length), the same model
+// when it names one, and the same LoRA adapter. A retry gets the stored
+// decision; another request under the same id gets 409, never a decision
+// made for a different prompt.
+func sameRequest(p *parsed, rec *pb.DecisionRecord) error {
+	var differs string
+	switch {
+	case requestDigest(p) != rec.GetRequestDigest() || p.prompt != int64(rec.GetPromptTokens()):
+		differs = "prompt"
+	case p.model != "" && p.model != rec.GetModel():
+		differs = "model"
+	case p.lora != rec.GetLoraName():
+		differs = "lora_name"
+	default:
+		return nil
+	}
+	return conflict("request_id_conflict", "request_id", fmt.Sprintf(
+		"request_id %s was decided for a request with another %s; send a new request_id for a new request", quoted(p.id), differs))
 }
 
 func decideError(err error) error {

@@ -21,9 +21,10 @@ import (
 // every part it fully understands (the exact field names, no duplicate
 // keys, no null, no escapes in strings, plain integers), and then yields
 // exactly what encoding/json would. On anything else (including every
-// malformed body) it returns false and the caller decodes with
-// encoding/json, which then accepts the body with the same result or
-// rejects it with its precise error. TestFastRouteBodyAgrees checks this.
+// malformed body) it returns false and the caller decodes with decodeJSON
+// (encoding/json behind checkKeys), which then accepts the body with the
+// same result or rejects it with its precise error. TestFastRouteBodyAgrees
+// and FuzzRouteBody check this.
 
 // bodyPool recycles route bodies: they are read, parsed and dropped.
 var bodyPool = sync.Pool{New: func() any { b := make([]byte, 0, 64<<10); return &b }}
@@ -321,7 +322,8 @@ func (s *fastScanner) array(elem func() bool) bool {
 }
 
 // object reads {"key": value, ...}, calling member after each key; member
-// reads the value. Keys must be distinct.
+// reads the value. Duplicate keys are member's to find: it sees every key,
+// and knows what it has filled (a set, never a scan of the keys before).
 func (s *fastScanner) object(member func(key []byte) bool) bool {
 	if !s.eat('{') {
 		return false
@@ -329,18 +331,11 @@ func (s *fastScanner) object(member func(key []byte) bool) bool {
 	if s.eat('}') {
 		return true
 	}
-	var seen [][]byte
 	for {
 		k, ok := s.str()
 		if !ok || !s.eat(':') {
 			return false
 		}
-		for _, o := range seen {
-			if string(o) == string(k) {
-				return false // a duplicate key: encoding/json's rules apply
-			}
-		}
-		seen = append(seen, k)
 		if !member(k) {
 			return false
 		}
@@ -353,12 +348,30 @@ func (s *fastScanner) object(member func(key []byte) bool) bool {
 	}
 }
 
+// routeFields are the keys of a route body, by bit, for the fast path's
+// duplicate check.
+var routeFields = [...]string{"request_id", "model", "lora_name", "block_size", "prompt_tokens",
+	"expected_output_tokens", "token_ids", "block_hashes", "after"}
+
 // fastRouteBody fills req from raw when raw is a route body of the common
-// shape, exactly as encoding/json with DisallowUnknownFields would, and
-// reports whether it did. req must be zero.
-func fastRouteBody(raw []byte, req *routeRequest) bool {
+// shape, exactly as decodeJSON (encoding/json with checkKeys) would, and
+// reports whether it did. req must be zero. A duplicate key, or more than
+// maxAfter entries in `after`, is not the common shape: decodeJSON then
+// says what is wrong.
+func fastRouteBody(raw []byte, req *routeRequest, maxAfter int) bool {
 	s := &fastScanner{b: raw}
+	var seen uint
 	ok := s.object(func(key []byte) bool {
+		bit := uint(0)
+		for i, f := range routeFields {
+			if string(key) == f {
+				bit = 1 << i
+			}
+		}
+		if bit == 0 || seen&bit != 0 {
+			return false // unknown, a name that differs only in case, or a duplicate
+		}
+		seen |= bit
 		switch string(key) {
 		case "request_id":
 			v, ok := s.str()
@@ -393,21 +406,39 @@ func fastRouteBody(raw []byte, req *routeRequest) bool {
 			var ok bool
 			req.BlockHashes, ok = s.hashes(make([]hashValue, 0, len(raw)/16))
 			return ok
-		case "after":
-			req.After = map[string]map[string]int64{}
-			return s.object(func(topic []byte) bool {
-				parts := map[string]int64{}
-				req.After[string(topic)] = parts
-				return s.object(func(p []byte) bool {
-					v, ok := s.int()
-					parts[string(p)] = v
-					return ok
-				})
-			})
+		default: // "after"
+			return s.after(req, maxAfter)
 		}
-		return false // unknown, or a name that differs only in case
 	})
 	return ok && s.peek() == 0 && s.i == len(s.b)
+}
+
+// after reads the `after` vector: at most maxAfter topics and partitions
+// together, each key once (the maps being filled are the sets).
+func (s *fastScanner) after(req *routeRequest, maxAfter int) bool {
+	req.After = map[string]map[string]int64{}
+	entries := 0
+	return s.object(func(topic []byte) bool {
+		if entries++; entries > maxAfter {
+			return false
+		}
+		if _, dup := req.After[string(topic)]; dup {
+			return false
+		}
+		parts := map[string]int64{}
+		req.After[string(topic)] = parts
+		return s.object(func(p []byte) bool {
+			if entries++; entries > maxAfter {
+				return false
+			}
+			if _, dup := parts[string(p)]; dup {
+				return false
+			}
+			v, ok := s.int()
+			parts[string(p)] = v
+			return ok
+		})
+	})
 }
 
 // maxPooledBody bounds the route bodies kept for reuse: a rare huge body

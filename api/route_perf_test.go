@@ -66,7 +66,7 @@ var fastBodySeeds = []string{
 func checkFastBody(t *testing.T, body string) {
 	t.Helper()
 	var fast routeRequest
-	if !fastRouteBody([]byte(body), &fast) {
+	if !fastRouteBody([]byte(body), &fast, 1024) {
 		return
 	}
 	var slow routeRequest
@@ -83,7 +83,7 @@ func TestFastRouteBodyAgrees(t *testing.T) {
 	for _, body := range fastBodySeeds {
 		checkFastBody(t, body)
 		var r routeRequest
-		if fastRouteBody([]byte(body), &r) {
+		if fastRouteBody([]byte(body), &r, 1024) {
 			took++
 		}
 	}
@@ -148,7 +148,7 @@ func TestFastRouteBodyTokensAgree(t *testing.T) {
 		body := b.String()
 		checkFastBody(t, body)
 		var r routeRequest
-		if fastRouteBody([]byte(body), &r) {
+		if fastRouteBody([]byte(body), &r, 1024) {
 			took++
 		}
 		for m := 0; m < 3; m++ {
@@ -193,7 +193,7 @@ func BenchmarkRouteBody(b *testing.B) {
 	b.Run("fast", func(b *testing.B) {
 		for i := 0; i < b.N; i++ {
 			var r routeRequest
-			if !fastRouteBody(raw, &r) {
+			if !fastRouteBody(raw, &r, 1024) {
 				b.Fatal("not taken")
 			}
 		}
@@ -213,7 +213,7 @@ func BenchmarkRouteBodyTokens(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		var r routeRequest
-		if !fastRouteBody(raw, &r) {
+		if !fastRouteBody(raw, &r, 1024) {
 			b.Fatal("not taken")
 		}
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/pdrouter/pdrouter/decider"
 	"github.com/pdrouter/pdrouter/events"
+	"github.com/pdrouter/pdrouter/internal/rejects"
 )
 
 // Deps are the parts a Server is built from.
@@ -38,6 +39,8 @@ type Server struct {
 	deps    Deps
 	cfg     config
 	metrics *metrics
+	// rejects counts refused requests (refusals.go).
+	rejects *rejects.Counter
 	engine  *gin.Engine
 	// decisions reuses decider.Decision values (and their scratch memory)
 	// across requests, so the hot path does not allocate per worker.
@@ -68,7 +71,8 @@ func New(deps Deps, opts ...Option) (*Server, error) {
 		r := prometheus.NewRegistry()
 		cfg.registerer, cfg.gatherer = r, r
 	}
-	s := &Server{deps: deps, cfg: cfg, metrics: newMetrics(cfg.registerer)}
+	s := &Server{deps: deps, cfg: cfg, metrics: newMetrics(cfg.registerer), rejects: rejects.For(cfg.registerer)}
+	s.rejects.Init(rejects.HTTP, httpRefusals...)
 	s.decisions.New = func() any { return new(decider.Decision) }
 	s.engine = s.routes()
 	return s, nil
@@ -85,13 +89,20 @@ func (s *Server) routes() *gin.Engine {
 	e := gin.New()
 	e.HandleMethodNotAllowed = true
 	e.ContextWithFallback = true
-	e.Use(s.recoverer, s.observe)
-	e.NoRoute(func(c *gin.Context) {
-		fail(c, notFound("no_route", fmt.Sprintf("no endpoint %s %s; see /openapi.json", c.Request.Method, c.Request.URL.Path)))
+	// Gin would answer a path one slash or one letter's case off with a
+	// redirect of its own (an HTML body): such a path is not an endpoint,
+	// and gets the JSON 404 like any other.
+	e.RedirectTrailingSlash = false
+	e.RedirectFixedPath = false
+	e.Use(s.recoverer, s.observe, s.limits)
+	// Unknown paths and methods are behind the token too: without it, a
+	// client learns nothing, not even which paths exist.
+	e.NoRoute(s.auth, func(c *gin.Context) {
+		fail(c, notFound("no_route", fmt.Sprintf("no endpoint %s %s; see /openapi.json", c.Request.Method, quoted(c.Request.URL.Path))))
 	})
-	e.NoMethod(func(c *gin.Context) {
+	e.NoMethod(s.auth, func(c *gin.Context) {
 		fail(c, &Error{Status: http.StatusMethodNotAllowed, Code: "method_not_allowed",
-			Message: fmt.Sprintf("%s is not allowed on %s; see /openapi.json", c.Request.Method, c.Request.URL.Path)})
+			Message: fmt.Sprintf("%s is not allowed on %s; see /openapi.json", c.Request.Method, quoted(c.Request.URL.Path))})
 	})
 
 	e.GET("/healthz", s.healthz)
@@ -128,11 +139,12 @@ func (s *Server) recoverer(c *gin.Context) {
 	c.Next()
 }
 
-// observe records request metrics by route template (bounded) and logs
-// server errors.
+// observe records request metrics by route template (bounded), counts
+// refusals and logs server errors.
 func (s *Server) observe(c *gin.Context) {
 	start := time.Now()
 	c.Next()
+	s.countRefusal(c)
 	route := c.FullPath()
 	if route == "" {
 		route = "unmatched"

@@ -37,7 +37,7 @@ schemas = {
     "RouteRequest": obj({
         "request_id": {"type": "string", "maxLength": 256, "description": "optional; the same id again returns the stored decision"},
         "model": {"type": "string", "description": "may be left out when one model is served"},
-        "token_ids": {"type": "array", "items": {"type": "integer", "minimum": 0, "maximum": 4294967295}, "nullable": True},
+        "token_ids": {"type": "array", "items": {"type": "integer", "minimum": 0, "maximum": 4294967295}, "minItems": 1, "nullable": True},
         "block_hashes": {"type": "array", "items": HASH, "nullable": True},
         "block_size": {"type": "integer", "minimum": 1, "description": "tokens per block of block_hashes"},
         "prompt_tokens": {"type": "integer", "minimum": 0, "description": "required with block_hashes"},
@@ -130,14 +130,20 @@ def resp(desc, schema=None, content="application/json"):
     return r
 
 ERR = ref("Error")
-def errors(*codes):
+def errors(*codes, body=False):
+    """Error answers of an operation. Every one can refuse headers over the
+    limit (431); one that takes a body can also time out reading it (408)."""
+    codes = set(codes) | {"431"} | ({"408"} if body else set())
     names = {"400": "malformed request", "401": "missing or wrong bearer token", "404": "unknown id",
-             "409": "conflict", "413": "too large", "415": "not JSON", "422": "well-formed but invalid",
+             "408": "the body did not arrive within the read timeout (request_timeout)",
+             "409": "conflict: the request_id was decided for another request (request_id_conflict)",
+             "413": "too large",
+             "431": "the request line and headers are over the limit (headers_too_large)", "415": "not JSON", "422": "well-formed but invalid",
              "503": "not ready, or the log cannot take more (Retry-After)", "504": "a wait bound ran out",
              "501": "not implemented in this build",
              "410": "the replica holds the decision, but the decisions topic no longer holds its record (its retention is shorter)",
              "500": "the decisions topic holds another record at the decision's position (see the router's log)"}
-    return {c: resp(names[c], ERR) for c in codes}
+    return {c: resp(names[c], ERR) for c in sorted(codes)}
 
 def op(summary, responses, body=None, params=None):
     o = {"summary": summary, "responses": responses}
@@ -148,18 +154,21 @@ def op(summary, responses, body=None, params=None):
     return o
 
 ID = lambda name, desc: {"name": name, "in": "path", "required": True, "schema": {"type": "string"}, "description": desc}
-INGEST_ERRS = errors("400", "401", "413", "415", "422", "503")
+INGEST_ERRS = errors("400", "401", "413", "415", "422", "503", body=True)
 
 doc = {
     "openapi": "3.0.3",
     "info": {"title": "pdrouter", "version": "1",
-             "description": "Event-sourced router for disaggregated LLM serving. Errors are always {\"error\": {code, message, field}}."},
+             "description": "Event-sourced router for disaggregated LLM serving. Errors are always {\"error\": {code, message, field}}, "
+                            "with one exception: a request Go's HTTP server cannot parse (a malformed request line or header, "
+                            "or a head far over the header limit) gets Go's plain-text 400 or 431 before the API sees it. "
+                            "With a bearer token configured, an unknown path or method answers 401 before 404 or 405."},
     "components": {"schemas": schemas,
                    "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}}},
     "paths": {
         "/v1/route": {"post": op("Decide where a request goes", {
             "200": resp("the decision (made durable on the decisions topic before answering)", ref("RouteResponse")),
-            **errors("400", "401", "410", "413", "415", "422", "500", "503", "504")},
+            **errors("400", "401", "409", "410", "413", "415", "422", "500", "503", "504", body=True)},
             body=ref("RouteRequest"),
             params=[{"name": "explain", "in": "query", "schema": {"type": "string", "enum": ["true", "false"]},
                      "description": "include the candidate table"}])},
@@ -170,7 +179,7 @@ doc = {
             "200": resp("the explanation", ref("Explanation")), **errors("401", "404", "410", "500", "501", "503")},
             params=[ID("decision_id", "a decision id")])},
         "/v1/requests/{request_id}/events": {"post": op("A request lifecycle event (frees accounting)", {
-            "202": resp("written; the offsets it was written at", ref("IngestAccepted")), **errors("400", "401", "404", "413", "415", "422", "503")},
+            "202": resp("written; the offsets it was written at", ref("IngestAccepted")), **errors("400", "401", "404", "413", "415", "422", "503", body=True)},
             body=ref("RequestEvent"), params=[ID("request_id", "the request id of a routed request")])},
         "/v1/workers": {
             "post": op("Register a worker (the last registration wins)", {"202": resp("written", ref("IngestAccepted")), **INGEST_ERRS},
@@ -185,11 +194,11 @@ doc = {
         "/v1/events/load": {"post": op("A load sample of one worker", {"202": resp("written", ref("IngestAccepted")), **INGEST_ERRS},
                                        body=ref("LoadSample"))},
         "/v1/state": {"get": op("Offsets applied, lag, state digest, snapshot", {"200": resp("state", ref("State")), **errors("401", "503")})},
-        "/healthz": {"get": op("Liveness", {"200": resp("alive", ref("Health"))})},
+        "/healthz": {"get": op("Liveness", {"200": resp("alive", ref("Health")), **errors()})},
         "/readyz": {"get": op("Readiness: 200 only when the lag is within bound", {"200": resp("ready", ref("Ready")),
-                                                                                  "503": resp("lagging", ref("Ready"))})},
-        "/metrics": {"get": op("Prometheus metrics", {"200": resp("text exposition", {"type": "string"}, "text/plain")})},
-        "/openapi.json": {"get": op("This document", {"200": resp("OpenAPI 3.0", {"type": "object"})})},
+                                                                                  "503": resp("lagging", ref("Ready")), **errors()})},
+        "/metrics": {"get": op("Prometheus metrics", {"200": resp("text exposition", {"type": "string"}, "text/plain"), **errors()})},
+        "/openapi.json": {"get": op("This document", {"200": resp("OpenAPI 3.0", {"type": "object"}), **errors()})},
     },
     "security": [{"bearer": []}, {}],
 }

@@ -49,6 +49,12 @@ type routerFlags struct {
 	// (statestore.MaterializerOptions).
 	fetchMinBytes int32
 	fetchMaxWait  time.Duration
+	// The HTTP server's bounds on a request (httpServer).
+	httpReadTimeout       time.Duration
+	httpReadHeaderTimeout time.Duration
+	httpIdleTimeout       time.Duration
+	httpMaxHeaderBytes    int
+	maxAfterPartitions    int
 }
 
 func (f *routerFlags) bindFlags(fs *pflag.FlagSet) {
@@ -68,6 +74,11 @@ func (f *routerFlags) bindFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&f.debugAddr, "debug-addr", "", "serve Go's /debug/pprof profiles on this address (keep it private: it exposes internals)")
 	fs.Int32Var(&f.fetchMinBytes, "fetch-min-bytes", 256<<10, "the broker answers the state's log fetches once it holds this many bytes, or after --fetch-max-wait: fewer, larger fetches cost the broker less CPU under load")
 	fs.DurationVar(&f.fetchMaxWait, "fetch-max-wait", 10*time.Millisecond, "longest a log fetch waits for --fetch-min-bytes (≥ 10ms); also the most it adds to apply lag, and so to `after` waits, when the log is quiet")
+	fs.DurationVar(&f.httpReadTimeout, "http-read-timeout", 30*time.Second, "longest a request's body may take to arrive, from the end of its headers (408 past it, or the connection is closed)")
+	fs.DurationVar(&f.httpReadHeaderTimeout, "http-read-header-timeout", 10*time.Second, "longest a request's line and headers may take to arrive (the connection is closed past it)")
+	fs.DurationVar(&f.httpIdleTimeout, "http-idle-timeout", 2*time.Minute, "how long a keep-alive connection may wait for its next request")
+	fs.IntVar(&f.httpMaxHeaderBytes, "http-max-header-bytes", 64<<10, "largest request line and headers, in bytes (431 above)")
+	fs.IntVar(&f.maxAfterPartitions, "max-after-partitions", 1024, "most entries, topics and partitions together, in the \"after\" vector of /v1/route (422 above)")
 	fs.DurationVar(&f.decisionRetention, "decision-retention", 24*time.Hour, "how long after its event time every replica keeps a decision record, for GET /v1/decisions, explain and idempotent retries; the data dir keeps each one's header, ~0.45 KB on disk, and reads the whole record back from the decisions topic, whose retention.ms should be at least this (deployments/README.md, Sizing). Give every replica the same value: it shapes the state they compare. In approximate mode it is at least the 2m prediction TTL")
 }
 
@@ -81,10 +92,23 @@ func (f *routerFlags) validate() error {
 	if f.fetchMinBytes < 1 || f.fetchMaxWait < 10*time.Millisecond {
 		return fmt.Errorf("--fetch-min-bytes %d, --fetch-max-wait %s: want at least 1 byte and 10ms", f.fetchMinBytes, f.fetchMaxWait)
 	}
+	if f.httpReadTimeout <= 0 || f.httpReadHeaderTimeout <= 0 || f.httpIdleTimeout <= 0 || f.httpMaxHeaderBytes < 4096 || f.maxAfterPartitions < 1 {
+		return errors.New("--http-read-timeout, --http-read-header-timeout and --http-idle-timeout > 0, --http-max-header-bytes ≥ 4096 and --max-after-partitions ≥ 1")
+	}
 	if f.decisionRetention < time.Second {
 		return fmt.Errorf("--decision-retention %s: want at least 1s (records are looked up by later requests and lifecycle events)", f.decisionRetention)
 	}
 	return nil
+}
+
+// httpServer is the API's server. The body's read timeout and the header
+// limit are the API's (api.WithReadTimeout, api.WithMaxHeaderBytes), which
+// answer them in the JSON error shape; the server's own MaxHeaderBytes is
+// twice the limit, a backstop for heads the API would refuse anyway, whose
+// refusal is Go's plain-text 431.
+func (f *routerFlags) httpServer(h http.Handler) *http.Server {
+	return &http.Server{Handler: h, ReadHeaderTimeout: f.httpReadHeaderTimeout, IdleTimeout: f.httpIdleTimeout,
+		MaxHeaderBytes: 2 * f.httpMaxHeaderBytes}
 }
 
 // routerRun is one router replica: the materializer keeping the store
@@ -195,6 +219,7 @@ func (r *routerRun) run(ctx context.Context) error {
 		api.WithLogger(a.log), api.WithMetrics(reg, reg), api.WithReplicaID(f.replicaID),
 		api.WithAuthToken(f.authToken), api.WithReadyLag(f.readyLag), api.WithAfterTimeout(f.afterTimeout),
 		api.WithAuditTimeout(f.auditTimeout), api.WithBodyLimit(f.bodyLimit), api.WithMaxTokens(f.maxTokens),
+		api.WithReadTimeout(f.httpReadTimeout), api.WithMaxHeaderBytes(f.httpMaxHeaderBytes), api.WithMaxAfterPartitions(f.maxAfterPartitions),
 	)
 	if err != nil {
 		return err
@@ -203,7 +228,7 @@ func (r *routerRun) run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("--http-addr %s: %w", a.httpAddr, err)
 	}
-	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+	hs := f.httpServer(srv.Handler())
 	goRun("http", func() error {
 		var err error
 		if f.tlsCert != "" {

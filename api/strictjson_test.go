@@ -1,0 +1,130 @@
+package api
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"reflect"
+	"testing"
+)
+
+// hasDuplicateKey reports whether some object of valid JSON raw repeats a
+// key (as decoded), by a token walk independent of checkKeys.
+func hasDuplicateKey(raw []byte) bool {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	type frame struct {
+		keys map[string]bool
+		next bool
+	}
+	var stack []*frame
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			return false
+		}
+		var top *frame
+		if len(stack) > 0 {
+			top = stack[len(stack)-1]
+		}
+		if key, ok := tok.(string); ok && top != nil && top.keys != nil && top.next {
+			if top.keys[key] {
+				return true
+			}
+			top.keys[key], top.next = true, false
+			continue
+		}
+		switch tok {
+		case json.Delim('{'):
+			stack = append(stack, &frame{keys: map[string]bool{}, next: true})
+			continue
+		case json.Delim('['):
+			stack = append(stack, &frame{})
+			continue
+		case json.Delim('}'), json.Delim(']'):
+			stack = stack[:len(stack)-1]
+		}
+		if len(stack) > 0 && stack[len(stack)-1].keys != nil {
+			stack[len(stack)-1].next = true
+		}
+	}
+}
+
+// checkStrictBody: decodeJSON into an ingest body (nested structs,
+// pointers, types that decode themselves) accepts only what encoding/json
+// accepts, with the same value, and only bodies without duplicate keys;
+// every duplicate_key it answers is one.
+func checkStrictBody(t *testing.T, body string) {
+	t.Helper()
+	var got kvBody
+	err := decodeJSON([]byte(body), defaultMaxMapMembers, &got)
+	dup := json.Valid([]byte(body)) && hasDuplicateKey([]byte(body))
+	var e *Error
+	switch {
+	case err == nil:
+		var want kvBody
+		dec := json.NewDecoder(bytes.NewReader([]byte(body)))
+		dec.DisallowUnknownFields()
+		if werr := dec.Decode(&want); werr != nil {
+			t.Fatalf("%.200q: accepted, encoding/json refuses: %v", body, werr)
+		}
+		if _, terr := dec.Token(); !errors.Is(terr, io.EOF) {
+			t.Fatalf("%.200q: accepted, but holds more than one value", body)
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("%.200q:\ngot  %+v\nwant %+v", body, got, want)
+		}
+		if dup {
+			t.Fatalf("%.200q: accepted with a duplicate key", body)
+		}
+	case !errors.As(err, &e):
+		t.Fatalf("%.200q: %v is not an *Error", body, err)
+	case e.Code == "duplicate_key" && !dup:
+		t.Fatalf("%.200q: duplicate_key at %s, but no key repeats", body, e.Field)
+	case dup && e.Code != "duplicate_key" && e.Code != "unknown_field":
+		// A duplicate comes before a type error: the walk runs first.
+		t.Fatalf("%.200q: a duplicate key answered %s", body, e.Code)
+	}
+}
+
+var strictBodySeeds = []string{
+	`{"worker_id":"w","events":[{"type":"stored","block_hashes":[1,"0x2",-3],"token_ids":[1],"block_size":16}]}`,
+	`{"worker_id":"w","worker_id":"v"}`,
+	`{"worker_id":"w","Worker_ID":"v"}`,
+	`{"worker_id":"w","events":[{"type":"stored","type":"removed"}]}`,
+	`{"worker_id":"w","events":[{"type":"stored","Type":"removed"}]}`,
+	`{"worker_id":"w","events":[{"parent_block_hash":{"a":1,"a":2}}]}`,
+	`{"worker_id":"w","events":[{"medium":null,"medium":"GPU"}]}`,
+	`{"worker_id":"w","ts":1.5,"dp_rank":3,"events":[]}`,
+	`{"worker_id":"\u0077","worker_\u0069d":"w"}`,
+	`{"worker_id":"w"} {}`,
+	`{"worker_id":"w","events":[{"block_hashes":[{"x":1,"x":1}]}]}`,
+	`[{"a":1,"a":2}]`,
+	`{"a":{"b":1,"b":2}}`,
+}
+
+func TestStrictBodyAgrees(t *testing.T) {
+	for _, body := range strictBodySeeds {
+		checkStrictBody(t, body)
+	}
+	for _, c := range []struct{ body, code, field string }{
+		{`{"worker_id":"w","worker_id":"v"}`, "duplicate_key", "worker_id"},
+		{`{"worker_id":"w","Worker_ID":"v"}`, "unknown_field", "Worker_ID"},
+		{`{"worker_id":"w","events":[{"type":"stored","Type":"removed"}]}`, "unknown_field", "events[0].Type"},
+		{`{"worker_id":"w","events":[{"parent_block_hash":{"a":1,"a":2}}]}`, "duplicate_key", "events[0].parent_block_hash.a"},
+	} {
+		var b kvBody
+		err := decodeJSON([]byte(c.body), defaultMaxMapMembers, &b)
+		var e *Error
+		if !errors.As(err, &e) || e.Code != c.code || e.Field != c.field {
+			t.Errorf("%s: got %v, want %s at %s", c.body, err, c.code, c.field)
+		}
+	}
+}
+
+func FuzzStrictBody(f *testing.F) {
+	for _, s := range strictBodySeeds {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, body string) { checkStrictBody(t, body) })
+}
