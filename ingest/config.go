@@ -42,6 +42,14 @@ type Config struct {
 	ScrapeInterval time.Duration
 	// ScrapeTimeout bounds one scrape (default: the interval, at most 10s).
 	ScrapeTimeout time.Duration
+
+	// MaxRecordBytes bounds a record value written to Kafka (default
+	// DefaultMaxRecordBytes); bigger engine batches are split. Keep it
+	// below the topics' max.message.bytes, less recordOverheadBytes.
+	MaxRecordBytes int
+	// MaxSourceLabels bounds the distinct source labels of ingest's
+	// metrics (default DefaultMaxSourceLabels).
+	MaxSourceLabels int
 }
 
 func (c *Config) defaults() {
@@ -56,6 +64,12 @@ func (c *Config) defaults() {
 	}
 	if c.ScrapeTimeout <= 0 {
 		c.ScrapeTimeout = min(c.ScrapeInterval, 10*time.Second)
+	}
+	if c.MaxRecordBytes <= 0 {
+		c.MaxRecordBytes = DefaultMaxRecordBytes
+	}
+	if c.MaxSourceLabels <= 0 {
+		c.MaxSourceLabels = DefaultMaxSourceLabels
 	}
 	if c.IngestID == "" {
 		h, _ := os.Hostname()

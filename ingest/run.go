@@ -100,14 +100,19 @@ func New(cfg Config, deps Deps) (*Ingest, error) {
 			return nil, fmt.Errorf("sources[%d]: %w", i, err)
 		}
 	}
+	if cfg.MaxRecordBytes > events.MaxValueBytes {
+		return nil, fmt.Errorf("ingest: max record bytes %d is over %d, the largest record pdrouter reads", cfg.MaxRecordBytes, events.MaxValueBytes)
+	}
 	ing := &Ingest{cfg: cfg, deps: deps, log: deps.Log, metrics: NewMetrics(deps.Registerer),
 		running: map[string]*runningSource{}, regs: map[string]*pb.WorkerRegistration{}, bindTops: map[string]SourceConfig{}}
+	ing.metrics.SetMaxSourceLabels(cfg.MaxSourceLabels)
 	sink := deps.Sink
 	if sink == nil {
 		if deps.Kafka == nil {
 			return nil, errors.New("ingest: no Kafka client and no sink")
 		}
 		ing.kafka = NewKafkaSink(deps.Kafka, cfg.Names, ing.metrics, deps.Log)
+		ing.kafka.MaxRecordBytes = cfg.MaxRecordBytes
 		sink = ing.kafka
 	}
 	if cfg.WatchWorkers && len(deps.KafkaOpts) == 0 {

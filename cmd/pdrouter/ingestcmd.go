@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 	"github.com/spf13/pflag"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/pdrouter/pdrouter/events"
 	"github.com/pdrouter/pdrouter/ingest"
 )
 
@@ -32,6 +34,8 @@ type ingestFlags struct {
 	replayTimeout  time.Duration
 	queueSize      int
 	ingestID       string
+	maxRecordBytes int
+	maxSources     int
 }
 
 func (f *ingestFlags) bindFlags(fs *pflag.FlagSet) {
@@ -44,6 +48,8 @@ func (f *ingestFlags) bindFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&f.replayTimeout, "replay-timeout", 5*time.Second, "bound on one replay request to an engine's replay socket")
 	fs.IntVar(&f.queueSize, "ingest-queue", 1024, "messages buffered per ZMQ socket before ingest stops reading it (backpressure)")
 	fs.StringVar(&f.ingestID, "ingest-id", "", "name of this ingest process in every record (default: ingest@<hostname>)")
+	fs.IntVar(&f.maxRecordBytes, "max-record-bytes", ingest.DefaultMaxRecordBytes, "largest Kafka record value ingest writes; a bigger engine batch is split across records (keep it below the topics' max.message.bytes, less 4 KiB)")
+	fs.IntVar(&f.maxSources, "ingest-max-source-labels", ingest.DefaultMaxSourceLabels, `distinct "source" label values of ingest's metrics; sources past it are counted as "other"`)
 }
 
 // config builds the ingest configuration from the flags and the config file.
@@ -51,9 +57,16 @@ func (f *ingestFlags) config(a *app) (ingest.Config, error) {
 	cfg := ingest.Config{
 		IngestID: f.ingestID, Names: a.names(), Bind: f.bind, BindTopic: f.bindTopic, WatchWorkers: f.watchWorkers,
 		ScrapeInterval: f.scrapeInterval, ReplayTimeout: f.replayTimeout, QueueSize: f.queueSize,
+		MaxRecordBytes: f.maxRecordBytes, MaxSourceLabels: f.maxSources,
 	}
 	if f.scrapeInterval < 0 || f.replayTimeout < 0 || f.queueSize < 0 {
 		return cfg, errors.New("--scrape-interval, --replay-timeout and --ingest-queue must not be negative")
+	}
+	if f.maxRecordBytes < 16<<10 || f.maxRecordBytes > events.MaxValueBytes {
+		return cfg, fmt.Errorf("--max-record-bytes %d: want [%d, %d]", f.maxRecordBytes, 16<<10, events.MaxValueBytes)
+	}
+	if f.maxSources < 1 {
+		return cfg, fmt.Errorf("--ingest-max-source-labels %d: want at least 1", f.maxSources)
 	}
 	if f.configFile != "" {
 		fc, err := ingest.LoadFile(f.configFile)
@@ -122,7 +135,7 @@ workers topic (--watch-workers), and --bind for engines that connect.`,
 			if err != nil {
 				return err
 			}
-			cl, err := kgo.NewClient(opts...)
+			cl, err := kgo.NewClient(append(slices.Clone(opts), ingest.ProducerOpts(cfg.MaxRecordBytes)...)...)
 			if err != nil {
 				return err
 			}
