@@ -42,6 +42,13 @@ type Config struct {
 	ScrapeInterval time.Duration
 	// ScrapeTimeout bounds one scrape (default: the interval, at most 10s).
 	ScrapeTimeout time.Duration
+	// ScrapeConcurrency bounds the scrapes in flight (default 8).
+	ScrapeConcurrency int
+	// ScrapeMaxBytes bounds a /metrics body (default MaxScrapeBytes).
+	ScrapeMaxBytes int64
+	// EngineAllow is the --engine-allow list of where ingest may connect
+	// (ParseAllowList; "" is DefaultEngineAllow).
+	EngineAllow string
 
 	// MaxRecordBytes bounds a record value written to Kafka (default
 	// DefaultMaxRecordBytes); bigger engine batches are split. Keep it
@@ -65,6 +72,12 @@ func (c *Config) defaults() {
 	if c.ScrapeTimeout <= 0 {
 		c.ScrapeTimeout = min(c.ScrapeInterval, 10*time.Second)
 	}
+	if c.ScrapeConcurrency <= 0 {
+		c.ScrapeConcurrency = DefaultScrapeConcurrency
+	}
+	if c.ScrapeMaxBytes <= 0 {
+		c.ScrapeMaxBytes = MaxScrapeBytes
+	}
 	if c.MaxRecordBytes <= 0 {
 		c.MaxRecordBytes = DefaultMaxRecordBytes
 	}
@@ -76,6 +89,9 @@ func (c *Config) defaults() {
 		c.IngestID = "ingest@" + h
 	}
 }
+
+// DefaultScrapeConcurrency is the default of --scrape-concurrency.
+const DefaultScrapeConcurrency = 8
 
 // SourceConfig describes one engine: a worker with one publisher per
 // data-parallel rank.

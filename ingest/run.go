@@ -14,6 +14,7 @@ import (
 
 	"github.com/pdrouter/pdrouter/events"
 	pb "github.com/pdrouter/pdrouter/events/eventspb"
+	"github.com/pdrouter/pdrouter/internal/rejects"
 )
 
 // Deps are Run's collaborators, passed in so `pdrouter ingest`, `dev` and
@@ -33,8 +34,9 @@ type Deps struct {
 	Log        *slog.Logger
 	// Replayer overrides the ZMQ replay client (tests).
 	Replayer Replayer
-	// HTTP is the client for scraping engines' /metrics (default: a client
-	// with the scrape timeout).
+	// HTTP is the client for scraping engines' /metrics (default: one that
+	// connects only where Config.EngineAllow allows, and follows no
+	// redirect). Each scrape is bounded by Config.ScrapeTimeout.
 	HTTP *http.Client
 	// BindReady is called with the bound address once the Bind endpoint
 	// listens (useful with port 0).
@@ -61,6 +63,7 @@ type Ingest struct {
 	kafka   *KafkaSink
 	metrics *Metrics
 	log     *slog.Logger
+	allow   *AllowList
 
 	ctx    context.Context
 	cancel context.CancelCauseFunc
@@ -70,6 +73,7 @@ type Ingest struct {
 	running  map[string]*runningSource // by worker id
 	regs     map[string]*pb.WorkerRegistration
 	bindTops map[string]SourceConfig // topic -> engine that connects to Bind
+	refusals map[string]bool         // refused endpoints already logged
 }
 
 type runningSource struct {
@@ -87,8 +91,12 @@ func New(cfg Config, deps Deps) (*Ingest, error) {
 	if deps.Replayer == nil {
 		deps.Replayer = ZMQReplayer{}
 	}
+	allow, err := ParseAllowList(cfg.EngineAllow)
+	if err != nil {
+		return nil, err
+	}
 	if deps.HTTP == nil {
-		deps.HTTP = &http.Client{Timeout: cfg.ScrapeTimeout}
+		deps.HTTP = newScrapeClient(allow)
 	}
 	if cfg.Bind != "" {
 		if err := checkEndpoint("--bind", cfg.Bind); err != nil {
@@ -103,8 +111,9 @@ func New(cfg Config, deps Deps) (*Ingest, error) {
 	if cfg.MaxRecordBytes > events.MaxValueBytes {
 		return nil, fmt.Errorf("ingest: max record bytes %d is over %d, the largest record pdrouter reads", cfg.MaxRecordBytes, events.MaxValueBytes)
 	}
-	ing := &Ingest{cfg: cfg, deps: deps, log: deps.Log, metrics: NewMetrics(deps.Registerer),
-		running: map[string]*runningSource{}, regs: map[string]*pb.WorkerRegistration{}, bindTops: map[string]SourceConfig{}}
+	ing := &Ingest{cfg: cfg, deps: deps, log: deps.Log, metrics: NewMetrics(deps.Registerer), allow: allow,
+		running: map[string]*runningSource{}, regs: map[string]*pb.WorkerRegistration{}, bindTops: map[string]SourceConfig{},
+		refusals: map[string]bool{}}
 	ing.metrics.SetMaxSourceLabels(cfg.MaxSourceLabels)
 	sink := deps.Sink
 	if sink == nil {
@@ -118,7 +127,7 @@ func New(cfg Config, deps Deps) (*Ingest, error) {
 	if cfg.WatchWorkers && len(deps.KafkaOpts) == 0 {
 		return nil, errors.New("ingest: following the workers topic needs Kafka connection options")
 	}
-	ing.sdeps = sourceDeps{sink: sink, replayer: deps.Replayer, metrics: ing.metrics, log: deps.Log,
+	ing.sdeps = sourceDeps{sink: sink, replayer: allowReplayer{ing: ing, inner: deps.Replayer}, metrics: ing.metrics, log: deps.Log,
 		ingestID: cfg.IngestID, replayTimeout: cfg.ReplayTimeout}
 	return ing, nil
 }
@@ -255,6 +264,10 @@ func closedChan() chan struct{} {
 // runConnect ingests one engine rank in connect mode: a reader goroutine
 // decodes into a bounded queue, this goroutine sequences and writes.
 func (ing *Ingest) runConnect(ctx context.Context, spec sourceSpec, topic string) error {
+	dial, ok := ing.dialable(ctx, spec)
+	if !ok {
+		return nil
+	}
 	src := newSource(spec, ing.sdeps)
 	q := make(chan inbound, ing.cfg.QueueSize)
 	depth := ing.metrics.QueueDepth.WithLabelValues(spec.Endpoint)
@@ -262,7 +275,7 @@ func (ing *Ingest) runConnect(ctx context.Context, spec sourceSpec, topic string
 	rctx, stopReader := context.WithCancel(ctx)
 	readerDone := make(chan error, 1)
 	go func() {
-		readerDone <- subscribeConnect(rctx, spec.Endpoint, topic, ing.cfg.ReconnectInterval, ing.log,
+		readerDone <- subscribeConnect(rctx, dial, topic, ing.cfg.ReconnectInterval, ing.log,
 			func(r received) error {
 				in := decodeInbound(r, spec.Engine)
 				select {
@@ -297,6 +310,30 @@ func (ing *Ingest) runConnect(ctx context.Context, spec sourceSpec, topic string
 				return fmt.Errorf("ingest: source %s (%s): %w", src.label, spec.Endpoint, err)
 			}
 		}
+	}
+}
+
+// dialable resolves spec's endpoint to the checked address to dial, or
+// refuses it (ok=false: the source does not run). A name that does not
+// resolve yet is retried every ReconnectInterval, as a refused connection
+// is.
+func (ing *Ingest) dialable(ctx context.Context, spec sourceSpec) (string, bool) {
+	for failures := 0; ; failures++ {
+		ep, err := ing.allow.resolve(ctx, spec.Endpoint)
+		switch {
+		case err == nil:
+			return ep, true
+		case errors.Is(err, ErrNotAllowed):
+			ing.metrics.Rejects.Inc(rejects.ZMQDial, rejectNotAllowed)
+			ing.refusedOnce(spec.Worker, "kv_events_endpoint "+spec.Endpoint, err)
+			return "", false
+		case ctx.Err() != nil:
+			return "", false
+		}
+		if failures == 0 {
+			ing.log.Warn("cannot resolve engine publisher; retrying", "worker", spec.Worker, "endpoint", spec.Endpoint, "err", err)
+		}
+		sleepCtx(ctx, ing.cfg.ReconnectInterval)
 	}
 }
 

@@ -36,6 +36,10 @@ type ingestFlags struct {
 	ingestID       string
 	maxRecordBytes int
 	maxSources     int
+	engineAllow    string
+	scrapeTimeout  time.Duration
+	scrapeConc     int
+	scrapeMaxBytes int64
 }
 
 func (f *ingestFlags) bindFlags(fs *pflag.FlagSet) {
@@ -48,6 +52,10 @@ func (f *ingestFlags) bindFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&f.replayTimeout, "replay-timeout", 5*time.Second, "bound on one replay request to an engine's replay socket")
 	fs.IntVar(&f.queueSize, "ingest-queue", 1024, "messages buffered per ZMQ socket before ingest stops reading it (backpressure)")
 	fs.StringVar(&f.ingestID, "ingest-id", "", "name of this ingest process in every record (default: ingest@<hostname>)")
+	fs.StringVar(&f.engineAllow, "engine-allow", ingest.DefaultEngineAllow, "where ingest may connect for KV events, replay and /metrics: comma-separated addresses, CIDR prefixes, host names, 'ipc' (ipc:// endpoints) or '*' (anywhere); checked on every address a name resolves to. The default is loopback and private ranges; link-local (cloud metadata) and public addresses are refused")
+	fs.DurationVar(&f.scrapeTimeout, "scrape-timeout", 5*time.Second, "bound on one /metrics scrape (connect, headers and body)")
+	fs.IntVar(&f.scrapeConc, "scrape-concurrency", ingest.DefaultScrapeConcurrency, "/metrics scrapes in flight at once")
+	fs.Int64Var(&f.scrapeMaxBytes, "scrape-max-bytes", ingest.MaxScrapeBytes, "largest /metrics body read; a bigger one is refused, not truncated")
 	fs.IntVar(&f.maxRecordBytes, "max-record-bytes", ingest.DefaultMaxRecordBytes, "largest Kafka record value ingest writes; a bigger engine batch is split across records (keep it below the topics' max.message.bytes, less 4 KiB)")
 	fs.IntVar(&f.maxSources, "ingest-max-source-labels", ingest.DefaultMaxSourceLabels, `distinct "source" label values of ingest's metrics; sources past it are counted as "other"`)
 }
@@ -58,12 +66,19 @@ func (f *ingestFlags) config(a *app) (ingest.Config, error) {
 		IngestID: f.ingestID, Names: a.names(), Bind: f.bind, BindTopic: f.bindTopic, WatchWorkers: f.watchWorkers,
 		ScrapeInterval: f.scrapeInterval, ReplayTimeout: f.replayTimeout, QueueSize: f.queueSize,
 		MaxRecordBytes: f.maxRecordBytes, MaxSourceLabels: f.maxSources,
+		EngineAllow: f.engineAllow, ScrapeTimeout: f.scrapeTimeout, ScrapeConcurrency: f.scrapeConc, ScrapeMaxBytes: f.scrapeMaxBytes,
 	}
 	if f.scrapeInterval < 0 || f.replayTimeout < 0 || f.queueSize < 0 {
 		return cfg, errors.New("--scrape-interval, --replay-timeout and --ingest-queue must not be negative")
 	}
 	if f.maxRecordBytes < 16<<10 || f.maxRecordBytes > events.MaxValueBytes {
 		return cfg, fmt.Errorf("--max-record-bytes %d: want [%d, %d]", f.maxRecordBytes, 16<<10, events.MaxValueBytes)
+	}
+	if _, err := ingest.ParseAllowList(f.engineAllow); err != nil {
+		return cfg, err
+	}
+	if f.scrapeTimeout <= 0 || f.scrapeConc < 1 || f.scrapeMaxBytes < 1 {
+		return cfg, errors.New("--scrape-timeout, --scrape-concurrency and --scrape-max-bytes must be positive")
 	}
 	if f.maxSources < 1 {
 		return cfg, fmt.Errorf("--ingest-max-source-labels %d: want at least 1", f.maxSources)
