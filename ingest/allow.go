@@ -269,14 +269,19 @@ func (r allowReplayer) Replay(ctx context.Context, endpoint string, from uint64,
 // maxRefusalNotes bounds the refusals remembered for logging once.
 const maxRefusalNotes = 4096
 
-// refusedOnce logs a refused endpoint at Warn the first time and at Debug
-// after, so a registration naming a forbidden address is reported without
-// a line per retry.
+// refusedOnce logs a refused endpoint (logOnce).
 func (ing *Ingest) refusedOnce(worker, what string, err error) {
-	key := worker + "\x00" + what
+	ing.logOnce(worker+"\x00"+what, "refusing to connect to an engine endpoint outside --engine-allow", "worker", worker, "endpoint", what, "err", err)
+}
+
+// logOnce logs msg at Warn the first time key is seen and at Debug after,
+// so a registration naming a forbidden address, or a peer sending for an
+// unknown worker, is reported without a line per retry or message. The
+// keys remembered are bounded (past the bound, everything is Debug).
+func (ing *Ingest) logOnce(key, msg string, args ...any) {
 	ing.mu.Lock()
-	seen := ing.refusals[key]
-	if !seen && len(ing.refusals) < maxRefusalNotes {
+	seen := ing.refusals[key] || len(ing.refusals) >= maxRefusalNotes
+	if !seen {
 		ing.refusals[key] = true
 	}
 	ing.mu.Unlock()
@@ -284,5 +289,5 @@ func (ing *Ingest) refusedOnce(worker, what string, err error) {
 	if seen {
 		level = slog.LevelDebug
 	}
-	ing.log.Log(context.Background(), level, "refusing to connect to an engine endpoint outside --engine-allow", "worker", worker, "endpoint", what, "err", err)
+	ing.log.Log(context.Background(), level, msg, args...)
 }

@@ -90,6 +90,9 @@ func (c *Config) defaults() {
 	}
 }
 
+// maxDPSize bounds a source's data-parallel ranks.
+const maxDPSize = 1024
+
 // DefaultScrapeConcurrency is the default of --scrape-concurrency.
 const DefaultScrapeConcurrency = 8
 
@@ -138,8 +141,8 @@ func (s SourceConfig) Validate() error {
 	if _, err := ParseEngine(s.Engine); err != nil {
 		return fmt.Errorf("source %s: %w", s.WorkerID, err)
 	}
-	if s.DPSize < 0 || s.DPSize > 1024 {
-		return fmt.Errorf("source %s: dp_size %d out of range [0, 1024]", s.WorkerID, s.DPSize)
+	if s.DPSize < 0 || s.DPSize > maxDPSize {
+		return fmt.Errorf("source %s: dp_size %d out of range [0, %d]", s.WorkerID, s.DPSize, maxDPSize)
 	}
 	if s.Endpoint == "" && s.Topic == "" {
 		return fmt.Errorf("source %s: give an endpoint to connect to, or the topic it publishes to the bind endpoint", s.WorkerID)

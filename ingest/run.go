@@ -364,22 +364,22 @@ func (ing *Ingest) runBind(ctx context.Context) error {
 	dispatch := func(r received) error {
 		topic := string(r.msg.Topic)
 		sc, known := ing.bindSource(topic)
+		if !known {
+			ing.refuseBind(topic, 0, false)
+			return nil
+		}
 		eng, _ := ParseEngine(sc.Engine)
 		in := decodeInbound(r, eng)
 		key := bindKey{topic: topic}
 		if in.batch != nil && in.batch.HasDPRank {
 			key.rank = in.batch.DPRank
 		}
+		if !rankRegistered(sc, key.rank) {
+			ing.refuseBind(topic, key.rank, true)
+			return nil
+		}
 		b, ok := sources[key]
 		if !ok {
-			if !known {
-				if err := events.ValidateWorkerID(topic); err != nil {
-					ing.metrics.Unrouted.Inc()
-					ing.log.Warn("message on the bind endpoint from an unknown topic that is no valid worker id: dropped", "topic", topic, "err", err)
-					return nil
-				}
-				sc = SourceConfig{WorkerID: topic, Topic: topic}
-			}
 			replay, err := OffsetEndpoint(sc.Replay, int(key.rank))
 			if err != nil {
 				replay = ""
@@ -420,6 +420,34 @@ func (ing *Ingest) runBind(ctx context.Context) error {
 		return cause
 	}
 	return err
+}
+
+// rankRegistered reports whether rank is one the registration covers:
+// below its dp_size, or, when it gives none, below the largest dp_size a
+// registration may give (the rank is in the engine's batch, and a source
+// per rank is a goroutine and a queue).
+func rankRegistered(sc SourceConfig, rank uint32) bool {
+	if sc.DPSize > 0 {
+		return rank < uint32(sc.DPSize)
+	}
+	return rank < maxDPSize
+}
+
+// refuseBind counts and logs a message on the bind endpoint that names no
+// registered worker (or rank). The topic is the peer's choice: it is
+// logged shortened, and through refusedOnce, whose memory is bounded.
+func (ing *Ingest) refuseBind(topic string, rank uint32, known bool) {
+	ing.metrics.Unrouted.Inc()
+	ing.metrics.Rejects.Inc(rejects.ZMQBind, rejectUnknown)
+	const show = 64
+	if len(topic) > show {
+		topic = topic[:show] + "…"
+	}
+	what := fmt.Sprintf("topic %q", topic)
+	if known {
+		what = fmt.Sprintf("topic %q rank %d", topic, rank)
+	}
+	ing.logOnce("bind\x00"+what, "message on the bind endpoint for no registered worker: dropped", "what", what, "bind", ing.cfg.Bind)
 }
 
 func (ing *Ingest) bindSource(topic string) (SourceConfig, bool) {
