@@ -32,11 +32,13 @@ type recordSink struct {
 }
 
 func (r *recordSink) Produce(_ context.Context, key []byte, m proto.Message) error {
-	rec, err := r.ks.record(key, m)
+	recs, err := r.ks.records(context.Background(), key, m)
 	if err != nil {
 		return err
 	}
-	r.bytes += len(rec.Value)
+	for _, rec := range recs {
+		r.bytes += len(rec.Value)
+	}
 	return nil
 }
 

@@ -46,6 +46,21 @@ type Config struct {
 	// ZMTP bounds every tcp:// and ipc:// ZMQ peer: publishers on Bind or
 	// dialed, and replay sockets.
 	ZMTP ZMTPLimits
+	// ScrapeConcurrency bounds the scrapes in flight (default 8).
+	ScrapeConcurrency int
+	// ScrapeMaxBytes bounds a /metrics body (default MaxScrapeBytes).
+	ScrapeMaxBytes int64
+	// EngineAllow is the --engine-allow list of where ingest may connect
+	// (ParseAllowList; "" is DefaultEngineAllow).
+	EngineAllow string
+
+	// MaxRecordBytes bounds a record value written to Kafka (default
+	// DefaultMaxRecordBytes); bigger engine batches are split. Keep it
+	// below the topics' max.message.bytes, less recordOverheadBytes.
+	MaxRecordBytes int
+	// MaxSourceLabels bounds the distinct source labels of ingest's
+	// metrics (default DefaultMaxSourceLabels).
+	MaxSourceLabels int
 }
 
 func (c *Config) defaults() {
@@ -62,11 +77,29 @@ func (c *Config) defaults() {
 		c.ScrapeTimeout = min(c.ScrapeInterval, 10*time.Second)
 	}
 	c.ZMTP.defaults()
+	if c.ScrapeConcurrency <= 0 {
+		c.ScrapeConcurrency = DefaultScrapeConcurrency
+	}
+	if c.ScrapeMaxBytes <= 0 {
+		c.ScrapeMaxBytes = MaxScrapeBytes
+	}
+	if c.MaxRecordBytes <= 0 {
+		c.MaxRecordBytes = DefaultMaxRecordBytes
+	}
+	if c.MaxSourceLabels <= 0 {
+		c.MaxSourceLabels = DefaultMaxSourceLabels
+	}
 	if c.IngestID == "" {
 		h, _ := os.Hostname()
 		c.IngestID = "ingest@" + h
 	}
 }
+
+// maxDPSize bounds a source's data-parallel ranks.
+const maxDPSize = 1024
+
+// DefaultScrapeConcurrency is the default of --scrape-concurrency.
+const DefaultScrapeConcurrency = 8
 
 // SourceConfig describes one engine: a worker with one publisher per
 // data-parallel rank.
@@ -113,8 +146,8 @@ func (s SourceConfig) Validate() error {
 	if _, err := ParseEngine(s.Engine); err != nil {
 		return fmt.Errorf("source %s: %w", s.WorkerID, err)
 	}
-	if s.DPSize < 0 || s.DPSize > 1024 {
-		return fmt.Errorf("source %s: dp_size %d out of range [0, 1024]", s.WorkerID, s.DPSize)
+	if s.DPSize < 0 || s.DPSize > maxDPSize {
+		return fmt.Errorf("source %s: dp_size %d out of range [0, %d]", s.WorkerID, s.DPSize, maxDPSize)
 	}
 	if s.Endpoint == "" && s.Topic == "" {
 		return fmt.Errorf("source %s: give an endpoint to connect to, or the topic it publishes to the bind endpoint", s.WorkerID)

@@ -28,7 +28,12 @@
 //     only from this process, keep go-zeromq's sockets.
 //   - source.go: one goroutine per source that ties frames, decoding,
 //     sequencing and replay together and hands records to a Sink.
-//   - sink.go: the Kafka producer (idempotent, acks=all, backpressure).
+//   - sink.go, split.go, refused.go: the Kafka producer (idempotent,
+//     acks=all, backpressure); engine batches bigger than a record split
+//     across records; records the broker refuses dropped and repaired by
+//     a reset of their worker.
+//   - allow.go: --engine-allow, where registrations may make ingest
+//     connect.
 //   - scrape.go, load.go: Prometheus /metrics scraping into LoadSample and
 //     registration updates.
 //   - workers.go: the `workers` topic as a source of endpoints.
@@ -66,7 +71,13 @@
 // bind mode (engines connect to one SUB that ingest binds) by the ZMQ topic
 // frame and the batch's data-parallel rank, so engines that share a bind
 // endpoint must use distinct topics (llm-d's convention kv@<pod>@<model>
-// does).
+// does). Anyone who reaches the bind port can send any topic, so only
+// topics a source or registration names are read (and ranks below its
+// dp_size); the rest are dropped and counted.
+//
+// Everything ingest connects to is named by configuration or by a
+// registration, so it is checked against --engine-allow (loopback and
+// private ranges by default) on the addresses actually dialed.
 //
 // Sequence numbers restart at 0 when an engine restarts, and ingest keeps
 // no position across its own restarts. Either way, the first message seen

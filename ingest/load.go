@@ -2,13 +2,17 @@ package ingest
 
 import (
 	"context"
+	"errors"
 	"math"
+	"net"
+	"sync"
 	"time"
 
 	"google.golang.org/protobuf/proto"
 
 	"github.com/pdrouter/pdrouter/events"
 	pb "github.com/pdrouter/pdrouter/events/eventspb"
+	"github.com/pdrouter/pdrouter/internal/rejects"
 )
 
 // LoadSampleOf turns one rank's scrape into a LoadSample. blockSize is the
@@ -88,20 +92,50 @@ type scrapeTarget struct {
 	url    string
 }
 
-// runScraper scrapes every known metrics URL each interval, one at a time
-// (engines are few per ingest, and a slow engine then delays only the
-// samples, never the KV events).
+// runScraper scrapes every known metrics URL each interval, up to
+// ScrapeConcurrency at a time, each bounded by ScrapeTimeout: one engine
+// that answers slowly, or never, delays its own samples and nobody else's.
+// A target whose previous scrape still runs is skipped for this interval
+// rather than queued twice.
 func (ing *Ingest) runScraper(ctx context.Context) error {
 	t := time.NewTicker(ing.cfg.ScrapeInterval)
 	defer t.Stop()
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	slots := make(chan struct{}, ing.cfg.ScrapeConcurrency)
+	var mu sync.Mutex
+	inflight := map[scrapeTarget]bool{}
+	var wg sync.WaitGroup
+	defer wg.Wait()
 	for {
 		for _, tg := range ing.scrapeTargets() {
-			if err := ing.scrapeOnce(ctx, tg); err != nil {
-				return err
+			mu.Lock()
+			busy := inflight[tg]
+			inflight[tg] = true
+			mu.Unlock()
+			if busy {
+				continue
 			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer func() { mu.Lock(); delete(inflight, tg); mu.Unlock() }()
+				select {
+				case slots <- struct{}{}:
+				case <-ctx.Done():
+					return
+				}
+				defer func() { <-slots }()
+				if err := ing.scrapeOnce(ctx, tg); err != nil {
+					cancel(err)
+				}
+			}()
 		}
 		select {
 		case <-ctx.Done():
+			if err := context.Cause(ctx); !errors.Is(err, context.Canceled) {
+				return err
+			}
 			return nil
 		case <-t.C:
 		}
@@ -130,14 +164,27 @@ func (ing *Ingest) scrapeTargets() []scrapeTarget {
 // scrapeOnce scrapes one target and writes its samples; it fails only when
 // the sink does (a scrape error is counted and logged).
 func (ing *Ingest) scrapeOnce(ctx context.Context, tg scrapeTarget) error {
+	if err := ing.allowURL(ctx, tg.url); err != nil {
+		ing.metrics.Scrapes.WithLabelValues("error").Inc()
+		if errors.Is(err, ErrNotAllowed) {
+			ing.metrics.Rejects.Inc(rejects.Scrape, rejectNotAllowed)
+			ing.refusedOnce(tg.worker, "metrics_url "+tg.url, err)
+		} else {
+			ing.log.Debug("scrape failed", "worker", tg.worker, "url", tg.url, "err", err)
+		}
+		return nil
+	}
 	sctx, cancel := context.WithTimeout(ctx, ing.cfg.ScrapeTimeout)
-	loads, err := Scrape(sctx, ing.deps.HTTP, tg.url)
+	loads, err := scrape(sctx, ing.deps.HTTP, tg.url, ing.cfg.ScrapeMaxBytes)
 	cancel()
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil
 		}
 		ing.metrics.Scrapes.WithLabelValues("error").Inc()
+		if reason := scrapeRejectReason(err); reason != "" {
+			ing.metrics.Rejects.Inc(rejects.Scrape, reason)
+		}
 		ing.log.Debug("scrape failed", "worker", tg.worker, "url", tg.url, "err", err)
 		return nil
 	}
@@ -162,4 +209,23 @@ func (ing *Ingest) scrapeOnce(ctx context.Context, tg scrapeTarget) error {
 			"block_size", n.GetBlockSize(), "total_kv_blocks", n.GetTotalKvBlocks())
 	}
 	return nil
+}
+
+// scrapeRejectReason is the rejects reason of a failed scrape, or "" when
+// the failure is the network's (refused, reset), not the engine's answer.
+func scrapeRejectReason(err error) string {
+	var ne net.Error
+	switch {
+	case errors.Is(err, ErrNotAllowed):
+		return rejectNotAllowed
+	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &ne) && ne.Timeout():
+		return rejectTimeout
+	case errors.Is(err, errScrapeTooLarge):
+		return rejectScrapeSize
+	case errors.Is(err, errScrapeStatus):
+		return rejectBadStatus
+	case errors.Is(err, errScrapeMalformed):
+		return rejectMalformed
+	}
+	return ""
 }

@@ -1,6 +1,8 @@
 package ingest
 
 import (
+	"sync"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pdrouter/pdrouter/internal/rejects"
@@ -10,8 +12,10 @@ import (
 // Registerer passed to NewMetrics, never on a global one, so `pdrouter dev`
 // can run ingest next to other components and tests can run many.
 //
-// The source label is events.WorkerRank(worker, dp rank): bounded by the
-// fleet size.
+// The source label is events.WorkerRank(worker, dp rank) for the first
+// MaxSourceLabels sources seen, and "other" for the rest: registrations and
+// dp ranks come from outside, and a label per arbitrary source would grow
+// the registry without bound.
 type Metrics struct {
 	Batches       *prometheus.CounterVec // {source}
 	Events        *prometheus.CounterVec // {source,type}
@@ -29,6 +33,59 @@ type Metrics struct {
 	Scrapes       *prometheus.CounterVec // {result}
 	Unrouted      prometheus.Counter
 	ConnPanics    *prometheus.CounterVec // {entry}
+	Split         prometheus.Counter
+	// Rejects is pdrouter_rejected_total, shared with the rest of the
+	// process: the produce, zmq_dial, scrape and zmq_bind entries.
+	Rejects *rejects.Counter
+
+	mu sync.Mutex
+	// maxSources bounds the distinct source labels; sources holds them.
+	maxSources int
+	sources    map[string]struct{}
+}
+
+// OtherSource is the source label of every source past the cap.
+const OtherSource = "other"
+
+// DefaultMaxSourceLabels is the default of --ingest-max-source-labels.
+const DefaultMaxSourceLabels = 1024
+
+// The reasons ingest counts in pdrouter_rejected_total, by entry.
+const (
+	rejectTooLarge   = "record_too_large" // produce: over the record limit even split, or over the broker's
+	rejectRefused    = "refused"          // produce: refused by the broker for another reason
+	rejectNotAllowed = "not_allowed"      // zmq_dial, scrape: the endpoint is outside --engine-allow
+	rejectTimeout    = "timeout"          // scrape
+	rejectScrapeSize = "too_large"        // scrape: body over --scrape-max-bytes
+	rejectBadStatus  = "bad_status"       // scrape
+	rejectMalformed  = "malformed"        // scrape: not Prometheus text
+	rejectUnknown    = "unknown_worker"   // zmq_bind: a topic no registration names
+)
+
+// SetMaxSourceLabels sets the cap on distinct source labels (n <= 0: the
+// default). Labels already given keep their series.
+func (m *Metrics) SetMaxSourceLabels(n int) {
+	if n <= 0 {
+		n = DefaultMaxSourceLabels
+	}
+	m.mu.Lock()
+	m.maxSources = n
+	m.mu.Unlock()
+}
+
+// sourceLabel returns the label under which source is counted: itself
+// while there is room under the cap, OtherSource after.
+func (m *Metrics) sourceLabel(source string) string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if _, ok := m.sources[source]; ok {
+		return source
+	}
+	if len(m.sources) >= m.maxSources {
+		return OtherSource
+	}
+	m.sources[source] = struct{}{}
+	return source
 }
 
 // NewMetrics creates the metrics and registers them on reg (nil: not
@@ -65,15 +122,24 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Scrapes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "pdrouter_ingest_scrapes_total",
 			Help: "Engine /metrics scrapes, by result (ok, error)."}, []string{"result"}),
 		Unrouted: prometheus.NewCounter(prometheus.CounterOpts{Name: "pdrouter_ingest_unrouted_total",
-			Help: "Messages on the bind endpoint whose topic maps to no valid worker id."}),
+			Help: "Messages on the bind endpoint whose topic names no registered worker."}),
+		Split: prometheus.NewCounter(prometheus.CounterOpts{Name: "pdrouter_ingest_records_split_total",
+			Help: "Engine batches too big for one Kafka record, written as several."}),
 		ConnPanics: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "pdrouter_ingest_connection_panics_total",
 			Help: "Panics recovered on a ZMQ connection (entry zmq_bind or zmq_dial); each dropped that connection. Any is a bug."}, []string{"entry"}),
+		Rejects:    rejects.For(reg),
+		maxSources: DefaultMaxSourceLabels,
+		sources:    map[string]struct{}{},
 	}
+	m.Rejects.Init(rejects.Produce, rejectTooLarge, rejectRefused)
+	m.Rejects.Init(rejects.ZMQDial, rejectNotAllowed)
+	m.Rejects.Init(rejects.Scrape, rejectNotAllowed, rejectTimeout, rejectScrapeSize, rejectBadStatus, rejectMalformed)
+	m.Rejects.Init(rejects.ZMQBind, rejectUnknown)
 	m.ConnPanics.WithLabelValues(string(rejects.ZMQBind))
 	m.ConnPanics.WithLabelValues(string(rejects.ZMQDial))
 	if reg != nil {
 		reg.MustRegister(m.Batches, m.Events, m.Demoted, m.DecodeErrors, m.FrameErrors, m.Gaps, m.Replays, m.Replayed,
-			m.Resets, m.ProduceErrors, m.Produced, m.QueueDepth, m.Lag, m.Scrapes, m.Unrouted, m.ConnPanics)
+			m.Resets, m.ProduceErrors, m.Produced, m.QueueDepth, m.Lag, m.Scrapes, m.Unrouted, m.Split, m.ConnPanics)
 	}
 	return m
 }

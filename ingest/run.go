@@ -34,8 +34,9 @@ type Deps struct {
 	Log        *slog.Logger
 	// Replayer overrides the ZMQ replay client (tests).
 	Replayer Replayer
-	// HTTP is the client for scraping engines' /metrics (default: a client
-	// with the scrape timeout).
+	// HTTP is the client for scraping engines' /metrics (default: one that
+	// connects only where Config.EngineAllow allows, and follows no
+	// redirect). Each scrape is bounded by Config.ScrapeTimeout.
 	HTTP *http.Client
 	// BindReady is called with the bound address once the Bind endpoint
 	// listens (useful with port 0).
@@ -63,6 +64,7 @@ type Ingest struct {
 	metrics *Metrics
 	guard   *connGuard
 	log     *slog.Logger
+	allow   *AllowList
 
 	ctx    context.Context
 	cancel context.CancelCauseFunc
@@ -72,6 +74,7 @@ type Ingest struct {
 	running  map[string]*runningSource // by worker id
 	regs     map[string]*pb.WorkerRegistration
 	bindTops map[string]SourceConfig // topic -> engine that connects to Bind
+	refusals map[string]bool         // refused endpoints already logged
 }
 
 type runningSource struct {
@@ -86,8 +89,12 @@ func New(cfg Config, deps Deps) (*Ingest, error) {
 	if deps.Log == nil {
 		deps.Log = slog.Default()
 	}
+	allow, err := ParseAllowList(cfg.EngineAllow)
+	if err != nil {
+		return nil, err
+	}
 	if deps.HTTP == nil {
-		deps.HTTP = &http.Client{Timeout: cfg.ScrapeTimeout}
+		deps.HTTP = newScrapeClient(allow)
 	}
 	if err := cfg.ZMTP.Validate(); err != nil {
 		return nil, err
@@ -102,8 +109,13 @@ func New(cfg Config, deps Deps) (*Ingest, error) {
 			return nil, fmt.Errorf("sources[%d]: %w", i, err)
 		}
 	}
-	ing := &Ingest{cfg: cfg, deps: deps, log: deps.Log, metrics: NewMetrics(deps.Registerer),
-		running: map[string]*runningSource{}, regs: map[string]*pb.WorkerRegistration{}, bindTops: map[string]SourceConfig{}}
+	if cfg.MaxRecordBytes > events.MaxValueBytes {
+		return nil, fmt.Errorf("ingest: max record bytes %d is over %d, the largest record pdrouter reads", cfg.MaxRecordBytes, events.MaxValueBytes)
+	}
+	ing := &Ingest{cfg: cfg, deps: deps, log: deps.Log, metrics: NewMetrics(deps.Registerer), allow: allow,
+		running: map[string]*runningSource{}, regs: map[string]*pb.WorkerRegistration{}, bindTops: map[string]SourceConfig{},
+		refusals: map[string]bool{}}
+	ing.metrics.SetMaxSourceLabels(cfg.MaxSourceLabels)
 	ing.guard = newConnGuard(cfg.ZMTP, rejects.For(deps.Registerer), ing.metrics.ConnPanics, deps.Log)
 	if deps.Replayer == nil {
 		deps.Replayer = ZMQReplayer{guard: ing.guard}
@@ -115,12 +127,13 @@ func New(cfg Config, deps Deps) (*Ingest, error) {
 			return nil, errors.New("ingest: no Kafka client and no sink")
 		}
 		ing.kafka = NewKafkaSink(deps.Kafka, cfg.Names, ing.metrics, deps.Log)
+		ing.kafka.MaxRecordBytes = cfg.MaxRecordBytes
 		sink = ing.kafka
 	}
 	if cfg.WatchWorkers && len(deps.KafkaOpts) == 0 {
 		return nil, errors.New("ingest: following the workers topic needs Kafka connection options")
 	}
-	ing.sdeps = sourceDeps{sink: sink, replayer: deps.Replayer, metrics: ing.metrics, log: deps.Log,
+	ing.sdeps = sourceDeps{sink: sink, replayer: allowReplayer{ing: ing, inner: deps.Replayer}, metrics: ing.metrics, log: deps.Log,
 		ingestID: cfg.IngestID, replayTimeout: cfg.ReplayTimeout}
 	return ing, nil
 }
@@ -257,6 +270,10 @@ func closedChan() chan struct{} {
 // runConnect ingests one engine rank in connect mode: a reader goroutine
 // decodes into a bounded queue, this goroutine sequences and writes.
 func (ing *Ingest) runConnect(ctx context.Context, spec sourceSpec, topic string) error {
+	dial, ok := ing.dialable(ctx, spec)
+	if !ok {
+		return nil
+	}
 	src := newSource(spec, ing.sdeps)
 	q := make(chan inbound, ing.cfg.QueueSize)
 	depth := ing.metrics.QueueDepth.WithLabelValues(spec.Endpoint)
@@ -264,7 +281,7 @@ func (ing *Ingest) runConnect(ctx context.Context, spec sourceSpec, topic string
 	rctx, stopReader := context.WithCancel(ctx)
 	readerDone := make(chan error, 1)
 	go func() {
-		readerDone <- subscribeConnect(rctx, spec.Endpoint, topic, ing.cfg.ReconnectInterval, ing.guard,
+		readerDone <- subscribeConnect(rctx, dial, topic, ing.cfg.ReconnectInterval, ing.guard,
 			func(r received) error {
 				in := decodeInbound(r, spec.Engine)
 				select {
@@ -302,6 +319,30 @@ func (ing *Ingest) runConnect(ctx context.Context, spec sourceSpec, topic string
 	}
 }
 
+// dialable resolves spec's endpoint to the checked address to dial, or
+// refuses it (ok=false: the source does not run). A name that does not
+// resolve yet is retried every ReconnectInterval, as a refused connection
+// is.
+func (ing *Ingest) dialable(ctx context.Context, spec sourceSpec) (string, bool) {
+	for failures := 0; ; failures++ {
+		ep, err := ing.allow.resolve(ctx, spec.Endpoint)
+		switch {
+		case err == nil:
+			return ep, true
+		case errors.Is(err, ErrNotAllowed):
+			ing.metrics.Rejects.Inc(rejects.ZMQDial, rejectNotAllowed)
+			ing.refusedOnce(spec.Worker, "kv_events_endpoint "+spec.Endpoint, err)
+			return "", false
+		case ctx.Err() != nil:
+			return "", false
+		}
+		if failures == 0 {
+			ing.log.Warn("cannot resolve engine publisher; retrying", "worker", spec.Worker, "endpoint", spec.Endpoint, "err", err)
+		}
+		sleepCtx(ctx, ing.cfg.ReconnectInterval)
+	}
+}
+
 func (ing *Ingest) frameError(err error) {
 	ing.metrics.FrameErrors.Inc()
 	ing.log.Debug("badly framed ZMQ message", "err", err)
@@ -329,22 +370,22 @@ func (ing *Ingest) runBind(ctx context.Context) error {
 	dispatch := func(r received) error {
 		topic := string(r.msg.Topic)
 		sc, known := ing.bindSource(topic)
+		if !known {
+			ing.refuseBind(topic, 0, false)
+			return nil
+		}
 		eng, _ := ParseEngine(sc.Engine)
 		in := decodeInbound(r, eng)
 		key := bindKey{topic: topic}
 		if in.batch != nil && in.batch.HasDPRank {
 			key.rank = in.batch.DPRank
 		}
+		if !rankRegistered(sc, key.rank) {
+			ing.refuseBind(topic, key.rank, true)
+			return nil
+		}
 		b, ok := sources[key]
 		if !ok {
-			if !known {
-				if err := events.ValidateWorkerID(topic); err != nil {
-					ing.metrics.Unrouted.Inc()
-					ing.log.Warn("message on the bind endpoint from an unknown topic that is no valid worker id: dropped", "topic", topic, "err", err)
-					return nil
-				}
-				sc = SourceConfig{WorkerID: topic, Topic: topic}
-			}
 			replay, err := OffsetEndpoint(sc.Replay, int(key.rank))
 			if err != nil {
 				replay = ""
@@ -385,6 +426,34 @@ func (ing *Ingest) runBind(ctx context.Context) error {
 		return cause
 	}
 	return err
+}
+
+// rankRegistered reports whether rank is one the registration covers:
+// below its dp_size, or, when it gives none, below the largest dp_size a
+// registration may give (the rank is in the engine's batch, and a source
+// per rank is a goroutine and a queue).
+func rankRegistered(sc SourceConfig, rank uint32) bool {
+	if sc.DPSize > 0 {
+		return rank < uint32(sc.DPSize)
+	}
+	return rank < maxDPSize
+}
+
+// refuseBind counts and logs a message on the bind endpoint that names no
+// registered worker (or rank). The topic is the peer's choice: it is
+// logged shortened, and through refusedOnce, whose memory is bounded.
+func (ing *Ingest) refuseBind(topic string, rank uint32, known bool) {
+	ing.metrics.Unrouted.Inc()
+	ing.metrics.Rejects.Inc(rejects.ZMQBind, rejectUnknown)
+	const show = 64
+	if len(topic) > show {
+		topic = topic[:show] + "…"
+	}
+	what := fmt.Sprintf("topic %q", topic)
+	if known {
+		what = fmt.Sprintf("topic %q rank %d", topic, rank)
+	}
+	ing.logOnce("bind\x00"+what, "message on the bind endpoint for no registered worker: dropped", "what", what, "bind", ing.cfg.Bind)
 }
 
 func (ing *Ingest) bindSource(topic string) (SourceConfig, bool) {

@@ -2,6 +2,7 @@ package ingest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -121,8 +122,22 @@ func ParseEngineMetrics(r io.Reader) ([]EngineLoad, error) {
 	return out, nil
 }
 
-// Scrape fetches url and parses it.
+// Scrape fetches url and parses it, reading at most MaxScrapeBytes.
 func Scrape(ctx context.Context, hc *http.Client, url string) ([]EngineLoad, error) {
+	return scrape(ctx, hc, url, MaxScrapeBytes)
+}
+
+// The ways a scrape fails that are the engine's answer, not the network:
+// each is a reason of pdrouter_rejected_total{entry="scrape"}.
+var (
+	errScrapeTooLarge  = errors.New("metrics body over the size limit")
+	errScrapeStatus    = errors.New("metrics answer is not 200 OK")
+	errScrapeMalformed = errors.New("metrics body is not Prometheus text")
+)
+
+// scrape fetches url and parses at most maxBytes of its body: a bigger
+// body is an error (errScrapeTooLarge), never a truncated parse.
+func scrape(ctx context.Context, hc *http.Client, url string, maxBytes int64) ([]EngineLoad, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return nil, err
@@ -136,11 +151,46 @@ func Scrape(ctx context.Context, hc *http.Client, url string) ([]EngineLoad, err
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4096))
-		return nil, fmt.Errorf("GET %s: %s", url, resp.Status)
+		return nil, fmt.Errorf("GET %s: %s: %w", url, resp.Status, errScrapeStatus)
 	}
-	loads, err := ParseEngineMetrics(resp.Body)
+	if resp.ContentLength > maxBytes {
+		return nil, fmt.Errorf("GET %s: %d bytes, over %d: %w", url, resp.ContentLength, maxBytes, errScrapeTooLarge)
+	}
+	body := &cappedReader{r: resp.Body, left: maxBytes}
+	loads, err := ParseEngineMetrics(body)
+	if body.over {
+		return nil, fmt.Errorf("GET %s: over %d bytes: %w", url, maxBytes, errScrapeTooLarge)
+	}
 	if err != nil {
-		return nil, fmt.Errorf("GET %s: %w", url, err)
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, fmt.Errorf("GET %s: %w: %w", url, errScrapeMalformed, err)
 	}
 	return loads, nil
+}
+
+// cappedReader reads up to left bytes and then fails, remembering that the
+// source had more.
+type cappedReader struct {
+	r    io.Reader
+	left int64
+	over bool
+}
+
+func (c *cappedReader) Read(p []byte) (int, error) {
+	if c.left <= 0 {
+		var one [1]byte
+		if n, _ := c.r.Read(one[:]); n > 0 {
+			c.over = true
+			return 0, errScrapeTooLarge
+		}
+		return 0, io.EOF
+	}
+	if int64(len(p)) > c.left {
+		p = p[:c.left]
+	}
+	n, err := c.r.Read(p)
+	c.left -= int64(n)
+	return n, err
 }

@@ -2,6 +2,7 @@ package ingest
 
 import (
 	"bytes"
+	"context"
 	"testing"
 
 	"google.golang.org/protobuf/proto"
@@ -32,10 +33,14 @@ func TestKafkaSinkRecordSize(t *testing.T) {
 		keepRaw bool
 	}{{100, true}, {2000, false}, {events.MaxValueBytes + 1, false}} {
 		m := rec(tc.raw)
-		r, err := ks.record(events.WorkerKey("w"), m)
+		recs, err := ks.records(context.Background(), events.WorkerKey("w"), m)
 		if err != nil {
 			t.Fatalf("raw %d: %v", tc.raw, err)
 		}
+		if len(recs) != 1 {
+			t.Fatalf("raw %d: %d records, want 1", tc.raw, len(recs))
+		}
+		r := recs[0]
 		var got pb.KvEventRecord
 		if err := proto.Unmarshal(r.Value, &got); err != nil {
 			t.Fatal(err)

@@ -63,7 +63,10 @@ type source struct {
 // resolved once: WithLabelValues hashes its labels and takes a lock on
 // every call, and deliver counts once per message and once per event.
 type sourceCounters struct {
-	label   string
+	label string
+	// metric is the label the counters carry: label, or OtherSource past
+	// the cap on source labels (Metrics.sourceLabel).
+	metric  string
 	batches prometheus.Counter
 	events  map[string]prometheus.Counter // by event type
 }
@@ -71,16 +74,20 @@ type sourceCounters struct {
 // counters returns the children for the current label.
 func (s *source) counters() *sourceCounters {
 	if s.ctr == nil || s.ctr.label != s.label {
-		s.ctr = &sourceCounters{label: s.label, batches: s.deps.metrics.Batches.WithLabelValues(s.label),
+		metric := s.deps.metrics.sourceLabel(s.label)
+		s.ctr = &sourceCounters{label: s.label, metric: metric, batches: s.deps.metrics.Batches.WithLabelValues(metric),
 			events: map[string]prometheus.Counter{}}
 	}
 	return s.ctr
 }
 
+// metricLabel is the source label of the current worker/rank.
+func (s *source) metricLabel() string { return s.counters().metric }
+
 func (c *sourceCounters) event(m *Metrics, typ string) prometheus.Counter {
 	ctr, ok := c.events[typ]
 	if !ok {
-		ctr = m.Events.WithLabelValues(c.label, typ)
+		ctr = m.Events.WithLabelValues(c.metric, typ)
 		c.events[typ] = ctr
 	}
 	return ctr
@@ -131,7 +138,7 @@ func (s *source) handle(ctx context.Context, in inbound) error {
 			return err
 		}
 	case seqGap:
-		s.deps.metrics.Gaps.WithLabelValues(s.label).Inc()
+		s.deps.metrics.Gaps.WithLabelValues(s.metricLabel()).Inc()
 		s.deps.log.Info("sequence gap: replaying", "source", s.label, "endpoint", s.spec.Endpoint, "last", s.tracker.last, "got", seq)
 		if err := s.fill(ctx, in, s.tracker.last+1, seq, false); err != nil {
 			return err
@@ -157,7 +164,7 @@ func (s *source) fill(ctx context.Context, live inbound, from, to uint64, afterR
 		return nil
 	}
 	if s.spec.Replay == "" {
-		s.deps.metrics.Replays.WithLabelValues(s.label, "unavailable").Inc()
+		s.deps.metrics.Replays.WithLabelValues(s.metricLabel(), "unavailable").Inc()
 		if afterReset {
 			return nil
 		}
@@ -196,11 +203,11 @@ func (s *source) fill(ctx context.Context, live inbound, from, to uint64, afterR
 	}
 	switch {
 	case expected >= to && !holed:
-		s.deps.metrics.Replays.WithLabelValues(s.label, "complete").Inc()
+		s.deps.metrics.Replays.WithLabelValues(s.metricLabel(), "complete").Inc()
 	case err != nil:
-		s.deps.metrics.Replays.WithLabelValues(s.label, "failed").Inc()
+		s.deps.metrics.Replays.WithLabelValues(s.metricLabel(), "failed").Inc()
 	default:
-		s.deps.metrics.Replays.WithLabelValues(s.label, "incomplete").Inc()
+		s.deps.metrics.Replays.WithLabelValues(s.metricLabel(), "incomplete").Inc()
 	}
 	if expected < to {
 		if ctx.Err() != nil {
@@ -255,8 +262,8 @@ func (s *source) reset(ctx context.Context, at inbound, reason pb.SourceReset_Re
 		Events: []*pb.KvEvent{{Event: &pb.KvEvent_SourceReset{SourceReset: &pb.SourceReset{
 			Reason: reason, LastSeq: last, NextSeq: next, Detail: detail}}}},
 	}
-	s.deps.metrics.Resets.WithLabelValues(s.label, reasonLabel(reason)).Inc()
-	s.deps.metrics.Events.WithLabelValues(s.label, "source_reset").Inc()
+	s.deps.metrics.Resets.WithLabelValues(s.metricLabel(), reasonLabel(reason)).Inc()
+	s.deps.metrics.Events.WithLabelValues(s.metricLabel(), "source_reset").Inc()
 	return s.produce(ctx, rec)
 }
 
@@ -284,8 +291,8 @@ func (s *source) deliver(ctx context.Context, in inbound, replayed bool) error {
 	ctr.batches.Inc()
 	if in.err != nil {
 		s.deps.metrics.DecodeErrors.WithLabelValues(ErrorReason(in.err)).Inc()
-		s.deps.metrics.Resets.WithLabelValues(s.label, "unrecoverable_gap").Inc()
-		s.deps.metrics.Events.WithLabelValues(s.label, "source_reset").Inc()
+		s.deps.metrics.Resets.WithLabelValues(s.metricLabel(), "unrecoverable_gap").Inc()
+		s.deps.metrics.Events.WithLabelValues(s.metricLabel(), "source_reset").Inc()
 		s.deps.log.Warn("undecodable engine batch: resetting the source", "source", s.label, "seq", seq, "err", in.err)
 		s.epoch++
 		rec.EventTimeUnixNano = time.Now().UnixNano()
@@ -304,7 +311,7 @@ func (s *source) deliver(ctx context.Context, in inbound, replayed bool) error {
 	}
 	rec.Source = s.kvSource(in.msg.Topic, &seq)
 	if replayed {
-		s.deps.metrics.Replayed.WithLabelValues(s.label).Inc()
+		s.deps.metrics.Replayed.WithLabelValues(s.metricLabel()).Inc()
 	}
 	s.tracker.advance(seq)
 	if err := s.produce(ctx, rec); err != nil {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 	"github.com/spf13/pflag"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/pdrouter/pdrouter/events"
 	"github.com/pdrouter/pdrouter/ingest"
 )
 
@@ -33,6 +35,12 @@ type ingestFlags struct {
 	queueSize      int
 	ingestID       string
 	zmtp           ingest.ZMTPLimits
+	maxRecordBytes int
+	maxSources     int
+	engineAllow    string
+	scrapeTimeout  time.Duration
+	scrapeConc     int
+	scrapeMaxBytes int64
 }
 
 func (f *ingestFlags) bindFlags(fs *pflag.FlagSet) {
@@ -49,6 +57,12 @@ func (f *ingestFlags) bindFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&f.zmtp.MaxMessageBytes, "zmq-max-message-bytes", ingest.DefaultZMQMaxFrameBytes+ingest.DefaultZMQMessageOverhead, "largest ZMQ message (all its frames) accepted from an engine")
 	fs.DurationVar(&f.zmtp.HandshakeTimeout, "zmq-handshake-timeout", ingest.DefaultZMQHandshakeTimeout, "time a ZMQ peer has to finish the ZMTP greeting and handshake")
 	fs.IntVar(&f.zmtp.MaxConns, "zmq-max-conns", ingest.DefaultZMQMaxConns, "connections open at once on the --bind socket; more are closed as they arrive")
+	fs.StringVar(&f.engineAllow, "engine-allow", ingest.DefaultEngineAllow, "where ingest may connect for KV events, replay and /metrics: comma-separated addresses, CIDR prefixes, host names, 'ipc' (ipc:// endpoints) or '*' (anywhere); checked on every address a name resolves to. The default is loopback and private ranges; link-local (cloud metadata) and public addresses are refused")
+	fs.DurationVar(&f.scrapeTimeout, "scrape-timeout", 5*time.Second, "bound on one /metrics scrape (connect, headers and body)")
+	fs.IntVar(&f.scrapeConc, "scrape-concurrency", ingest.DefaultScrapeConcurrency, "/metrics scrapes in flight at once")
+	fs.Int64Var(&f.scrapeMaxBytes, "scrape-max-bytes", ingest.MaxScrapeBytes, "largest /metrics body read; a bigger one is refused, not truncated")
+	fs.IntVar(&f.maxRecordBytes, "max-record-bytes", ingest.DefaultMaxRecordBytes, "largest Kafka record value ingest writes; a bigger engine batch is split across records (keep it below the topics' max.message.bytes, less 4 KiB)")
+	fs.IntVar(&f.maxSources, "ingest-max-source-labels", ingest.DefaultMaxSourceLabels, `distinct "source" label values of ingest's metrics; sources past it are counted as "other"`)
 }
 
 // config builds the ingest configuration from the flags and the config file.
@@ -56,6 +70,8 @@ func (f *ingestFlags) config(a *app) (ingest.Config, error) {
 	cfg := ingest.Config{
 		IngestID: f.ingestID, Names: a.names(), Bind: f.bind, BindTopic: f.bindTopic, WatchWorkers: f.watchWorkers,
 		ScrapeInterval: f.scrapeInterval, ReplayTimeout: f.replayTimeout, QueueSize: f.queueSize, ZMTP: f.zmtp,
+		MaxRecordBytes: f.maxRecordBytes, MaxSourceLabels: f.maxSources,
+		EngineAllow: f.engineAllow, ScrapeTimeout: f.scrapeTimeout, ScrapeConcurrency: f.scrapeConc, ScrapeMaxBytes: f.scrapeMaxBytes,
 	}
 	if f.zmtp.MaxFrameBytes <= 0 || f.zmtp.MaxMessageBytes <= 0 || f.zmtp.HandshakeTimeout <= 0 || f.zmtp.MaxConns <= 0 {
 		return cfg, errors.New("--zmq-max-frame-bytes, --zmq-max-message-bytes, --zmq-handshake-timeout and --zmq-max-conns must be positive")
@@ -65,6 +81,18 @@ func (f *ingestFlags) config(a *app) (ingest.Config, error) {
 	}
 	if f.scrapeInterval < 0 || f.replayTimeout < 0 || f.queueSize < 0 {
 		return cfg, errors.New("--scrape-interval, --replay-timeout and --ingest-queue must not be negative")
+	}
+	if f.maxRecordBytes < 16<<10 || f.maxRecordBytes > events.MaxValueBytes {
+		return cfg, fmt.Errorf("--max-record-bytes %d: want [%d, %d]", f.maxRecordBytes, 16<<10, events.MaxValueBytes)
+	}
+	if _, err := ingest.ParseAllowList(f.engineAllow); err != nil {
+		return cfg, err
+	}
+	if f.scrapeTimeout <= 0 || f.scrapeConc < 1 || f.scrapeMaxBytes < 1 {
+		return cfg, errors.New("--scrape-timeout, --scrape-concurrency and --scrape-max-bytes must be positive")
+	}
+	if f.maxSources < 1 {
+		return cfg, fmt.Errorf("--ingest-max-source-labels %d: want at least 1", f.maxSources)
 	}
 	if f.configFile != "" {
 		fc, err := ingest.LoadFile(f.configFile)
@@ -133,7 +161,7 @@ workers topic (--watch-workers), and --bind for engines that connect.`,
 			if err != nil {
 				return err
 			}
-			cl, err := kgo.NewClient(opts...)
+			cl, err := kgo.NewClient(append(slices.Clone(opts), ingest.ProducerOpts(cfg.MaxRecordBytes)...)...)
 			if err != nil {
 				return err
 			}

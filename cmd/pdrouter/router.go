@@ -197,7 +197,7 @@ func (r *routerRun) run(ctx context.Context) error {
 	defer prod.Close()
 	go warnDecisionTopicShort(ctx, kadm.NewClient(prod), a.names().Physical(events.TopicDecisions), f.decisionRetention, a.log)
 	if r.ingestCfg != nil {
-		cl, err := kgo.NewClient(r.connOpts...)
+		cl, err := kgo.NewClient(append(slices.Clone(r.connOpts), ingest.ProducerOpts(r.ingestCfg.MaxRecordBytes)...)...)
 		if err != nil {
 			return err
 		}
