@@ -340,6 +340,7 @@ func TestAlertRules(t *testing.T) {
 	covers("audit outbox depth", func(e string) bool { return strings.Contains(e, "pdrouter_audit_outbox_records") })
 	covers("audit append failures", func(e string) bool { return strings.Contains(e, "pdrouter_audit_append_failures_total") })
 	covers("audit append backlog", func(e string) bool { return strings.Contains(e, "pdrouter_audit_append_duration_seconds_bucket") })
+	covers("input refused at a boundary", func(e string) bool { return strings.Contains(e, "pdrouter_rejected_total") })
 	covers("decode KV busy", func(e string) bool { return strings.Contains(e, `reason="bypass_denied_decode_busy"`) })
 	covers("decision error rate", func(e string) bool {
 		return strings.Contains(e, `route="/v1/route"`) && strings.Contains(e, `code=~"5.."`)
