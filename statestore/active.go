@@ -62,6 +62,7 @@ type activeConfig struct {
 	maxLocal          int   // Options.MaxLocalDecisions
 	approxTTL         int64 // ns, Options.ApproximateTTL; 0 when approximate mode is off
 	kvMissingAfter    int64 // ns, Options.KvEventsMissingAfter
+	maxWorkers        int   // Options.MaxWorkers
 }
 
 const (
