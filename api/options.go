@@ -23,6 +23,7 @@ type config struct {
 	now          func() time.Time
 	newID        func() string
 	auditTimeout time.Duration
+	maxWorkers   int
 }
 
 func defaultConfig() config {
@@ -35,6 +36,7 @@ func defaultConfig() config {
 		readyLag:     1000,
 		now:          time.Now,
 		auditTimeout: 10 * time.Second,
+		maxWorkers:   4096,
 	}
 }
 
@@ -68,6 +70,12 @@ func WithReplicaID(id string) Option { return func(c *config) { c.replicaID = id
 
 // WithReadyLag is the total lag, in records, under which /readyz answers 200.
 func WithReadyLag(n int64) Option { return func(c *config) { c.readyLag = n } }
+
+// WithMaxWorkers caps the registered worker ids: a registration of a new id
+// beyond it is answered 422 too_many_workers. Pass the state's cap
+// (statestore.Options.MaxWorkers), which skips such registrations on apply
+// anyway. Default 4096.
+func WithMaxWorkers(n int) Option { return func(c *config) { c.maxWorkers = n } }
 
 // WithAuditTimeout bounds how long a decision waits to be durable on the
 // decisions topic before /v1/route answers 503. Default 10 s.
