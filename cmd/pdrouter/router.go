@@ -49,6 +49,8 @@ type routerFlags struct {
 	// (statestore.MaterializerOptions).
 	fetchMinBytes int32
 	fetchMaxWait  time.Duration
+	// maxWorkers is statestore.Options.MaxWorkers and the API's cap.
+	maxWorkers int
 }
 
 func (f *routerFlags) bindFlags(fs *pflag.FlagSet) {
@@ -68,6 +70,7 @@ func (f *routerFlags) bindFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&f.debugAddr, "debug-addr", "", "serve Go's /debug/pprof profiles on this address (keep it private: it exposes internals)")
 	fs.Int32Var(&f.fetchMinBytes, "fetch-min-bytes", 256<<10, "the broker answers the state's log fetches once it holds this many bytes, or after --fetch-max-wait: fewer, larger fetches cost the broker less CPU under load")
 	fs.DurationVar(&f.fetchMaxWait, "fetch-max-wait", 10*time.Millisecond, "longest a log fetch waits for --fetch-min-bytes (≥ 10ms); also the most it adds to apply lag, and so to `after` waits, when the log is quiet")
+	fs.IntVar(&f.maxWorkers, "max-workers", statestore.DefaultMaxWorkers, "most registered worker ids: a registration of a new id beyond it is answered 422 too_many_workers and skipped by every replica that applies it. Give every replica the same value: it shapes the state they compare")
 	fs.DurationVar(&f.decisionRetention, "decision-retention", 24*time.Hour, "how long after its event time every replica keeps a decision record, for GET /v1/decisions, explain and idempotent retries; the data dir keeps each one's header, ~0.45 KB on disk, and reads the whole record back from the decisions topic, whose retention.ms should be at least this (deployments/README.md, Sizing). Give every replica the same value: it shapes the state they compare. In approximate mode it is at least the 2m prediction TTL")
 }
 
@@ -80,6 +83,9 @@ func (f *routerFlags) validate() error {
 	}
 	if f.fetchMinBytes < 1 || f.fetchMaxWait < 10*time.Millisecond {
 		return fmt.Errorf("--fetch-min-bytes %d, --fetch-max-wait %s: want at least 1 byte and 10ms", f.fetchMinBytes, f.fetchMaxWait)
+	}
+	if f.maxWorkers < 1 {
+		return fmt.Errorf("--max-workers %d: want at least 1", f.maxWorkers)
 	}
 	if f.decisionRetention < time.Second {
 		return fmt.Errorf("--decision-retention %s: want at least 1s (records are looked up by later requests and lifecycle events)", f.decisionRetention)
@@ -104,7 +110,7 @@ func (r *routerRun) storeOptions(cfg decider.Config, reg prometheus.Registerer) 
 	return statestore.Options{
 		Names: r.a.names(), Logger: r.a.log, Registerer: reg,
 		ActiveExpiry: cfg.ActiveRequestExpiry, Approximate: cfg.Approximate(),
-		DecisionRetention: r.f.decisionRetention,
+		DecisionRetention: r.f.decisionRetention, MaxWorkers: r.f.maxWorkers,
 	}
 }
 
@@ -194,7 +200,7 @@ func (r *routerRun) run(ctx context.Context) error {
 	},
 		api.WithLogger(a.log), api.WithMetrics(reg, reg), api.WithReplicaID(f.replicaID),
 		api.WithAuthToken(f.authToken), api.WithReadyLag(f.readyLag), api.WithAfterTimeout(f.afterTimeout),
-		api.WithAuditTimeout(f.auditTimeout), api.WithBodyLimit(f.bodyLimit), api.WithMaxTokens(f.maxTokens),
+		api.WithAuditTimeout(f.auditTimeout), api.WithBodyLimit(f.bodyLimit), api.WithMaxTokens(f.maxTokens), api.WithMaxWorkers(f.maxWorkers),
 	)
 	if err != nil {
 		return err
