@@ -18,8 +18,8 @@ import (
 
 // FuzzApply feeds arbitrary bytes as record values of every topic through
 // the real decode-and-apply path. Whatever decodes must apply without a
-// panic, leave a store that reopens to the same digest (no corruption), and
-// answer queries.
+// panic, keep memory bounded (slots), leave a store that reopens to the
+// same digest (no corruption), and answer queries.
 func FuzzApply(f *testing.F) {
 	for _, s := range eventstest.All() {
 		v, _ := events.Marshal(s.Msg)
@@ -88,6 +88,14 @@ func FuzzApply(f *testing.F) {
 		}
 		if err := s.Apply(recs); err != nil { // a re-delivery
 			t.Fatal(err)
+		}
+		// Memory follows what was applied, never a size a record declares:
+		// a few workers' ranks, whatever the input.
+		s.mu.RLock()
+		slots := len(s.st.workers)
+		s.mu.RUnlock()
+		if slots > 32 {
+			t.Fatalf("%d slots after 20 generated records and one fuzzed one", slots)
 		}
 		before := mustDigest(t, s)
 		s.Read(func(v View) {

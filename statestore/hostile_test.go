@@ -258,3 +258,19 @@ func TestFutureLoadSampleSkipped(t *testing.T) {
 		}
 	})
 }
+
+// TestDecisionSlotsOfUnknownWorkersFreed: decisions naming worker ids
+// nobody registered (a decision names its workers from the record alone)
+// hold a slot only while the request is active: thousands of them leave
+// memory bounded once they expire.
+func TestDecisionSlotsOfUnknownWorkersFreed(t *testing.T) {
+	h := newHarnessWith(t, 2, Options{ActiveExpiry: 10 * time.Second})
+	for i := 0; i < 2000; i++ {
+		id := fmt.Sprintf("ghost-%d", i)
+		h.put("d", &pb.DecisionRecord{DecisionId: fmt.Sprintf("d%d", i), RequestId: fmt.Sprintf("r%d", i), Mode: "local",
+			DecodeWorker: &pb.WorkerRef{WorkerId: id}, PromptTokens: 8, DecidedAtUnixNano: int64(i) * int64(time.Second)})
+	}
+	if slots, live := h.slotCount(); live > 100 || slots > 100 {
+		t.Fatalf("2000 decisions on unregistered workers, 10 s expiry, 1 s apart: %d slots allocated, %d live; want at most 100", slots, live)
+	}
+}
