@@ -17,9 +17,11 @@ import (
 // partitions interleave. The age of a sample is measured against the
 // state's event-time clock (clock.go), never the wall clock.
 //
-// Workers: the last registration of a worker id wins. A tombstone (null
-// value) deregisters the worker: its registration, the prefix tables and
-// load samples of all its ranks are purged. Its active requests are left
+// Workers: the last registration of a worker id wins; a new id past
+// Options.MaxWorkers is skipped (skip.go), and ranks at or beyond the
+// registration's dp_size are purged. A tombstone (null value) deregisters
+// the worker: its registration, the prefix tables and load samples of all
+// its ranks are purged and its slots freed. Its active requests are left
 // to complete or expire, as they would for a live worker.
 //
 // Tombstones and the kv-events/load records they purge are on different
