@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"net/http"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/pdrouter/pdrouter/events"
 	pb "github.com/pdrouter/pdrouter/events/eventspb"
+	"github.com/pdrouter/pdrouter/internal/rejects"
 )
 
 // engineHash is an engine's block hash in JSON: engines hash with uint64,
@@ -79,6 +81,26 @@ func (s *Server) decodeWorkerBody(c *gin.Context, dst any, workerID *string) (ra
 	return raw, true
 }
 
+// checkRank refuses a dp_rank that no replica would apply: beyond
+// events.MaxDPSize, or beyond the dp_size of the worker's registration as
+// this replica knows it. Checked before anything is written, so the
+// engine hears of its mistake instead of the log filling with records
+// every replica skips.
+func (s *Server) checkRank(id string, rank uint32) error {
+	if err := events.ValidateDPRank(rank); err != nil {
+		return unprocessable("invalid_value", "dp_rank", err.Error())
+	}
+	for _, w := range s.deps.State.Workers() {
+		if w.WorkerID == id {
+			if n := max(w.DPSize, 1); rank >= n {
+				return unprocessable("invalid_value", "dp_rank", fmt.Sprintf("dp_rank %d: worker %s is registered with %d rank(s)", rank, id, n))
+			}
+			break
+		}
+	}
+	return nil
+}
+
 // maxIngestEvents bounds the events of one HTTP ingest call.
 const maxIngestEvents = 10000
 
@@ -90,6 +112,10 @@ func (s *Server) ingestKV(c *gin.Context) {
 	}
 	if len(body.Events) == 0 || len(body.Events) > maxIngestEvents {
 		fail(c, unprocessable("invalid_value", "events", fmt.Sprintf("%d events; send 1 to %d", len(body.Events), maxIngestEvents)))
+		return
+	}
+	if err := s.checkRank(body.WorkerID, body.DPRank); err != nil {
+		fail(c, err)
 		return
 	}
 	ts, err := s.eventTime(body.TS, "ts")
@@ -178,6 +204,10 @@ func (s *Server) ingestLoad(c *gin.Context) {
 		fail(c, unprocessable("invalid_value", "kv_usage_ratio", "must be in [0, 1]"))
 		return
 	}
+	if err := s.checkRank(b.WorkerID, b.DPRank); err != nil {
+		fail(c, err)
+		return
+	}
 	ts, err := s.eventTime(b.TS, "ts")
 	if err != nil {
 		fail(c, err)
@@ -249,7 +279,51 @@ func (s *Server) registerWorker(c *gin.Context) {
 		KvEventsEndpoint: b.KVEventsEndpoint, KvReplayEndpoint: b.KVReplayEndpoint, KvEventsTopic: b.KVEventsTopic,
 		MetricsUrl: b.MetricsURL, DpSize: b.DPSize, Engine: eng, RegisteredAtUnixNano: s.cfg.now().UnixNano(),
 	}
+	// The bounds every replica applies (dp_size, lengths of every string):
+	// answered with the field at fault.
+	if err := events.Validate(rec); err != nil {
+		fail(c, validationError(err))
+		return
+	}
+	if err := s.checkWorkerCap(b.WorkerID); err != nil {
+		fail(c, err)
+		return
+	}
 	s.appendAndAnswer(c, events.WorkerKey(b.WorkerID), rec)
+}
+
+// checkWorkerCap refuses a registration of a new worker id when the
+// registry this replica sees holds the cap already: every replica would
+// skip it on apply (statestore.Options.MaxWorkers). Re-registrations of a
+// known id always pass. Two registrations racing through two replicas may
+// both pass here; the apply rule then keeps the cap, deterministically.
+func (s *Server) checkWorkerCap(id string) error {
+	ids := map[string]struct{}{}
+	for _, w := range s.deps.State.Workers() {
+		if w.WorkerID == id {
+			return nil
+		}
+		ids[w.WorkerID] = struct{}{}
+	}
+	if len(ids) < s.cfg.maxWorkers {
+		return nil
+	}
+	rejects.For(s.cfg.registerer).Inc(rejects.Registration, reasonTooManyWorkers)
+	return unprocessable(reasonTooManyWorkers, "worker_id", fmt.Sprintf("%d workers are registered, the cap (--max-workers); deregister one first", len(ids)))
+}
+
+// reasonTooManyWorkers is the error code and the rejected_total reason of
+// a registration past the worker cap.
+const reasonTooManyWorkers = "too_many_workers"
+
+// validationError turns an events.Validate failure into a 422 naming the
+// JSON field at fault.
+func validationError(err error) error {
+	var ve *events.ValidationError
+	if errors.As(err, &ve) && ve.Field != "" {
+		return unprocessable("invalid_value", ve.Field, err.Error())
+	}
+	return unprocessable("invalid_value", "", err.Error())
 }
 
 func (s *Server) deregisterWorker(c *gin.Context) {
@@ -270,15 +344,22 @@ func (s *Server) deregisterWorker(c *gin.Context) {
 }
 
 // eventTime converts an engine timestamp (float seconds) to Unix
-// nanoseconds; absent means "now" (the receipt time).
+// nanoseconds; absent means "now" (the receipt time). A time further
+// ahead of this process's clock than events.MaxEventSkew is refused: the
+// record's log time is this clock, and every replica would skip it.
 func (s *Server) eventTime(ts *float64, field string) (int64, error) {
+	now := s.cfg.now()
 	if ts == nil {
-		return s.cfg.now().UnixNano(), nil
+		return now.UnixNano(), nil
 	}
 	if math.IsNaN(*ts) || *ts < 0 || *ts > 4e9 {
 		return 0, unprocessable("invalid_value", field, "must be Unix seconds in [0, 4e9]")
 	}
-	return int64(*ts * float64(time.Second)), nil
+	t := int64(*ts * float64(time.Second))
+	if err := events.CheckEventTime(t, now); err != nil {
+		return 0, unprocessable("invalid_value", field, err.Error())
+	}
+	return t, nil
 }
 
 // appendAndAnswer frames msg for its topic, appends it and answers 202 with

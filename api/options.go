@@ -27,6 +27,7 @@ type config struct {
 	readTimeout    time.Duration
 	maxHeaderBytes int
 	maxAfter       int
+	maxWorkers     int
 }
 
 func defaultConfig() config {
@@ -44,6 +45,7 @@ func defaultConfig() config {
 		// sets its own --http-max-header-bytes.
 		maxHeaderBytes: 1 << 20,
 		maxAfter:       1024,
+		maxWorkers:     4096,
 	}
 }
 
@@ -77,6 +79,12 @@ func WithReplicaID(id string) Option { return func(c *config) { c.replicaID = id
 
 // WithReadyLag is the total lag, in records, under which /readyz answers 200.
 func WithReadyLag(n int64) Option { return func(c *config) { c.readyLag = n } }
+
+// WithMaxWorkers caps the registered worker ids: a registration of a new id
+// beyond it is answered 422 too_many_workers. Pass the state's cap
+// (statestore.Options.MaxWorkers), which skips such registrations on apply
+// anyway. Default 4096.
+func WithMaxWorkers(n int) Option { return func(c *config) { c.maxWorkers = n } }
 
 // WithAuditTimeout bounds how long a decision waits to be durable on the
 // decisions topic before /v1/route answers 503. Default 10 s.

@@ -98,6 +98,9 @@ type WorkerStatus struct {
 	// no KV events: its cached ratio is always 1.0, so it never bypasses.
 	KVEventsMissing bool   `json:"kv_events_missing"`
 	KVEventsNote    string `json:"kv_events_note,omitempty"`
+	// DPSize is the registered dp_size (0: not data-parallel), for the
+	// ingest endpoints' rank check; not part of the answer.
+	DPSize uint32 `json:"-"`
 }
 
 // WorkerLoad is a worker's latest load sample and its age in event time.

@@ -86,6 +86,7 @@ func (s *StoreState) Workers() []WorkerStatus {
 			}
 			if reg, ok := v.Registration(ref); ok {
 				st.KVEventsEndpoint, st.MetricsURL = reg.GetKvEventsEndpoint(), reg.GetMetricsUrl()
+				st.DPSize = reg.GetDpSize()
 			}
 			held := v.BlocksHeld(ref)
 			st.CachedBlocks = held[0] + held[1] + held[2]

@@ -3,6 +3,7 @@ package events
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 	"google.golang.org/protobuf/proto"
@@ -82,13 +83,16 @@ func Marshal(m proto.Message) ([]byte, error) {
 }
 
 // NewRecord frames a message as a Kafka record for its topic under names,
-// keyed by key. It validates the message first: nothing invalid is written.
+// keyed by key. It validates the message first, with the rule every reader
+// applies (ValidateAt, against the record's timestamp, which it sets to
+// now): nothing a replica would skip is written.
 func NewRecord(names Names, key []byte, m proto.Message) (*kgo.Record, error) {
 	t, err := TopicOf(m)
 	if err != nil {
 		return nil, err
 	}
-	if err := Validate(m); err != nil {
+	now := time.Now()
+	if err := ValidateAt(m, now); err != nil {
 		return nil, fmt.Errorf("events: refusing to write an invalid %s record: %w", t, err)
 	}
 	v, err := Marshal(m)
@@ -99,10 +103,11 @@ func NewRecord(names Names, key []byte, m proto.Message) (*kgo.Record, error) {
 		return nil, fmt.Errorf("events: %s record is %d bytes, over the %d-byte limit", t, len(v), MaxValueBytes)
 	}
 	return &kgo.Record{
-		Topic:   names.Physical(t),
-		Key:     key,
-		Value:   v,
-		Headers: []kgo.RecordHeader{{Key: HeaderSchema, Value: []byte(SchemaOf(t))}},
+		Topic:     names.Physical(t),
+		Key:       key,
+		Value:     v,
+		Headers:   []kgo.RecordHeader{{Key: HeaderSchema, Value: []byte(SchemaOf(t))}},
+		Timestamp: now,
 	}, nil
 }
 
@@ -172,7 +177,7 @@ func Decode(names Names, r *kgo.Record) (*Envelope, error) {
 	if err := proto.Unmarshal(r.Value, m); err != nil {
 		return fail(ErrMalformed, string(schema), err)
 	}
-	if err := Validate(m); err != nil {
+	if err := ValidateAt(m, r.Timestamp); err != nil {
 		return fail(ErrInvalid, string(schema), err)
 	}
 	env.Schema, env.Message = string(schema), m

@@ -41,10 +41,14 @@ func (e *DecodeError) Error() string {
 // Unwrap exposes both the kind and the cause to errors.Is and errors.As.
 func (e *DecodeError) Unwrap() []error { return []error{e.Kind, e.Err} }
 
-// Reason is the metric label for an error returned by Decode.
+// Reason is the metric label for an error returned by Decode: the kind,
+// or for an invalid value the precise Reason* of its *ValidationError.
 func Reason(err error) string {
 	var de *DecodeError
 	if errors.As(err, &de) {
+		if r := ValidationReason(de.Err); r != "" && de.Kind == ErrInvalid {
+			return r
+		}
 		return de.Kind.Error()
 	}
 	return "other"

@@ -62,6 +62,7 @@ type activeConfig struct {
 	maxLocal          int   // Options.MaxLocalDecisions
 	approxTTL         int64 // ns, Options.ApproximateTTL; 0 when approximate mode is off
 	kvMissingAfter    int64 // ns, Options.KvEventsMissingAfter
+	maxWorkers        int   // Options.MaxWorkers
 }
 
 const (
@@ -327,6 +328,7 @@ func (st *state) refresh(b *pebble.Batch, e *reqEntry, write bool) {
 	if flags != e.flags {
 		write = true
 		if flags&fDecision == 0 && e.flags&fDecision != 0 {
+			st.releaseSlots(e)
 			st.forgetDecision(e)
 			e.chain, e.extra, e.prefillTok, e.tD = nil, 0, 0, 0
 			e.decodeID, e.prefillID, e.decodeRank, e.prefillRank = "", "", 0, 0
@@ -385,6 +387,23 @@ func (st *state) deleteEntry(b *pebble.Batch, e *reqEntry) {
 	if a.entries[e.id] == e {
 		delete(a.entries, e.id)
 		_ = b.Delete(activeKey(e.id), nil)
+	}
+}
+
+// releaseSlots is called when an entry's decision fact goes. A decision
+// names its workers from the record alone, so it may have made slots for
+// ids nobody registered: they go with the last entry that names them
+// (freeQueued checks that none is left).
+func (st *state) releaseSlots(e *reqEntry) {
+	st.freeIfUnregistered(e.decodeSlot)
+	if e.prefillSlot >= 0 {
+		st.freeIfUnregistered(e.prefillSlot)
+	}
+}
+
+func (st *state) freeIfUnregistered(slot int32) {
+	if ws := st.workers[slot]; !ws.freed && st.regs[ws.wr.id] == nil {
+		st.queueFree(slot)
 	}
 }
 

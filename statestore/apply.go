@@ -11,6 +11,7 @@ import (
 
 	"github.com/pdrouter/pdrouter/events"
 	pb "github.com/pdrouter/pdrouter/events/eventspb"
+	"github.com/pdrouter/pdrouter/internal/rejects"
 )
 
 // Apply applies a batch of records, in order, and commits every resulting
@@ -72,8 +73,9 @@ func (s *Store) Apply(recs []*kgo.Record) error {
 			s.met.decode.Observe(s.opts.Names, r.Topic, p.err)
 			if p.err != nil {
 				s.log.Warn("statestore: skipping a record that does not decode", "err", p.err)
+			} else if reason := st.applyEnvelope(b, p.env, r.Timestamp.UnixMilli()); reason != "" {
+				s.skipped(r, t, reason)
 			} else {
-				st.applyEnvelope(b, p.env, r.Timestamp.UnixMilli())
 				counts[topicIndex[t]]++
 			}
 			*p = preparedRecord{}
@@ -89,6 +91,7 @@ func (s *Store) Apply(recs []*kgo.Record) error {
 		s.sweepDecisions(b)
 		st.sweepLocalDecisions()
 		st.flushHealth(b)
+		st.freeQueued()
 		if st.viewDirty {
 			st.rebuildView()
 		}
@@ -139,6 +142,17 @@ func (s *Store) Apply(recs []*kgo.Record) error {
 	return nil
 }
 
+// skipped counts and logs a record that decoded but that the state's
+// limits refuse (skip.go), with its position so it can be found again.
+func (s *Store) skipped(r *kgo.Record, t events.Topic, reason string) {
+	s.met.decode.Invalid.WithLabelValues(string(t), reason).Inc()
+	if reason == reasonTooManyWorkers {
+		s.met.rejected.Inc(rejects.Registration, reason)
+	}
+	s.log.Warn("statestore: skipping a record the state refuses", "reason", reason,
+		"topic", r.Topic, "partition", r.Partition, "offset", r.Offset)
+}
+
 // chunkHold bounds the work of one chunk under the write lock, so that a
 // catch-up or a burst of large decision records never stalls the hot path
 // for long. Where a chunk ends does not change the state (determinism tests
@@ -177,6 +191,9 @@ func (s *Store) prepareAll(dst []preparedRecord, recs []*kgo.Record) []preparedR
 		s.mu.RUnlock()
 	}
 	for i, r := range recs {
+		if own != nil && own[i] != nil && events.CheckEventTime(own[i].GetDecidedAtUnixNano(), r.Timestamp) != nil {
+			own[i] = nil // Decode gives the error every replica gives
+		}
 		if own != nil && own[i] != nil {
 			t, _ := s.opts.Names.Logical(r.Topic)
 			env := &events.Envelope{Topic: t, Partition: r.Partition, Offset: r.Offset, Key: r.Key, Schema: decisionSchema, Message: own[i]}

@@ -325,7 +325,8 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 }
 
 // Registration returns the latest registration of the worker, for each
-// rank of a data-parallel worker, and false once it is deregistered.
+// rank of a data-parallel worker that sent something, and false once it is
+// deregistered.
 func TestRegistration(t *testing.T) {
 	h := newHarness(t, 2)
 	r1 := registration("d1", pb.Pool_POOL_DECODE, 4, 2)
@@ -334,6 +335,7 @@ func TestRegistration(t *testing.T) {
 	r2 := registration("d1", pb.Pool_POOL_DECODE, 4, 2)
 	r2.KvEventsEndpoint = "tcp://b:2"
 	h.put("d1", r2)
+	h.put("d1", &pb.LoadSample{Worker: &pb.WorkerRef{WorkerId: "d1", DpRank: 1}, SampleTimeUnixNano: 1})
 	h.put("p1", registration("p1", pb.Pool_POOL_PREFILL, 4, 0))
 	got := map[string]string{}
 	h.s.Read(func(v View) {

@@ -36,7 +36,13 @@
 // WaitApplied (wait.go) blocks a reader until given offsets are applied,
 // woken by each applied chunk.
 //
-// Memory layout: worker (id, dp rank) pairs get dense slots; the hot index
+// Bounded by the log, never by what a record declares (skip.go): a
+// registration's dp_size bounds its ranks, --max-workers the registered
+// ids, and records the state refuses are skipped and counted by reason.
+//
+// Memory layout: worker (id, dp rank) pairs get dense slots, created for
+// ranks something was applied for and freed (for reuse) when a tombstone or
+// a smaller dp_size purges them; the hot index
 // maps a router block hash to its holders, inline for one or two holders and
 // a tier-split bitset over slots beyond that (hotindex.go). Its entries sit
 // in an arena in chain order (hottable.go: blocks stored together stay

@@ -1,26 +1,42 @@
 package statestore
 
 import (
+	"math"
 	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/pdrouter/pdrouter/decider"
 	"github.com/pdrouter/pdrouter/events"
+	pb "github.com/pdrouter/pdrouter/events/eventspb"
 	"github.com/pdrouter/pdrouter/events/eventstest"
 )
 
 // FuzzApply feeds arbitrary bytes as record values of every topic through
 // the real decode-and-apply path. Whatever decodes must apply without a
-// panic, leave a store that reopens to the same digest (no corruption), and
-// answer queries.
+// panic, keep memory bounded (slots), leave a store that reopens to the
+// same digest (no corruption), and answer queries.
 func FuzzApply(f *testing.F) {
 	for _, s := range eventstest.All() {
 		v, _ := events.Marshal(s.Msg)
 		t, _ := events.TopicOf(s.Msg)
+		f.Add(uint8(topicIndex[t]), v, uint8(0))
+	}
+	// Hostile values that decode: a registration asking for 2^32-1 ranks,
+	// samples for ranks and ids nobody registered, a future-dated sample.
+	for _, m := range []proto.Message{
+		registration("w00", pb.Pool_POOL_DECODE, 4, math.MaxUint32),
+		registration("w00", pb.Pool_POOL_DECODE, 4, events.MaxDPSize),
+		&pb.LoadSample{Worker: &pb.WorkerRef{WorkerId: "w00", DpRank: math.MaxUint32}, SampleTimeUnixNano: 1},
+		&pb.LoadSample{Worker: &pb.WorkerRef{WorkerId: "ghost", DpRank: 3}, SampleTimeUnixNano: math.MaxInt64},
+		kvRec("w00", 1023, 1, resetEv()),
+	} {
+		v, _ := proto.Marshal(m)
+		t, _ := events.TopicOf(m)
 		f.Add(uint8(topicIndex[t]), v, uint8(0))
 	}
 	gen := newGenerator(3, 4)
@@ -43,7 +59,9 @@ func FuzzApply(f *testing.F) {
 		var recs []*kgo.Record
 		off := map[events.Topic]int64{}
 		add := func(t events.Topic, key []byte, v []byte, schema bool) {
-			r := &kgo.Record{Topic: string(t), Key: key, Value: v, Offset: off[t], Timestamp: time.UnixMilli(off[t] + 1)}
+			// Log times after the generator's event times, as a producer's
+			// clock would be: records are not skipped as future-dated.
+			r := &kgo.Record{Topic: string(t), Key: key, Value: v, Offset: off[t], Timestamp: time.UnixMilli(2e12 + off[t])}
 			if schema {
 				r.Headers = []kgo.RecordHeader{{Key: events.HeaderSchema, Value: []byte(events.SchemaOf(t))}}
 			}
@@ -70,6 +88,14 @@ func FuzzApply(f *testing.F) {
 		}
 		if err := s.Apply(recs); err != nil { // a re-delivery
 			t.Fatal(err)
+		}
+		// Memory follows what was applied, never a size a record declares:
+		// a few workers' ranks, whatever the input.
+		s.mu.RLock()
+		slots := len(s.st.workers)
+		s.mu.RUnlock()
+		if slots > 32 {
+			t.Fatalf("%d slots after 20 generated records and one fuzzed one", slots)
 		}
 		before := mustDigest(t, s)
 		s.Read(func(v View) {

@@ -17,9 +17,11 @@ import (
 // partitions interleave. The age of a sample is measured against the
 // state's event-time clock (clock.go), never the wall clock.
 //
-// Workers: the last registration of a worker id wins. A tombstone (null
-// value) deregisters the worker: its registration, the prefix tables and
-// load samples of all its ranks are purged. Its active requests are left
+// Workers: the last registration of a worker id wins; a new id past
+// Options.MaxWorkers is skipped (skip.go), and ranks at or beyond the
+// registration's dp_size are purged. A tombstone (null value) deregisters
+// the worker: its registration, the prefix tables and load samples of all
+// its ranks are purged and its slots freed. Its active requests are left
 // to complete or expire, as they would for a live worker.
 //
 // Tombstones and the kv-events/load records they purge are on different
@@ -65,13 +67,40 @@ func (st *state) setLoad(slot int32, s *pb.LoadSample) {
 }
 
 func (st *state) applyRegistration(b *pebble.Batch, r *pb.WorkerRegistration) {
-	st.regs[r.GetWorkerId()] = r
+	id := r.GetWorkerId()
+	if st.regs[id] == nil {
+		st.unregSlots -= len(st.byID[id]) // they leave the unregistered budget
+	}
+	st.regs[id] = r
 	st.viewDirty = true
 	v, err := events.Marshal(r)
 	if err != nil {
 		return
 	}
-	_ = b.Set(registryKey(r.GetWorkerId()), v, nil)
+	_ = b.Set(registryKey(id), v, nil)
+	// Ranks the worker no longer has (a smaller dp_size, or state applied
+	// before the registration for ranks it never had) are purged, as a
+	// tombstone purges a worker: records of those ranks are skipped from
+	// now on (reasonDPRank), so the result is the same whichever was
+	// applied first.
+	n := rankLimit(r)
+	for _, slot := range st.slotsOf(id) {
+		if st.workers[slot].wr.rank >= n {
+			st.purgeSlot(b, slot)
+		}
+	}
+}
+
+// purgeSlot drops everything a (worker, rank) holds, in memory and in
+// Pebble, and queues the slot to be freed.
+func (st *state) purgeSlot(b *pebble.Batch, slot int32) {
+	ws := st.workers[slot]
+	st.clearSlot(b, slot)
+	ws.load, ws.hasLoad = nil, false
+	st.resetHealth(slot)
+	_ = b.Delete(workerRankKey(nil, famLoad, ws.wr.id, ws.wr.rank), nil)
+	_ = b.Delete(workerRankKey(nil, famHealth, ws.wr.id, ws.wr.rank), nil)
+	st.queueFree(slot)
 }
 
 func (st *state) beforeTombstone(id string, logTime int64) bool {
@@ -84,16 +113,13 @@ func (st *state) applyTombstone(b *pebble.Batch, id string, logTime int64) {
 		st.tombs[id] = logTime
 		_ = b.Set(tombKey(id), i64Value(logTime), nil)
 	}
+	if st.regs[id] != nil {
+		st.unregSlots += len(st.byID[id]) // until freed, they count as unregistered
+	}
 	delete(st.regs, id)
 	st.viewDirty = true
-	for _, slot := range st.sortedSlots() {
-		ws := st.workers[slot]
-		if ws.wr.id != id {
-			continue
-		}
-		st.clearSlot(b, slot)
-		ws.load, ws.hasLoad = nil, false
-		st.resetHealth(slot)
+	for _, slot := range st.slotsOf(id) {
+		st.purgeSlot(b, slot)
 	}
 	_ = b.Delete(registryKey(id), nil)
 	lo, hi := workerSpan(famLoad, id)

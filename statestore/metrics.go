@@ -6,6 +6,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pdrouter/pdrouter/events"
+	"github.com/pdrouter/pdrouter/internal/rejects"
 )
 
 // Metrics are the store's Prometheus series, registered on the Registerer
@@ -15,6 +16,7 @@ import (
 // partition counts.
 type Metrics struct {
 	decode        *events.DecodeMetrics
+	rejected      *rejects.Counter
 	applied       *prometheus.CounterVec
 	applySeconds  prometheus.Histogram
 	offset        *prometheus.GaugeVec
@@ -44,7 +46,8 @@ func newMetrics(reg prometheus.Registerer, dm *events.DecodeMetrics) *Metrics {
 		dm = events.NewDecodeMetrics(reg)
 	}
 	m := &Metrics{
-		decode: dm,
+		decode:   dm,
+		rejected: rejects.For(reg),
 		applied: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "pdrouter_statestore_applied_records_total",
 			Help: "Records applied to the state, by logical topic.",
@@ -125,6 +128,13 @@ func newMetrics(reg prometheus.Registerer, dm *events.DecodeMetrics) *Metrics {
 		Help: "Pebble file operations still running after 5s (Pebble's disk health check): a sign of a saturated or failing data disk.",
 	})
 
+	// The series of refusals exist at 0 from the start (skip.go).
+	m.rejected.Init(rejects.Registration, reasonTooManyWorkers)
+	m.decode.Invalid.WithLabelValues(string(events.TopicWorkers), reasonTooManyWorkers)
+	for _, t := range []events.Topic{events.TopicKvEvents, events.TopicLoad} {
+		m.decode.Invalid.WithLabelValues(string(t), reasonDPRank)
+		m.decode.Invalid.WithLabelValues(string(t), reasonUnknownWorker)
+	}
 	if reg != nil {
 		reg.MustRegister(m.applied, m.applySeconds, m.offset, m.lag, m.topicLag, m.blocks, m.workers, m.removeUnknown,
 			m.orphans, m.resets, m.staleLoads, m.afterTomb, m.active, m.races, m.indexBytes, m.kvMissing, m.predicted, m.walk, m.diskSlow)

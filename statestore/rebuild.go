@@ -125,6 +125,12 @@ func (s *Store) rebuild() (*state, error) {
 	// Pebble returned each worker's blocks in engine-hash order, which is
 	// random; put the hot index's arena in chain order for MatchPrefix.
 	st.idx.m.relayout()
+	st.unregSlots = 0
+	for id, slots := range st.byID {
+		if st.regs[id] == nil {
+			st.unregSlots += len(slots)
+		}
+	}
 	st.rebuildView()
 	st.stats = applyStats{}
 	return st, nil

@@ -16,11 +16,17 @@ import (
 type state struct {
 	slots   map[workerRank]int32
 	workers []*slotState
-	idx     *hotIndex
-	regs    map[string]*pb.WorkerRegistration
-	tombs   map[string]int64 // worker id → Kafka timestamp of its latest tombstone
-	act     *activeTable
-	offsets map[topicPartition]int64
+	byID    map[string][]int32 // worker id → its slots
+	free    []int32            // freed slot numbers, reused first
+	toFree  []int32            // slots to free at the end of the chunk (freeQueued)
+	// unregSlots counts the slots of worker ids with no registration
+	// (unknown.go).
+	unregSlots int
+	idx        *hotIndex
+	regs       map[string]*pb.WorkerRegistration
+	tombs      map[string]int64 // worker id → Kafka timestamp of its latest tombstone
+	act        *activeTable
+	offsets    map[topicPartition]int64
 	// wm caches offsets as a decision record's watermark: every decision
 	// until the next chunk is applied records the same one, and building it
 	// (sort, allocate) was 2% of a decision. Readers fill it under the read
@@ -84,6 +90,7 @@ type topicPartition struct {
 func newState(cfg activeConfig) *state {
 	return &state{
 		slots:   map[workerRank]int32{},
+		byID:    map[string][]int32{},
 		idx:     newHotIndex(),
 		regs:    map[string]*pb.WorkerRegistration{},
 		tombs:   map[string]int64{},
@@ -103,36 +110,46 @@ func (st *state) observe(t int64, requests bool) {
 	}
 }
 
-// applyEnvelope applies one decoded record. It never fails: a decoded
-// record has passed events.Validate, and every rule tolerates any valid
-// content (FuzzApply checks that).
+// applyEnvelope applies one decoded record, or skips it and returns the
+// reason (a fixed string, the records_invalid label): a record that
+// decodes but that the state's limits refuse (skip.go). Every rule
+// tolerates any valid content (FuzzApply checks that).
 //
 // logTime is the record's Kafka timestamp (the producer's CreateTime, the
 // same for every replica). It orders a tombstone against the kv-events and
 // load records of the same worker, which live on other topics (load.go).
-func (st *state) applyEnvelope(b *pebble.Batch, env *events.Envelope, logTime int64) {
+func (st *state) applyEnvelope(b *pebble.Batch, env *events.Envelope, logTime int64) (skipped string) {
 	if env.Tombstone() {
 		if env.Topic == events.TopicWorkers {
 			st.applyTombstone(b, string(env.Key), logTime)
 		}
-		return
+		return ""
 	}
 	switch m := env.Message.(type) {
 	case *pb.KvEventRecord:
+		if r := st.refuseWorkerRecord(m.GetWorker()); r != "" {
+			return r
+		}
 		st.observe(m.GetEventTimeUnixNano(), false)
 		if st.beforeTombstone(m.GetWorker().GetWorkerId(), logTime) {
 			st.stats.afterTombstone++
-			return
+			return ""
 		}
 		st.applyKv(b, m)
 	case *pb.LoadSample:
+		if r := st.refuseWorkerRecord(m.GetWorker()); r != "" {
+			return r
+		}
 		st.observe(m.GetSampleTimeUnixNano(), false)
 		if st.beforeTombstone(m.GetWorker().GetWorkerId(), logTime) {
 			st.stats.afterTombstone++
-			return
+			return ""
 		}
 		st.applyLoad(b, m)
 	case *pb.WorkerRegistration:
+		if r := st.refuseRegistration(m); r != "" {
+			return r
+		}
 		st.observe(m.GetRegisteredAtUnixNano(), false)
 		st.applyRegistration(b, m)
 	case *pb.DecisionRecord:
@@ -143,4 +160,5 @@ func (st *state) applyEnvelope(b *pebble.Batch, env *events.Envelope, logTime in
 		st.observe(m.GetEventTimeUnixNano(), true)
 		st.applyOutcome(b, m)
 	}
+	return ""
 }

@@ -19,6 +19,12 @@ import (
 	"github.com/pdrouter/pdrouter/migrations"
 )
 
+// DefaultMaxWorkers is the default of Options.MaxWorkers: far above the
+// fleets a router serves (hundreds of engines), far below what would strain
+// a replica's memory (each worker costs a registry entry, a view row and
+// per-rank tables).
+const DefaultMaxWorkers = 4096
+
 // StoreDirName is the Pebble store's directory under --data-dir.
 const StoreDirName = "store"
 
@@ -77,6 +83,13 @@ type Options struct {
 	// (conditional-disagg.md, requirements); default 60 s.
 	KvEventsMissingAfter time.Duration
 
+	// MaxWorkers caps the registered worker ids (--max-workers); default
+	// DefaultMaxWorkers. A registration of a new id beyond it is skipped
+	// on apply and counted (too_many_workers). The cap shapes the state, so
+	// every replica of a log must run with the same value, or their states
+	// (and digests) differ.
+	MaxWorkers int
+
 	// MemTableSize and CacheSize tune Pebble; defaults 16 MiB and 64 MiB.
 	// The memtable is small on purpose: prefix keys end in engine block
 	// hashes, which are random, so every insert searches the memtable's
@@ -133,6 +146,9 @@ func (o *Options) defaults() {
 	}
 	if o.CacheSize == 0 {
 		o.CacheSize = 64 << 20
+	}
+	if o.MaxWorkers <= 0 {
+		o.MaxWorkers = DefaultMaxWorkers
 	}
 	if o.ChunkRecords <= 0 {
 		o.ChunkRecords = 256
@@ -332,6 +348,7 @@ func (s *Store) activeConfig() activeConfig {
 		decisionRetention: int64(s.opts.DecisionRetention),
 		maxLocal:          s.opts.MaxLocalDecisions,
 		kvMissingAfter:    int64(s.opts.KvEventsMissingAfter),
+		maxWorkers:        s.opts.MaxWorkers,
 	}
 	if s.opts.Approximate {
 		c.approxTTL = int64(s.opts.ApproximateTTL)

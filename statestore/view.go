@@ -14,9 +14,12 @@ import (
 // only inside the Store.Read callback that produced it, which holds the
 // read lock; it must not be retained.
 //
-// Workers lists every registered (worker, rank), a worker with dp_size N
-// as N entries "id", "id/dp1", … (events.WorkerRank), sorted by that order,
-// so refs never depend on the order in which the replica first saw workers.
+// Workers lists every registered (worker, rank), sorted by (id, rank), so
+// refs never depend on the order in which the replica first saw workers: a
+// worker's rank 0 as "id", and each other rank below its dp_size as
+// "id/dpN" (events.WorkerRank) once a KV event or load sample of that rank
+// was applied. Listing only ranks seen keeps the state's per-rank memory
+// proportional to what the log holds, never to a declared size.
 type View struct {
 	st  *state
 	cfg *Options

@@ -35,6 +35,7 @@ type slotState struct {
 	load     *pb.LoadSample
 	hasLoad  bool
 	lastKvAt int64 // event time of the latest kv-events record, for silence checks
+	freed    bool  // the slot is on the free list (freeQueued)
 
 	// KV-event health (kvhealth.go): the first load sample's event time,
 	// whether the 'h' key must be rewritten, and the derived flag.
@@ -59,18 +60,100 @@ type dupKey struct {
 	tier   Tier
 }
 
-// slotOf returns the slot of (id, rank), creating it.
+// slotOf returns the slot of (id, rank), creating it (or reusing a freed
+// one). Slots exist only for ranks something was applied for, never for
+// the ranks a registration declares: memory follows what the log holds,
+// not what it claims.
 func (st *state) slotOf(id string, rank uint32) int32 {
 	wr := workerRank{id, rank}
 	if s, ok := st.slots[wr]; ok {
 		return s
 	}
-	s := int32(len(st.workers))
+	ws := &slotState{wr: wr, key: workerRankKey(nil, famPrefix, id, rank)}
+	var s int32
+	if n := len(st.free); n > 0 {
+		s = st.free[n-1]
+		st.free = st.free[:n-1]
+		st.workers[s] = ws
+	} else {
+		s = int32(len(st.workers))
+		st.workers = append(st.workers, ws)
+		st.idx.ensureSlots(s)
+	}
 	st.slots[wr] = s
-	st.workers = append(st.workers, &slotState{wr: wr, key: workerRankKey(nil, famPrefix, id, rank)})
-	st.idx.ensureSlots(s)
+	st.byID[id] = append(st.byID[id], s)
+	if st.regs[id] == nil {
+		st.unregSlots++
+	}
 	st.viewDirty = true
 	return s
+}
+
+// slotsOf returns the slots of a worker id, by rank.
+func (st *state) slotsOf(id string) []int32 {
+	out := slices.Clone(st.byID[id])
+	slices.SortFunc(out, func(a, b int32) int { return cmp.Compare(st.workers[a].wr.rank, st.workers[b].wr.rank) })
+	return out
+}
+
+// rankLimit is the number of dp ranks a registration allows.
+func rankLimit(r *pb.WorkerRegistration) uint32 { return max(r.GetDpSize(), 1) }
+
+// queueFree asks for a slot to be freed at the end of the chunk, once its
+// state has been purged (freeQueued).
+func (st *state) queueFree(slot int32) { st.toFree = append(st.toFree, slot) }
+
+// freeQueued frees the queued slots that hold nothing any more: no
+// blocks, load, predictions or active accounting, and no active request
+// entry naming them (an entry keeps its slot until it expires; the slot is
+// freed by the next purge of its worker after that, or reused by its own
+// id if it comes back). Called at the end of a chunk, after flushHealth,
+// so that no pending write names a freed slot. A freed slot number goes
+// to the next new (worker, rank): numbers never reach Pebble or the
+// digest, so reuse changes nothing observable.
+func (st *state) freeQueued() {
+	if len(st.toFree) == 0 {
+		return
+	}
+	referenced := map[int32]bool{}
+	note := func(e *reqEntry) {
+		if e.flags&fDecision != 0 {
+			referenced[e.decodeSlot] = true
+			if e.prefillSlot >= 0 {
+				referenced[e.prefillSlot] = true
+			}
+		}
+	}
+	for _, e := range st.act.entries {
+		note(e)
+	}
+	for _, e := range st.act.local {
+		note(e)
+	}
+	for _, slot := range st.toFree {
+		ws := st.workers[slot]
+		if ws.freed || referenced[slot] || st.slots[ws.wr] != slot || ws.blocks.len() > 0 || ws.hasLoad || len(ws.pred) > 0 ||
+			ws.activeDistinct != 0 || ws.activeExtra != 0 || ws.prefillTokens != 0 || ws.localPending != 0 || ws.healthDirty {
+			continue
+		}
+		delete(st.slots, ws.wr)
+		ids := st.byID[ws.wr.id]
+		if i := slices.Index(ids, slot); i >= 0 {
+			ids = slices.Delete(ids, i, i+1)
+		}
+		if len(ids) == 0 {
+			delete(st.byID, ws.wr.id)
+		} else {
+			st.byID[ws.wr.id] = ids
+		}
+		if st.regs[ws.wr.id] == nil {
+			st.unregSlots--
+		}
+		st.workers[slot] = &slotState{freed: true}
+		st.free = append(st.free, slot)
+		st.viewDirty = true
+	}
+	st.toFree = st.toFree[:0]
 }
 
 func (st *state) lookupSlot(id string, rank uint32) (int32, bool) {
@@ -93,9 +176,17 @@ func (st *state) rebuildView() {
 	slices.Sort(ids)
 	for _, id := range ids {
 		reg := st.regs[id]
-		n := max(reg.GetDpSize(), 1)
-		for r := uint32(0); r < n; r++ {
-			slot := st.slotOf(id, r)
+		// Rank 0 always, and every other rank the worker has state for:
+		// a rank is listed once something was applied for it (its first
+		// KV event or load sample), so the list is as long as the ranks
+		// actually seen, not as long as the declared dp_size.
+		st.slotOf(id, 0)
+		n := rankLimit(reg)
+		for _, slot := range st.slotsOf(id) {
+			r := st.workers[slot].wr.rank
+			if r >= n {
+				continue // purged at the end of the chunk (registration shrank)
+			}
 			info := decider.WorkerInfo{
 				ID:        events.WorkerRank(id, r),
 				Model:     reg.GetModel(),
@@ -127,18 +218,4 @@ func (st *state) rebuildView() {
 	for ref, slot := range st.viewSlots {
 		st.slotRef[slot] = int32(ref)
 	}
-}
-
-// sortedSlots returns every slot ordered by (id, rank), for output that
-// must not depend on the order of first sight.
-func (st *state) sortedSlots() []int32 {
-	out := make([]int32, len(st.workers))
-	for i := range out {
-		out[i] = int32(i)
-	}
-	slices.SortFunc(out, func(a, b int32) int {
-		wa, wb := st.workers[a].wr, st.workers[b].wr
-		return cmp.Or(cmp.Compare(wa.id, wb.id), cmp.Compare(wa.rank, wb.rank))
-	})
-	return out
 }

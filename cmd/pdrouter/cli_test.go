@@ -129,6 +129,7 @@ func TestBadInputIsAPreciseError(t *testing.T) {
 		{nil, []string{"ingest", "--brokers", "127.0.0.1:1", "--gc-percent", "-3"}, "--gc-percent -3: want ≥ 0"},
 		{nil, []string{"bench", "api", "--router", "http://127.0.0.1:1", "--in-flight", "-1"}, "--in-flight ≥ 0"},
 		{nil, []string{"serve", "--brokers", "127.0.0.1:1", "--decision-retention", "0s"}, "--decision-retention 0s: want at least 1s"},
+		{map[string]string{"PDR_MAX_WORKERS": "0"}, []string{"serve", "--brokers", "127.0.0.1:1"}, "--max-workers 0: want at least 1"},
 		{nil, []string{"serve", "--brokers", "127.0.0.1:1", "--fetch-max-wait", "5ms"}, "--fetch-max-wait 5ms: want at least 1 byte and 10ms"},
 		{map[string]string{"PDR_FETCH_MIN_BYTES": "0"}, []string{"serve", "--brokers", "127.0.0.1:1"}, "--fetch-min-bytes 0, --fetch-max-wait 10ms: want at least 1 byte and 10ms"},
 	}
@@ -171,7 +172,7 @@ func TestRouterFlagsReachTheStore(t *testing.T) {
 	var rf routerFlags
 	fs := pflag.NewFlagSet("serve", pflag.ContinueOnError)
 	rf.bindFlags(fs)
-	if err := fs.Parse([]string{"--decision-retention", "90m", "--router-active-request-expiry", "7m", "--fetch-min-bytes", "4096", "--fetch-max-wait", "25ms"}); err != nil {
+	if err := fs.Parse([]string{"--decision-retention", "90m", "--router-active-request-expiry", "7m", "--fetch-min-bytes", "4096", "--fetch-max-wait", "25ms", "--max-workers", "17"}); err != nil {
 		t.Fatal(err)
 	}
 	a := &app{env: func(string) (string, bool) { return "", false }, log: slog.New(slog.DiscardHandler)}
@@ -180,8 +181,8 @@ func TestRouterFlagsReachTheStore(t *testing.T) {
 		t.Fatal(err)
 	}
 	o := (&routerRun{a: a, f: &rf}).storeOptions(cfg, nil)
-	if o.DecisionRetention != 90*time.Minute || o.ActiveExpiry != 7*time.Minute {
-		t.Fatalf("store options: decision retention %s, active expiry %s; want 90m and 7m", o.DecisionRetention, o.ActiveExpiry)
+	if o.DecisionRetention != 90*time.Minute || o.ActiveExpiry != 7*time.Minute || o.MaxWorkers != 17 {
+		t.Fatalf("store options: decision retention %s, active expiry %s, max workers %d; want 90m, 7m and 17", o.DecisionRetention, o.ActiveExpiry, o.MaxWorkers)
 	}
 	if m := (&routerRun{a: a, f: &rf}).materializerOptions(); m.FetchMinBytes != 4096 || m.FetchMaxWait != 25*time.Millisecond {
 		t.Fatalf("materializer options: fetch min bytes %d, max wait %s; want 4096 and 25ms", m.FetchMinBytes, m.FetchMaxWait)

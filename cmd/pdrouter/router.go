@@ -55,6 +55,8 @@ type routerFlags struct {
 	httpIdleTimeout       time.Duration
 	httpMaxHeaderBytes    int
 	maxAfterPartitions    int
+	// maxWorkers is statestore.Options.MaxWorkers and the API's cap.
+	maxWorkers int
 }
 
 func (f *routerFlags) bindFlags(fs *pflag.FlagSet) {
@@ -79,6 +81,7 @@ func (f *routerFlags) bindFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&f.httpIdleTimeout, "http-idle-timeout", 2*time.Minute, "how long a keep-alive connection may wait for its next request")
 	fs.IntVar(&f.httpMaxHeaderBytes, "http-max-header-bytes", 64<<10, "largest request line and headers, in bytes (431 above)")
 	fs.IntVar(&f.maxAfterPartitions, "max-after-partitions", 1024, "most entries, topics and partitions together, in the \"after\" vector of /v1/route (422 above)")
+	fs.IntVar(&f.maxWorkers, "max-workers", statestore.DefaultMaxWorkers, "most registered worker ids: a registration of a new id beyond it is answered 422 too_many_workers and skipped by every replica that applies it. Give every replica the same value: it shapes the state they compare")
 	fs.DurationVar(&f.decisionRetention, "decision-retention", 24*time.Hour, "how long after its event time every replica keeps a decision record, for GET /v1/decisions, explain and idempotent retries; the data dir keeps each one's header, ~0.45 KB on disk, and reads the whole record back from the decisions topic, whose retention.ms should be at least this (deployments/README.md, Sizing). Give every replica the same value: it shapes the state they compare. In approximate mode it is at least the 2m prediction TTL")
 }
 
@@ -94,6 +97,9 @@ func (f *routerFlags) validate() error {
 	}
 	if f.httpReadTimeout <= 0 || f.httpReadHeaderTimeout <= 0 || f.httpIdleTimeout <= 0 || f.httpMaxHeaderBytes < 4096 || f.maxAfterPartitions < 1 {
 		return errors.New("--http-read-timeout, --http-read-header-timeout and --http-idle-timeout > 0, --http-max-header-bytes ≥ 4096 and --max-after-partitions ≥ 1")
+	}
+	if f.maxWorkers < 1 {
+		return fmt.Errorf("--max-workers %d: want at least 1", f.maxWorkers)
 	}
 	if f.decisionRetention < time.Second {
 		return fmt.Errorf("--decision-retention %s: want at least 1s (records are looked up by later requests and lifecycle events)", f.decisionRetention)
@@ -128,7 +134,7 @@ func (r *routerRun) storeOptions(cfg decider.Config, reg prometheus.Registerer) 
 	return statestore.Options{
 		Names: r.a.names(), Logger: r.a.log, Registerer: reg,
 		ActiveExpiry: cfg.ActiveRequestExpiry, Approximate: cfg.Approximate(),
-		DecisionRetention: r.f.decisionRetention,
+		DecisionRetention: r.f.decisionRetention, MaxWorkers: r.f.maxWorkers,
 	}
 }
 
@@ -218,7 +224,7 @@ func (r *routerRun) run(ctx context.Context) error {
 	},
 		api.WithLogger(a.log), api.WithMetrics(reg, reg), api.WithReplicaID(f.replicaID),
 		api.WithAuthToken(f.authToken), api.WithReadyLag(f.readyLag), api.WithAfterTimeout(f.afterTimeout),
-		api.WithAuditTimeout(f.auditTimeout), api.WithBodyLimit(f.bodyLimit), api.WithMaxTokens(f.maxTokens),
+		api.WithAuditTimeout(f.auditTimeout), api.WithBodyLimit(f.bodyLimit), api.WithMaxTokens(f.maxTokens), api.WithMaxWorkers(f.maxWorkers),
 		api.WithReadTimeout(f.httpReadTimeout), api.WithMaxHeaderBytes(f.httpMaxHeaderBytes), api.WithMaxAfterPartitions(f.maxAfterPartitions),
 	)
 	if err != nil {
