@@ -6,13 +6,14 @@ import (
 	"testing"
 )
 
-const mooncakeTrace = "../../shared/testdata/mooncake/synthetic_trace.jsonl"
+// mooncakeTrace is the synthetic workload shipped in the repository's testdata.
+const mooncakeTrace = "../testdata/mooncake/synthetic_trace.jsonl"
 
 func loadTrace(t testing.TB) *Workload {
 	t.Helper()
 	w, err := LoadMooncake(mooncakeTrace)
 	if err != nil {
-		t.Skipf("Mooncake trace not available: %v", err)
+		t.Fatalf("Mooncake trace: %v", err)
 	}
 	return w
 }
