@@ -1,6 +1,6 @@
 // Package api is pdrouter's HTTP service (Gin): routing decisions, request
 // lifecycle events, HTTP ingest of workers, KV events and load, and the
-// operational endpoints. The contract is ../shared/docs/api.md; /openapi.json
+// operational endpoints. The contract is docs/api.md; /openapi.json
 // describes it and a test checks real responses against that document.
 //
 // The API holds no state of its own. It reads the replica's materialized

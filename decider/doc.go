@@ -2,7 +2,7 @@
 // worker serves it, and whether its prompt is prefilled locally on that worker or
 // remotely on a prefill worker (conditional disaggregation).
 //
-// The semantics are those of ../shared/docs/conditional-disagg.md, to the letter; this
+// The semantics are those of docs/conditional-disagg.md, to the letter; this
 // summary points at the code that implements each step.
 //
 // # A pure function

@@ -326,7 +326,7 @@ func TestAlertRules(t *testing.T) {
 			}
 		}
 	}
-	// What issue 9 asks the alerts to cover.
+	// What the alerts must cover.
 	covers := func(what string, ok func(expr string) bool) {
 		for _, e := range alerts {
 			if ok(e) {
@@ -527,7 +527,7 @@ func TestDashboard(t *testing.T) {
 			t.Errorf("dashboard queries %s, which pdrouter's /metrics does not serve", m)
 		}
 	}
-	// What issue 9 asks the dashboard to show.
+	// What the dashboard must show.
 	need := func(what string, ok bool) {
 		if !ok {
 			t.Errorf("dashboard lacks %s", what)

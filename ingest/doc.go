@@ -4,7 +4,7 @@
 // WorkerRegistration values on `workers`.
 //
 // Engines will not change for us, so everything here is driven by what the
-// engines really put on the wire (shared/docs/kv-event-formats.md), and by
+// engines really put on the wire (docs/kv-event-formats.md), and by
 // one bar: a lost or stale event means wrong routing, silently, so nothing
 // may be dropped without a trace and nothing invalid may reach Kafka.
 //

@@ -13,10 +13,9 @@ import (
 	pb "github.com/pdrouter/pdrouter/events/eventspb"
 )
 
-// vectorsFile is a copy of shared/testdata/kv-events/vectors.json, so the
-// tests run where shared/ is not beside the repository;
-// TestVectorsMatchShared keeps the copy honest where it is.
-const vectorsFile = "testdata/vectors.json"
+// vectorsFile holds the byte-exact engine payloads that the decoder, the fleet
+// simulator's encoder and the Python test publisher all check against.
+const vectorsFile = "../testdata/kv-events/vectors.json"
 
 type vectorFile struct {
 	Msgpack map[string]struct {
@@ -239,21 +238,5 @@ func TestVectorHashes(t *testing.T) {
 	}
 	if HashFromInt(-2) != 0xfffffffffffffffe {
 		t.Errorf("HashFromInt(-2) = %x", HashFromInt(-2))
-	}
-}
-
-// TestVectorsMatchShared fails when the copy in testdata drifts from
-// shared/testdata (where shared/ is beside the repository).
-func TestVectorsMatchShared(t *testing.T) {
-	shared, err := os.ReadFile("../../shared/testdata/kv-events/vectors.json")
-	if err != nil {
-		t.Skipf("shared/ not beside the repository: %v", err)
-	}
-	local, err := os.ReadFile(vectorsFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !bytes.Equal(shared, local) {
-		t.Errorf("%s differs from shared/testdata/kv-events/vectors.json: copy it again", vectorsFile)
 	}
 }

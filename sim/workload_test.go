@@ -9,14 +9,49 @@ import (
 	"github.com/pdrouter/pdrouter/kvhash"
 )
 
-// TestMooncakeSharedPrefixes: on the real trace, requests whose hash_ids share a
+// TestMooncakeSharedPrefixes: on the sample trace, requests whose hash_ids share a
 // leading run share exactly that token prefix (and the router's chains agree up to
-// it, for vLLM's block size), and requests with different first ids share nothing.
+// it, for vLLM's block size), requests with different first ids share nothing, and an
+// input_length that is not a multiple of 512 ends inside its last id's block.
 func TestMooncakeSharedPrefixes(t *testing.T) {
-	w := loadTrace(t)
+	w := loadSample(t)
+	if len(w.Requests) != sampleRequests {
+		t.Fatalf("%d requests, want %d", len(w.Requests), sampleRequests)
+	}
+	checkSharedPrefixes(t, w)
+	tails := 0
+	for _, r := range w.Requests {
+		if tail := r.PromptLen % MooncakeBlockTokens; tail != 0 {
+			tails++
+			if n := len(r.Prompt); n != (r.PromptLen+MooncakeBlockTokens-1)/MooncakeBlockTokens || r.Prompt[n-1].Len != tail {
+				t.Errorf("%s: %d tokens in %d segments, last %d", r.ID, r.PromptLen, n, r.Prompt[n-1].Len)
+			}
+		}
+	}
+	if tails == 0 {
+		t.Error("no request ends inside a block")
+	}
+}
+
+// TestMooncakeRealTraceSharedPrefixes is the same check on the published trace, with
+// the figures of its first request.
+func TestMooncakeRealTraceSharedPrefixes(t *testing.T) {
+	w := loadRealTrace(t)
 	if len(w.Requests) != 3993 {
 		t.Fatalf("%d requests, want 3993", len(w.Requests))
 	}
+	checkSharedPrefixes(t, w)
+	// A tail: input_length not a multiple of 512 ends inside its last id.
+	r0 := w.Requests[0]
+	if r0.PromptLen != 40160 || len(r0.Prompt) != 79 || r0.Prompt[78].Len != 40160-78*512 {
+		t.Errorf("first request: %d tokens in %d segments, last %d", r0.PromptLen, len(r0.Prompt), r0.Prompt[len(r0.Prompt)-1].Len)
+	}
+}
+
+// checkSharedPrefixes checks every request's segments against its lengths, and at
+// least 20 pairs of requests that share a leading run of ids and 20 that do not.
+func checkSharedPrefixes(t *testing.T, w *Workload) {
+	t.Helper()
 	for _, r := range w.Requests {
 		n := 0
 		for _, s := range r.Prompt {
@@ -35,7 +70,7 @@ func TestMooncakeSharedPrefixes(t *testing.T) {
 	}
 	// Find pairs in the first 1000 requests: sharing a leading run, and not.
 	checkedShared, checkedDistinct := 0, 0
-	reqs := w.Requests[:1000]
+	reqs := w.Requests[:min(len(w.Requests), 1000)]
 	for i := 0; i < len(reqs) && (checkedShared < 20 || checkedDistinct < 20); i++ {
 		for j := i + 1; j < len(reqs) && j < i+200; j++ {
 			a, b := reqs[i], reqs[j]
@@ -85,11 +120,6 @@ func TestMooncakeSharedPrefixes(t *testing.T) {
 	}
 	if checkedShared < 20 || checkedDistinct < 20 {
 		t.Fatalf("found only %d sharing and %d distinct pairs", checkedShared, checkedDistinct)
-	}
-	// A tail: input_length not a multiple of 512 ends inside its last id.
-	r0 := w.Requests[0]
-	if r0.PromptLen != 40160 || len(r0.Prompt) != 79 || r0.Prompt[78].Len != 40160-78*512 {
-		t.Errorf("first request: %d tokens in %d segments, last %d", r0.PromptLen, len(r0.Prompt), r0.Prompt[len(r0.Prompt)-1].Len)
 	}
 }
 

@@ -26,7 +26,7 @@ import (
 //     condition and while P is absent: the prefill worker for a remote
 //     prefill (P minus its device overlap, from the candidate row), the
 //     decode worker for a local one (the effective ISL);
-//   - now is the max event time of decisions and outcomes (clock.go).
+//   - now is the max event time of decisions and outcomes (state.observe).
 //
 // Order independence. Decisions and outcomes are on different topics, so
 // replicas see them interleaved differently. The state is therefore

@@ -9,7 +9,7 @@ import (
 	pb "github.com/pdrouter/pdrouter/events/eventspb"
 )
 
-// Approximate mode (issue 4 item 5; Options.Approximate), for engines that
+// Approximate mode (Options.Approximate), for engines that
 // publish no KV events, like the reference system's --no-router-kv-events:
 // the router assumes that a request's prompt is cached on the decode worker
 // it was sent to, for a while.

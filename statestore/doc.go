@@ -7,7 +7,7 @@
 //
 //  1. Deterministic: the state is a pure function of the offset vector. No
 //     apply rule reads the wall clock (time is the max event time seen,
-//     clock.go), iterates a Go map in an order that reaches state or output,
+//     state.observe), iterates a Go map in an order that reaches state or output,
 //     or uses randomness. The digest (digest.go) is computed over Pebble's
 //     sorted keyspace, whose content is canonical: worker ids, never the
 //     dense in-memory slots, appear in keys and values.

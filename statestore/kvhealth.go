@@ -12,8 +12,8 @@ import (
 )
 
 // "KV events missing": the known silent failure of conditional
-// disaggregation made loud (conditional-disagg.md, requirements; issue 4
-// item 6). A decode worker whose engine publishes no KV events looks, to
+// disaggregation made loud (conditional-disagg.md, "Requirements and loud
+// failures"). A decode worker whose engine publishes no KV events looks, to
 // the router, like a worker with an empty cache: its effective-ISL ratio
 // is always 1.0, so with conditional disaggregation on it can never
 // bypass remote prefill, and nothing fails.

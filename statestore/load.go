@@ -15,7 +15,7 @@ import (
 // on a tie the later record wins. All samples of a worker share its key and
 // so its partition, which orders them: the result does not depend on how
 // partitions interleave. The age of a sample is measured against the
-// state's event-time clock (clock.go), never the wall clock.
+// state's event-time clock (state.observe), never the wall clock.
 //
 // Workers: the last registration of a worker id wins; a new id past
 // Options.MaxWorkers is skipped (skip.go), and ranks at or beyond the

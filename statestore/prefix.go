@@ -11,7 +11,7 @@ import (
 // rank). Every rule writes the memory change and the matching Pebble
 // change into the batch in one step, so the two cannot drift apart.
 //
-// Rules (each has a case in prefix_test.go and testdata/prefix.txt):
+// Rules (each has a case in testdata/prefix.txt, run by TestSpec):
 //
 //   - BlockStored: the router hash of block i is kvhash.Chain over the
 //     event's tokens, continuing from the router hash of parent_block_hash

@@ -72,8 +72,7 @@ type Options struct {
 
 	// Approximate records every decision's hash chain as predicted device
 	// cache entries on its decode worker, for engines that publish no KV
-	// events (issue 4 item 5, like the reference system's
-	// --no-router-kv-events). KV events, if any arrive, still apply.
+	// events (like the reference system's --no-router-kv-events). KV events, if any arrive, still apply.
 	Approximate bool
 	// ApproximateTTL is how long (event time, after decided_at) a predicted
 	// entry lasts; default 120 s.

@@ -34,7 +34,7 @@ func (s *simFlags) bind(f *pflag.FlagSet, prefix string) {
 	slo := sim.DefaultSLO()
 	f.IntVar(&s.prefill, prefix+"prefill", 2, "prefill workers of the simulated fleet")
 	f.IntVar(&s.decode, prefix+"decode", 2, "decode workers of the simulated fleet")
-	f.StringVar(&s.trace, prefix+"trace", "", "Mooncake JSONL trace to replay (e.g. ../shared/testdata/mooncake/synthetic_trace.jsonl); empty: the synthetic workload")
+	f.StringVar(&s.trace, prefix+"trace", "", "Mooncake JSONL trace to replay: testdata/mooncake/sample.jsonl, or the published FAST25-release/traces/synthetic_trace.jsonl of kvcache-ai/Mooncake; empty: the synthetic workload")
 	f.Float64Var(&s.rate, prefix+"session-rate", syn.SessionRate, "synthetic workload: new sessions per simulated second")
 	f.Float64Var(&s.agentic, prefix+"agentic", syn.AgenticFraction, "synthetic workload: share of agentic sessions")
 	f.DurationVar(&s.duration, prefix+"duration", syn.Duration, "synthetic workload: span of session starts (simulated time)")

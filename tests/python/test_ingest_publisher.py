@@ -16,7 +16,7 @@ HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import zmq_kv_publisher as z  # noqa: E402
 
-VECTORS = HERE.parents[1] / "ingest" / "testdata" / "vectors.json"
+VECTORS = HERE.parents[1] / "testdata" / "kv-events" / "vectors.json"
 hA = 3236607068019569386
 hB = 2758186210834249151
 T1 = list(range(1, 17))

@@ -9,9 +9,9 @@ It speaks the engines' wire protocol with real libzmq (pyzmq):
   either reply generation: "old" ([empty, seq, payload]) or "new" (with the
   topic frame: [empty, topic, seq, payload]).
 
-Payloads are either the exact bytes of shared/testdata/kv-events/vectors.json
+Payloads are either the exact bytes of testdata/kv-events/vectors.json
 or batches encoded by msgspec from event structs declared here with the
-options the doc (kv-event-formats.md, section 1.4) gives for vLLM: the batch
+options docs/kv-event-formats.md (section 1.4) gives for vLLM: the batch
 is array-like; events are tagged, omit defaults, and are array-like in the
 "array" generation and maps in the "map" generation.
 
