@@ -23,6 +23,7 @@ type config struct {
 	now          func() time.Time
 	newID        func() string
 	auditTimeout time.Duration
+	budget       recordBudget
 }
 
 func defaultConfig() config {
@@ -35,6 +36,7 @@ func defaultConfig() config {
 		readyLag:     1000,
 		now:          time.Now,
 		auditTimeout: 10 * time.Second,
+		budget:       defaultRecordBudget(),
 	}
 }
 

@@ -16,6 +16,7 @@ import (
 
 	"github.com/pdrouter/pdrouter/decider"
 	"github.com/pdrouter/pdrouter/events"
+	"github.com/pdrouter/pdrouter/internal/rejects"
 )
 
 // Deps are the parts a Server is built from.
@@ -61,6 +62,9 @@ func New(deps Deps, opts ...Option) (*Server, error) {
 	for _, o := range opts {
 		o(&cfg)
 	}
+	if err := cfg.budget.validate(); err != nil {
+		return nil, err
+	}
 	if cfg.newID == nil {
 		cfg.newID = func() string { return newULID(cfg.now()) }
 	}
@@ -69,6 +73,7 @@ func New(deps Deps, opts ...Option) (*Server, error) {
 		cfg.registerer, cfg.gatherer = r, r
 	}
 	s := &Server{deps: deps, cfg: cfg, metrics: newMetrics(cfg.registerer)}
+	rejects.For(cfg.registerer).Init(rejects.HTTP, reasonRecordTooLarge)
 	s.decisions.New = func() any { return new(decider.Decision) }
 	s.engine = s.routes()
 	return s, nil
