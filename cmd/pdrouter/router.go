@@ -49,6 +49,10 @@ type routerFlags struct {
 	// (statestore.MaterializerOptions).
 	fetchMinBytes int32
 	fetchMaxWait  time.Duration
+	// The bounds of a decision record (api.WithDecisionMaxCandidates,
+	// api.WithDecisionRecordMaxBytes).
+	decisionMaxCandidates  int
+	decisionRecordMaxBytes int
 }
 
 func (f *routerFlags) bindFlags(fs *pflag.FlagSet) {
@@ -68,6 +72,8 @@ func (f *routerFlags) bindFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&f.debugAddr, "debug-addr", "", "serve Go's /debug/pprof profiles on this address (keep it private: it exposes internals)")
 	fs.Int32Var(&f.fetchMinBytes, "fetch-min-bytes", 256<<10, "the broker answers the state's log fetches once it holds this many bytes, or after --fetch-max-wait: fewer, larger fetches cost the broker less CPU under load")
 	fs.DurationVar(&f.fetchMaxWait, "fetch-max-wait", 10*time.Millisecond, "longest a log fetch waits for --fetch-min-bytes (≥ 10ms); also the most it adds to apply lag, and so to `after` waits, when the log is quiet")
+	fs.IntVar(&f.decisionMaxCandidates, "decision-max-candidates", api.DefaultDecisionMaxCandidates, "candidate rows a decision record keeps: the picked workers, then the best ranked others; the record counts the rows it leaves out")
+	fs.IntVar(&f.decisionRecordMaxBytes, "decision-record-max-bytes", api.DefaultDecisionRecordMaxBytes, fmt.Sprintf("largest decision record value, in bytes (%d to %d): hash chains are cut to fit, and a decision whose record still does not fit is answered 413 decision_record_too_large; keep it below the decisions topic's max.message.bytes (serve warns)", api.MinDecisionRecordMaxBytes, api.MaxDecisionRecordMaxBytes))
 	fs.DurationVar(&f.decisionRetention, "decision-retention", 24*time.Hour, "how long after its event time every replica keeps a decision record, for GET /v1/decisions, explain and idempotent retries; the data dir keeps each one's header, ~0.45 KB on disk, and reads the whole record back from the decisions topic, whose retention.ms should be at least this (deployments/README.md, Sizing). Give every replica the same value: it shapes the state they compare. In approximate mode it is at least the 2m prediction TTL")
 }
 
@@ -80,6 +86,10 @@ func (f *routerFlags) validate() error {
 	}
 	if f.fetchMinBytes < 1 || f.fetchMaxWait < 10*time.Millisecond {
 		return fmt.Errorf("--fetch-min-bytes %d, --fetch-max-wait %s: want at least 1 byte and 10ms", f.fetchMinBytes, f.fetchMaxWait)
+	}
+	if f.decisionMaxCandidates < api.MinDecisionMaxCandidates || f.decisionRecordMaxBytes < api.MinDecisionRecordMaxBytes || f.decisionRecordMaxBytes > api.MaxDecisionRecordMaxBytes {
+		return fmt.Errorf("--decision-max-candidates %d, --decision-record-max-bytes %d: want at least %d rows, and %d to %d bytes",
+			f.decisionMaxCandidates, f.decisionRecordMaxBytes, api.MinDecisionMaxCandidates, api.MinDecisionRecordMaxBytes, api.MaxDecisionRecordMaxBytes)
 	}
 	if f.decisionRetention < time.Second {
 		return fmt.Errorf("--decision-retention %s: want at least 1s (records are looked up by later requests and lifecycle events)", f.decisionRetention)
@@ -172,6 +182,7 @@ func (r *routerRun) run(ctx context.Context) error {
 	}
 	defer prod.Close()
 	go warnDecisionTopicShort(ctx, kadm.NewClient(prod), a.names().Physical(events.TopicDecisions), f.decisionRetention, a.log)
+	go warnDecisionTopicSmall(ctx, kadm.NewClient(prod), a.names().Physical(events.TopicDecisions), f.decisionRecordMaxBytes, a.log)
 	if r.ingestCfg != nil {
 		cl, err := kgo.NewClient(r.connOpts...)
 		if err != nil {
@@ -195,6 +206,7 @@ func (r *routerRun) run(ctx context.Context) error {
 		api.WithLogger(a.log), api.WithMetrics(reg, reg), api.WithReplicaID(f.replicaID),
 		api.WithAuthToken(f.authToken), api.WithReadyLag(f.readyLag), api.WithAfterTimeout(f.afterTimeout),
 		api.WithAuditTimeout(f.auditTimeout), api.WithBodyLimit(f.bodyLimit), api.WithMaxTokens(f.maxTokens),
+		api.WithDecisionMaxCandidates(f.decisionMaxCandidates), api.WithDecisionRecordMaxBytes(f.decisionRecordMaxBytes),
 	)
 	if err != nil {
 		return err
