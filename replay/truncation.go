@@ -3,6 +3,8 @@ package replay
 import (
 	"fmt"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/pdrouter/pdrouter/decider"
 	pb "github.com/pdrouter/pdrouter/events/eventspb"
 )
@@ -76,4 +78,73 @@ func keptChain(rec *pb.DecisionRecord, blockSize int) (int, bool) {
 	return 0, false
 }
 
-var _ = decider.PoolDecode
+// stateExpectation is what the state check compares a decision from the
+// rebuilt state with, for a record that may be truncated, and the scope of
+// that comparison in words (nil for a whole record).
+//
+// A chain cut to a prefix lets the rebuilt index be asked about the kept
+// blocks only, so the record's overlaps (device, then host, then disk
+// blocks, and the shared active blocks) are capped at the kept length and
+// the decision is recomputed from the record so capped: that is the
+// decision the record implies over the prefix, and the one the rebuilt
+// state must reproduce. Rows the record left out have nothing to compare
+// with, so the rebuilt decision's table is cut to the recorded rows
+// (sameRows).
+func stateExpectation(rec *pb.DecisionRecord, cfg decider.Config) (*decider.Decision, []string, error) {
+	t := TruncationOf(rec)
+	if t == nil {
+		return DecisionOf(rec), nil, nil
+	}
+	var scope []string
+	if t.OmittedDecode+t.OmittedPrefill > 0 {
+		scope = append(scope, fmt.Sprintf("compared over the %d candidate rows the record keeps; the %d it left out are dropped from the rebuilt table",
+			t.CandidatesKept, t.OmittedDecode+t.OmittedPrefill))
+	}
+	if len(t.Chains) == 0 {
+		return DecisionOf(rec), scope, nil
+	}
+	capped := proto.Clone(rec).(*pb.DecisionRecord)
+	for _, c := range capped.GetCandidates() {
+		kept, cut := keptChain(capped, int(c.GetBlockSize()))
+		if !cut {
+			continue
+		}
+		left := uint32(kept)
+		c.OverlapBlocks = min(c.OverlapBlocks, left)
+		left -= c.OverlapBlocks
+		c.HostBlocks = min(c.HostBlocks, left)
+		left -= c.HostBlocks
+		c.DiskBlocks = min(c.DiskBlocks, left)
+		c.SharedActiveBlocks = min(c.SharedActiveBlocks, int64(kept))
+	}
+	for _, c := range t.Chains {
+		scope = append(scope, fmt.Sprintf("overlaps for block size %d recomputed over the first %d of %d blocks (the prefix the record keeps), and compared with the recorded overlaps capped at %d",
+			c.BlockSize, c.KeptBlocks, c.TotalBlocks, c.KeptBlocks))
+	}
+	d, err := Recompute(capped, cfg)
+	return d, scope, err
+}
+
+// sameRows is d with only the candidate rows rec records (by worker and
+// pool), for a record that left rows out; d itself otherwise.
+func sameRows(rec *pb.DecisionRecord, d *decider.Decision) *decider.Decision {
+	if !omittedRows(rec) {
+		return d
+	}
+	type row struct {
+		w string
+		p decider.Pool
+	}
+	kept := make(map[row]bool, len(rec.GetCandidates()))
+	for _, c := range rec.GetCandidates() {
+		kept[row{workerID(c.GetWorker()), poolOf(c.GetPool())}] = true
+	}
+	out := *d
+	out.Candidates = nil
+	for _, c := range d.Candidates {
+		if kept[row{c.Worker, c.Pool}] {
+			out.Candidates = append(out.Candidates, c)
+		}
+	}
+	return &out
+}
