@@ -79,6 +79,12 @@ func WithDecisionRecordMaxBytes(n int) Option { return func(c *config) { c.budge
 // that was written.
 func (s *Server) decisionLogRecord(rec *pb.DecisionRecord) (*kgo.Record, error) {
 	key := events.WorkerKey(rec.GetDecodeWorker().GetWorkerId())
+	if n := events.DecisionChainsSize(rec); n > s.cfg.budget.maxBytes {
+		// Chains alone over the budget (up to 16 MiB for the longest
+		// prompt on block_size 1): cut them to the budget before the
+		// first encoding, and exactly below.
+		events.FitDecisionChains(rec, n, s.cfg.budget.maxBytes)
+	}
 	r, err := events.NewRecord(s.deps.Names, key, rec)
 	if err != nil || len(r.Value) <= s.cfg.budget.maxBytes {
 		return r, err

@@ -56,6 +56,19 @@ func FitDecisionChains(d *pb.DecisionRecord, size, budget int) bool {
 	return left >= 0
 }
 
+// DecisionChainsSize is the encoded size of d's chains field: a lower
+// bound of the record's size that costs no encoding. A caller can cut the
+// chains by it (FitDecisionChains(d, DecisionChainsSize(d), budget)) before
+// encoding a record whose chains alone are over the budget, so a prompt of
+// millions of blocks is never encoded whole.
+func DecisionChainsSize(d *pb.DecisionRecord) int {
+	n := 0
+	for _, c := range d.GetChains() {
+		n += chainFieldSize(c.GetBlockSize(), len(c.GetBlockHashes()), c.GetOmittedBlocks())
+	}
+	return n
+}
+
 // fitBlocks is the most leading blocks of a chain of whole blocks (of
 // which have are at hand) whose chains field fits in left bytes; 0 when
 // none does.
