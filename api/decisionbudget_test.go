@@ -122,7 +122,8 @@ func TestOversizedDecisionOnTheRealBroker(t *testing.T) {
 }
 
 func checkOversized(t *testing.T, brokers []string, tc oversized) {
-	h := newHarness(t, brokers, harnessOpt{store: oneRecordInMemory})
+	// Applying 17k registrations takes seconds under the race detector.
+	h := newHarness(t, brokers, harnessOpt{store: oneRecordInMemory, apiOpts: []api.Option{api.WithAfterTimeout(time.Minute)}})
 	after := registerDirect(t, h, tc.workers()...)
 	var r routeResp
 	h.mustDo(http.StatusOK, "POST", "/v1/route?explain=true", map[string]any{"request_id": "big", "model": "m", "token_ids": tc.tokens, "after": after}, &r)

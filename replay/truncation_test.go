@@ -76,6 +76,11 @@ func TestExplainTruncatedRecord(t *testing.T) {
 		tr.Chains[0] != (replay.TruncatedChain{BlockSize: 16, KeptBlocks: 20, TotalBlocks: 70}) || len(tr.Notes) != 2 {
 		t.Fatalf("truncation: %+v", tr)
 	}
+	var text strings.Builder
+	if err := exp.WriteText(&text); err != nil || !strings.Contains(text.String(), "keeps its first 20 of 70 blocks") ||
+		!strings.Contains(text.String(), "first 20 of 70 blocks (the prefix the record keeps)") {
+		t.Fatalf("text (err %v) does not say what the record left out:\n%s", err, text.String())
+	}
 	if replay.TruncationOf(whole) != nil {
 		t.Fatal("a whole record is reported truncated")
 	}
