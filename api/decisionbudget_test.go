@@ -165,6 +165,11 @@ func checkOversized(t *testing.T, brokers []string, tc oversized) {
 	for _, c := range rec.GetChains() {
 		blocks += len(c.GetBlockHashes()) + int(c.GetOmittedBlocks())
 	}
+	kept := 0
+	for _, c := range rec.GetChains() {
+		kept += len(c.GetBlockHashes())
+	}
+	t.Logf("record of %d bytes: %d rows kept, %d omitted; %d of %d chain blocks kept", len(value), rows, omitted, kept, blocks)
 	if blocks != tc.chainBlocks {
 		t.Fatalf("chains hold and omit %d blocks in all, want the prompt's %d", blocks, tc.chainBlocks)
 	}
