@@ -28,6 +28,7 @@ type config struct {
 	maxHeaderBytes int
 	maxAfter       int
 	maxWorkers     int
+	budget         recordBudget
 }
 
 func defaultConfig() config {
@@ -46,6 +47,7 @@ func defaultConfig() config {
 		maxHeaderBytes: 1 << 20,
 		maxAfter:       1024,
 		maxWorkers:     4096,
+		budget:         defaultRecordBudget(),
 	}
 }
 

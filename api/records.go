@@ -17,13 +17,38 @@ func refString(r *pb.WorkerRef) string {
 // decisionRecord copies a decision (whose memory the decider reuses) into a
 // self-contained record, through the one mapping replay also reads back.
 // The hash chains are the request's own, shared: neither is modified
-// afterwards.
-func decisionRecord(d *decider.Decision, req *decider.Request) *pb.DecisionRecord {
+// afterwards. A table of more than maxCandidates rows keeps the rows
+// decider.KeepRows chooses, and counts the others.
+func decisionRecord(d *decider.Decision, req *decider.Request, maxCandidates int) *pb.DecisionRecord {
 	orig := &pb.DecisionRecord{DeciderVersion: replay.DeciderVersion, Chains: make([]*pb.HashChain, len(req.Chains))}
 	for i, ch := range req.Chains {
 		orig.Chains[i] = &pb.HashChain{BlockSize: uint32(ch.BlockSize), BlockHashes: ch.Hashes}
 	}
-	return replay.RecordOf(d, orig)
+	keep := decider.KeepRows(d.Candidates, maxCandidates, nil)
+	if keep == nil {
+		return replay.RecordOf(d, orig)
+	}
+	kept := *d // shares d's memory; RecordOf only reads it
+	kept.Candidates = make([]decider.Candidate, len(keep))
+	omitted := &pb.OmittedCandidates{}
+	next := 0
+	for i := range d.Candidates {
+		if next < len(keep) && keep[next] == i {
+			kept.Candidates[next] = d.Candidates[i]
+			next++
+			continue
+		}
+		if d.Candidates[i].Pool == decider.PoolDecode {
+			omitted.Decode++
+		} else {
+			omitted.Prefill++
+		}
+		if d.Candidates[i].Eligible {
+			omitted.Eligible++
+		}
+	}
+	orig.OmittedCandidates = omitted
+	return replay.RecordOf(&kept, orig)
 }
 
 // routeResponse is the 200 body of POST /v1/route.

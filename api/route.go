@@ -286,7 +286,7 @@ func (s *Server) decide(p *parsed) (*pb.DecisionRecord, error) {
 	}
 	// The decision is ours (d holds no reference into the state): the
 	// record is built after the read lock is released.
-	rec := decisionRecord(d, req)
+	rec := decisionRecord(d, req, s.cfg.budget.maxCandidates)
 	rec.Watermark = wm
 	rec.RequestDigest = requestDigest(p)
 	s.metrics.decisionSecs.Observe(time.Since(start).Seconds())
@@ -388,7 +388,7 @@ func decideError(err error) error {
 // returned: the caller retries with the same request_id.
 func (s *Server) appendDecision(ctx context.Context, rec *pb.DecisionRecord) (Position, []byte, error) {
 	start := time.Now()
-	r, err := events.NewRecord(s.deps.Names, events.WorkerKey(rec.GetDecodeWorker().GetWorkerId()), rec)
+	r, err := s.decisionLogRecord(rec)
 	if err != nil {
 		return Position{}, nil, err
 	}

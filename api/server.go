@@ -64,6 +64,9 @@ func New(deps Deps, opts ...Option) (*Server, error) {
 	for _, o := range opts {
 		o(&cfg)
 	}
+	if err := cfg.budget.validate(); err != nil {
+		return nil, err
+	}
 	if cfg.newID == nil {
 		cfg.newID = func() string { return newULID(cfg.now()) }
 	}

@@ -84,6 +84,7 @@ func appendDecision(b []byte, d *pb.DecisionRecord, parts decisionParts) (_ []by
 	b = appendMessage(b, 29, d.RatioCheck, appendCheck)
 	b = appendMessage(b, 30, d.PrefillBusyCheck, appendCheck)
 	b = appendMessage(b, 31, d.DecodeBusyCheck, appendCheck)
+	b = appendMessage(b, 32, d.OmittedCandidates, appendOmittedCandidates)
 	return b, true
 }
 
@@ -130,7 +131,13 @@ func appendHashChain(b []byte, c *pb.HashChain) []byte {
 			b = binary.LittleEndian.AppendUint64(b, h)
 		}
 	}
-	return b
+	return appendUvarint(b, 3, uint64(c.OmittedBlocks))
+}
+
+func appendOmittedCandidates(b []byte, o *pb.OmittedCandidates) []byte {
+	b = appendUvarint(b, 1, uint64(o.Decode))
+	b = appendUvarint(b, 2, uint64(o.Prefill))
+	return appendUvarint(b, 3, uint64(o.Eligible))
 }
 
 func appendCandidate(b []byte, c *pb.Candidate) []byte {
@@ -283,6 +290,9 @@ func decisionEncodable(d *pb.DecisionRecord, parts decisionParts) bool {
 				return false
 			}
 		}
+	}
+	if o := d.OmittedCandidates; o != nil && !plain(o) {
+		return false
 	}
 	for _, c := range []*pb.Check{d.EffIslCheck, d.RatioCheck, d.PrefillBusyCheck, d.DecodeBusyCheck} {
 		if c != nil && (!plain(c) || !utf8s(c.Name, c.Note)) {

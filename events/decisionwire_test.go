@@ -95,11 +95,17 @@ func randomDecision(rng *rand.Rand) *pb.DecisionRecord {
 		})
 	}
 	for range rng.IntN(3) {
-		c := &pb.HashChain{BlockSize: u32()}
+		c := &pb.HashChain{BlockSize: u32(), OmittedBlocks: u32()}
 		for range rng.IntN(40) {
 			c.BlockHashes = append(c.BlockHashes, rng.Uint64())
 		}
 		d.Chains = append(d.Chains, c)
+	}
+	switch rng.IntN(3) {
+	case 1:
+		d.OmittedCandidates = &pb.OmittedCandidates{}
+	case 2:
+		d.OmittedCandidates = &pb.OmittedCandidates{Decode: u32(), Prefill: u32(), Eligible: u32()}
 	}
 	return d
 }
@@ -145,7 +151,11 @@ func TestDecisionWireLeavesTheRestToProto(t *testing.T) {
 	badUTF8.Candidates[0].Worker.WorkerId = "\xff"
 	nilRow := eventstest.Decision(4, 2, 0)
 	nilRow.Candidates[2] = nil
-	for name, d := range map[string]*pb.DecisionRecord{"unknown field": withUnknown, "invalid UTF-8": badUTF8, "nil row": nilRow} {
+	omittedUnknown := eventstest.Decision(4, 2, 0)
+	omittedUnknown.OmittedCandidates = &pb.OmittedCandidates{Decode: 3}
+	omittedUnknown.OmittedCandidates.ProtoReflect().SetUnknown(protowire.AppendVarint(protowire.AppendTag(nil, 9, protowire.VarintType), 1))
+	for name, d := range map[string]*pb.DecisionRecord{"unknown field": withUnknown, "invalid UTF-8": badUTF8, "nil row": nilRow,
+		"unknown field in omitted_candidates": omittedUnknown} {
 		if _, ok := appendDecision(nil, d, wholeDecision); ok {
 			t.Errorf("%s: the hand-written encoder took a record it cannot encode exactly", name)
 		}

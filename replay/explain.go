@@ -46,6 +46,9 @@ type Explanation struct {
 	PureCheck PureCheck `json:"pure_check"`
 	// StateCheck rebuilds the state at the watermark and decides again.
 	StateCheck StateCheck `json:"state_check"`
+	// Truncation says what the record left out to stay within its size
+	// budget, and what that means for the checks; nil when it is whole.
+	Truncation *Truncation `json:"truncation,omitempty"`
 }
 
 // StateChecker rebuilds the state a record was decided from and decides
@@ -77,7 +80,7 @@ func Explain(ctx context.Context, rec *pb.DecisionRecord, opts ExplainOptions) *
 		DeciderVersion: rec.GetDeciderVersion(), DecidedAt: time.Unix(0, rec.GetDecidedAtUnixNano()).UTC(),
 		ReplicaID: rec.GetReplicaId(), Watermark: WatermarkMap(rec.GetWatermark()),
 		PromptTokens: d.PromptTokens, CachedTokens: d.CachedTokens, EffectiveISL: d.EffectiveISL, Ratio: d.Ratio,
-		Candidates: d.Candidates, ModeDecision: modeOf(d),
+		Candidates: d.Candidates, ModeDecision: modeOf(d), Truncation: TruncationOf(rec),
 	}
 	if d.PrefillWorker != "" {
 		p := d.PrefillWorker

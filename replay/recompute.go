@@ -85,6 +85,12 @@ func CheckPure(rec *pb.DecisionRecord) (PureCheck, *decider.Decision) {
 // fields are marked as following from them, so the root stands out.
 func attributePure(rec *pb.DecisionRecord, pc *PureCheck) {
 	version := rec.GetDeciderVersion() != DeciderVersion
+	// Softmax draws over every eligible row: a record that left rows out
+	// cannot reproduce its probabilities, nor the draw that followed.
+	partialDraw := false
+	if cfg, err := ParseConfig(rec.GetConfigJson()); err == nil && cfg.Temperature > 0 && omittedRows(rec) {
+		partialDraw = true
+	}
 	upstream := false // a candidate-level difference exists
 	for i := range pc.Differences {
 		if isCandidateField(pc.Differences[i].Field) {
@@ -97,6 +103,8 @@ func attributePure(rec *pb.DecisionRecord, pc *PureCheck) {
 		switch {
 		case version:
 			d.Cause = fmt.Sprintf("the record was decided by decider version %d and this build runs version %d: its semantics may differ", rec.GetDeciderVersion(), DeciderVersion)
+		case partialDraw:
+			d.Cause = "the record left candidate rows out to stay within its size budget, and at temperature > 0 the probabilities and the draw were over every eligible row: they cannot be recomputed from the kept rows"
 		case d.Field == "config_hash" && !pc.ConfigHashMatches:
 			d.Cause = "config_json does not hash to the recorded config_hash: the recorded config is not the one that decided (altered, or written by another encoding)"
 		case isCandidateField(d.Field) && !strings.Contains(d.Field, "]."):

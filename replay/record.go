@@ -133,7 +133,8 @@ func DecisionOf(rec *pb.DecisionRecord) *decider.Decision {
 // RecordOf encodes a decision as a record: every field the decider produces
 // is taken from d (copied: the decider reuses d's memory), every field the
 // API adds around it (ids, times, replica, watermark, chains, config JSON,
-// digest, decider version) is kept from orig. The API calls it with an orig
+// digest, decider version, the count of table rows left out) is kept from
+// orig. The API calls it with an orig
 // holding the chains and the version; explain calls it with the record a
 // decision was recomputed from, and then the result must marshal to orig's
 // bytes.
@@ -169,6 +170,7 @@ func RecordOf(d *decider.Decision, orig *pb.DecisionRecord) *pb.DecisionRecord {
 		DecidedAtUnixNano:    orig.GetDecidedAtUnixNano(),
 		ReplicaId:            orig.GetReplicaId(),
 		DeciderVersion:       orig.GetDeciderVersion(),
+		OmittedCandidates:    orig.GetOmittedCandidates(),
 		Candidates:           make([]*pb.Candidate, len(d.Candidates)),
 	}
 	rows := make([]pb.Candidate, len(d.Candidates))
@@ -188,17 +190,37 @@ func RecordOf(d *decider.Decision, orig *pb.DecisionRecord) *pb.DecisionRecord {
 // chain's length reaches the decider: it bounds the overlap and the shared
 // active blocks, and an empty chain skips the match. The placeholder is as
 // long as the longest recorded match of its block size, which therefore
-// passes through unchanged, as it did from the real chain.
+// passes through unchanged, as it did from the real chain. A chain the
+// record cut to a prefix (omitted_blocks) is lengthened the same way, with
+// placeholders after its recorded hashes.
 func RequestOf(rec *pb.DecisionRecord) *decider.Request {
 	req := &decider.Request{ID: rec.GetRequestId(), Model: rec.GetModel(), PromptTokens: int64(rec.GetPromptTokens())}
+	sizes, longest := longestMatches(rec)
 	if len(rec.GetChains()) > 0 {
 		for _, c := range rec.GetChains() {
-			req.Chains = append(req.Chains, decider.Chain{BlockSize: int(c.GetBlockSize()), Hashes: c.GetBlockHashes()})
+			hashes := c.GetBlockHashes()
+			if c.GetOmittedBlocks() > 0 {
+				whole := int64(len(hashes)) + int64(c.GetOmittedBlocks())
+				if i := slices.Index(sizes, int(c.GetBlockSize())); i >= 0 && longest[i] > int64(len(hashes)) {
+					hashes = append(slices.Clip(hashes), make([]uint64, min(longest[i], whole)-int64(len(hashes)))...)
+				}
+			}
+			req.Chains = append(req.Chains, decider.Chain{BlockSize: int(c.GetBlockSize()), Hashes: hashes})
 		}
 		return req
 	}
-	var sizes []int
-	var longest []int64
+	for i, bs := range sizes {
+		if n := min(longest[i], req.PromptTokens/int64(bs)); n > 0 {
+			req.Chains = append(req.Chains, decider.Chain{BlockSize: bs, Hashes: make([]uint64, n)})
+		}
+	}
+	return req
+}
+
+// longestMatches lists the block sizes of rec's table and, for each, the
+// longest match a row recorded: device, host and disk blocks, or shared
+// active blocks.
+func longestMatches(rec *pb.DecisionRecord) (sizes []int, longest []int64) {
 	for _, c := range rec.GetCandidates() {
 		bs := int(c.GetBlockSize())
 		if bs <= 0 {
@@ -212,10 +234,5 @@ func RequestOf(rec *pb.DecisionRecord) *decider.Request {
 		}
 		longest[i] = max(longest[i], n)
 	}
-	for i, bs := range sizes {
-		if n := min(longest[i], req.PromptTokens/int64(bs)); n > 0 {
-			req.Chains = append(req.Chains, decider.Chain{BlockSize: bs, Hashes: make([]uint64, n)})
-		}
-	}
-	return req
+	return sizes, longest
 }

@@ -39,6 +39,9 @@ type StateCheck struct {
 	InFlight []InFlight `json:"in_flight,omitempty"`
 	// Causes summarizes the distinct causes.
 	Causes []string `json:"causes,omitempty"`
+	// Scope says what was compared when the record is truncated (it left
+	// candidate rows or hash-chain blocks out): only what it kept.
+	Scope []string `json:"scope,omitempty"`
 }
 
 // KafkaStateChecker runs the state check against a Kafka log: it rebuilds
@@ -85,8 +88,13 @@ func (k *KafkaStateChecker) CheckState(ctx context.Context, rec *pb.DecisionReco
 		sc.Error = fmt.Sprintf("deciding from the rebuilt state: %v", err)
 		return sc
 	}
-	recorded := DecisionOf(rec)
-	sc.Differences = Compare(recorded, got)
+	recorded, scope, err := stateExpectation(rec, cfg)
+	if err != nil {
+		sc.Error = fmt.Sprintf("recomputing the record over the hash-chain prefix it keeps: %v", err)
+		return sc
+	}
+	sc.Scope = scope
+	sc.Differences = Compare(recorded, sameRows(rec, got))
 	if len(sc.Differences) == 0 {
 		sc.Identical, sc.IdenticalWithInFlight, sc.Explained = true, true, true
 		return sc
@@ -114,7 +122,7 @@ func (k *KafkaStateChecker) CheckState(ctx context.Context, rec *pb.DecisionReco
 		sc.Error = fmt.Sprintf("looking for the replica's in-flight decisions: %v", err)
 	}
 	cands := relevantInFlight(inflight, sc.Differences)
-	for _, subset := range candidateSubsets(cands, recorded, got) {
+	for _, subset := range candidateSubsets(cands, recorded, sameRows(rec, got)) {
 		if err := r.reopen(); err != nil {
 			sc.Error = err.Error()
 			break
@@ -128,7 +136,7 @@ func (k *KafkaStateChecker) CheckState(ctx context.Context, rec *pb.DecisionReco
 		if err != nil {
 			continue
 		}
-		left := Compare(recorded, again)
+		left := Compare(recorded, sameRows(rec, again))
 		if len(left) < len(remaining) {
 			remaining = left
 		}

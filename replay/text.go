@@ -54,6 +54,12 @@ func (e *Explanation) WriteText(w io.Writer) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	if t := e.Truncation; t != nil {
+		p.f("\nthe record is truncated to fit its size budget\n")
+		for _, n := range t.Notes {
+			p.f("  %s\n", n)
+		}
+	}
 
 	p.f("\nwhy this decode worker: %s\n", e.Decode.Summary)
 	p.f("why this prefill worker: %s\n", e.Prefill.Summary)
@@ -118,6 +124,9 @@ func (e *Explanation) WriteText(w io.Writer) error {
 		for _, h := range r.HistoryGone {
 			p.f("  history gone: %s\n", h)
 		}
+	}
+	for _, sp := range sc.Scope {
+		p.f("  scope: %s\n", sp)
 	}
 	p.diffs(sc.Differences)
 	for _, f := range sc.InFlight {

@@ -40,6 +40,13 @@ import (
 //     the predictions' bits back): ordering a prediction against a KV event
 //     would compare two topics, which replicas interleave differently.
 //
+// A record whose chain was cut to fit its size budget (HashChain
+// omitted_blocks) predicts its kept prefix only: the rest of the prompt's
+// hashes are not in the record, and a replica must predict exactly what
+// its log copy gives every other replica. A later request matching beyond
+// the prefix sees the predicted prefix as its overlap, which undercounts
+// the cache and so errs towards prefilling, never towards a false hit.
+//
 // Known gap: predictions age by the decisions clock, which moves only when
 // decisions or outcomes arrive. After a quiet spell, the first decision is
 // made with the predictions of before it (the engine may still hold them);

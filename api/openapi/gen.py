@@ -32,6 +32,10 @@ REASONS = ["bypass_declined_by_policy", "bypass_allowed_decode_gate_disabled", "
 
 schemas = {
     "Error": obj({"error": obj({"code": STR, "message": STR, "field": STR}, ["code", "message"])}, ["error"]),
+    "RouteTooLarge": obj({"error": obj({
+        "code": {"type": "string", "enum": ["body_too_large", "too_many_tokens", "decision_record_too_large"],
+                 "description": "decision_record_too_large: the decision's record stays over --decision-record-max-bytes even with its hash chains cut, so the decisions topic would refuse it on every try; not retryable"},
+        "message": STR, "field": STR}, ["code", "message"])}, ["error"]),
     "Offsets": OFFSETS,
     "IngestAccepted": obj({"offsets": OFFSETS}, ["offsets"]),
     "RouteRequest": obj({
@@ -118,7 +122,14 @@ schemas = {
                     "properties": {"pure_check": {"type": "object", "additionalProperties": True, "required": ["identical"],
                                                   "properties": {"identical": BOOL, "record_bytes_identical": BOOL,
                                                                  "config_hash_matches": BOOL, "error": STR,
-                                                                 "differences": {"type": "array", "nullable": True, "items": {"type": "object", "additionalProperties": True}}}}}},
+                                                                 "differences": {"type": "array", "nullable": True, "items": {"type": "object", "additionalProperties": True}}}},
+                                   "truncation": {"type": "object", "additionalProperties": True,
+                                                  "description": "present when the record left candidate rows or hash-chain blocks out to stay within its size budget; notes say what the checks then cover",
+                                                  "required": ["candidates_kept", "omitted_decode", "omitted_prefill", "omitted_eligible", "notes"],
+                                                  "properties": {"candidates_kept": U32, "omitted_decode": U32, "omitted_prefill": U32, "omitted_eligible": U32,
+                                                                 "chains": {"type": "array", "items": obj({"block_size": U32, "kept_blocks": U32, "total_blocks": U32},
+                                                                                                           ["block_size", "kept_blocks", "total_blocks"])},
+                                                                 "notes": {"type": "array", "items": STR}}}}},
     "Health": obj({"status": STR}, ["status"]),
     "Ready": obj({"status": STR, "total_lag": I64, "bound": I64, "error": {"type": "object", "additionalProperties": True}}),
 }
@@ -168,7 +179,8 @@ doc = {
     "paths": {
         "/v1/route": {"post": op("Decide where a request goes", {
             "200": resp("the decision (made durable on the decisions topic before answering)", ref("RouteResponse")),
-            **errors("400", "401", "409", "410", "413", "415", "422", "500", "503", "504", body=True)},
+            **errors("400", "401", "409", "410", "415", "422", "500", "503", "504", body=True),
+            "413": resp("too large: the body, the prompt, or the decision's record (not retryable: the same request fails the same way)", ref("RouteTooLarge"))},
             body=ref("RouteRequest"),
             params=[{"name": "explain", "in": "query", "schema": {"type": "string", "enum": ["true", "false"]},
                      "description": "include the candidate table"}])},

@@ -11,14 +11,21 @@ import (
 )
 
 // warnDecisionTopicShort logs decisionTopicShort's warning, if any. It is a
-// warning only: the replica serves whatever the topic keeps. It tries for
+// warning only: the replica serves whatever the topic keeps.
+func warnDecisionTopicShort(ctx context.Context, adm *kadm.Client, topic string, keep time.Duration, log *slog.Logger) {
+	warnTopicConfig(ctx, "retention", topic, log, func(ctx context.Context) (string, error) {
+		return decisionTopicShort(ctx, adm, topic, keep)
+	})
+}
+
+// warnTopicConfig logs the warning check returns, if any. It tries for
 // 30 s, once a second, because a topic just created can be unknown to the
 // broker for a moment; it gives up silently when ctx ends (shutdown).
-func warnDecisionTopicShort(ctx context.Context, adm *kadm.Client, topic string, keep time.Duration, log *slog.Logger) {
+func warnTopicConfig(ctx context.Context, what, topic string, log *slog.Logger, check func(context.Context) (string, error)) {
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	for {
-		msg, err := decisionTopicShort(cctx, adm, topic, keep)
+		msg, err := check(cctx)
 		if err == nil {
 			if msg != "" {
 				log.Warn(msg)
@@ -28,7 +35,7 @@ func warnDecisionTopicShort(ctx context.Context, adm *kadm.Client, topic string,
 		select {
 		case <-cctx.Done():
 			if ctx.Err() == nil {
-				log.Warn("could not read the decisions topic's retention", "topic", topic, "err", err)
+				log.Warn("could not read the decisions topic's "+what, "topic", topic, "err", err)
 			}
 			return
 		case <-time.After(time.Second):
@@ -44,6 +51,24 @@ func warnDecisionTopicShort(ctx context.Context, adm *kadm.Client, topic string,
 // It returns the operator's warning, or "" when the topic keeps records at
 // least as long (or forever, retention.ms -1).
 func decisionTopicShort(ctx context.Context, adm *kadm.Client, topic string, keep time.Duration) (string, error) {
+	v, err := topicConfig(ctx, adm, topic, "retention.ms")
+	if err != nil || v == "" {
+		return "", err
+	}
+	ms, err := strconv.ParseInt(v, 10, 64)
+	if err != nil {
+		return "", fmt.Errorf("%s: retention.ms %q: %w", topic, v, err)
+	}
+	if ms < 0 || time.Duration(ms)*time.Millisecond >= keep {
+		return "", nil
+	}
+	return fmt.Sprintf("topic %s keeps records for %s (retention.ms), less than --decision-retention %s: GET /v1/decisions and explain answer 410 for decisions older than %s; raise the topic's retention.ms or lower --decision-retention",
+		topic, time.Duration(ms)*time.Millisecond, keep, time.Duration(ms)*time.Millisecond), nil
+}
+
+// topicConfig is the value of one config of topic as the broker reports
+// it, or "" when the broker reports none.
+func topicConfig(ctx context.Context, adm *kadm.Client, topic, key string) (string, error) {
 	rcs, err := adm.DescribeTopicConfigs(ctx, topic)
 	if err != nil {
 		return "", err
@@ -56,18 +81,9 @@ func decisionTopicShort(ctx context.Context, adm *kadm.Client, topic string, kee
 		return "", fmt.Errorf("describe %s: %w", topic, rc.Err)
 	}
 	for _, c := range rc.Configs {
-		if c.Key != "retention.ms" || c.Value == nil {
-			continue
+		if c.Key == key && c.Value != nil {
+			return *c.Value, nil
 		}
-		ms, err := strconv.ParseInt(*c.Value, 10, 64)
-		if err != nil {
-			return "", fmt.Errorf("%s: retention.ms %q: %w", topic, *c.Value, err)
-		}
-		if ms < 0 || time.Duration(ms)*time.Millisecond >= keep {
-			return "", nil
-		}
-		return fmt.Sprintf("topic %s keeps records for %s (retention.ms), less than --decision-retention %s: GET /v1/decisions and explain answer 410 for decisions older than %s; raise the topic's retention.ms or lower --decision-retention",
-			topic, time.Duration(ms)*time.Millisecond, keep, time.Duration(ms)*time.Millisecond), nil
 	}
 	return "", nil
 }

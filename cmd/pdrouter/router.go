@@ -57,6 +57,10 @@ type routerFlags struct {
 	maxAfterPartitions    int
 	// maxWorkers is statestore.Options.MaxWorkers and the API's cap.
 	maxWorkers int
+	// The bounds of a decision record (api.WithDecisionMaxCandidates,
+	// api.WithDecisionRecordMaxBytes).
+	decisionMaxCandidates  int
+	decisionRecordMaxBytes int
 }
 
 func (f *routerFlags) bindFlags(fs *pflag.FlagSet) {
@@ -82,6 +86,8 @@ func (f *routerFlags) bindFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&f.httpMaxHeaderBytes, "http-max-header-bytes", 64<<10, "largest request line and headers, in bytes (431 above)")
 	fs.IntVar(&f.maxAfterPartitions, "max-after-partitions", 1024, "most entries, topics and partitions together, in the \"after\" vector of /v1/route (422 above)")
 	fs.IntVar(&f.maxWorkers, "max-workers", statestore.DefaultMaxWorkers, "most registered worker ids: a registration of a new id beyond it is answered 422 too_many_workers and skipped by every replica that applies it. Give every replica the same value: it shapes the state they compare")
+	fs.IntVar(&f.decisionMaxCandidates, "decision-max-candidates", api.DefaultDecisionMaxCandidates, "candidate rows a decision record keeps: the picked workers, then the best ranked others; the record counts the rows it leaves out")
+	fs.IntVar(&f.decisionRecordMaxBytes, "decision-record-max-bytes", api.DefaultDecisionRecordMaxBytes, fmt.Sprintf("largest decision record value, in bytes (%d to %d): hash chains are cut to fit, and a decision whose record still does not fit is answered 413 decision_record_too_large; keep it below the decisions topic's max.message.bytes (serve warns)", api.MinDecisionRecordMaxBytes, api.MaxDecisionRecordMaxBytes))
 	fs.DurationVar(&f.decisionRetention, "decision-retention", 24*time.Hour, "how long after its event time every replica keeps a decision record, for GET /v1/decisions, explain and idempotent retries; the data dir keeps each one's header, ~0.45 KB on disk, and reads the whole record back from the decisions topic, whose retention.ms should be at least this (deployments/README.md, Sizing). Give every replica the same value: it shapes the state they compare. In approximate mode it is at least the 2m prediction TTL")
 }
 
@@ -100,6 +106,10 @@ func (f *routerFlags) validate() error {
 	}
 	if f.maxWorkers < 1 {
 		return fmt.Errorf("--max-workers %d: want at least 1", f.maxWorkers)
+	}
+	if f.decisionMaxCandidates < api.MinDecisionMaxCandidates || f.decisionRecordMaxBytes < api.MinDecisionRecordMaxBytes || f.decisionRecordMaxBytes > api.MaxDecisionRecordMaxBytes {
+		return fmt.Errorf("--decision-max-candidates %d, --decision-record-max-bytes %d: want at least %d rows, and %d to %d bytes",
+			f.decisionMaxCandidates, f.decisionRecordMaxBytes, api.MinDecisionMaxCandidates, api.MinDecisionRecordMaxBytes, api.MaxDecisionRecordMaxBytes)
 	}
 	if f.decisionRetention < time.Second {
 		return fmt.Errorf("--decision-retention %s: want at least 1s (records are looked up by later requests and lifecycle events)", f.decisionRetention)
@@ -202,6 +212,7 @@ func (r *routerRun) run(ctx context.Context) error {
 	}
 	defer prod.Close()
 	go warnDecisionTopicShort(ctx, kadm.NewClient(prod), a.names().Physical(events.TopicDecisions), f.decisionRetention, a.log)
+	go warnDecisionTopicSmall(ctx, kadm.NewClient(prod), a.names().Physical(events.TopicDecisions), f.decisionRecordMaxBytes, a.log)
 	if r.ingestCfg != nil {
 		cl, err := kgo.NewClient(append(slices.Clone(r.connOpts), ingest.ProducerOpts(r.ingestCfg.MaxRecordBytes)...)...)
 		if err != nil {
@@ -226,6 +237,7 @@ func (r *routerRun) run(ctx context.Context) error {
 		api.WithAuthToken(f.authToken), api.WithReadyLag(f.readyLag), api.WithAfterTimeout(f.afterTimeout),
 		api.WithAuditTimeout(f.auditTimeout), api.WithBodyLimit(f.bodyLimit), api.WithMaxTokens(f.maxTokens), api.WithMaxWorkers(f.maxWorkers),
 		api.WithReadTimeout(f.httpReadTimeout), api.WithMaxHeaderBytes(f.httpMaxHeaderBytes), api.WithMaxAfterPartitions(f.maxAfterPartitions),
+		api.WithDecisionMaxCandidates(f.decisionMaxCandidates), api.WithDecisionRecordMaxBytes(f.decisionRecordMaxBytes),
 	)
 	if err != nil {
 		return err

@@ -57,10 +57,13 @@ type DecisionRecord struct {
 	ConfigJson string `protobuf:"bytes,17,opt,name=config_json,json=configJson,proto3" json:"config_json,omitempty"`
 	// The offset vector the state reflected when the decision was made.
 	Watermark *Watermark `protobuf:"bytes,18,opt,name=watermark,proto3" json:"watermark,omitempty"`
-	// The full candidate table, decode and prefill pools.
+	// The candidate table, decode and prefill pools. A record holds at most
+	// the writer's --decision-max-candidates rows: the picked workers and the
+	// best ranked of the rest (omitted_candidates counts the others).
 	Candidates []*Candidate `protobuf:"bytes,19,rep,name=candidates,proto3" json:"candidates,omitempty"`
 	// The request's router hash chains, one per block size, so the state check
-	// can recompute overlaps from a rebuilt state.
+	// can recompute overlaps from a rebuilt state. A chain may hold only a
+	// leading prefix of the prompt's blocks (HashChain.omitted_blocks).
 	Chains []*HashChain `protobuf:"bytes,20,rep,name=chains,proto3" json:"chains,omitempty"`
 	// The decode worker's block size: the B of the cached-token credit.
 	BlockSize uint32 `protobuf:"varint,21,opt,name=block_size,json=blockSize,proto3" json:"block_size,omitempty"`
@@ -81,8 +84,11 @@ type DecisionRecord struct {
 	ReplicaId string `protobuf:"bytes,23,opt,name=replica_id,json=replicaId,proto3" json:"replica_id,omitempty"`
 	// The decider's algorithm version; bumped when semantics change.
 	DeciderVersion uint32 `protobuf:"varint,24,opt,name=decider_version,json=deciderVersion,proto3" json:"decider_version,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The rows of the decider's table left out of candidates to keep the
+	// record within its size budget; absent when the table is whole.
+	OmittedCandidates *OmittedCandidates `protobuf:"bytes,32,opt,name=omitted_candidates,json=omittedCandidates,proto3" json:"omitted_candidates,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *DecisionRecord) Reset() {
@@ -332,17 +338,92 @@ func (x *DecisionRecord) GetDeciderVersion() uint32 {
 	return 0
 }
 
+func (x *DecisionRecord) GetOmittedCandidates() *OmittedCandidates {
+	if x != nil {
+		return x.OmittedCandidates
+	}
+	return nil
+}
+
+// OmittedCandidates summarizes the candidate rows a record leaves out. The
+// rows kept are the picked ones and then the decider's best ranked, so no
+// omitted eligible row had a lower cost than a kept eligible row of its pool.
+type OmittedCandidates struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Decode  uint32                 `protobuf:"varint,1,opt,name=decode,proto3" json:"decode,omitempty"`
+	Prefill uint32                 `protobuf:"varint,2,opt,name=prefill,proto3" json:"prefill,omitempty"`
+	// How many of the omitted rows, both pools, were eligible.
+	Eligible      uint32 `protobuf:"varint,3,opt,name=eligible,proto3" json:"eligible,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OmittedCandidates) Reset() {
+	*x = OmittedCandidates{}
+	mi := &file_pdrouter_events_v1_decisions_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OmittedCandidates) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OmittedCandidates) ProtoMessage() {}
+
+func (x *OmittedCandidates) ProtoReflect() protoreflect.Message {
+	mi := &file_pdrouter_events_v1_decisions_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OmittedCandidates.ProtoReflect.Descriptor instead.
+func (*OmittedCandidates) Descriptor() ([]byte, []int) {
+	return file_pdrouter_events_v1_decisions_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *OmittedCandidates) GetDecode() uint32 {
+	if x != nil {
+		return x.Decode
+	}
+	return 0
+}
+
+func (x *OmittedCandidates) GetPrefill() uint32 {
+	if x != nil {
+		return x.Prefill
+	}
+	return 0
+}
+
+func (x *OmittedCandidates) GetEligible() uint32 {
+	if x != nil {
+		return x.Eligible
+	}
+	return 0
+}
+
 type HashChain struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	BlockSize     uint32                 `protobuf:"varint,1,opt,name=block_size,json=blockSize,proto3" json:"block_size,omitempty"`
-	BlockHashes   []uint64               `protobuf:"fixed64,2,rep,packed,name=block_hashes,json=blockHashes,proto3" json:"block_hashes,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	BlockSize   uint32                 `protobuf:"varint,1,opt,name=block_size,json=blockSize,proto3" json:"block_size,omitempty"`
+	BlockHashes []uint64               `protobuf:"fixed64,2,rep,packed,name=block_hashes,json=blockHashes,proto3" json:"block_hashes,omitempty"`
+	// How many trailing blocks of the prompt's chain were left out to keep
+	// the record within its size budget: block_hashes is then a prefix of the
+	// chain. 0 when the chain is whole.
+	OmittedBlocks uint32 `protobuf:"varint,3,opt,name=omitted_blocks,json=omittedBlocks,proto3" json:"omitted_blocks,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *HashChain) Reset() {
 	*x = HashChain{}
-	mi := &file_pdrouter_events_v1_decisions_proto_msgTypes[1]
+	mi := &file_pdrouter_events_v1_decisions_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -354,7 +435,7 @@ func (x *HashChain) String() string {
 func (*HashChain) ProtoMessage() {}
 
 func (x *HashChain) ProtoReflect() protoreflect.Message {
-	mi := &file_pdrouter_events_v1_decisions_proto_msgTypes[1]
+	mi := &file_pdrouter_events_v1_decisions_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -367,7 +448,7 @@ func (x *HashChain) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HashChain.ProtoReflect.Descriptor instead.
 func (*HashChain) Descriptor() ([]byte, []int) {
-	return file_pdrouter_events_v1_decisions_proto_rawDescGZIP(), []int{1}
+	return file_pdrouter_events_v1_decisions_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *HashChain) GetBlockSize() uint32 {
@@ -382,6 +463,13 @@ func (x *HashChain) GetBlockHashes() []uint64 {
 		return x.BlockHashes
 	}
 	return nil
+}
+
+func (x *HashChain) GetOmittedBlocks() uint32 {
+	if x != nil {
+		return x.OmittedBlocks
+	}
+	return 0
 }
 
 // Candidate is one row of the candidate table: one worker of the request's
@@ -432,7 +520,7 @@ type Candidate struct {
 
 func (x *Candidate) Reset() {
 	*x = Candidate{}
-	mi := &file_pdrouter_events_v1_decisions_proto_msgTypes[2]
+	mi := &file_pdrouter_events_v1_decisions_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -444,7 +532,7 @@ func (x *Candidate) String() string {
 func (*Candidate) ProtoMessage() {}
 
 func (x *Candidate) ProtoReflect() protoreflect.Message {
-	mi := &file_pdrouter_events_v1_decisions_proto_msgTypes[2]
+	mi := &file_pdrouter_events_v1_decisions_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -457,7 +545,7 @@ func (x *Candidate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Candidate.ProtoReflect.Descriptor instead.
 func (*Candidate) Descriptor() ([]byte, []int) {
-	return file_pdrouter_events_v1_decisions_proto_rawDescGZIP(), []int{2}
+	return file_pdrouter_events_v1_decisions_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *Candidate) GetWorker() *WorkerRef {
@@ -655,7 +743,7 @@ type Check struct {
 
 func (x *Check) Reset() {
 	*x = Check{}
-	mi := &file_pdrouter_events_v1_decisions_proto_msgTypes[3]
+	mi := &file_pdrouter_events_v1_decisions_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -667,7 +755,7 @@ func (x *Check) String() string {
 func (*Check) ProtoMessage() {}
 
 func (x *Check) ProtoReflect() protoreflect.Message {
-	mi := &file_pdrouter_events_v1_decisions_proto_msgTypes[3]
+	mi := &file_pdrouter_events_v1_decisions_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -680,7 +768,7 @@ func (x *Check) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Check.ProtoReflect.Descriptor instead.
 func (*Check) Descriptor() ([]byte, []int) {
-	return file_pdrouter_events_v1_decisions_proto_rawDescGZIP(), []int{3}
+	return file_pdrouter_events_v1_decisions_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Check) GetName() string {
@@ -736,8 +824,7 @@ var File_pdrouter_events_v1_decisions_proto protoreflect.FileDescriptor
 
 const file_pdrouter_events_v1_decisions_proto_rawDesc = "" +
 	"\n" +
-	"\"pdrouter/events/v1/decisions.proto\x12\x12pdrouter.events.v1\x1a\x1fpdrouter/events/v1/common.proto\"\xc5\n" +
-	"\n" +
+	"\"pdrouter/events/v1/decisions.proto\x12\x12pdrouter.events.v1\x1a\x1fpdrouter/events/v1/common.proto\"\x9b\v\n" +
 	"\x0eDecisionRecord\x12\x1f\n" +
 	"\vdecision_id\x18\x01 \x01(\tR\n" +
 	"decisionId\x12\x1d\n" +
@@ -780,11 +867,17 @@ const file_pdrouter_events_v1_decisions_proto_rawDesc = "" +
 	"\x14decided_at_unix_nano\x18\x16 \x01(\x03R\x11decidedAtUnixNano\x12\x1d\n" +
 	"\n" +
 	"replica_id\x18\x17 \x01(\tR\treplicaId\x12'\n" +
-	"\x0fdecider_version\x18\x18 \x01(\rR\x0edeciderVersion\"M\n" +
+	"\x0fdecider_version\x18\x18 \x01(\rR\x0edeciderVersion\x12T\n" +
+	"\x12omitted_candidates\x18  \x01(\v2%.pdrouter.events.v1.OmittedCandidatesR\x11omittedCandidates\"a\n" +
+	"\x11OmittedCandidates\x12\x16\n" +
+	"\x06decode\x18\x01 \x01(\rR\x06decode\x12\x18\n" +
+	"\aprefill\x18\x02 \x01(\rR\aprefill\x12\x1a\n" +
+	"\beligible\x18\x03 \x01(\rR\beligible\"t\n" +
 	"\tHashChain\x12\x1d\n" +
 	"\n" +
 	"block_size\x18\x01 \x01(\rR\tblockSize\x12!\n" +
-	"\fblock_hashes\x18\x02 \x03(\x06R\vblockHashes\"\xe3\a\n" +
+	"\fblock_hashes\x18\x02 \x03(\x06R\vblockHashes\x12%\n" +
+	"\x0eomitted_blocks\x18\x03 \x01(\rR\romittedBlocks\"\xe3\a\n" +
 	"\tCandidate\x125\n" +
 	"\x06worker\x18\x01 \x01(\v2\x1d.pdrouter.events.v1.WorkerRefR\x06worker\x12,\n" +
 	"\x04pool\x18\x02 \x01(\x0e2\x18.pdrouter.events.v1.PoolR\x04pool\x12\x1a\n" +
@@ -837,33 +930,35 @@ func file_pdrouter_events_v1_decisions_proto_rawDescGZIP() []byte {
 	return file_pdrouter_events_v1_decisions_proto_rawDescData
 }
 
-var file_pdrouter_events_v1_decisions_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
+var file_pdrouter_events_v1_decisions_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
 var file_pdrouter_events_v1_decisions_proto_goTypes = []any{
-	(*DecisionRecord)(nil), // 0: pdrouter.events.v1.DecisionRecord
-	(*HashChain)(nil),      // 1: pdrouter.events.v1.HashChain
-	(*Candidate)(nil),      // 2: pdrouter.events.v1.Candidate
-	(*Check)(nil),          // 3: pdrouter.events.v1.Check
-	(*WorkerRef)(nil),      // 4: pdrouter.events.v1.WorkerRef
-	(*Watermark)(nil),      // 5: pdrouter.events.v1.Watermark
-	(Pool)(0),              // 6: pdrouter.events.v1.Pool
+	(*DecisionRecord)(nil),    // 0: pdrouter.events.v1.DecisionRecord
+	(*OmittedCandidates)(nil), // 1: pdrouter.events.v1.OmittedCandidates
+	(*HashChain)(nil),         // 2: pdrouter.events.v1.HashChain
+	(*Candidate)(nil),         // 3: pdrouter.events.v1.Candidate
+	(*Check)(nil),             // 4: pdrouter.events.v1.Check
+	(*WorkerRef)(nil),         // 5: pdrouter.events.v1.WorkerRef
+	(*Watermark)(nil),         // 6: pdrouter.events.v1.Watermark
+	(Pool)(0),                 // 7: pdrouter.events.v1.Pool
 }
 var file_pdrouter_events_v1_decisions_proto_depIdxs = []int32{
-	4,  // 0: pdrouter.events.v1.DecisionRecord.decode_worker:type_name -> pdrouter.events.v1.WorkerRef
-	4,  // 1: pdrouter.events.v1.DecisionRecord.prefill_worker:type_name -> pdrouter.events.v1.WorkerRef
-	5,  // 2: pdrouter.events.v1.DecisionRecord.watermark:type_name -> pdrouter.events.v1.Watermark
-	2,  // 3: pdrouter.events.v1.DecisionRecord.candidates:type_name -> pdrouter.events.v1.Candidate
-	1,  // 4: pdrouter.events.v1.DecisionRecord.chains:type_name -> pdrouter.events.v1.HashChain
-	3,  // 5: pdrouter.events.v1.DecisionRecord.eff_isl_check:type_name -> pdrouter.events.v1.Check
-	3,  // 6: pdrouter.events.v1.DecisionRecord.ratio_check:type_name -> pdrouter.events.v1.Check
-	3,  // 7: pdrouter.events.v1.DecisionRecord.prefill_busy_check:type_name -> pdrouter.events.v1.Check
-	3,  // 8: pdrouter.events.v1.DecisionRecord.decode_busy_check:type_name -> pdrouter.events.v1.Check
-	4,  // 9: pdrouter.events.v1.Candidate.worker:type_name -> pdrouter.events.v1.WorkerRef
-	6,  // 10: pdrouter.events.v1.Candidate.pool:type_name -> pdrouter.events.v1.Pool
-	11, // [11:11] is the sub-list for method output_type
-	11, // [11:11] is the sub-list for method input_type
-	11, // [11:11] is the sub-list for extension type_name
-	11, // [11:11] is the sub-list for extension extendee
-	0,  // [0:11] is the sub-list for field type_name
+	5,  // 0: pdrouter.events.v1.DecisionRecord.decode_worker:type_name -> pdrouter.events.v1.WorkerRef
+	5,  // 1: pdrouter.events.v1.DecisionRecord.prefill_worker:type_name -> pdrouter.events.v1.WorkerRef
+	6,  // 2: pdrouter.events.v1.DecisionRecord.watermark:type_name -> pdrouter.events.v1.Watermark
+	3,  // 3: pdrouter.events.v1.DecisionRecord.candidates:type_name -> pdrouter.events.v1.Candidate
+	2,  // 4: pdrouter.events.v1.DecisionRecord.chains:type_name -> pdrouter.events.v1.HashChain
+	4,  // 5: pdrouter.events.v1.DecisionRecord.eff_isl_check:type_name -> pdrouter.events.v1.Check
+	4,  // 6: pdrouter.events.v1.DecisionRecord.ratio_check:type_name -> pdrouter.events.v1.Check
+	4,  // 7: pdrouter.events.v1.DecisionRecord.prefill_busy_check:type_name -> pdrouter.events.v1.Check
+	4,  // 8: pdrouter.events.v1.DecisionRecord.decode_busy_check:type_name -> pdrouter.events.v1.Check
+	1,  // 9: pdrouter.events.v1.DecisionRecord.omitted_candidates:type_name -> pdrouter.events.v1.OmittedCandidates
+	5,  // 10: pdrouter.events.v1.Candidate.worker:type_name -> pdrouter.events.v1.WorkerRef
+	7,  // 11: pdrouter.events.v1.Candidate.pool:type_name -> pdrouter.events.v1.Pool
+	12, // [12:12] is the sub-list for method output_type
+	12, // [12:12] is the sub-list for method input_type
+	12, // [12:12] is the sub-list for extension type_name
+	12, // [12:12] is the sub-list for extension extendee
+	0,  // [0:12] is the sub-list for field type_name
 }
 
 func init() { file_pdrouter_events_v1_decisions_proto_init() }
@@ -878,7 +973,7 @@ func file_pdrouter_events_v1_decisions_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_pdrouter_events_v1_decisions_proto_rawDesc), len(file_pdrouter_events_v1_decisions_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   4,
+			NumMessages:   5,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
