@@ -123,7 +123,10 @@ func TestOversizedDecisionOnTheRealBroker(t *testing.T) {
 
 func checkOversized(t *testing.T, brokers []string, tc oversized) {
 	// Applying 17k registrations takes seconds under the race detector.
-	h := newHarness(t, brokers, harnessOpt{store: oneRecordInMemory, apiOpts: []api.Option{api.WithAfterTimeout(time.Minute)}})
+	// 17k workers are over the default --max-workers.
+	store := oneRecordInMemory
+	store.MaxWorkers = 20000
+	h := newHarness(t, brokers, harnessOpt{store: store, apiOpts: []api.Option{api.WithAfterTimeout(time.Minute), api.WithMaxWorkers(20000)}})
 	after := registerDirect(t, h, tc.workers()...)
 	var r routeResp
 	h.mustDo(http.StatusOK, "POST", "/v1/route?explain=true", map[string]any{"request_id": "big", "model": "m", "token_ids": tc.tokens, "after": after}, &r)

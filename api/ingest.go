@@ -81,22 +81,24 @@ func (s *Server) decodeWorkerBody(c *gin.Context, dst any, workerID *string) (ra
 	return raw, true
 }
 
-// checkRank refuses a dp_rank that no replica would apply: beyond
-// events.MaxDPSize, or beyond the dp_size of the worker's registration as
-// this replica knows it. Checked before anything is written, so the
-// engine hears of its mistake instead of the log filling with records
-// every replica skips.
-func (s *Server) checkRank(id string, rank uint32) error {
+// checkRank refuses events that no replica would keep: for a worker id
+// this replica has no registration of, and with a dp_rank beyond
+// events.MaxDPSize or beyond the dp_size of the worker's registration.
+// Checked before anything is written, so the engine hears of its mistake
+// instead of the log filling with records every replica skips or budgets.
+// A registration made on another replica a moment ago may not have reached
+// this one yet: the answer says so, and a retry succeeds once it has.
+func (s *Server) checkRank(ctx context.Context, id string, rank uint32) error {
 	if err := events.ValidateDPRank(rank); err != nil {
 		return unprocessable("invalid_value", "dp_rank", err.Error())
 	}
-	for _, w := range s.deps.State.Workers() {
-		if w.WorkerID == id {
-			if n := max(w.DPSize, 1); rank >= n {
-				return unprocessable("invalid_value", "dp_rank", fmt.Sprintf("dp_rank %d: worker %s is registered with %d rank(s)", rank, id, n))
-			}
-			break
-		}
+	dpSize, ok := s.registered(ctx, id)
+	if !ok {
+		return unprocessable("unknown_worker", "worker_id", fmt.Sprintf(
+			"worker %s is not registered on this replica: register it first (POST /v1/workers); a registration made elsewhere just now reaches this replica within its lag", truncate(id, 64)))
+	}
+	if n := max(dpSize, 1); rank >= n {
+		return unprocessable("invalid_value", "dp_rank", fmt.Sprintf("dp_rank %d: worker %s is registered with %d rank(s)", rank, id, n))
 	}
 	return nil
 }
@@ -112,10 +114,6 @@ func (s *Server) ingestKV(c *gin.Context) {
 	}
 	if len(body.Events) == 0 || len(body.Events) > maxIngestEvents {
 		fail(c, unprocessable("invalid_value", "events", fmt.Sprintf("%d events; send 1 to %d", len(body.Events), maxIngestEvents)))
-		return
-	}
-	if err := s.checkRank(body.WorkerID, body.DPRank); err != nil {
-		fail(c, err)
 		return
 	}
 	ts, err := s.eventTime(body.TS, "ts")
@@ -136,6 +134,12 @@ func (s *Server) ingestKV(c *gin.Context) {
 			return
 		}
 		rec.Events = append(rec.Events, ev)
+	}
+	// Last: the body is checked first, so a caller fixing its events
+	// hears of every mistake, not only of the registration.
+	if err := s.checkRank(c.Request.Context(), body.WorkerID, body.DPRank); err != nil {
+		fail(c, err)
+		return
 	}
 	s.appendAndAnswer(c, events.WorkerKey(body.WorkerID), rec)
 }
@@ -204,10 +208,6 @@ func (s *Server) ingestLoad(c *gin.Context) {
 		fail(c, unprocessable("invalid_value", "kv_usage_ratio", "must be in [0, 1]"))
 		return
 	}
-	if err := s.checkRank(b.WorkerID, b.DPRank); err != nil {
-		fail(c, err)
-		return
-	}
 	ts, err := s.eventTime(b.TS, "ts")
 	if err != nil {
 		fail(c, err)
@@ -218,6 +218,10 @@ func (s *Server) ingestLoad(c *gin.Context) {
 		NumRequestsRunning: b.NumRequestsRunning, NumRequestsWaiting: b.NumRequestsWaiting,
 		KvUsedBlocks: b.KVUsedBlocks, KvTotalBlocks: b.KVTotalBlocks, ActivePrefillTokens: b.ActivePrefillTokens,
 		KvUsageRatio: b.KVUsageRatio, Origin: "http",
+	}
+	if err := s.checkRank(c.Request.Context(), b.WorkerID, b.DPRank); err != nil {
+		fail(c, err)
+		return
 	}
 	s.appendAndAnswer(c, events.WorkerKey(b.WorkerID), rec)
 }
@@ -382,5 +386,6 @@ func (s *Server) appendRecords(c *gin.Context, r ...*kgoRecord) {
 		fail(c, unavailable("log_unavailable", "the event log did not take the record; retry", 1))
 		return
 	}
+	s.own.note(pos)
 	c.JSON(http.StatusAccepted, gin.H{"offsets": offsetsBody(pos)})
 }

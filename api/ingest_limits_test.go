@@ -42,6 +42,8 @@ func TestIngestLimits(t *testing.T) {
 		{"load dp_rank beyond dp_size", "/v1/events/load", `{"worker_id":"dp2","dp_rank":7}`, 422, "invalid_value", "dp_rank"},
 		{"load dp_rank 2^32-1, unregistered", "/v1/events/load", `{"worker_id":"ghost","dp_rank":4294967295}`, 422, "invalid_value", "dp_rank"},
 		{"load dated an hour ahead", "/v1/events/load", fmt.Sprintf(`{"worker_id":"dp2","ts":%.0f}`, future), 422, "invalid_value", "ts"},
+		{"kv for an unregistered worker", "/v1/events/kv", `{"worker_id":"ghost","events":[{"type":"cleared"}]}`, 422, "unknown_worker", "worker_id"},
+		{"load for an unregistered worker", "/v1/events/load", `{"worker_id":"ghost"}`, 422, "unknown_worker", "worker_id"},
 		{"kv dated an hour ahead", "/v1/events/kv", fmt.Sprintf(`{"worker_id":"dp2","ts":%.0f,"events":[{"type":"cleared"}]}`, future), 422, "invalid_value", "ts"},
 	}
 	for _, c := range cases {
@@ -94,5 +96,18 @@ func waitWorkers(t *testing.T, h *harness, n int) {
 			t.Fatalf("%d workers listed, want %d", len(ids), n)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestIngestWaitsForItsOwnRegistration: events posted right after the
+// registration, through the same replica and without an after vector, are
+// taken, although the state may not have applied the registration yet.
+func TestIngestWaitsForItsOwnRegistration(t *testing.T) {
+	h := newHarness(t, kafkatest.Fake(t), harnessOpt{})
+	for i := range 20 {
+		id := fmt.Sprintf("fresh-%d", i)
+		h.mustDo(http.StatusAccepted, "POST", "/v1/workers", `{"worker_id":"`+id+`","pool":"decode","model":"m","block_size":16}`, nil)
+		h.mustDo(http.StatusAccepted, "POST", "/v1/events/load", `{"worker_id":"`+id+`","num_requests_running":1}`, nil)
+		h.mustDo(http.StatusAccepted, "POST", "/v1/events/kv", `{"worker_id":"`+id+`","events":[{"type":"cleared"}]}`, nil)
 	}
 }

@@ -53,6 +53,9 @@ type Server struct {
 	configJSONText string
 	// routeJSON writes POST /v1/route's answers (routejson.go).
 	routeJSON
+	// own is this server's registrations, which HTTP ingest waits for
+	// (ownwrites.go).
+	own ownWrites
 }
 
 // New builds a Server.

@@ -39,6 +39,10 @@ type State interface {
 	DecisionRefForRequest(requestID string) (DecisionRef, bool)
 	// Workers lists every registered worker with its status.
 	Workers() []WorkerStatus
+	// Registered reports whether worker id is registered in this state,
+	// and its dp_size (0 when the registration gives none): what HTTP ingest
+	// checks on every call, without listing the fleet.
+	Registered(id string) (dpSize uint32, ok bool)
 	// Status reports offsets, lag and the state digest. The digest reads
 	// the whole store: this is for tools, not probes.
 	Status(ctx context.Context) (StateStatus, error)

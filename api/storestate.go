@@ -69,6 +69,16 @@ func (s *StoreState) DecisionRefForRequest(id string) (DecisionRef, bool) {
 }
 
 // Workers implements State.
+func (s *StoreState) Registered(id string) (dpSize uint32, ok bool) {
+	s.Store.Read(func(v statestore.View) {
+		var reg *pb.WorkerRegistration
+		if reg, ok = v.RegistrationOf(id); ok {
+			dpSize = reg.GetDpSize()
+		}
+	})
+	return dpSize, ok
+}
+
 func (s *StoreState) Workers() []WorkerStatus {
 	var out []WorkerStatus
 	s.Store.Read(func(v statestore.View) {

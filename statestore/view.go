@@ -112,6 +112,13 @@ func (v View) Registration(ref decider.WorkerRef) (*pb.WorkerRegistration, bool)
 	return reg, reg != nil
 }
 
+// RegistrationOf returns the registration of worker id, whatever its ranks:
+// one map lookup, for boundaries that check every ingest call against it.
+func (v View) RegistrationOf(id string) (*pb.WorkerRegistration, bool) {
+	reg := v.st.regs[id]
+	return reg, reg != nil
+}
+
 // BlocksHeld returns the blocks the worker holds per tier.
 func (v View) BlocksHeld(ref decider.WorkerRef) [3]int64 {
 	return v.st.workers[v.st.viewSlots[ref]].counts
