@@ -16,6 +16,7 @@ import struct
 import subprocess
 import sys
 import time
+import json
 import urllib.request
 
 import pytest
@@ -26,7 +27,7 @@ ROOT = HERE.parents[1]
 sys.path.insert(0, str(HERE))
 import zmq_kv_publisher as z  # noqa: E402
 
-VECTORS = ROOT / "ingest" / "testdata" / "vectors.json"
+VECTORS = ROOT / "testdata" / "kv-events" / "vectors.json"
 
 
 def greeting(mechanism=b"NULL", major=3, sig_end=0x7F):
@@ -197,6 +198,11 @@ def test_connections_over_the_cap_are_refused(dev):
 def test_libzmq_publisher_still_ingested(dev):
     proc, api, bind = dev
     payload = z.load_vectors(VECTORS)["map_BlockStored_batch"]
+    # On --bind a registration names the topic its engine publishes under; ingest takes no other.
+    reg = json.dumps({"worker_id": "py-1", "pool": "decode", "model": "m", "block_size": 16, "kv_events_topic": "kv@py-1"}).encode()
+    req = urllib.request.Request(api + "/v1/workers", data=reg, headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=5) as r:
+        assert r.status == 202, r.read()
     ctx = zmq.Context()
     pub = ctx.socket(zmq.PUB)
     pub.setsockopt(zmq.LINGER, 0)
