@@ -173,18 +173,8 @@ func checkChain(t *testing.T, parts []*pb.BlockStored, ev sim.KVEvent) {
 // parent hash), and ingest must keep running.
 func TestLongContextBatchIsSplit(t *testing.T) {
 	kafkatest.Both(t, func(t *testing.T, brokers []string) {
-		prefix := kafkatest.Prefix(t)
-		kafkatest.Migrate(t, brokers, prefix)
-		names := events.Names{Prefix: prefix}
-		pub, err := sim.StartPublisher(sim.PublisherConfig{Endpoint: "tcp://127.0.0.1:0", ReplayEndpoint: "tcp://127.0.0.1:0", Topic: "kv@long"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = pub.Close() })
 		ev := longStored(350_000)
-		if _, _, err := pub.Publish(1, []sim.KVEvent{ev}); err != nil {
-			t.Fatal(err)
-		}
+		names, pub := longContextLog(t, brokers, 0, ev)
 		r := startIngest(t, ingest.Config{IngestID: "ingest-test", Names: names,
 			Sources: []ingest.SourceConfig{{WorkerID: "decode-long", Endpoint: pub.Endpoint(), Replay: pub.ReplayEndpoint()}}}, ingest.Deps{}, brokers)
 		stop := make(chan struct{})
@@ -224,19 +214,8 @@ func setMaxMessageBytes(t *testing.T, brokers []string, names events.Names, n in
 // parts small enough, all of them, and keeps running.
 func TestLongContextSmallTopicLimit(t *testing.T) {
 	kafkatest.Both(t, func(t *testing.T, brokers []string) {
-		prefix := kafkatest.Prefix(t)
-		kafkatest.Migrate(t, brokers, prefix)
-		names := events.Names{Prefix: prefix}
-		setMaxMessageBytes(t, brokers, names, 128<<10)
-		pub, err := sim.StartPublisher(sim.PublisherConfig{Endpoint: "tcp://127.0.0.1:0", ReplayEndpoint: "tcp://127.0.0.1:0", Topic: "kv@long"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = pub.Close() })
 		ev := longStored(350_000)
-		if _, _, err := pub.Publish(1, []sim.KVEvent{ev}); err != nil {
-			t.Fatal(err)
-		}
+		names, pub := longContextLog(t, brokers, 128<<10, ev)
 		const limit = 100 << 10
 		reg := prometheus.NewRegistry()
 		r := startIngest(t, ingest.Config{IngestID: "ingest-test", Names: names, MaxRecordBytes: limit,
@@ -266,18 +245,7 @@ func TestLongContextSmallTopicLimit(t *testing.T) {
 // the engine's later batches still arrive.
 func TestRefusedRecordResetsWorker(t *testing.T) {
 	kafkatest.Both(t, func(t *testing.T, brokers []string) {
-		prefix := kafkatest.Prefix(t)
-		kafkatest.Migrate(t, brokers, prefix)
-		names := events.Names{Prefix: prefix}
-		setMaxMessageBytes(t, brokers, names, 64<<10)
-		pub, err := sim.StartPublisher(sim.PublisherConfig{Endpoint: "tcp://127.0.0.1:0", ReplayEndpoint: "tcp://127.0.0.1:0", Topic: "kv@long"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = pub.Close() })
-		if _, _, err := pub.Publish(1, []sim.KVEvent{longStored(100_000)}); err != nil {
-			t.Fatal(err)
-		}
+		names, pub := longContextLog(t, brokers, 64<<10, longStored(100_000))
 		r := startIngest(t, ingest.Config{IngestID: "ingest-test", Names: names,
 			Sources: []ingest.SourceConfig{{WorkerID: "decode-big", Endpoint: pub.Endpoint(), Replay: pub.ReplayEndpoint()}}},
 			ingest.Deps{}, brokers)
@@ -308,6 +276,28 @@ func TestRefusedRecordResetsWorker(t *testing.T) {
 			t.Fatalf("ingest exited: %v", err)
 		}
 	})
+}
+
+// longContextLog migrates fresh topics (their kv-events topic taking at
+// most maxMessageBytes, when > 0) and starts an engine publisher that has
+// published ev as seq 1.
+func longContextLog(t *testing.T, brokers []string, maxMessageBytes int, ev sim.KVEvent) (events.Names, *sim.Publisher) {
+	t.Helper()
+	prefix := kafkatest.Prefix(t)
+	kafkatest.Migrate(t, brokers, prefix)
+	names := events.Names{Prefix: prefix}
+	if maxMessageBytes > 0 {
+		setMaxMessageBytes(t, brokers, names, maxMessageBytes)
+	}
+	pub, err := sim.StartPublisher(sim.PublisherConfig{Endpoint: "tcp://127.0.0.1:0", ReplayEndpoint: "tcp://127.0.0.1:0", Topic: "kv@long"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = pub.Close() })
+	if _, _, err := pub.Publish(1, []sim.KVEvent{ev}); err != nil {
+		t.Fatal(err)
+	}
+	return names, pub
 }
 
 // waitUntil polls cond until it holds or d passes.
