@@ -51,8 +51,11 @@ func (w *ownWrites) after() Offsets {
 }
 
 // registered is State.Registered after the state has caught up with this
-// server's own registrations (bounded by the after timeout: a state that
-// cannot catch up answers from what it has).
+// server's own registrations. When the state cannot catch up within the
+// after timeout (its materializer is stalled or far behind), the answer is
+// "registered": refusing then would drop good events for a reason that is
+// this replica's, not the caller's, and every replica's apply-side budget
+// for unregistered ids (statestore) still bounds what such events can cost.
 func (s *Server) registered(ctx context.Context, id string) (uint32, bool) {
 	if n, ok := s.deps.State.Registered(id); ok {
 		return n, true
@@ -63,6 +66,8 @@ func (s *Server) registered(ctx context.Context, id string) (uint32, bool) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.afterTimeout)
 	defer cancel()
-	_ = s.deps.State.WaitApplied(ctx, after)
+	if err := s.deps.State.WaitApplied(ctx, after); err != nil {
+		return 0, true
+	}
 	return s.deps.State.Registered(id)
 }
