@@ -21,6 +21,10 @@ const (
 	ReasonEventShape  = "bad_event_shape" // an event that is neither array nor map
 	ReasonTag         = "bad_tag"         // an event tag that is not a string
 	ReasonField       = "bad_field"       // a known field with the wrong type
+	// ReasonInvalid is a batch that decodes but breaks a bound every replica
+	// applies (events.ValidateAt): an event time ahead of ingest's clock, a
+	// dp rank past events.MaxDPSize. Writing it would fail, and stop ingest.
+	ReasonInvalid = "invalid_batch"
 )
 
 // Reasons an event is demoted to UnknownEvent (see the package

@@ -289,6 +289,17 @@ func (s *source) deliver(ctx context.Context, in inbound, replayed bool) error {
 	}
 	ctr := s.counters()
 	ctr.batches.Inc()
+	if in.err == nil {
+		rec.EventTimeUnixNano = in.batch.TimeUnixNano
+		rec.Events = in.batch.Events
+		// The bounds every replica applies to the record are checked here,
+		// where the batch can still be refused on its own: a record that
+		// broke them would fail to be written, and stop ingest.
+		if err := events.ValidateAt(rec, time.Now()); err != nil {
+			in.err = &DecodeError{Reason: ReasonInvalid, Event: -1, Err: err}
+			rec.Worker = s.worker(nil)
+		}
+	}
 	if in.err != nil {
 		s.deps.metrics.DecodeErrors.WithLabelValues(ErrorReason(in.err)).Inc()
 		s.deps.metrics.Resets.WithLabelValues(s.metricLabel(), "unrecoverable_gap").Inc()
@@ -300,8 +311,6 @@ func (s *source) deliver(ctx context.Context, in inbound, replayed bool) error {
 			Reason: pb.SourceReset_REASON_UNRECOVERABLE_GAP, LastSeq: prev(seq), NextSeq: seq + 1,
 			Detail: fmt.Sprintf("batch seq %d could not be decoded (its bytes are in raw): %v", seq, in.err)}}}}
 	} else {
-		rec.EventTimeUnixNano = in.batch.TimeUnixNano
-		rec.Events = in.batch.Events
 		for _, d := range in.batch.Demoted {
 			s.deps.metrics.Demoted.WithLabelValues(d.Reason).Inc()
 		}

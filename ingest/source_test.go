@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/pdrouter/pdrouter/events"
@@ -200,5 +201,41 @@ func TestSourceSinkFailureStops(t *testing.T) {
 	s := newTestSource("", &fakeReplayer{}, sink)
 	if err := s.handle(context.Background(), live(t, 0)); err == nil {
 		t.Fatal("a sink failure must stop the source")
+	}
+}
+
+// TestSourceRefusesBatchesNoReplicaWouldApply: a batch that decodes but
+// breaks a bound every replica applies (an event time an hour ahead of
+// ingest's clock, a dp rank past events.MaxDPSize) is refused like an
+// undecodable one: counted, and replaced on the log by a reset of the
+// source, raw bytes kept. Ingest goes on; one engine with a fast clock must
+// not stop it.
+func TestSourceRefusesBatchesNoReplicaWouldApply(t *testing.T) {
+	ahead := float64(time.Now().Add(time.Hour).Unix())
+	for name, payload := range map[string][]byte{
+		"event time an hour ahead": mp(t, []any{ahead, []any{[]any{"BlockRemoved", []any{7}}}, 0}),
+		"dp rank past the ceiling": mp(t, []any{1.0, []any{[]any{"BlockRemoved", []any{7}}}, events.MaxDPSize + 5}),
+	} {
+		t.Run(name, func(t *testing.T) {
+			sink := &memSink{}
+			s := newTestSource("", &fakeReplayer{}, sink)
+			ctx := context.Background()
+			bad := decodeInbound(received{msg: Message{Topic: []byte("kv"), Seq: 1, Payload: payload}, at: time.Now()}, pb.Engine_ENGINE_VLLM)
+			for _, in := range []inbound{live(t, 0), bad, live(t, 2)} {
+				if err := s.handle(ctx, in); err != nil {
+					t.Fatalf("ingest stopped: %v", err)
+				}
+			}
+			recs := sink.kv()
+			if got := summary(recs); len(recs) != 4 || got[2] != "R"+fmt.Sprint(int32(pb.SourceReset_REASON_UNRECOVERABLE_GAP)) {
+				t.Fatalf("records %v: want the batch replaced by a reset", got)
+			}
+			if r := recs[2]; string(r.GetRaw().GetPayload()) != string(payload) || r.GetWorker().GetDpRank() != 0 {
+				t.Errorf("the reset keeps the raw bytes and names the source's own rank: %v", r)
+			}
+			if n := testutil.ToFloat64(s.deps.metrics.DecodeErrors.WithLabelValues(ReasonInvalid)); n != 1 {
+				t.Errorf("decode errors {reason=%s} = %v, want 1", ReasonInvalid, n)
+			}
+		})
 	}
 }
