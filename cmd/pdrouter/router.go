@@ -202,6 +202,10 @@ func (r *routerRun) run(ctx context.Context) error {
 			}
 		}()
 	}
+	// The gate reads the log's end before the replay gets far: until the
+	// state reaches it, answers that read the log are 503 not_ready.
+	started := api.NewCatchUp(mat, a.log)
+	go func() { _ = started.Run(ctx) }()
 	goRun("materializer", func() error { return mat.Run(ctx) })
 
 	// The decisions producer: appends are group-committed (api.GroupLog),
@@ -232,6 +236,7 @@ func (r *routerRun) run(ctx context.Context) error {
 		// Reads of whole records share the producer's client: franz-go
 		// keeps fetches on connections of their own, apart from produces.
 		Records: api.NewLogDecisionReader(prod, a.names()),
+		Started: started,
 	},
 		api.WithLogger(a.log), api.WithMetrics(reg, reg), api.WithReplicaID(f.replicaID),
 		api.WithAuthToken(f.authToken), api.WithReadyLag(f.readyLag), api.WithAfterTimeout(f.afterTimeout),
