@@ -246,7 +246,7 @@ func TestZMQGoZeromqPeers(t *testing.T) {
 	t.Run("connect", func(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
-		pub := zmq4.NewPub(ctx, zmq4.WithLogger(zmqLogger))
+		pub := zmq4.NewPub(ctx, zmq4.WithLogger(ZMQLogger(nil)))
 		defer pub.Close()
 		if err := pub.Listen("tcp://127.0.0.1:0"); err != nil {
 			t.Fatal(err)
@@ -263,7 +263,7 @@ func TestZMQGoZeromqPeers(t *testing.T) {
 				Deps{Sink: sink, BindReady: func(a string) { ready <- a }})
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
-			pub := zmq4.NewPub(ctx, zmq4.WithLogger(zmqLogger))
+			pub := zmq4.NewPub(ctx, zmq4.WithLogger(ZMQLogger(nil)))
 			defer pub.Close()
 			if err := pub.Dial(<-ready); err != nil {
 				t.Fatal(err)

@@ -25,6 +25,7 @@ import (
 	"github.com/pdrouter/pdrouter/decider/deciderflags"
 	"github.com/pdrouter/pdrouter/events"
 	"github.com/pdrouter/pdrouter/ingest"
+	"github.com/pdrouter/pdrouter/kafkaconn"
 	"github.com/pdrouter/pdrouter/statestore"
 )
 
@@ -210,7 +211,7 @@ func (r *routerRun) run(ctx context.Context) error {
 
 	// The decisions producer: appends are group-committed (api.GroupLog),
 	// acks=all and idempotence stay franz-go's defaults.
-	prod, err := kgo.NewClient(append(slices.Clone(r.connOpts), api.GroupLogClientOpts()...)...)
+	prod, err := kgo.NewClient(append(slices.Clone(r.connOpts), append(api.GroupLogClientOpts(), kafkaconn.Metrics(reg, "decisions"))...)...)
 	if err != nil {
 		return err
 	}
@@ -218,7 +219,7 @@ func (r *routerRun) run(ctx context.Context) error {
 	go warnDecisionTopicShort(ctx, kadm.NewClient(prod), a.names().Physical(events.TopicDecisions), f.decisionRetention, a.log)
 	go warnDecisionTopicSmall(ctx, kadm.NewClient(prod), a.names().Physical(events.TopicDecisions), f.decisionRecordMaxBytes, a.log)
 	if r.ingestCfg != nil {
-		cl, err := kgo.NewClient(append(slices.Clone(r.connOpts), ingest.ProducerOpts(r.ingestCfg.MaxRecordBytes)...)...)
+		cl, err := kgo.NewClient(append(slices.Clone(r.connOpts), append(ingest.ProducerOpts(r.ingestCfg.MaxRecordBytes), kafkaconn.Metrics(reg, "ingest"))...)...)
 		if err != nil {
 			return err
 		}
