@@ -5,6 +5,7 @@ import (
 	"context"
 	"log/slog"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -23,8 +24,8 @@ func TestClientIdentityLogsAndMetrics(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer fake.Close()
-	var logs bytes.Buffer
-	log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	logs := &lockedBuffer{}
+	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	reg := prometheus.NewRegistry()
 	opts := append(kafkaconn.ClientOpts("router", log), kgo.SeedBrokers(fake.ListenAddrs()...), kafkaconn.Metrics(reg, "decisions"))
 	cl, err := kgo.NewClient(opts...)
@@ -71,4 +72,22 @@ func TestClientIdentityLogsAndMetrics(t *testing.T) {
 			t.Errorf("no %s among %v", want, names)
 		}
 	}
+}
+
+// lockedBuffer is written by the client's goroutines while the test reads.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
