@@ -59,6 +59,9 @@ type harnessOpt struct {
 	records   api.DecisionReader
 	// listener wraps the test server's listener.
 	listener func(net.Listener) net.Listener
+	// hold, when set, keeps the materializer from reading the log until
+	// it is closed: a replica restarted on a log it has not replayed yet.
+	hold chan struct{}
 }
 
 func newHarness(t *testing.T, brokers []string, o harnessOpt) *harness {
@@ -84,8 +87,20 @@ func newHarness(t *testing.T, brokers []string, o harnessOpt) *harness {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
+	started := api.NewCatchUp(mat, slog.New(slog.DiscardHandler))
+	go func() { _ = started.Run(ctx) }()
 	done := make(chan struct{})
-	go func() { defer close(done); _ = mat.Run(ctx) }()
+	go func() {
+		defer close(done)
+		if o.hold != nil {
+			select {
+			case <-o.hold:
+			case <-ctx.Done():
+				return
+			}
+		}
+		_ = mat.Run(ctx)
+	}()
 	t.Cleanup(func() { cancel(); <-done; mat.Close(); _ = store.Close() })
 
 	cfg := decider.DefaultConfig()
@@ -103,7 +118,7 @@ func newHarness(t *testing.T, brokers []string, o harnessOpt) *harness {
 	}
 	opts := append([]api.Option{api.WithMetrics(h.reg, h.reg), api.WithLogger(slog.New(slog.DiscardHandler)),
 		api.WithAfterTimeout(3 * time.Second), api.WithAuditTimeout(3 * time.Second)}, o.apiOpts...)
-	deps := api.Deps{State: &api.StoreState{Store: store, Lag: mat}, Decider: dec, Log: elog, Names: h.names}
+	deps := api.Deps{State: &api.StoreState{Store: store, Lag: mat}, Decider: dec, Log: elog, Names: h.names, Started: started}
 	switch {
 	case o.records != nil:
 		deps.Records = o.records
@@ -121,6 +136,16 @@ func newHarness(t *testing.T, brokers []string, o harnessOpt) *harness {
 	h.srv.Start()
 	t.Cleanup(h.srv.Close)
 	h.client = &http.Client{Timeout: 30 * time.Second, Transport: &openapiCheck{t: t, next: http.DefaultTransport}}
+	if o.hold == nil {
+		// A replica starts answering once it has caught up with the log.
+		deadline := time.Now().Add(10 * time.Second)
+		for !started.CaughtUp() {
+			if time.Now().After(deadline) {
+				t.Fatal("the replica never caught up with the log")
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
 	return h
 }
 

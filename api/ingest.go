@@ -267,11 +267,13 @@ func (s *Server) registerWorker(c *gin.Context) {
 		fail(c, unprocessable("invalid_value", "engine", fmt.Sprintf("%q; want vllm, sglang, trtllm or sim", b.Engine)))
 		return
 	}
-	for field, v := range map[string]string{"kv_events_endpoint": b.KVEventsEndpoint, "kv_replay_endpoint": b.KVReplayEndpoint} {
-		if v != "" && !strings.HasPrefix(v, "tcp://") && !strings.HasPrefix(v, "ipc://") && !strings.HasPrefix(v, "inproc://") {
-			fail(c, unprocessable("invalid_value", field, fmt.Sprintf("%q is not a ZMQ endpoint (tcp://host:port)", v)))
-			return
-		}
+	if err := checkZMQEndpoint("kv_events_endpoint", b.KVEventsEndpoint); err != nil {
+		fail(c, err)
+		return
+	}
+	if err := checkZMQEndpoint("kv_replay_endpoint", b.KVReplayEndpoint); err != nil {
+		fail(c, err)
+		return
 	}
 	if b.MetricsURL != "" && !strings.HasPrefix(b.MetricsURL, "http://") && !strings.HasPrefix(b.MetricsURL, "https://") {
 		fail(c, unprocessable("invalid_value", "metrics_url", fmt.Sprintf("%q is not an http(s) URL", b.MetricsURL)))

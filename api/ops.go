@@ -12,9 +12,16 @@ func (s *Server) healthz(c *gin.Context) {
 	c.JSON(http.StatusOK, gin.H{"status": "ok"})
 }
 
-// readyz is readiness: 200 only when the state's lag is within bound, so a
-// replica that is still replaying takes no traffic.
+// readyz is readiness: 200 only when the state has caught up with the log
+// as of start (Deps.Started) and its lag is within bound, so a replica
+// that is still replaying takes no traffic.
 func (s *Server) readyz(c *gin.Context) {
+	if g := s.deps.Started; g != nil && !g.CaughtUp() {
+		c.Header("Retry-After", "1")
+		c.JSON(http.StatusServiceUnavailable, gin.H{"error": &Error{Code: "not_ready", Message: notCaughtUpMessage(g)},
+			"total_lag": g.Remaining(), "bound": s.cfg.readyLag})
+		return
+	}
 	lag, err := s.deps.State.TotalLag(c.Request.Context())
 	if err != nil {
 		fail(c, unavailable("not_ready", "cannot read the log's end offsets: "+err.Error(), 1))

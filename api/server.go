@@ -32,6 +32,11 @@ type Deps struct {
 	// GET /v1/decisions, explain and ?explain=true replays of decisions
 	// the state holds as headers. Without it those answer 503.
 	Records DecisionReader
+	// Started, when set, holds the answers that read the log's content
+	// (routes, lifecycle events, decisions, HTTP ingest) and /readyz at
+	// 503 not_ready until the state has caught up with the log as of the
+	// replica's start (CatchUp). Nil: the state is taken as caught up.
+	Started StartGate
 }
 
 // Server is the HTTP API. Build it with New and serve Handler().
@@ -117,15 +122,15 @@ func (s *Server) routes() *gin.Engine {
 	e.GET("/openapi.json", s.openapi)
 
 	v1 := e.Group("/v1", s.auth)
-	v1.POST("/route", s.route)
-	v1.GET("/decisions/:id", s.getDecision)
-	v1.GET("/decisions/:id/explain", s.explain)
-	v1.POST("/requests/:id/events", s.requestEvent)
+	v1.POST("/route", s.requireCaughtUp, s.route)
+	v1.GET("/decisions/:id", s.requireCaughtUp, s.getDecision)
+	v1.GET("/decisions/:id/explain", s.requireCaughtUp, s.explain)
+	v1.POST("/requests/:id/events", s.requireCaughtUp, s.requestEvent)
 	v1.POST("/workers", s.registerWorker)
 	v1.DELETE("/workers/:id", s.deregisterWorker)
 	v1.GET("/workers", s.listWorkers)
-	v1.POST("/events/kv", s.ingestKV)
-	v1.POST("/events/load", s.ingestLoad)
+	v1.POST("/events/kv", s.requireCaughtUp, s.ingestKV)
+	v1.POST("/events/load", s.requireCaughtUp, s.ingestLoad)
 	v1.GET("/state", s.state)
 	if s.deps.Snapshot != nil {
 		v1.GET("/state/snapshot", gin.WrapH(s.deps.Snapshot))

@@ -21,7 +21,7 @@ func TestBindRefusesUnregisteredTopics(t *testing.T) {
 		Deps{Sink: sink, BindReady: func(a string) { ready <- a }})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	pub := zmq4.NewPub(ctx, zmq4.WithLogger(zmqLogger))
+	pub := zmq4.NewPub(ctx, zmq4.WithLogger(ZMQLogger(nil)))
 	defer pub.Close()
 	if err := pub.Dial(<-ready); err != nil {
 		t.Fatal(err)

@@ -82,8 +82,11 @@
 // Sequence numbers restart at 0 when an engine restarts, and ingest keeps
 // no position across its own restarts. Either way, the first message seen
 // from a source, and any seq that goes backwards, produces a SourceReset
-// record and then a replay from seq 0 of the engine's buffer, so replicas
-// drop what may be stale and rebuild what the engine still remembers.
+// record (REASON_FIRST_CONTACT, REASON_SEQUENCE_RESTART) and then a replay
+// from seq 0 of the engine's buffer, so replicas drop what may be stale and
+// rebuild what the engine still remembers. Only seqs that replay cannot
+// return are a loss (REASON_UNRECOVERABLE_GAP): a first message at seq 0 is
+// not one.
 // Duplicates after that are harmless: applying events is idempotent.
 //
 // # Throughput

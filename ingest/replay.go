@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/go-zeromq/zmq4"
@@ -47,7 +48,11 @@ func (z ZMQReplayer) Replay(ctx context.Context, endpoint string, from uint64, t
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	if _, _, ok := netEndpoint(endpoint); !ok {
-		return replaySocket(ctx, endpoint, from, timeout, fn)
+		var lg *slog.Logger
+		if z.guard != nil {
+			lg = z.guard.log
+		}
+		return replaySocket(ctx, endpoint, from, timeout, lg, fn)
 	}
 	g := z.guard
 	if g == nil {
@@ -118,8 +123,8 @@ func dialDealer(ctx context.Context, lim ZMTPLimits, endpoint string) (*zmtpConn
 }
 
 // replaySocket is a replay through go-zeromq's DEALER, for inproc://.
-func replaySocket(ctx context.Context, endpoint string, from uint64, timeout time.Duration, fn func(Message) bool) error {
-	d := zmq4.NewDealer(ctx, zmq4.WithLogger(zmqLogger), zmq4.WithDialerRetry(replayRetry),
+func replaySocket(ctx context.Context, endpoint string, from uint64, timeout time.Duration, lg *slog.Logger, fn func(Message) bool) error {
+	d := zmq4.NewDealer(ctx, zmq4.WithLogger(ZMQLogger(lg)), zmq4.WithDialerRetry(replayRetry),
 		zmq4.WithDialerMaxRetries(int(timeout/replayRetry)), zmq4.WithTimeout(timeout))
 	defer d.Close()
 	if err := d.Dial(endpoint); err != nil {

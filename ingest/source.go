@@ -122,7 +122,7 @@ func (s *source) handle(ctx context.Context, in inbound) error {
 			fmt.Sprintf("reconnected to %s (last seq %d, now %d): the engine may have restarted", s.spec.Endpoint, s.tracker.last, seq)); err != nil {
 			return err
 		}
-		if err := s.fill(ctx, in, 0, seq, true); err != nil {
+		if err := s.fill(ctx, in, 0, seq); err != nil {
 			return err
 		}
 		return s.deliver(ctx, in, false)
@@ -130,17 +130,20 @@ func (s *source) handle(ctx context.Context, in inbound) error {
 	s.reconnected = false
 	switch v {
 	case seqFirst:
-		if err := s.reset(ctx, in, pb.SourceReset_REASON_UNRECOVERABLE_GAP, 0, seq,
-			fmt.Sprintf("first message from this source since ingest %s started is seq %d: earlier state unknown", s.deps.ingestID, seq)); err != nil {
+		// What the state holds for the worker predates this ingest, so it
+		// is dropped; the engine's history [0, seq) is then replayed, and
+		// only what replay cannot return is a loss.
+		if err := s.reset(ctx, in, pb.SourceReset_REASON_FIRST_CONTACT, 0, seq,
+			fmt.Sprintf("first message from this source since ingest %s started is seq %d", s.deps.ingestID, seq)); err != nil {
 			return err
 		}
-		if err := s.fill(ctx, in, 0, seq, true); err != nil {
+		if err := s.fill(ctx, in, 0, seq); err != nil {
 			return err
 		}
 	case seqGap:
 		s.deps.metrics.Gaps.WithLabelValues(s.metricLabel()).Inc()
 		s.deps.log.Info("sequence gap: replaying", "source", s.label, "endpoint", s.spec.Endpoint, "last", s.tracker.last, "got", seq)
-		if err := s.fill(ctx, in, s.tracker.last+1, seq, false); err != nil {
+		if err := s.fill(ctx, in, s.tracker.last+1, seq); err != nil {
 			return err
 		}
 	case seqRestart:
@@ -150,28 +153,29 @@ func (s *source) handle(ctx context.Context, in inbound) error {
 			fmt.Sprintf("seq went from %d to %d: the engine restarted", last, seq)); err != nil {
 			return err
 		}
-		if err := s.fill(ctx, in, 0, seq, true); err != nil {
+		if err := s.fill(ctx, in, 0, seq); err != nil {
 			return err
 		}
 	}
 	return s.deliver(ctx, in, false)
 }
 
-// fill replays [from, to) from the engine. afterReset says a reset was just
-// written, so a hole needs no second one.
-func (s *source) fill(ctx context.Context, live inbound, from, to uint64, afterReset bool) error {
+// fill replays [from, to) from the engine. Whatever it cannot return is
+// written as an unrecoverable gap, even right after another reset: that
+// reset said why the state was dropped, this one that part of the
+// engine's history is lost, and pdrouter_ingest_source_resets_total
+// {reason="unrecoverable_gap"} counts exactly those losses.
+func (s *source) fill(ctx context.Context, live inbound, from, to uint64) error {
 	if from >= to {
 		return nil
 	}
 	if s.spec.Replay == "" {
 		s.deps.metrics.Replays.WithLabelValues(s.metricLabel(), "unavailable").Inc()
-		if afterReset {
-			return nil
-		}
-		return s.reset(ctx, live, pb.SourceReset_REASON_UNRECOVERABLE_GAP, from-1, to,
+		return s.reset(ctx, live, pb.SourceReset_REASON_UNRECOVERABLE_GAP, prev(from), to,
 			fmt.Sprintf("seqs %d..%d missing and the source has no replay endpoint", from, to-1))
 	}
-	expected, holed := from, afterReset
+	// holed: a gap reset was written for a part the engine no longer holds.
+	expected, holed := from, false
 	var deliverErr error
 	err := s.deps.replayer.Replay(ctx, s.spec.Replay, from, s.deps.replayTimeout, func(m Message) bool {
 		if m.Seq >= to {
@@ -275,6 +279,8 @@ func reasonLabel(r pb.SourceReset_Reason) string {
 		return "unrecoverable_gap"
 	case pb.SourceReset_REASON_MANUAL:
 		return "manual"
+	case pb.SourceReset_REASON_FIRST_CONTACT:
+		return "first_contact"
 	}
 	return "unspecified"
 }

@@ -108,7 +108,9 @@ func bufOf(t testing.TB, seqs ...uint64) []Message {
 }
 
 func TestSourceSequencing(t *testing.T) {
-	const R1, R2 = "R2", "R1" // R1: unrecoverable gap (enum 2); R2: sequence restart (enum 1)
+	// F: first contact (enum 4); R1: unrecoverable gap (enum 2); R2:
+	// sequence restart (enum 1).
+	const F, R1, R2 = "R4", "R2", "R1"
 	cases := []struct {
 		name   string
 		replay string
@@ -118,17 +120,17 @@ func TestSourceSequencing(t *testing.T) {
 		want   []string
 	}{
 		{"first contact, full history replayed", "tcp://r", bufOf(t, 0, 1, 2, 3), nil, []uint64{3, 4},
-			[]string{R1, "0", "1", "2", "3", "4"}},
-		{"first contact at 0 needs no replay", "tcp://r", nil, nil, []uint64{0, 1}, []string{R1, "0", "1"}},
+			[]string{F, "0", "1", "2", "3", "4"}},
+		{"first contact at 0 needs no replay", "tcp://r", nil, nil, []uint64{0, 1}, []string{F, "0", "1"}},
 		{"gap filled", "tcp://r", bufOf(t, 0, 1, 2, 3, 4, 5), nil, []uint64{0, 1, 4, 5},
-			[]string{R1, "0", "1", "2", "3", "4", "5"}},
+			[]string{F, "0", "1", "2", "3", "4", "5"}},
 		{"gap partly gone from the buffer", "tcp://r", bufOf(t, 3, 4, 5), nil, []uint64{0, 1, 4},
-			[]string{R1, "0", "1", R1, "3", "4"}},
+			[]string{F, "0", "1", R1, "3", "4"}},
 		{"gap, replay fails", "tcp://r", nil, errors.New("dial"), []uint64{0, 1, 4},
-			[]string{R1, "0", "1", R1, "4"}},
-		{"gap, no replay endpoint", "", nil, nil, []uint64{0, 1, 4}, []string{R1, "0", "1", R1, "4"}},
+			[]string{F, "0", "1", R1, "4"}},
+		{"gap, no replay endpoint", "", nil, nil, []uint64{0, 1, 4}, []string{F, "0", "1", R1, "4"}},
 		{"restart", "tcp://r", bufOf(t, 0, 1), nil, []uint64{5, 6, 2},
-			[]string{R1, "0", "1", "2", "3", "4", "5", "6", R2, "0", "1", "2"}},
+			[]string{F, "0", "1", "2", "3", "4", "5", "6", R2, "0", "1", "2"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log"
 	"log/slog"
 	"net"
@@ -21,9 +20,16 @@ import (
 // go-zeromq's pure-Go sockets: they only reach code in this process.
 // TestZMQInteropPyzmq checks the wire against libzmq through pyzmq.
 
-// zmqLogger silences go-zeromq's own logger (it prints to stderr on every
-// refused connection); ingest logs what matters through slog.
-var zmqLogger = log.New(io.Discard, "", 0)
+// ZMQLogger routes go-zeromq's *log.Logger into lg at Debug: it writes a
+// line on every dial attempt that fails and every refused connection,
+// which ingest reports itself, once and at Warn, so its lines are detail
+// for whoever turns Debug on, not noise on stderr and not lost.
+func ZMQLogger(lg *slog.Logger) *log.Logger {
+	if lg == nil {
+		lg = slog.New(slog.DiscardHandler)
+	}
+	return slog.NewLogLogger(lg.With("component", "zmq").Handler(), slog.LevelDebug)
+}
 
 // received is one message off a socket, with its arrival time.
 type received struct {
@@ -60,7 +66,7 @@ func subscribeConnect(ctx context.Context, endpoint, topic string, retry time.Du
 		return sc, sc.Close, nil
 	}
 	if _, _, ok := netEndpoint(endpoint); !ok {
-		dial = func() (msgReceiver, func() error, error) { return dialSocket(ctx, endpoint, topic, retry) }
+		dial = func() (msgReceiver, func() error, error) { return dialSocket(ctx, endpoint, topic, retry, g.log) }
 	}
 	lg := g.log
 	failures := 0
@@ -121,8 +127,8 @@ var errSubscribe = errors.New("ingest: subscribe")
 
 // dialSocket connects go-zeromq's SUB socket, for endpoints without a
 // net.Conn (inproc://).
-func dialSocket(ctx context.Context, endpoint, topic string, retry time.Duration) (msgReceiver, func() error, error) {
-	sub := zmq4.NewSub(ctx, zmq4.WithLogger(zmqLogger), zmq4.WithDialerRetry(retry), zmq4.WithDialerMaxRetries(-1))
+func dialSocket(ctx context.Context, endpoint, topic string, retry time.Duration, lg *slog.Logger) (msgReceiver, func() error, error) {
+	sub := zmq4.NewSub(ctx, zmq4.WithLogger(ZMQLogger(lg)), zmq4.WithDialerRetry(retry), zmq4.WithDialerMaxRetries(-1))
 	if err := sub.SetOption(zmq4.OptionSubscribe, topic); err != nil {
 		sub.Close()
 		return nil, nil, fmt.Errorf("%w %q on %s: %w", errSubscribe, topic, endpoint, err)
@@ -233,7 +239,7 @@ func serveSub(ctx context.Context, nc net.Conn, topic string, g *connGuard, out 
 // subscribeBindSocket is subscribeBind through go-zeromq's socket, for
 // endpoints without a net.Conn (inproc://).
 func subscribeBindSocket(ctx context.Context, endpoint, topic string, lg *slog.Logger, out func(received) error, bad func(error), ready func(addr string)) error {
-	sub := zmq4.NewSub(ctx, zmq4.WithLogger(zmqLogger))
+	sub := zmq4.NewSub(ctx, zmq4.WithLogger(ZMQLogger(lg)))
 	defer sub.Close()
 	if err := sub.SetOption(zmq4.OptionSubscribe, topic); err != nil {
 		return fmt.Errorf("ingest: subscribe %q on %s: %w", topic, endpoint, err)

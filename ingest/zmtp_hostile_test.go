@@ -126,7 +126,7 @@ func goodPublisher(t *testing.T, addr string, sink *memSink) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	pub := zmq4.NewPub(ctx, zmq4.WithLogger(zmqLogger))
+	pub := zmq4.NewPub(ctx, zmq4.WithLogger(ZMQLogger(nil)))
 	defer pub.Close()
 	if err := pub.Dial(addr); err != nil {
 		t.Fatal(err)

@@ -102,9 +102,17 @@ type Options struct {
 	// the write lock, so that the hot path never waits behind a whole
 	// catch-up batch; default 256.
 	ChunkRecords int
+
+	// FS holds the store's files; nil is the disk. Tests that open and
+	// reopen many small stores (FuzzApply) give an in-memory one
+	// (vfs.NewMem()) so each costs no disk I/O. Snapshots need the disk.
+	FS vfs.FS
 }
 
 func (o *Options) defaults() {
+	if o.FS == nil {
+		o.FS = vfs.Default
+	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
@@ -205,14 +213,14 @@ func Open(dir string, o Options) (*Store, error) {
 		expecting: expectedDecisions{m: map[string]expectedDecision{}}}
 	s.met = newMetrics(o.Registerer, o.DecodeMetrics)
 	start := time.Now()
-	found, exists, err := readSchema(dir)
+	found, exists, err := readSchema(o.FS, dir)
 	if err != nil {
 		return nil, err
 	}
 	action, why := migrations.StoreRule(found, exists)
 	s.log.Info("statestore: open", "dir", dir, "action", action.String(), "reason", why)
 	if action == migrations.StoreRebuild {
-		if err := os.RemoveAll(dir); err != nil {
+		if err := o.FS.RemoveAll(dir); err != nil {
 			return nil, fmt.Errorf("statestore: wipe %s for rebuild: %w", dir, err)
 		}
 	}
@@ -282,7 +290,7 @@ func (s *Store) pebbleOptions() *pebble.Options {
 	// (whose default callback it would otherwise call). Closed with the
 	// store.
 	var fs vfs.FS
-	fs, s.closeFS = vfs.WithDiskHealthChecks(vfs.Default, diskSlowAfter, nil, func(info vfs.DiskSlowInfo) {
+	fs, s.closeFS = vfs.WithDiskHealthChecks(s.opts.FS, diskSlowAfter, nil, func(info vfs.DiskSlowInfo) {
 		s.met.diskSlow.Inc()
 		s.log.Warn("statestore: slow disk operation", "op", info.OpType.String(), "path", info.Path, "bytes", info.WriteSize, "running_for", info.Duration)
 	})
@@ -309,15 +317,15 @@ const diskSlowAfter = 5 * time.Second
 
 // readSchema reads the version key of an existing store without keeping
 // it open. exists is false when there is no store in dir.
-func readSchema(dir string) (uint32, bool, error) {
-	entries, err := os.ReadDir(dir)
+func readSchema(fs vfs.FS, dir string) (uint32, bool, error) {
+	entries, err := fs.List(dir)
 	if os.IsNotExist(err) || (err == nil && len(entries) == 0) {
 		return 0, false, nil
 	}
 	if err != nil {
 		return 0, false, err
 	}
-	db, err := pebble.Open(dir, &pebble.Options{ReadOnly: true, ErrorIfNotExists: true, FormatMajorVersion: migrations.PebbleFormat, Logger: quietLogger{nil}, FS: vfs.Default})
+	db, err := pebble.Open(dir, &pebble.Options{ReadOnly: true, ErrorIfNotExists: true, FormatMajorVersion: migrations.PebbleFormat, Logger: quietLogger{nil}, FS: fs})
 	if err != nil {
 		// Something that Pebble cannot open (not a store, another format,
 		// corrupt): rebuild over it.

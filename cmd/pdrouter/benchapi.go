@@ -89,7 +89,7 @@ func startBenchRouter(ctx context.Context, a *app, rf *routerFlags) (string, fun
 	if a.kafka.Embedded() {
 		return "", nil, errors.New("bench api needs --router, or --brokers to start a router on")
 	}
-	opts, err := a.kafka.Opts()
+	opts, err := a.kafkaOpts("bench-api")
 	if err != nil {
 		return "", nil, err
 	}

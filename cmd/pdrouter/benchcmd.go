@@ -29,7 +29,7 @@ Stores go to a temporary directory under --data-dir, removed afterwards.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if len(a.kafka.Brokers) > 0 {
-				opts, err := a.kafka.Opts()
+				opts, err := a.kafkaOpts("bench")
 				if err != nil {
 					return err
 				}

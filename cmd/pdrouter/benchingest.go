@@ -43,7 +43,7 @@ in-process kfake is used, and the rows say so: its figures are not Kafka's.`,
 				return errors.New("need --events ≥ 1, --events-per-message ≥ 1, --batched ≥ 0")
 			}
 			if len(a.kafka.Brokers) > 0 {
-				opts, err := a.kafka.Opts()
+				opts, err := a.kafkaOpts("bench-ingest")
 				if err != nil {
 					return err
 				}

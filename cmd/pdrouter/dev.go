@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/pdrouter/pdrouter/kafkaconn"
 	"github.com/pdrouter/pdrouter/kafkaconn/devbroker"
 	"github.com/pdrouter/pdrouter/migrations"
 	"github.com/pdrouter/pdrouter/sim"
@@ -56,7 +57,7 @@ everything listens. It is for development and demos, not production: point
 				return err
 			}
 			defer b.Close()
-			conn := []kgo.Opt{kgo.SeedBrokers(b.Addrs()...)}
+			conn := append([]kgo.Opt{kgo.SeedBrokers(b.Addrs()...)}, kafkaconn.ClientOpts("dev", a.log)...)
 			specs, err := migrations.Declarations(migrations.SingleNodeOptions(a.topicPrefix))
 			if err != nil {
 				return err

@@ -65,7 +65,7 @@ touches the replica's own store or snapshots.`,
 				}
 				opts.NoStateReason = "no --brokers: the state check rebuilds the state from the Kafka log"
 			} else {
-				conn, err := a.kafka.Opts()
+				conn, err := a.kafkaOpts("explain")
 				if err != nil {
 					return err
 				}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/pdrouter/pdrouter/events"
 	"github.com/pdrouter/pdrouter/ingest"
+	"github.com/pdrouter/pdrouter/kafkaconn"
 )
 
 // ingestFlags are the flags of `pdrouter ingest`. They are kept apart from
@@ -157,17 +158,17 @@ workers topic (--watch-workers), and --bind for engines that connect.`,
 			if err := a.tuneMemory(); err != nil {
 				return err
 			}
-			opts, err := a.kafka.Opts()
+			opts, err := a.kafkaOpts("ingest")
 			if err != nil {
 				return err
 			}
-			cl, err := kgo.NewClient(append(slices.Clone(opts), ingest.ProducerOpts(cfg.MaxRecordBytes)...)...)
+			reg := prometheus.NewRegistry()
+			reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+			cl, err := kgo.NewClient(append(slices.Clone(opts), append(ingest.ProducerOpts(cfg.MaxRecordBytes), kafkaconn.Metrics(reg, "ingest"))...)...)
 			if err != nil {
 				return err
 			}
 			defer cl.Close()
-			reg := prometheus.NewRegistry()
-			reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 			ctx, cancel := context.WithCancel(cmd.Context())
 			defer cancel()
 			if a.httpAddr != "" {

@@ -52,7 +52,7 @@ Without --follow it stops at the end offsets it saw when it began.`,
 			if max < 0 {
 				return fmt.Errorf("--max %d: must be 0 (no limit) or more", max)
 			}
-			opts, err := a.kafka.Opts()
+			opts, err := a.kafkaOpts("log")
 			if err != nil {
 				return err
 			}

@@ -57,7 +57,7 @@ there is drift (unless --allow-drift), 1 on error.`,
 			if err != nil {
 				return err
 			}
-			opts, err := a.kafka.Opts()
+			opts, err := a.kafkaOpts("migrate")
 			if err != nil {
 				return err
 			}

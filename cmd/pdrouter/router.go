@@ -25,6 +25,7 @@ import (
 	"github.com/pdrouter/pdrouter/decider/deciderflags"
 	"github.com/pdrouter/pdrouter/events"
 	"github.com/pdrouter/pdrouter/ingest"
+	"github.com/pdrouter/pdrouter/kafkaconn"
 	"github.com/pdrouter/pdrouter/statestore"
 )
 
@@ -202,11 +203,15 @@ func (r *routerRun) run(ctx context.Context) error {
 			}
 		}()
 	}
+	// The gate reads the log's end before the replay gets far: until the
+	// state reaches it, answers that read the log are 503 not_ready.
+	started := api.NewCatchUp(mat, a.log)
+	go func() { _ = started.Run(ctx) }()
 	goRun("materializer", func() error { return mat.Run(ctx) })
 
 	// The decisions producer: appends are group-committed (api.GroupLog),
 	// acks=all and idempotence stay franz-go's defaults.
-	prod, err := kgo.NewClient(append(slices.Clone(r.connOpts), api.GroupLogClientOpts()...)...)
+	prod, err := kgo.NewClient(append(slices.Clone(r.connOpts), append(api.GroupLogClientOpts(), kafkaconn.Metrics(reg, "decisions"))...)...)
 	if err != nil {
 		return err
 	}
@@ -214,7 +219,7 @@ func (r *routerRun) run(ctx context.Context) error {
 	go warnDecisionTopicShort(ctx, kadm.NewClient(prod), a.names().Physical(events.TopicDecisions), f.decisionRetention, a.log)
 	go warnDecisionTopicSmall(ctx, kadm.NewClient(prod), a.names().Physical(events.TopicDecisions), f.decisionRecordMaxBytes, a.log)
 	if r.ingestCfg != nil {
-		cl, err := kgo.NewClient(append(slices.Clone(r.connOpts), ingest.ProducerOpts(r.ingestCfg.MaxRecordBytes)...)...)
+		cl, err := kgo.NewClient(append(slices.Clone(r.connOpts), append(ingest.ProducerOpts(r.ingestCfg.MaxRecordBytes), kafkaconn.Metrics(reg, "ingest"))...)...)
 		if err != nil {
 			return err
 		}
@@ -232,6 +237,7 @@ func (r *routerRun) run(ctx context.Context) error {
 		// Reads of whole records share the producer's client: franz-go
 		// keeps fetches on connections of their own, apart from produces.
 		Records: api.NewLogDecisionReader(prod, a.names()),
+		Started: started,
 	},
 		api.WithLogger(a.log), api.WithMetrics(reg, reg), api.WithReplicaID(f.replicaID),
 		api.WithAuthToken(f.authToken), api.WithReadyLag(f.readyLag), api.WithAfterTimeout(f.afterTimeout),

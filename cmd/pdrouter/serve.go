@@ -27,7 +27,7 @@ also runs ingest in the same process.`,
 			if a.kafka.Embedded() {
 				return errors.New("serve needs --brokers (PDR_BROKERS); for a laptop without Kafka use `pdrouter dev`")
 			}
-			opts, err := a.kafka.Opts()
+			opts, err := a.kafkaOpts("router")
 			if err != nil {
 				return err
 			}

@@ -52,7 +52,7 @@ func (w *windowFlags) kafkaLog(a *app, cmdName string) (*replay.KafkaLog, error)
 	if a.kafka.Embedded() {
 		return nil, fmt.Errorf("%s reads the decision log: give --brokers (PDR_BROKERS), or --input with an export file", cmdName)
 	}
-	conn, err := a.kafka.Opts()
+	conn, err := a.kafkaOpts("whatif")
 	if err != nil {
 		return nil, err
 	}

@@ -90,6 +90,11 @@ const (
 	SourceReset_REASON_UNRECOVERABLE_GAP SourceReset_Reason = 2
 	// An operator asked for it.
 	SourceReset_REASON_MANUAL SourceReset_Reason = 3
+	// Ingest reads this source for the first time since it started: what
+	// the state holds for the worker predates it. Not a loss by itself; a
+	// part of the engine's history that cannot be replayed is written as
+	// a separate REASON_UNRECOVERABLE_GAP.
+	SourceReset_REASON_FIRST_CONTACT SourceReset_Reason = 4
 )
 
 // Enum value maps for SourceReset_Reason.
@@ -99,12 +104,14 @@ var (
 		1: "REASON_SEQUENCE_RESTART",
 		2: "REASON_UNRECOVERABLE_GAP",
 		3: "REASON_MANUAL",
+		4: "REASON_FIRST_CONTACT",
 	}
 	SourceReset_Reason_value = map[string]int32{
 		"REASON_UNSPECIFIED":       0,
 		"REASON_SEQUENCE_RESTART":  1,
 		"REASON_UNRECOVERABLE_GAP": 2,
 		"REASON_MANUAL":            3,
+		"REASON_FIRST_CONTACT":     4,
 	}
 )
 
@@ -883,17 +890,18 @@ const file_pdrouter_events_v1_kv_events_proto_rawDesc = "" +
 	"\tgroup_idx\x18\x04 \x01(\x05H\x00R\bgroupIdx\x88\x01\x01B\f\n" +
 	"\n" +
 	"_group_idx\"\x12\n" +
-	"\x10AllBlocksCleared\"\x8b\x02\n" +
+	"\x10AllBlocksCleared\"\xa6\x02\n" +
 	"\vSourceReset\x12>\n" +
 	"\x06reason\x18\x01 \x01(\x0e2&.pdrouter.events.v1.SourceReset.ReasonR\x06reason\x12\x19\n" +
 	"\blast_seq\x18\x02 \x01(\x04R\alastSeq\x12\x19\n" +
 	"\bnext_seq\x18\x03 \x01(\x04R\anextSeq\x12\x16\n" +
-	"\x06detail\x18\x04 \x01(\tR\x06detail\"n\n" +
+	"\x06detail\x18\x04 \x01(\tR\x06detail\"\x88\x01\n" +
 	"\x06Reason\x12\x16\n" +
 	"\x12REASON_UNSPECIFIED\x10\x00\x12\x1b\n" +
 	"\x17REASON_SEQUENCE_RESTART\x10\x01\x12\x1c\n" +
 	"\x18REASON_UNRECOVERABLE_GAP\x10\x02\x12\x11\n" +
-	"\rREASON_MANUAL\x10\x03\" \n" +
+	"\rREASON_MANUAL\x10\x03\x12\x18\n" +
+	"\x14REASON_FIRST_CONTACT\x10\x04\" \n" +
 	"\fUnknownEvent\x12\x10\n" +
 	"\x03tag\x18\x01 \x01(\tR\x03tag*}\n" +
 	"\tRawFormat\x12\x1a\n" +
