@@ -102,6 +102,13 @@ type WorkerStatus struct {
 	// no KV events: its cached ratio is always 1.0, so it never bypasses.
 	KVEventsMissing bool   `json:"kv_events_missing"`
 	KVEventsNote    string `json:"kv_events_note,omitempty"`
+	// KVEventsBlockSize is the block_size of the worker's latest BlockStored
+	// event (0 before any). KVBlockSizeMismatch is true when it is not the
+	// registered BlockSize: its overlap is then always 0, although
+	// CachedBlocks counts its blocks. KVBlockSizeNote says why and the fix.
+	KVEventsBlockSize   int    `json:"kv_events_block_size"`
+	KVBlockSizeMismatch bool   `json:"kv_block_size_mismatch"`
+	KVBlockSizeNote     string `json:"kv_block_size_note,omitempty"`
 	// DPSize is the registered dp_size (0: not data-parallel), for the
 	// ingest endpoints' rank check; not part of the answer.
 	DPSize uint32 `json:"-"`

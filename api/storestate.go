@@ -111,6 +111,7 @@ func (s *StoreState) Workers() []WorkerStatus {
 				}
 			}
 			st.KVEventsMissing, st.KVEventsNote = v.KvEventsMissing(ref)
+			st.KVEventsBlockSize, st.KVBlockSizeMismatch, st.KVBlockSizeNote = v.KvBlockSize(ref)
 			out[ref] = st
 		}
 	})

@@ -18,14 +18,26 @@ type costInputs struct {
 	decode        bool  // decode pool: add the potential decode blocks term
 	overlapCredit float64
 	prefillScale  float64
+	// tokenCost: the cost is in tokens (Version 2 on); false only to recompute
+	// decisions of Version 1, whose cost was in blocks.
+	tokenCost bool
 }
 
 // scoreRow fills the cost terms of an eligible row (conditional-disagg.md, Step 1):
 //
 //	raw_prefill_blocks = (active_prefill_tokens + P) / B
 //	overlap_credit     = overlap_score_credit·overlap + 0.75·host + 0.25·disk
-//	cost               = prefill_load_scale · max(0, raw_prefill_blocks − overlap_credit)
-//	                   + potential_decode_blocks            (decode pool only)
+//	prefill_term       = prefill_load_scale · max(0, raw_prefill_blocks − overlap_credit)
+//	cost               = B · (prefill_term + potential_decode_blocks)   (decode pool)
+//	cost               = B · prefill_term                               (prefill pool)
+//
+// The terms are in the worker's own blocks, as Dynamo states them; the cost is in
+// tokens, because a block of one worker is not a block of another: SGLang's page size
+// is 1 and vLLM's block size 16, and in blocks a worker holding a whole 100-token prompt
+// in 1-token pages would cost more than an empty 16-token one. With one block size in
+// the fleet the token cost is the block cost times the same B, so it orders workers and
+// normalizes for softmax as the block cost does (exactly when B is a power of two, as
+// every engine's default is: the product is then exact).
 //
 // A prefill worker's cost has no decode term: it never holds the request while it
 // decodes. Each term is computed in one fixed order of float operations, so a row's cost
@@ -39,15 +51,18 @@ func scoreRow(row *Candidate, in *costInputs) {
 	row.OverlapCredit = in.overlapCredit*float64(in.overlap.Device) +
 		hostCredit*float64(in.overlap.Host) + diskCredit*float64(in.overlap.Disk)
 	row.PrefillTerm = in.prefillScale * max(0, row.RawPrefillBlocks-row.OverlapCredit)
-	row.Cost = row.PrefillTerm
-	if !in.decode {
-		return
+	blocks := row.PrefillTerm
+	if in.decode {
+		row.ActiveDecodeBlocks = in.active.DecodeBlocks
+		row.RequestBlocks = ceilDiv(in.prompt, int64(in.blockSize))
+		row.SharedActiveBlocks = in.sharedActive
+		row.PotentialDecodeBlocks = in.active.DecodeBlocks + row.RequestBlocks - in.sharedActive
+		blocks += float64(row.PotentialDecodeBlocks)
 	}
-	row.ActiveDecodeBlocks = in.active.DecodeBlocks
-	row.RequestBlocks = ceilDiv(in.prompt, int64(in.blockSize))
-	row.SharedActiveBlocks = in.sharedActive
-	row.PotentialDecodeBlocks = in.active.DecodeBlocks + row.RequestBlocks - in.sharedActive
-	row.Cost += float64(row.PotentialDecodeBlocks)
+	row.Cost = blocks
+	if in.tokenCost {
+		row.Cost = float64(in.blockSize) * blocks
+	}
 }
 
 // ceilDiv is ⌈a/b⌉ for a ≥ 0, b > 0: a request occupies a KV block for its trailing

@@ -12,6 +12,7 @@ type Decider struct {
 	cfg              Config
 	hash             string
 	prefillThreshold float64
+	tokenCost        bool // Version ≥ 2 (version.go)
 }
 
 // New validates cfg (Config.Validate) and returns a Decider for it. The registry check
@@ -22,7 +23,7 @@ func New(cfg Config) (*Decider, error) {
 		return nil, err
 	}
 	thr, _ := cfg.PrefillBusyThreshold()
-	return &Decider{cfg: cfg, hash: cfg.Hash(), prefillThreshold: thr}, nil
+	return &Decider{cfg: cfg, hash: cfg.Hash(), prefillThreshold: thr, tokenCost: true}, nil
 }
 
 // Config returns the config the Decider runs with.
@@ -215,6 +216,7 @@ func (dc *Decider) buildRows(dst *Decision, v View, r *Request, workers []Worker
 			decode:        decode,
 			overlapCredit: dc.cfg.OverlapScoreCredit,
 			prefillScale:  dc.cfg.PrefillLoadScale,
+			tokenCost:     dc.tokenCost,
 		}
 		if decode {
 			in.sharedActive = int64(min(max(s.shared[ref], 0), chainLen))

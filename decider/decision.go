@@ -105,7 +105,9 @@ type Candidate struct {
 	RequestBlocks         int64 `json:"request_blocks"`
 	SharedActiveBlocks    int64 `json:"shared_active_blocks"`
 	PotentialDecodeBlocks int64 `json:"potential_decode_blocks"`
-	// Cost = PrefillTerm (+ PotentialDecodeBlocks for decode rows). Lowest wins.
+	// Cost = B · (PrefillTerm (+ PotentialDecodeBlocks for decode rows)), in tokens so
+	// that workers of different block sizes compare (decider version 1 left out the B).
+	// Lowest wins.
 	Cost float64 `json:"cost"`
 	// TieHash = hash(request id, worker id); the lowest breaks an exact cost tie.
 	TieHash Hash64 `json:"tie_hash"`

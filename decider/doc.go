@@ -32,8 +32,13 @@
 //
 //	raw_prefill_blocks = (active_prefill_tokens + P) / B
 //	overlap_credit     = overlap_score_credit·overlap + 0.75·host + 0.25·disk
-//	cost               = prefill_load_scale·max(0, raw_prefill_blocks − overlap_credit)
-//	                   + potential_decode_blocks          (decode pool only)
+//	prefill_term       = prefill_load_scale·max(0, raw_prefill_blocks − overlap_credit)
+//	cost               = B·(prefill_term + potential_decode_blocks)   (decode pool)
+//	cost               = B·prefill_term                               (prefill pool)
+//
+// The cost is in tokens, not in the worker's blocks, so that workers of different block
+// sizes (SGLang's page size 1 beside vLLM's 16) compare; decider version 1 compared
+// blocks, and NewAt keeps it for recomputing its records (version.go).
 //
 // potential_decode_blocks = active decode blocks + ⌈P/B⌉ − blocks of this request already
 // active on the worker. At temperature 0 the lowest cost wins and exact ties go to the

@@ -134,6 +134,7 @@ func runSpecCase(t *testing.T, c specCase) {
 	view := memview.New()
 	req := decider.Request{ID: "req-1", Model: "m"}
 	noChains := false
+	version := decider.Version
 	blockSizes := map[string]int{}
 	var expects, errorsWant []specLine
 
@@ -159,6 +160,8 @@ func runSpecCase(t *testing.T, c specCase) {
 					cfg.PrefillLoadScale = atof(t, l, v)
 				case "temperature":
 					cfg.Temperature = atof(t, l, v)
+				case "version":
+					version = uint32(atoi(t, l, v))
 				default:
 					t.Fatalf("line %d: unknown config key %q", l.line, k)
 				}
@@ -260,7 +263,7 @@ func runSpecCase(t *testing.T, c specCase) {
 		}
 	}
 
-	dc, err := decider.New(cfg)
+	dc, err := decider.NewAt(cfg, version)
 	if err != nil {
 		t.Fatalf("line %d: config: %v", c.line, err)
 	}

@@ -167,7 +167,8 @@ func (r *replica) setupFleet() {
 	for i := 1; i <= 2; i++ {
 		r.do("POST", "/v1/workers", map[string]any{"worker_id": fmt.Sprintf("prefill-%d", i), "pool": "prefill", "model": "m", "block_size": 16, "max_num_batched_tokens": 8192}, nil)
 	}
-	// The replica takes events only for workers its state knows.
+	// KV events and load samples are refused for a worker this replica has
+	// not applied the registration of, and its materializer runs on demand.
 	r.catchUp()
 	// decode-1 holds 64 blocks of doc 0, decode-2 32 blocks of doc 1, 8 of
 	// them on host; decode-3 holds 16 blocks of doc 2.

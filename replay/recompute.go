@@ -11,11 +11,12 @@ import (
 )
 
 // Recompute decides a record again from its own inputs (its candidate table,
-// through RecordView) under cfg. With the record's own config
-// (ParseConfig(rec.ConfigJson)) the result must be the recorded decision;
-// with another config it is the counterfactual of WhatIf and Tune.
+// through RecordView) under cfg, with the decider version the record was
+// decided with. With the record's own config (ParseConfig(rec.ConfigJson))
+// the result must be the recorded decision; with another config it is the
+// counterfactual of WhatIf and Tune.
 func Recompute(rec *pb.DecisionRecord, cfg decider.Config) (*decider.Decision, error) {
-	dc, err := decider.New(cfg)
+	dc, err := deciderFor(cfg, rec)
 	if err != nil {
 		return nil, err
 	}
@@ -84,7 +85,7 @@ func CheckPure(rec *pb.DecisionRecord) (PureCheck, *decider.Decision) {
 // record altered after the decision. Fields computed from other differing
 // fields are marked as following from them, so the root stands out.
 func attributePure(rec *pb.DecisionRecord, pc *PureCheck) {
-	version := rec.GetDeciderVersion() != DeciderVersion
+	version := !decider.SupportsVersion(rec.GetDeciderVersion())
 	// Softmax draws over every eligible row: a record that left rows out
 	// cannot reproduce its probabilities, nor the draw that followed.
 	partialDraw := false
@@ -102,7 +103,7 @@ func attributePure(rec *pb.DecisionRecord, pc *PureCheck) {
 		leaf := leafName(d.Field)
 		switch {
 		case version:
-			d.Cause = fmt.Sprintf("the record was decided by decider version %d and this build runs version %d: its semantics may differ", rec.GetDeciderVersion(), DeciderVersion)
+			d.Cause = fmt.Sprintf("the record was decided by decider version %d and this build recomputes versions 1 to %d (with %d here): its semantics may differ", rec.GetDeciderVersion(), DeciderVersion, DeciderVersion)
 		case partialDraw:
 			d.Cause = "the record left candidate rows out to stay within its size budget, and at temperature > 0 the probabilities and the draw were over every eligible row: they cannot be recomputed from the kept rows"
 		case d.Field == "config_hash" && !pc.ConfigHashMatches:

@@ -9,10 +9,11 @@ import (
 )
 
 // DeciderVersion is the decider_version this build's decider writes (the
-// api package records it). A record with another version was decided by
-// other semantics, so a difference on recompute is expected there and is
-// reported as such, not as a fault.
-const DeciderVersion = 1
+// api package records it). A record of an earlier version is recomputed
+// with that version's semantics (deciderFor); one of a version this build
+// does not know was decided by other semantics, so a difference on
+// recompute is expected there and is reported as such, not as a fault.
+const DeciderVersion = decider.Version
 
 // This file maps between the decider's types and the record, both ways, and
 // is the only place that does: the API writes its records with RecordOf, so

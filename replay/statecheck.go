@@ -70,7 +70,7 @@ func (k *KafkaStateChecker) CheckState(ctx context.Context, rec *pb.DecisionReco
 		sc.Error = err.Error()
 		return sc
 	}
-	dc, err := decider.New(cfg)
+	dc, err := deciderFor(cfg, rec)
 	if err != nil {
 		sc.Error = err.Error()
 		return sc

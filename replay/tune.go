@@ -73,11 +73,12 @@ func (t *tuner) localCount(disagg decider.DisaggConfig) (int, error) {
 	for i, rec := range t.recs {
 		cfg := t.cfgs[i]
 		cfg.Disagg, cfg.ConditionalDisagg = disagg, true
-		key := string(cfg.CanonicalJSON())
+		version := recomputeVersion(rec)
+		key := strconv.FormatUint(uint64(version), 10) + "\x00" + string(cfg.CanonicalJSON())
 		dc := cache[key]
 		if dc == nil {
 			var err error
-			if dc, err = decider.New(cfg); err != nil {
+			if dc, err = decider.NewAt(cfg, version); err != nil {
 				return 0, err
 			}
 			cache[key] = dc

@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/pdrouter/pdrouter/decider"
@@ -141,9 +142,12 @@ func newWhatIf(o WhatIfOptions) *whatIf {
 		reasons: map[[2]string]int{}, workers: map[string]*WorkerShift{}, hashes: map[string]bool{}}
 }
 
-// deciders returns the record's own decider and the alternative one.
+// deciders returns the record's own decider and the alternative one, both
+// with the decider version the record was decided with: the shift reported
+// is then the config's alone, not a later version's.
 func (w *whatIf) deciders(rec *pb.DecisionRecord) (*decider.Decider, *decider.Decider, error) {
-	key := rec.GetConfigJson()
+	version := recomputeVersion(rec)
+	key := strconv.FormatUint(uint64(version), 10) + "\x00" + rec.GetConfigJson()
 	if why, ok := w.bad[key]; ok {
 		return nil, nil, fmt.Errorf("%s", why)
 	}
@@ -154,11 +158,11 @@ func (w *whatIf) deciders(rec *pb.DecisionRecord) (*decider.Decider, *decider.De
 		w.bad[key] = err.Error()
 		return nil, nil, err
 	}
-	cfg, err := ParseConfig(key)
+	cfg, err := ParseConfig(rec.GetConfigJson())
 	if err != nil {
 		return fail(err)
 	}
-	b, err := decider.New(cfg)
+	b, err := decider.NewAt(cfg, version)
 	if err != nil {
 		return fail(err)
 	}
@@ -166,7 +170,7 @@ func (w *whatIf) deciders(rec *pb.DecisionRecord) (*decider.Decider, *decider.De
 	if err != nil {
 		return fail(fmt.Errorf("the alternative config: %w", err))
 	}
-	a, err := decider.New(altCfg)
+	a, err := decider.NewAt(altCfg, version)
 	if err != nil {
 		return fail(err)
 	}

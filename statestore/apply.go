@@ -96,6 +96,7 @@ func (s *Store) Apply(recs []*kgo.Record) error {
 			st.rebuildView()
 		}
 		s.checkKvEvents(false)
+		s.checkBlockSizes(false)
 		s.met.addStats(&st.stats)
 		st.wm.Store(nil) // offsets moved
 		s.notifyApplied()

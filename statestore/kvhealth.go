@@ -61,7 +61,7 @@ func (st *state) flushHealth(b *pebble.Batch) {
 		ws := st.workers[slot]
 		ws.healthDirty = false
 		k := workerRankKey(nil, famHealth, ws.wr.id, ws.wr.rank)
-		if !ws.hasFirstLoad && ws.lastKvAt == 0 {
+		if !ws.hasFirstLoad && ws.lastKvAt == 0 && ws.eventBlockSize == 0 {
 			_ = b.Delete(k, nil)
 			continue
 		}
@@ -76,25 +76,32 @@ func healthValue(ws *slotState) []byte {
 		v[0] = 1
 	}
 	v = binary.LittleEndian.AppendUint64(v, uint64(ws.firstLoadAt))
-	return binary.LittleEndian.AppendUint64(v, uint64(ws.lastKvAt))
+	v = binary.LittleEndian.AppendUint64(v, uint64(ws.lastKvAt))
+	return binary.LittleEndian.AppendUint32(v, ws.eventBlockSize)
 }
 
-// loadHealth is the rebuild path of a 'h' key.
+// loadHealth is the rebuild path of a 'h' key. A 17-byte value was written
+// before the events' block size was kept (blocksize.go): it reads as "no
+// BlockStored seen", which the worker's next one corrects.
 func (st *state) loadHealth(slot int32, v []byte) error {
-	if len(v) != 17 {
+	if len(v) != 17 && len(v) != 21 {
 		return errBadKey
 	}
 	ws := st.workers[slot]
 	ws.hasFirstLoad = v[0]&1 != 0
 	ws.firstLoadAt = int64(binary.LittleEndian.Uint64(v[1:]))
 	ws.lastKvAt = int64(binary.LittleEndian.Uint64(v[9:]))
+	ws.eventBlockSize = 0
+	if len(v) == 21 {
+		ws.eventBlockSize = binary.LittleEndian.Uint32(v[17:])
+	}
 	return nil
 }
 
 // resetHealth forgets a slot's KV-event health (tombstone).
 func (st *state) resetHealth(slot int32) {
 	ws := st.workers[slot]
-	ws.firstLoadAt, ws.hasFirstLoad, ws.lastKvAt = 0, false, 0
+	ws.firstLoadAt, ws.hasFirstLoad, ws.lastKvAt, ws.eventBlockSize = 0, false, 0, 0
 	st.markHealth(slot)
 }
 

@@ -33,6 +33,7 @@ type Metrics struct {
 	races         prometheus.Counter
 	indexBytes    prometheus.Gauge
 	kvMissing     prometheus.Gauge
+	bsMismatch    prometheus.Gauge
 	predicted     prometheus.Gauge
 	walk          *prometheus.CounterVec
 	diskSlow      prometheus.Counter
@@ -113,6 +114,10 @@ func newMetrics(reg prometheus.Registerer, dm *events.DecodeMetrics) *Metrics {
 			Name: "pdrouter_kv_events_missing_workers",
 			Help: "Decode (worker, dp rank) pairs that send load samples but no KV events (see GET /v1/workers): with conditional disaggregation on they can never bypass remote prefill.",
 		}),
+		bsMismatch: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "pdrouter_kv_block_size_mismatch_workers",
+			Help: "(worker, dp rank) pairs whose latest BlockStored event has another block size than their registration (see GET /v1/workers): their prefix overlap is always 0.",
+		}),
 		predicted: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "pdrouter_statestore_predicted_blocks",
 			Help: "Approximate mode: predicted (block, worker) device entries alive.",
@@ -137,7 +142,7 @@ func newMetrics(reg prometheus.Registerer, dm *events.DecodeMetrics) *Metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.applied, m.applySeconds, m.offset, m.lag, m.topicLag, m.blocks, m.workers, m.removeUnknown,
-			m.orphans, m.resets, m.staleLoads, m.afterTomb, m.active, m.races, m.indexBytes, m.kvMissing, m.predicted, m.walk, m.diskSlow)
+			m.orphans, m.resets, m.staleLoads, m.afterTomb, m.active, m.races, m.indexBytes, m.kvMissing, m.bsMismatch, m.predicted, m.walk, m.diskSlow)
 	}
 	return m
 }
@@ -174,6 +179,7 @@ func (m *Metrics) observeState(st *state) {
 	}
 	m.active.Set(float64(st.act.active))
 	m.kvMissing.Set(float64(st.kvMissing))
+	m.bsMismatch.Set(float64(st.bsMismatch))
 	m.predicted.Set(float64(st.predicted))
 	for tp, n := range st.offsets {
 		m.offset.WithLabelValues(string(tp.topic), strconv.Itoa(int(tp.partition))).Set(float64(n))

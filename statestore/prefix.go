@@ -76,6 +76,7 @@ func (st *state) applyKv(b *pebble.Batch, rec *pb.KvEventRecord) {
 
 func (st *state) storeBlocks(b *pebble.Batch, slot int32, s *pb.BlockStored) {
 	ws := st.workers[slot]
+	st.noteEventBlockSize(slot, s.GetBlockSize())
 	tier := normTier(s.GetTier())
 	orphan := false
 	var parent uint64

@@ -390,6 +390,17 @@ func (r *specRunner) query(f []string) ([]string, error) {
 				}
 			}
 		})
+	case "kv-block-size":
+		h.s.Read(func(v View) {
+			for i, w := range v.Workers() {
+				bs, m, note := v.KvBlockSize(i)
+				if m {
+					out = append(out, fmt.Sprintf("%s mismatch events_bs=%d: %s", w.ID, bs, note))
+				} else {
+					out = append(out, fmt.Sprintf("%s ok events_bs=%d", w.ID, bs))
+				}
+			}
+		})
 	case "replay":
 		// The digest of a replay of the whole log, partitions interleaved in
 		// several random orders, equals the store's.

@@ -51,6 +51,7 @@ type state struct {
 	// the end of the chunk, and how many slots are flagged.
 	healthDirty []int32
 	kvMissing   int
+	bsMismatch  int // slots flagged by blocksize.go
 
 	// The decider-facing worker list (workers.go rebuildView).
 	viewDirty bool

@@ -44,6 +44,11 @@ type slotState struct {
 	healthDirty  bool
 	kvMissing    bool
 
+	// KV block size (blocksize.go): the block_size of the latest
+	// BlockStored (0: none yet), stored in the 'h' key, and the derived flag.
+	eventBlockSize uint32
+	bsMismatch     bool
+
 	// pred: approximate mode's predicted device entries, router hash →
 	// expiry (event time) (approx.go).
 	pred map[uint64]int64

@@ -1,0 +1,31 @@
+package decider
+
+import "fmt"
+
+// Version is the decider version this build decides with, recorded in every decision
+// (decider_version) so that a recompute can tell "other semantics" from "a fault".
+// It changes whenever the same (config, request, view) can give another decision.
+//
+//   - 1: the Step 1 cost in blocks of each worker's own block size.
+//   - 2: the Step 1 cost in tokens (block cost × B), so that workers of different block
+//     sizes compare (cost.go). Same decisions as 1 in a fleet of one power-of-two block
+//     size; the recorded costs are B times larger.
+const Version uint32 = 2
+
+// SupportsVersion reports whether NewAt can decide with version v's semantics.
+func SupportsVersion(v uint32) bool { return v >= 1 && v <= Version }
+
+// NewAt is New for a past decider version, so that a decision recorded by an older
+// build recomputes with the semantics it was made with and stays explainable. Live
+// routing uses New, which is NewAt(cfg, Version).
+func NewAt(cfg Config, version uint32) (*Decider, error) {
+	if !SupportsVersion(version) {
+		return nil, fmt.Errorf("decider: version %d is not one this build can decide with (1 to %d)", version, Version)
+	}
+	dc, err := New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	dc.tokenCost = version >= 2
+	return dc, nil
+}
