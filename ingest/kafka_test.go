@@ -151,7 +151,7 @@ func TestKafkaWorkersAndLoad(t *testing.T) {
 		p.Do(map[string]any{"cmd": "wait_sub"})
 		p.Do(map[string]any{"cmd": "emit", "n": 3, "gen": "map"})
 		kv := readTopic(t, brokers, names, events.TopicKvEvents, 4)
-		if got := summary([]*pb.KvEventRecord{kv[0].Message.(*pb.KvEventRecord), kv[3].Message.(*pb.KvEventRecord)}); fmt.Sprint(got) != "[R2 2]" {
+		if got := summary([]*pb.KvEventRecord{kv[0].Message.(*pb.KvEventRecord), kv[3].Message.(*pb.KvEventRecord)}); fmt.Sprint(got) != "[R4 2]" {
 			t.Errorf("kv records %v", got)
 		}
 		loads := readTopic(t, brokers, names, events.TopicLoad, 2)

@@ -102,7 +102,7 @@ func TestZMQBindModeTopicFilter(t *testing.T) {
 	waitFor(t, 10*time.Second, "3 batches and a reset", func() bool { return len(sink.kv()) >= 4 })
 	time.Sleep(200 * time.Millisecond)
 	recs := sink.kv()
-	if got := fmt.Sprint(summary(recs)); got != "[R2 0 1 2]" {
+	if got := fmt.Sprint(summary(recs)); got != "[R4 0 1 2]" {
 		t.Fatalf("records %s", got)
 	}
 	for _, r := range recs {
@@ -135,7 +135,7 @@ func TestZMQGapReplay(t *testing.T) {
 			p.Do(map[string]any{"cmd": "emit", "n": 1, "first": 108, "root": false}) // 8
 			waitFor(t, 10*time.Second, "the rest", func() bool { return len(sink.kv()) >= 10 })
 			recs := sink.kv()
-			if got := fmt.Sprint(summary(recs)); got != "[R2 0 1 2 3 4 5 R2 7 8]" {
+			if got := fmt.Sprint(summary(recs)); got != "[R4 0 1 2 3 4 5 R2 7 8]" {
 				t.Fatalf("records %s", got)
 			}
 			for _, r := range recs {
@@ -172,7 +172,7 @@ func TestZMQPublisherRestart(t *testing.T) {
 	p2.Do(map[string]any{"cmd": "emit", "n": 2, "first": 500})
 	waitFor(t, 15*time.Second, "the restarted engine's batches", func() bool { return len(sink.kv()) >= 9 })
 	recs := sink.kv()
-	if got := fmt.Sprint(summary(recs)); got != "[R2 0 1 2 3 4 R1 0 1]" {
+	if got := fmt.Sprint(summary(recs)); got != "[R4 0 1 2 3 4 R1 0 1]" {
 		t.Fatalf("records %s", got)
 	}
 	r := recs[6].GetEvents()[0].GetSourceReset()
