@@ -398,9 +398,9 @@ func (s *Server) appendDecision(ctx context.Context, rec *pb.DecisionRecord) (Po
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.auditTimeout)
 	defer cancel()
-	s.metrics.auditPending.Inc()
+	s.metrics.auditInFlight.Inc()
 	pos, err := s.deps.Log.Append(ctx, r)
-	s.metrics.auditPending.Dec()
+	s.metrics.auditInFlight.Dec()
 	s.metrics.auditSecs.Observe(time.Since(start).Seconds())
 	if err != nil {
 		if ex != nil {
