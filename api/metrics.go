@@ -1,6 +1,10 @@
 package api
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/pdrouter/pdrouter/decider"
+)
 
 // metrics of the API. Label values are bounded: mode, reason and policy are
 // the decider's fixed enumerations; route is the registered path template;
@@ -70,4 +74,14 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	}
 	reg.MustRegister(m.decisions, m.decisionSecs, m.effISL, m.requests, m.requestSecs, m.auditFailures, m.auditSecs, m.idempotent, m.auditInFlight, m.recordReads)
 	return m
+}
+
+// initDecisions creates every series of pdrouter_decisions_total this server
+// can count, at 0: each outcome of the decider under its one policy, so a
+// dashboard or an alert on a rare reason sees 0 before the first decision
+// rather than nothing.
+func (m *metrics) initDecisions(policy decider.Policy) {
+	for _, o := range decider.Outcomes() {
+		m.decisions.WithLabelValues(string(o.Mode), string(o.Reason), string(policy))
+	}
 }

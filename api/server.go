@@ -85,6 +85,7 @@ func New(deps Deps, opts ...Option) (*Server, error) {
 		cfg.registerer, cfg.gatherer = r, r
 	}
 	s := &Server{deps: deps, cfg: cfg, metrics: newMetrics(cfg.registerer), rejects: rejects.For(cfg.registerer)}
+	s.metrics.initDecisions(deps.Decider.Config().Disagg.Policy)
 	s.rejects.Init(rejects.HTTP, httpRefusals...)
 	s.expecter, _ = deps.State.(DecisionExpecter)
 	s.recordAt, _ = deps.State.(PositionedDecisionRecorder)

@@ -21,7 +21,15 @@ const (
 	ReasonEventShape  = "bad_event_shape" // an event that is neither array nor map
 	ReasonTag         = "bad_tag"         // an event tag that is not a string
 	ReasonField       = "bad_field"       // a known field with the wrong type
+	// reasonOther: an error that is no DecodeError (ErrorReason).
+	reasonOther = "other"
 )
+
+// decodeErrorReasons are the values ErrorReason returns, each a series at 0
+// from the start.
+var decodeErrorReasons = [...]string{ReasonTooLarge, ReasonTruncated, ReasonBadMsgpack, ReasonTooDeep, ReasonNotArray,
+	ReasonBatchLength, ReasonTimestamp, ReasonEvents, ReasonDPRank, ReasonTrailing, ReasonEventShape, ReasonTag,
+	ReasonField, reasonOther}
 
 // Reasons an event is demoted to UnknownEvent (see the package
 // documentation). Bounded label values of
@@ -32,6 +40,9 @@ const (
 	DemoteBlockSize  = "block_size_range"
 	DemoteTokenRange = "token_id_range"
 )
+
+// demoteReasons are the Demote* reasons, each a series at 0 from the start.
+var demoteReasons = [...]string{DemoteTokenCount, DemoteNoHashes, DemoteBlockSize, DemoteTokenRange}
 
 // DecodeError says what is wrong with a batch and where: the byte offset in
 // the payload, the event index and the field. An operator can find the bytes
@@ -68,5 +79,5 @@ func ErrorReason(err error) string {
 	if errors.As(err, &de) {
 		return de.Reason
 	}
-	return "other"
+	return reasonOther
 }
