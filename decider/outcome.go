@@ -7,19 +7,19 @@ type Outcome struct {
 	Reason Reason
 }
 
-// outcomes is Outcomes' list, in the order of the reason codes.
-var outcomes = [...]Outcome{
-	{ModeRemote, ReasonDeclinedByPolicy},
-	{ModeLocal, ReasonAllowedGateDisabled},
-	{ModeLocal, ReasonAllowedDecodeNotBusy},
-	{ModeRemote, ReasonDeniedDecodeBusy},
-	{ModeRemote, ReasonDeniedDecodeBusyUnknown},
-	{ModeLocal, ReasonAggregatedNoPrefill},
-	{ModeRemote, ReasonDisabled},
-}
-
 // Outcomes lists every outcome a decision can have, so that whoever counts
 // decisions by mode and reason can create each series at 0 from the start:
 // a dashboard or an alert on a rare reason then sees 0 rather than nothing.
-// TestOutcomesAreWhatDecisionsHave keeps it in step with decideMode.
-func Outcomes() []Outcome { return outcomes[:] }
+// TestOutcomesAreWhatDecisionsHave keeps it in step with decideMode. The
+// list is built on each call: the decider holds no package state.
+func Outcomes() []Outcome {
+	return []Outcome{
+		{ModeRemote, ReasonDeclinedByPolicy},
+		{ModeLocal, ReasonAllowedGateDisabled},
+		{ModeLocal, ReasonAllowedDecodeNotBusy},
+		{ModeRemote, ReasonDeniedDecodeBusy},
+		{ModeRemote, ReasonDeniedDecodeBusyUnknown},
+		{ModeLocal, ReasonAggregatedNoPrefill},
+		{ModeRemote, ReasonDisabled},
+	}
+}
