@@ -1,6 +1,10 @@
 package api
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/pdrouter/pdrouter/decider"
+)
 
 // metrics of the API. Label values are bounded: mode, reason and policy are
 // the decider's fixed enumerations; route is the registered path template;
@@ -14,7 +18,7 @@ type metrics struct {
 	auditFailures prometheus.Counter
 	auditSecs     prometheus.Histogram
 	idempotent    prometheus.Counter
-	auditPending  prometheus.Gauge
+	auditInFlight prometheus.Gauge
 	recordReads   *prometheus.CounterVec
 }
 
@@ -56,9 +60,9 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "pdrouter_route_idempotent_replays_total",
 			Help: "Route requests answered with an earlier decision for the same request_id.",
 		}),
-		auditPending: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "pdrouter_audit_outbox_records",
-			Help: "Decisions made and waiting to be durable on the decisions topic. pdrouter appends synchronously, so its outbox is the set of in-flight appends, each held by a request that has not been answered.",
+		auditInFlight: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "pdrouter_audit_appends_in_flight",
+			Help: "Appends to the decisions topic in flight: decisions made and not yet durable, each held by a request that has not been answered (the append is synchronous).",
 		}),
 		recordReads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "pdrouter_decision_record_reads_total",
@@ -68,6 +72,16 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	for _, r := range []string{"ok", "gone", "error"} {
 		m.recordReads.WithLabelValues(r)
 	}
-	reg.MustRegister(m.decisions, m.decisionSecs, m.effISL, m.requests, m.requestSecs, m.auditFailures, m.auditSecs, m.idempotent, m.auditPending, m.recordReads)
+	reg.MustRegister(m.decisions, m.decisionSecs, m.effISL, m.requests, m.requestSecs, m.auditFailures, m.auditSecs, m.idempotent, m.auditInFlight, m.recordReads)
 	return m
+}
+
+// initDecisions creates every series of pdrouter_decisions_total this server
+// can count, at 0: each outcome of the decider under its one policy, so a
+// dashboard or an alert on a rare reason sees 0 before the first decision
+// rather than nothing.
+func (m *metrics) initDecisions(policy decider.Policy) {
+	for _, o := range decider.Outcomes() {
+		m.decisions.WithLabelValues(string(o.Mode), string(o.Reason), string(policy))
+	}
 }

@@ -246,8 +246,8 @@ func (s *Server) route(c *gin.Context) {
 		fail(c, err)
 		return
 	}
-	if at, ok := s.deps.State.(localDecisionAtRecorder); ok {
-		at.RecordLocalDecisionAt(rec, value, pos)
+	if s.recordAt != nil {
+		s.recordAt.RecordLocalDecisionAt(rec, value, pos)
 	} else {
 		s.deps.State.RecordLocalDecision(rec)
 	}
@@ -392,18 +392,18 @@ func (s *Server) appendDecision(ctx context.Context, rec *pb.DecisionRecord) (Po
 	if err != nil {
 		return Position{}, nil, err
 	}
-	ex, expecting := s.deps.State.(decisionExpecter)
-	if expecting {
+	ex := s.expecter
+	if ex != nil {
 		ex.ExpectLocalDecision(rec, r.Value)
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.auditTimeout)
 	defer cancel()
-	s.metrics.auditPending.Inc()
+	s.metrics.auditInFlight.Inc()
 	pos, err := s.deps.Log.Append(ctx, r)
-	s.metrics.auditPending.Dec()
+	s.metrics.auditInFlight.Dec()
 	s.metrics.auditSecs.Observe(time.Since(start).Seconds())
 	if err != nil {
-		if expecting {
+		if ex != nil {
 			ex.UnexpectLocalDecision(rec.GetDecisionId())
 		}
 		s.metrics.auditFailures.Inc()

@@ -21,6 +21,9 @@ import (
 
 // Deps are the parts a Server is built from.
 type Deps struct {
+	// State is the replica's state. It may also have the optional
+	// capabilities DecisionExpecter and PositionedDecisionRecorder
+	// (state.go), which New looks for once.
 	State   State
 	Decider *decider.Decider
 	Log     EventLog
@@ -56,8 +59,12 @@ type Server struct {
 	// configOnce renders configJSONText (route.go configJSON).
 	configOnce     sync.Once
 	configJSONText string
-	// routeJSON writes POST /v1/route's answers (routejson.go).
+	// routeJSON writes POST /v1/route's answers (routewrite.go).
 	routeJSON
+	// expecter and recordAt are deps.State's optional capabilities
+	// (state.go), nil when it lacks them.
+	expecter DecisionExpecter
+	recordAt PositionedDecisionRecorder
 	// own is this server's registrations, which HTTP ingest waits for
 	// (ownwrites.go).
 	own ownWrites
@@ -83,7 +90,10 @@ func New(deps Deps, opts ...Option) (*Server, error) {
 		cfg.registerer, cfg.gatherer = r, r
 	}
 	s := &Server{deps: deps, cfg: cfg, metrics: newMetrics(cfg.registerer), rejects: rejects.For(cfg.registerer)}
+	s.metrics.initDecisions(deps.Decider.Config().Disagg.Policy)
 	s.rejects.Init(rejects.HTTP, httpRefusals...)
+	s.expecter, _ = deps.State.(DecisionExpecter)
+	s.recordAt, _ = deps.State.(PositionedDecisionRecorder)
 	s.decisions.New = func() any { return new(decider.Decision) }
 	s.engine = s.routes()
 	return s, nil

@@ -50,6 +50,30 @@ type State interface {
 	TotalLag(ctx context.Context) (int64, error)
 }
 
+// The optional capabilities of a State: New looks for them on Deps.State
+// once, and the route handler uses those present. StoreState has both.
+// Without them a decision is still counted, by RecordLocalDecision, but the
+// state decodes the decision's log copy again when it comes back and must
+// look up whether it applied it already.
+
+// DecisionExpecter is a State that can be told of a decision before its
+// append: when the log copy is applied before the decision is recorded, it
+// is then recognized by its bytes, not decoded again. Recording the
+// decision ends the announcement; a failed append ends it with
+// UnexpectLocalDecision.
+type DecisionExpecter interface {
+	ExpectLocalDecision(rec *pb.DecisionRecord, value []byte)
+	UnexpectLocalDecision(id string)
+}
+
+// PositionedDecisionRecorder is a State that records a local decision
+// knowing where its log copy, value, landed: it then knows from its applied
+// offsets whether the copy was applied already, without a read. The route
+// handler calls it instead of RecordLocalDecision.
+type PositionedDecisionRecorder interface {
+	RecordLocalDecisionAt(rec *pb.DecisionRecord, value []byte, at Position)
+}
+
 // StoredDecision is a decision as the state holds it.
 type StoredDecision struct {
 	// Record is the decision record, shared and read-only. Unless Complete

@@ -25,7 +25,13 @@ type StoreState struct {
 	Snapshot func() *SnapshotInfo
 }
 
-var _ State = (*StoreState)(nil)
+// StoreState has the optional capabilities too (state.go): checked here,
+// since the server would otherwise fall back without them in silence.
+var (
+	_ State                      = (*StoreState)(nil)
+	_ DecisionExpecter           = (*StoreState)(nil)
+	_ PositionedDecisionRecorder = (*StoreState)(nil)
+)
 
 // Read implements State.
 func (s *StoreState) Read(fn func(v decider.View, watermark *pb.Watermark)) {
@@ -165,17 +171,17 @@ func put(m map[string]map[string]int64, t events.Topic, p int32, v int64) {
 	m[string(t)][strconv.Itoa(int(p))] = v
 }
 
-// ExpectLocalDecision implements decisionExpecter.
+// ExpectLocalDecision implements DecisionExpecter.
 func (s *StoreState) ExpectLocalDecision(rec *pb.DecisionRecord, value []byte) {
 	s.Store.ExpectLocalDecision(rec, value)
 }
 
-// UnexpectLocalDecision implements decisionExpecter.
+// UnexpectLocalDecision implements DecisionExpecter.
 func (s *StoreState) UnexpectLocalDecision(id string) { s.Store.UnexpectLocalDecision(id) }
 
-// RecordLocalDecisionAt records a local decision whose log copy, value
-// (rec encoded, as appended), is at (partition, offset) of the decisions
-// topic (route.go): the store knows from its offsets whether it applied
+// RecordLocalDecisionAt implements PositionedDecisionRecorder: a local
+// decision whose log copy, value (rec encoded, as appended), is at
+// (partition, offset) of the decisions topic. The store knows from its offsets whether it applied
 // the copy, without reading Pebble, and reads the copy back without
 // decoding it.
 func (s *StoreState) RecordLocalDecisionAt(rec *pb.DecisionRecord, value []byte, at Position) {

@@ -340,7 +340,7 @@ func TestAlertRules(t *testing.T) {
 	covers("KV events of another block size than the registration", func(e string) bool {
 		return strings.Contains(e, "pdrouter_kv_block_size_mismatch_workers")
 	})
-	covers("audit outbox depth", func(e string) bool { return strings.Contains(e, "pdrouter_audit_outbox_records") })
+	covers("audit appends in flight", func(e string) bool { return strings.Contains(e, "pdrouter_audit_appends_in_flight") })
 	covers("audit append failures", func(e string) bool { return strings.Contains(e, "pdrouter_audit_append_failures_total") })
 	covers("audit append backlog", func(e string) bool { return strings.Contains(e, "pdrouter_audit_append_duration_seconds_bucket") })
 	covers("input refused at a boundary", func(e string) bool { return strings.Contains(e, "pdrouter_rejected_total") })
@@ -548,6 +548,6 @@ func TestDashboard(t *testing.T) {
 	need("apply rate", queried["pdrouter_statestore_applied_records_total"])
 	need("workers and their load", queried["pdrouter_workers"] && queried["pdrouter_active_requests"] && queried["pdrouter_kv_events_missing_workers"])
 	need("workers whose KV events have another block size", queried["pdrouter_kv_block_size_mismatch_workers"])
-	need("audit health", queried["pdrouter_audit_append_duration_seconds_bucket"] && queried["pdrouter_audit_append_failures_total"] && queried["pdrouter_audit_outbox_records"])
+	need("audit health", queried["pdrouter_audit_append_duration_seconds_bucket"] && queried["pdrouter_audit_append_failures_total"] && queried["pdrouter_audit_appends_in_flight"])
 	t.Logf("%d panels query %d metrics", len(ids), len(queried))
 }

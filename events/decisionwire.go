@@ -26,7 +26,10 @@ import (
 // then encodes it or fails with its own error: a message carrying unknown
 // fields (a record decoded from a newer schema), a nil element in a
 // repeated field, or a string that is not valid UTF-8.
-// TestDecisionWireMatchesProto compares both on random records.
+// TestDecisionWireMatchesProto compares both on random records;
+// TestDecisionWireCoversEverySchemaField on a record with every field of
+// the schema's descriptor set, so a field added to decisions.proto and not
+// here fails it instead of vanishing from the audit record.
 
 // decisionParts selects the bulky parts of a record appendDecision
 // writes; the header (every other field) is always written.

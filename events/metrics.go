@@ -22,6 +22,10 @@ func NewDecodeMetrics(reg prometheus.Registerer) *DecodeMetrics {
 			Help: "Records that could not be decoded and were skipped, by logical topic and reason.",
 		}, []string{"topic", "reason"}),
 	}
+	// The topics are known: their series exist at 0 from the start.
+	for _, t := range AllTopics {
+		m.Decoded.WithLabelValues(string(t))
+	}
 	if reg != nil {
 		reg.MustRegister(m.Decoded, m.Invalid)
 	}

@@ -25,7 +25,15 @@ const (
 	// applies (events.ValidateAt): an event time ahead of ingest's clock, a
 	// dp rank past events.MaxDPSize. Writing it would fail, and stop ingest.
 	ReasonInvalid = "invalid_batch"
+	// reasonOther: an error that is no DecodeError (ErrorReason).
+	reasonOther = "other"
 )
+
+// decodeErrorReasons are the values ErrorReason returns, each a series at 0
+// from the start.
+var decodeErrorReasons = [...]string{ReasonTooLarge, ReasonTruncated, ReasonBadMsgpack, ReasonTooDeep, ReasonNotArray,
+	ReasonBatchLength, ReasonTimestamp, ReasonEvents, ReasonDPRank, ReasonTrailing, ReasonEventShape, ReasonTag,
+	ReasonField, ReasonInvalid, reasonOther}
 
 // Reasons an event is demoted to UnknownEvent (see the package
 // documentation). Bounded label values of
@@ -36,6 +44,9 @@ const (
 	DemoteBlockSize  = "block_size_range"
 	DemoteTokenRange = "token_id_range"
 )
+
+// demoteReasons are the Demote* reasons, each a series at 0 from the start.
+var demoteReasons = [...]string{DemoteTokenCount, DemoteNoHashes, DemoteBlockSize, DemoteTokenRange}
 
 // DecodeError says what is wrong with a batch and where: the byte offset in
 // the payload, the event index and the field. An operator can find the bytes
@@ -72,5 +83,5 @@ func ErrorReason(err error) string {
 	if errors.As(err, &de) {
 		return de.Reason
 	}
-	return "other"
+	return reasonOther
 }

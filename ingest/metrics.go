@@ -137,6 +137,15 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m.Rejects.Init(rejects.ZMQBind, rejectUnknown)
 	m.ConnPanics.WithLabelValues(string(rejects.ZMQBind))
 	m.ConnPanics.WithLabelValues(string(rejects.ZMQDial))
+	for _, r := range decodeErrorReasons {
+		m.DecodeErrors.WithLabelValues(r)
+	}
+	for _, r := range demoteReasons {
+		m.Demoted.WithLabelValues(r)
+	}
+	for _, r := range []string{"ok", "error"} {
+		m.Scrapes.WithLabelValues(r)
+	}
 	if reg != nil {
 		reg.MustRegister(m.Batches, m.Events, m.Demoted, m.DecodeErrors, m.FrameErrors, m.Gaps, m.Replays, m.Replayed,
 			m.Resets, m.ProduceErrors, m.Produced, m.QueueDepth, m.Lag, m.Scrapes, m.Unrouted, m.Split, m.ConnPanics)

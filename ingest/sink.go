@@ -78,6 +78,12 @@ type KafkaSink struct {
 
 // NewKafkaSink wraps cl, which the caller owns (and flushes and closes).
 func NewKafkaSink(cl *kgo.Client, names events.Names, m *Metrics, log *slog.Logger) *KafkaSink {
+	// The topics ingest writes are known: their series exist at 0 from the
+	// start.
+	for _, t := range []events.Topic{events.TopicKvEvents, events.TopicLoad} {
+		m.Produced.WithLabelValues(names.Physical(t))
+		m.ProduceErrors.WithLabelValues(names.Physical(t))
+	}
 	return &KafkaSink{cl: cl, names: names, metrics: m, log: log, MaxRecordBytes: DefaultMaxRecordBytes, resetting: map[string]bool{}}
 }
 

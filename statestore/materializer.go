@@ -140,9 +140,11 @@ func (m *Materializer) discover(ctx context.Context) (map[string]map[int32]kgo.O
 		}
 		m.known[tp] = true
 		off := kgo.NewOffset().AtStart()
-		if next, ok := stored.Get(t, lo.Partition); ok {
+		next, ok := stored.Get(t, lo.Partition)
+		if ok {
 			off = kgo.NewOffset().At(next)
 		}
+		m.s.met.partitionKnown(t, lo.Partition, next)
 		if add[lo.Topic] == nil {
 			add[lo.Topic] = map[int32]kgo.Offset{}
 		}

@@ -5,6 +5,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/pdrouter/pdrouter/decider"
 	"github.com/pdrouter/pdrouter/events"
 	"github.com/pdrouter/pdrouter/internal/rejects"
 )
@@ -133,6 +134,19 @@ func newMetrics(reg prometheus.Registerer, dm *events.DecodeMetrics) *Metrics {
 		Help: "Pebble file operations still running after 5s (Pebble's disk health check): a sign of a saturated or failing data disk.",
 	})
 
+	// Series whose label values are known exist at 0 from the start, so
+	// dashboards and alerts see 0 rather than nothing; the partitions of a
+	// topic are known once the materializer discovers them (partitionKnown).
+	for _, t := range events.AllTopics {
+		m.applied.WithLabelValues(string(t))
+		m.topicLag.WithLabelValues(string(t))
+	}
+	for _, c := range clearCauses {
+		m.resets.WithLabelValues(c)
+	}
+	for _, pw := range workerSeries {
+		m.workers.WithLabelValues(pw.pool, pw.state)
+	}
 	// The series of refusals exist at 0 from the start (skip.go).
 	m.rejected.Init(rejects.Registration, reasonTooManyWorkers)
 	m.decode.Invalid.WithLabelValues(string(events.TopicWorkers), reasonTooManyWorkers)
@@ -147,13 +161,48 @@ func newMetrics(reg prometheus.Registerer, dm *events.DecodeMetrics) *Metrics {
 	return m
 }
 
+// Causes of pdrouter_kv_worker_clears_total.
+const (
+	causeCleared     = "cleared"
+	causeSourceReset = "source_reset"
+	causeTombstone   = "tombstone"
+)
+
+var clearCauses = [...]string{causeCleared, causeSourceReset, causeTombstone}
+
+// States of pdrouter_workers.
+const (
+	workerReady       = "ready"
+	workerUnavailable = "unavailable"
+	workerKVMissing   = "kv_events_missing"
+)
+
+type workerSeriesKey struct{ pool, state string }
+
+// workerSeries are the (pool, state) series of pdrouter_workers: only a
+// decode worker can miss KV events (a prefill worker's cache is not read).
+var workerSeries = [...]workerSeriesKey{
+	{string(decider.PoolDecode), workerReady}, {string(decider.PoolDecode), workerUnavailable},
+	{string(decider.PoolDecode), workerKVMissing},
+	{string(decider.PoolPrefill), workerReady}, {string(decider.PoolPrefill), workerUnavailable},
+}
+
+// partitionKnown creates the series of a partition the materializer
+// discovered, at next (the stored next offset, 0 when nothing was applied)
+// and a lag of 0 until the next lag check.
+func (m *Metrics) partitionKnown(t events.Topic, partition int32, next int64) {
+	p := strconv.Itoa(int(partition))
+	m.offset.WithLabelValues(string(t), p).Set(float64(next))
+	m.lag.WithLabelValues(string(t), p)
+}
+
 // addStats moves the counters of apply rules into the metrics.
 func (m *Metrics) addStats(s *applyStats) {
 	m.removeUnknown.Add(float64(s.removeUnknown))
 	m.orphans.Add(float64(s.orphans))
-	m.resets.WithLabelValues("cleared").Add(float64(s.cleared))
-	m.resets.WithLabelValues("source_reset").Add(float64(s.resets))
-	m.resets.WithLabelValues("tombstone").Add(float64(s.tombstones))
+	m.resets.WithLabelValues(causeCleared).Add(float64(s.cleared))
+	m.resets.WithLabelValues(causeSourceReset).Add(float64(s.resets))
+	m.resets.WithLabelValues(causeTombstone).Add(float64(s.tombstones))
 	m.staleLoads.Add(float64(s.staleLoads))
 	m.afterTomb.Add(float64(s.afterTombstone))
 	m.races.Add(float64(s.races))
@@ -165,17 +214,25 @@ func (m *Metrics) observeState(st *state) {
 	for t := Tier(0); t < numTiers; t++ {
 		m.blocks.WithLabelValues(t.String()).Set(float64(st.tierBlocks[t]))
 	}
-	m.workers.Reset()
+	// Every (pool, state) is set, 0 included, so a series never vanishes
+	// when the last worker of its kind leaves.
+	counts := make(map[workerSeriesKey]int, len(workerSeries))
+	for _, k := range workerSeries {
+		counts[k] = 0
+	}
 	for ref := range st.viewInfos {
 		w := &st.viewInfos[ref]
-		state := "ready"
+		state := workerReady
 		switch {
 		case w.Unavailable:
-			state = "unavailable"
+			state = workerUnavailable
 		case st.workers[st.viewSlots[ref]].kvMissing:
-			state = "kv_events_missing"
+			state = workerKVMissing
 		}
-		m.workers.WithLabelValues(string(w.Pool), state).Inc()
+		counts[workerSeriesKey{string(w.Pool), state}]++
+	}
+	for k, n := range counts {
+		m.workers.WithLabelValues(k.pool, k.state).Set(float64(n))
 	}
 	m.active.Set(float64(st.act.active))
 	m.kvMissing.Set(float64(st.kvMissing))

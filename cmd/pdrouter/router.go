@@ -137,6 +137,9 @@ type routerRun struct {
 	ingestCfg *ingest.Config
 	// listening is called with the API's address once it accepts requests.
 	listening func(addr string)
+	// registerer, when set, wraps the metrics registry for the replica's
+	// parts, so a test sees every family they register, series or not.
+	registerer func(prometheus.Registerer) prometheus.Registerer
 }
 
 // storeOptions are the replica's statestore options: its flags and the
@@ -176,8 +179,12 @@ func (r *routerRun) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	registry := prometheus.NewRegistry()
+	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	var reg prometheus.Registerer = registry
+	if r.registerer != nil {
+		reg = r.registerer(registry)
+	}
 	sopts := r.storeOptions(cfg, reg)
 	store, err := r.openStore(ctx, sopts)
 	if err != nil {
@@ -239,7 +246,7 @@ func (r *routerRun) run(ctx context.Context) error {
 		Records: api.NewLogDecisionReader(prod, a.names()),
 		Started: started,
 	},
-		api.WithLogger(a.log), api.WithMetrics(reg, reg), api.WithReplicaID(f.replicaID),
+		api.WithLogger(a.log), api.WithMetrics(reg, registry), api.WithReplicaID(f.replicaID),
 		api.WithAuthToken(f.authToken), api.WithReadyLag(f.readyLag), api.WithAfterTimeout(f.afterTimeout),
 		api.WithAuditTimeout(f.auditTimeout), api.WithBodyLimit(f.bodyLimit), api.WithMaxTokens(f.maxTokens), api.WithMaxWorkers(f.maxWorkers),
 		api.WithReadTimeout(f.httpReadTimeout), api.WithMaxHeaderBytes(f.httpMaxHeaderBytes), api.WithMaxAfterPartitions(f.maxAfterPartitions),

@@ -7,8 +7,6 @@ import (
 	"sync"
 	"unicode/utf8"
 	"unsafe"
-
-	pb "github.com/pdrouter/pdrouter/events/eventspb"
 )
 
 // The hot path of POST /v1/route: a route body is mostly one large array of
@@ -444,23 +442,6 @@ func (s *fastScanner) after(req *routeRequest, maxAfter int) bool {
 // maxPooledBody bounds the route bodies kept for reuse: a rare huge body
 // is left to the garbage collector.
 const maxPooledBody = 1 << 20
-
-// localDecisionAtRecorder is a State that can record a local decision
-// knowing where its log copy landed (StoreState): it then knows from its
-// applied offsets whether the copy was applied already, without a read.
-type localDecisionAtRecorder interface {
-	RecordLocalDecisionAt(rec *pb.DecisionRecord, value []byte, at Position)
-}
-
-// decisionExpecter is a State that can be told of a decision before its
-// append (StoreState): when the log copy is applied before the decision is
-// recorded, it is then recognized by its bytes, not decoded again. Recording
-// the decision ends the announcement; a failed append ends it with
-// UnexpectLocalDecision.
-type decisionExpecter interface {
-	ExpectLocalDecision(rec *pb.DecisionRecord, value []byte)
-	UnexpectLocalDecision(id string)
-}
 
 // hashesOf is hs as []uint64, without a copy (hashValue is a uint64).
 func hashesOf(hs []hashValue) []uint64 {
