@@ -12,6 +12,7 @@ type Decider struct {
 	cfg              Config
 	hash             string
 	prefillThreshold float64
+	rule             policyRule // of cfg.Disagg.Policy
 }
 
 // New validates cfg (Config.Validate) and returns a Decider for it. The registry check
@@ -22,7 +23,8 @@ func New(cfg Config) (*Decider, error) {
 		return nil, err
 	}
 	thr, _ := cfg.PrefillBusyThreshold()
-	return &Decider{cfg: cfg, hash: cfg.Hash(), prefillThreshold: thr}, nil
+	spec, _ := LookupPolicy(cfg.Disagg.Policy) // Validate accepts only registered policies
+	return &Decider{cfg: cfg, hash: cfg.Hash(), prefillThreshold: thr, rule: spec.rule}, nil
 }
 
 // Config returns the config the Decider runs with.
