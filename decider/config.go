@@ -18,21 +18,6 @@ const (
 	RouterModeRandom     RouterMode = "random"
 )
 
-// Policy is the conditional disaggregation policy (conditional-disagg.md, Step 2).
-type Policy string
-
-const (
-	PolicyISLBounding Policy = "isl_bounding"
-	PolicyPrefillLoad Policy = "prefill_load"
-	PolicyISLOrLoad   Policy = "isl_or_load"
-)
-
-// usesLoad reports whether the policy reads prefill_busy_threshold.
-func (p Policy) usesLoad() bool { return p == PolicyPrefillLoad || p == PolicyISLOrLoad }
-
-// usesISL reports whether the policy reads the effective ISL thresholds.
-func (p Policy) usesISL() bool { return p == PolicyISLBounding || p == PolicyISLOrLoad }
-
 // BusySource selects what the decode busy guard reads (a pdrouter addition).
 type BusySource string
 

@@ -16,8 +16,8 @@ import (
 // can change the accepted keys at run time.
 func disaggFields() [6]string {
 	return [6]string{
-		fieldPolicy, fieldEffISLThreshold, fieldEffISLRatioThreshold,
-		fieldPrefillBusyThreshold, fieldDecodeBusyThreshold, fieldDecodeBusySource,
+		FieldPolicy, FieldEffISLThreshold, FieldEffISLRatioThreshold,
+		FieldPrefillBusyThreshold, FieldDecodeBusyThreshold, FieldDecodeBusySource,
 	}
 }
 
@@ -85,17 +85,17 @@ func setDisaggField(cfg *DisaggConfig, key string, raw json.RawMessage) error {
 		return nil
 	}
 	switch key {
-	case fieldPolicy, fieldDecodeBusySource:
+	case FieldPolicy, FieldDecodeBusySource:
 		var s string
 		if err := json.Unmarshal(raw, &s); err != nil {
 			return cfgErr(key, "must be a string, got %s", clip(raw))
 		}
-		if key == fieldPolicy {
+		if key == FieldPolicy {
 			cfg.Policy = Policy(s)
 		} else {
 			cfg.DecodeBusySource = BusySource(s)
 		}
-	case fieldEffISLThreshold:
+	case FieldEffISLThreshold:
 		n, ok := jsonNumber(raw)
 		if !ok {
 			return cfgErr(key, "must be a number, got %s; %s", clip(raw), validRangeNonNegativeInt64)
@@ -105,7 +105,7 @@ func setDisaggField(cfg *DisaggConfig, key string, raw json.RawMessage) error {
 			return cfgErr(key, "is %s; %s", n, validRangeNonNegativeInt64)
 		}
 		cfg.EffISLThreshold = v
-	case fieldEffISLRatioThreshold, fieldPrefillBusyThreshold, fieldDecodeBusyThreshold:
+	case FieldEffISLRatioThreshold, FieldPrefillBusyThreshold, FieldDecodeBusyThreshold:
 		n, ok := jsonNumber(raw)
 		if !ok {
 			return cfgErr(key, "must be a number, got %s", clip(raw))
@@ -115,9 +115,9 @@ func setDisaggField(cfg *DisaggConfig, key string, raw json.RawMessage) error {
 			return cfgErr(key, "is %s, which is not a finite number", n)
 		}
 		switch key {
-		case fieldEffISLRatioThreshold:
+		case FieldEffISLRatioThreshold:
 			cfg.EffISLRatioThreshold = v
-		case fieldPrefillBusyThreshold:
+		case FieldPrefillBusyThreshold:
 			cfg.PrefillBusyThreshold = Some(v)
 		default:
 			cfg.DecodeBusyThreshold = Some(v)

@@ -88,25 +88,49 @@ func TestParseDisaggConfigErrors(t *testing.T) {
 	}
 }
 
+// TestValidateLoadPolicyNeedsThreshold: a policy that reads prefill_busy_threshold
+// needs one, set or inherited from --router-queue-threshold; any other policy does not.
 func TestValidateLoadPolicyNeedsThreshold(t *testing.T) {
-	for _, p := range []decider.Policy{decider.PolicyPrefillLoad, decider.PolicyISLOrLoad} {
+	loads := 0
+	for _, spec := range decider.Policies() {
 		cfg := decider.DefaultConfig()
-		cfg.Disagg.Policy = p
+		cfg.Disagg.Policy = spec.Name
 		err := cfg.Validate()
+		if !spec.ReadsField(decider.FieldPrefillBusyThreshold) {
+			if err != nil {
+				t.Fatalf("%s reads no prefill busy threshold but is refused without one: %v", spec.Name, err)
+			}
+			continue
+		}
+		loads++
 		if err == nil || !strings.Contains(err.Error(), "prefill_busy_threshold is unset and --router-queue-threshold is unset") {
-			t.Fatalf("%s: %v", p, err)
+			t.Fatalf("%s: %v", spec.Name, err)
 		}
 		cfg.QueueThreshold = decider.Some(0.8) // inherited
 		if err := cfg.Validate(); err != nil {
-			t.Fatalf("%s with queue threshold: %v", p, err)
+			t.Fatalf("%s with queue threshold: %v", spec.Name, err)
 		}
 		if thr, ok := cfg.PrefillBusyThreshold(); !ok || thr != 0.8 {
 			t.Fatalf("inherited %v %v", thr, ok)
 		}
 	}
-	cfg := decider.DefaultConfig() // isl_bounding needs no threshold
-	if err := cfg.Validate(); err != nil {
-		t.Fatal(err)
+	if loads < 2 {
+		t.Fatalf("%d policies read prefill_busy_threshold; prefill_load and isl_or_load do", loads)
+	}
+}
+
+// TestValidatePolicyNamesTheTable: every policy of the table is accepted by name, and
+// an unknown one is refused with a message that lists every policy of the table.
+func TestValidatePolicyNamesTheTable(t *testing.T) {
+	for _, name := range decider.PolicyNames() {
+		if _, err := decider.ParseDisaggConfig([]byte(`{"policy":"` + name + `","prefill_busy_threshold":1}`)); err != nil {
+			t.Errorf("policy %s: %v", name, err)
+		}
+	}
+	_, err := decider.ParseDisaggConfig([]byte(`{"policy":"nope"}`))
+	want := `policy is "nope"; valid values are ` + strings.Join(decider.PolicyNames(), ", ")
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("got %v, want a message containing %q", err, want)
 	}
 }
 

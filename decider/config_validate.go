@@ -11,21 +11,29 @@ import (
 
 // Flag names, shared with deciderflags so that error messages and flags cannot drift.
 const (
-	FlagRouterMode             = "router-mode"
-	FlagKVEvents               = "router-kv-events"
-	FlagConditionalDisagg      = "router-conditional-disagg"
-	FlagConditionalDisaggCfg   = "router-conditional-disagg-config"
-	FlagQueueThreshold         = "router-queue-threshold"
-	FlagOverlapScoreCredit     = "router-kv-overlap-score-credit"
-	FlagPrefillLoadScale       = "router-prefill-load-scale"
-	FlagTemperature            = "router-temperature"
-	FlagActiveRequestExpiry    = "router-active-request-expiry"
-	fieldPolicy                = "policy"
-	fieldEffISLThreshold       = "eff_isl_threshold"
-	fieldEffISLRatioThreshold  = "eff_isl_ratio_threshold"
-	fieldPrefillBusyThreshold  = "prefill_busy_threshold"
-	fieldDecodeBusyThreshold   = "decode_busy_threshold"
-	fieldDecodeBusySource      = "decode_busy_source"
+	FlagRouterMode           = "router-mode"
+	FlagKVEvents             = "router-kv-events"
+	FlagConditionalDisagg    = "router-conditional-disagg"
+	FlagConditionalDisaggCfg = "router-conditional-disagg-config"
+	FlagQueueThreshold       = "router-queue-threshold"
+	FlagOverlapScoreCredit   = "router-kv-overlap-score-credit"
+	FlagPrefillLoadScale     = "router-prefill-load-scale"
+	FlagTemperature          = "router-temperature"
+	FlagActiveRequestExpiry  = "router-active-request-expiry"
+)
+
+// Keys of the JSON of --router-conditional-disagg-config. A PolicySpec names the keys
+// its rule reads with them.
+const (
+	FieldPolicy               = "policy"
+	FieldEffISLThreshold      = "eff_isl_threshold"
+	FieldEffISLRatioThreshold = "eff_isl_ratio_threshold"
+	FieldPrefillBusyThreshold = "prefill_busy_threshold"
+	FieldDecodeBusyThreshold  = "decode_busy_threshold"
+	FieldDecodeBusySource     = "decode_busy_source"
+)
+
+const (
 	validRangeNonNegative      = "valid range is [0, +Inf)"
 	validRangeUnit             = "valid range is [0.0, 1.0]"
 	validRangeNonNegativeInt64 = "valid range is integers in [0, 9223372036854775807]"
@@ -71,9 +79,9 @@ func (c *Config) Validate() error {
 	if c.ActiveRequestExpiry <= 0 {
 		add(&ConfigError{Flag: FlagActiveRequestExpiry, Msg: fmt.Sprintf("is %s; valid range is (0s, +Inf)", c.ActiveRequestExpiry)})
 	}
-	if c.Disagg.Policy.usesLoad() {
+	if spec, ok := LookupPolicy(c.Disagg.Policy); ok && spec.ReadsField(FieldPrefillBusyThreshold) {
 		if _, ok := c.PrefillBusyThreshold(); !ok {
-			add(&ConfigError{Flag: FlagConditionalDisaggCfg, Field: fieldPrefillBusyThreshold, Msg: fmt.Sprintf(
+			add(&ConfigError{Flag: FlagConditionalDisaggCfg, Field: FieldPrefillBusyThreshold, Msg: fmt.Sprintf(
 				"is unset and --%s is unset, but policy %s needs a prefill busy threshold; set one of them (%s)",
 				FlagQueueThreshold, c.Disagg.Policy, validRangeNonNegative)})
 		}
@@ -96,30 +104,28 @@ func (c *Config) Validate() error {
 // Validate checks the JSON config's values.
 func (d *DisaggConfig) Validate() error {
 	var errs []error
-	switch d.Policy {
-	case PolicyISLBounding, PolicyPrefillLoad, PolicyISLOrLoad:
-	default:
-		errs = append(errs, &ConfigError{Flag: FlagConditionalDisaggCfg, Field: fieldPolicy,
-			Msg: fmt.Sprintf("is %q; valid values are isl_bounding, prefill_load, isl_or_load", string(d.Policy))})
+	if _, ok := LookupPolicy(d.Policy); !ok {
+		errs = append(errs, &ConfigError{Flag: FlagConditionalDisaggCfg, Field: FieldPolicy,
+			Msg: fmt.Sprintf("is %q; valid values are %s", string(d.Policy), strings.Join(PolicyNames(), ", "))})
 	}
 	if d.EffISLThreshold < 0 {
-		errs = append(errs, &ConfigError{Flag: FlagConditionalDisaggCfg, Field: fieldEffISLThreshold,
+		errs = append(errs, &ConfigError{Flag: FlagConditionalDisaggCfg, Field: FieldEffISLThreshold,
 			Msg: fmt.Sprintf("is %d; %s", d.EffISLThreshold, validRangeNonNegativeInt64)})
 	}
 	if r := d.EffISLRatioThreshold; !(r >= 0 && r <= 1) {
-		errs = append(errs, &ConfigError{Flag: FlagConditionalDisaggCfg, Field: fieldEffISLRatioThreshold,
+		errs = append(errs, &ConfigError{Flag: FlagConditionalDisaggCfg, Field: FieldEffISLRatioThreshold,
 			Msg: fmt.Sprintf("is %s; %s", fmtFloat(r), validRangeUnit)})
 	}
-	if err := checkNonNegative(FlagConditionalDisaggCfg, fieldPrefillBusyThreshold, d.PrefillBusyThreshold); err != nil {
+	if err := checkNonNegative(FlagConditionalDisaggCfg, FieldPrefillBusyThreshold, d.PrefillBusyThreshold); err != nil {
 		errs = append(errs, err)
 	}
-	if err := checkNonNegative(FlagConditionalDisaggCfg, fieldDecodeBusyThreshold, d.DecodeBusyThreshold); err != nil {
+	if err := checkNonNegative(FlagConditionalDisaggCfg, FieldDecodeBusyThreshold, d.DecodeBusyThreshold); err != nil {
 		errs = append(errs, err)
 	}
 	switch d.DecodeBusySource {
 	case BusySourceRouter, BusySourceWorker, BusySourceMax:
 	default:
-		errs = append(errs, &ConfigError{Flag: FlagConditionalDisaggCfg, Field: fieldDecodeBusySource,
+		errs = append(errs, &ConfigError{Flag: FlagConditionalDisaggCfg, Field: FieldDecodeBusySource,
 			Msg: fmt.Sprintf("is %q; valid values are router, worker, max", string(d.DecodeBusySource))})
 	}
 	return errors.Join(errs...)

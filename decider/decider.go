@@ -12,7 +12,8 @@ type Decider struct {
 	cfg              Config
 	hash             string
 	prefillThreshold float64
-	tokenCost        bool // Version ≥ 2 (version.go)
+	tokenCost        bool       // Version ≥ 2 (version.go)
+	rule             policyRule // of cfg.Disagg.Policy
 }
 
 // New validates cfg (Config.Validate) and returns a Decider for it. The registry check
@@ -23,7 +24,8 @@ func New(cfg Config) (*Decider, error) {
 		return nil, err
 	}
 	thr, _ := cfg.PrefillBusyThreshold()
-	return &Decider{cfg: cfg, hash: cfg.Hash(), prefillThreshold: thr, tokenCost: true}, nil
+	spec, _ := LookupPolicy(cfg.Disagg.Policy) // Validate accepts only registered policies
+	return &Decider{cfg: cfg, hash: cfg.Hash(), prefillThreshold: thr, tokenCost: true, rule: spec.rule}, nil
 }
 
 // Config returns the config the Decider runs with.

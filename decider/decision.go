@@ -42,6 +42,9 @@ const (
 	CheckPrefillBusy CheckName = "prefill_busy_threshold"
 	// CheckDecodeBusy: decode_busy(d) > decode_busy_threshold × total_kv_blocks(d).
 	CheckDecodeBusy CheckName = "decode_busy_threshold"
+	// CheckPolicyRule: the policy's rule compares no threshold; it settled the mode by
+	// itself (Distance is then 0).
+	CheckPolicyRule CheckName = "policy_rule"
 )
 
 // Notes explain a Check whose inputs were missing or substituted. They are constants so

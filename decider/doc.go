@@ -50,7 +50,11 @@
 //
 // The prefill worker is chosen the same way among prefill workers, with no decode term.
 //
-// # Steps 2 and 3: policy and decode guard (policy.go, policy_isl.go, policy_load.go, guard.go)
+// # Steps 2 and 3: policy and decode guard (mode.go, policy_*.go, guard.go)
+//
+// policy.go holds the policy table: each policy once, with its summary, the config keys
+// its rule reads, its reason codes and its rule. Validation, the flag help, `sim
+// compare`, `tune` and the OpenAPI enums derive their lists from it.
 //
 //   - No eligible prefill worker: local, aggregated_no_prefill_workers (even with the
 //     feature off).

@@ -113,7 +113,8 @@ func randomFleet(rng *rand.Rand, nDecode, nPrefill int) *fleet {
 func randomConfig(rng *rand.Rand) decider.Config {
 	cfg := decider.DefaultConfig()
 	cfg.ConditionalDisagg = true
-	cfg.Disagg.Policy = []decider.Policy{decider.PolicyISLBounding, decider.PolicyPrefillLoad, decider.PolicyISLOrLoad}[rng.IntN(3)]
+	policies := decider.PolicyNames()
+	cfg.Disagg.Policy = decider.Policy(policies[rng.IntN(len(policies))])
 	cfg.Disagg.EffISLThreshold = rng.Int64N(4000)
 	cfg.Disagg.EffISLRatioThreshold = rng.Float64()
 	cfg.Disagg.PrefillBusyThreshold = decider.Some(rng.Float64() * 2)

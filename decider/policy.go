@@ -1,70 +1,125 @@
 package decider
 
-// decideMode applies Step 2 (the policy) and Step 3 (the decode guard) and sets Mode,
-// Reason, PolicyBypass, DecidedBy and Distance. d is the chosen decode row; p is the
-// prefill row the router would pick, or nil when no prefill worker is eligible.
-func (dc *Decider) decideMode(dst *Decision, d, p *Candidate) {
-	cfg := &dc.cfg.Disagg
-	switch {
-	case p == nil:
-		// Local prefill is the only way, whether or not the feature is on.
-		dst.Mode, dst.Reason, dst.DecidedBy = ModeLocal, ReasonAggregatedNoPrefill, CheckPrefillPool
-		return
-	case !dc.cfg.ConditionalDisagg:
-		dst.Mode, dst.Reason, dst.DecidedBy = ModeRemote, ReasonDisabled, CheckFeatureOff
-		return
-	}
+import "slices"
 
-	// Step 2: the policy. decider is the check that settled it.
-	var bypass, islBypass bool
-	var decider *Check
-	switch cfg.Policy {
-	case PolicyISLBounding:
-		islBypass = islCondition(dst, cfg)
-		bypass, decider = islBypass, islDecider(dst, islBypass)
-	case PolicyPrefillLoad:
-		bypass, decider = prefillBusy(dst, p, dc.prefillThreshold), &dst.PrefillBusy
-	case PolicyISLOrLoad:
-		// Either condition allows the bypass. A missing load sample makes the load
-		// condition false, which leaves the ISL condition alone, as the spec asks.
-		islBypass = islCondition(dst, cfg)
-		load := prefillBusy(dst, p, dc.prefillThreshold)
-		bypass = islBypass || load
-		if islBypass || !load {
-			decider = islDecider(dst, islBypass)
-		} else {
-			decider = &dst.PrefillBusy
+// Policy is the conditional disaggregation policy (conditional-disagg.md, Step 2).
+type Policy string
+
+const (
+	PolicyISLBounding Policy = "isl_bounding"
+	PolicyPrefillLoad Policy = "prefill_load"
+	PolicyISLOrLoad   Policy = "isl_or_load"
+)
+
+// PolicySpec describes one policy. The table of policyTable is the one place a policy
+// is declared: config validation, the flag help, `sim compare`, `tune` and the
+// OpenAPI enums all read it, so that adding a policy means adding a row and its rule
+// (and spec cases in testdata/spec.txt, which TestSpecCoversEveryPolicy asks for).
+type PolicySpec struct {
+	Name Policy
+	// Summary is one line for help texts and reports: when the policy bypasses.
+	Summary string
+	// Reads lists the keys of --router-conditional-disagg-config the policy's rule
+	// reads (the guard's keys are read under every policy). Validation requires a
+	// prefill busy threshold only of a policy that reads it; tune moves only the ISL
+	// thresholds of a policy that reads them.
+	Reads []string
+	// Reasons lists every reason code a decision under this policy can carry once the
+	// policy has run; TestPolicyReasonsDeclared holds the rule to it.
+	Reasons []Reason
+	rule    policyRule
+}
+
+// policyRule is Step 2 of a policy: whether it asks for the bypass (local prefill) of
+// the request in dst, on chosen prefill row p (never nil), and which of dst's checks
+// settled that. It records its checks in dst, so it must not allocate.
+type policyRule func(dst *Decision, cfg *DisaggConfig, p *Candidate, prefillThreshold float64) ruleResult
+
+// ruleResult is what a policyRule found.
+type ruleResult struct {
+	bypass bool
+	// decider is the check of dst that settled the bypass, or nil when the rule
+	// compares nothing (DecidedBy is then CheckPolicyRule).
+	decider *Check
+	// emptyPrompt is set when the bypass came from the rule that an empty prompt
+	// always bypasses, which no threshold decided.
+	emptyPrompt bool
+}
+
+// ReadsField reports whether the policy reads the config key field.
+func (s *PolicySpec) ReadsField(field string) bool { return slices.Contains(s.Reads, field) }
+
+// guardReasons are the reasons a policy that can both ask for and decline the bypass
+// produces: its own "no", then the decode guard's answers to its "yes".
+func guardReasons() []Reason {
+	return []Reason{ReasonDeclinedByPolicy, ReasonAllowedGateDisabled, ReasonAllowedDecodeNotBusy,
+		ReasonDeniedDecodeBusy, ReasonDeniedDecodeBusyUnknown}
+}
+
+// policyTable lists every policy once, in the order help texts and comparisons show
+// them. It is a function, not a package variable, so that no code can change the
+// policies at run time.
+func policyTable() []PolicySpec {
+	return []PolicySpec{
+		{
+			Name:    PolicyISLBounding,
+			Summary: "bypass iff eff < eff_isl_threshold and ratio < eff_isl_ratio_threshold (an empty prompt always bypasses)",
+			Reads:   []string{FieldEffISLThreshold, FieldEffISLRatioThreshold},
+			Reasons: guardReasons(),
+			rule:    islBoundingRule,
+		},
+		{
+			Name:    PolicyPrefillLoad,
+			Summary: "bypass iff the prefill worker the router would pick is busy (its active prefill tokens > prefill_busy_threshold × max_num_batched_tokens)",
+			Reads:   []string{FieldPrefillBusyThreshold},
+			Reasons: guardReasons(),
+			rule:    prefillLoadRule,
+		},
+		{
+			Name:    PolicyISLOrLoad,
+			Summary: "bypass iff isl_bounding or prefill_load would",
+			Reads:   []string{FieldEffISLThreshold, FieldEffISLRatioThreshold, FieldPrefillBusyThreshold},
+			Reasons: guardReasons(),
+			rule:    islOrLoadRule,
+		},
+	}
+}
+
+// Policies returns every policy, in the table's order. The slice is the caller's.
+func Policies() []PolicySpec { return policyTable() }
+
+// PolicyNames returns the name of every policy, in the table's order.
+func PolicyNames() []string {
+	t := policyTable()
+	out := make([]string, len(t))
+	for i := range t {
+		out[i] = string(t[i].Name)
+	}
+	return out
+}
+
+// LookupPolicy returns the policy named p.
+func LookupPolicy(p Policy) (PolicySpec, bool) {
+	for _, s := range policyTable() {
+		if s.Name == p {
+			return s, true
 		}
 	}
-	dst.PolicyBypass = bypass
+	return PolicySpec{}, false
+}
 
-	// Step 3: the guard, a veto on a bypass. It is evaluated even when the policy
-	// declined, so that what-if tooling sees how it stood.
-	guardOn := cfg.DecodeBusyThreshold.Set
-	var known, busy bool
-	if guardOn {
-		known, busy = decodeBusy(dst, d, cfg)
+// Reasons returns every reason code a decision can carry: those of the policies, in
+// the table's order without repeats, then the two that are settled before any policy
+// runs (no prefill worker, feature off). These are the values of the reason label and
+// of the API's reason enum.
+func Reasons() []Reason {
+	var out []Reason
+	for _, s := range policyTable() {
+		for _, r := range s.Reasons {
+			if !slices.Contains(out, r) {
+				out = append(out, r)
+			}
+		}
 	}
-	switch {
-	case !bypass:
-		dst.Mode, dst.Reason = ModeRemote, ReasonDeclinedByPolicy
-	case !guardOn:
-		dst.Mode, dst.Reason = ModeLocal, ReasonAllowedGateDisabled
-	case !known:
-		dst.Mode, dst.Reason, decider = ModeRemote, ReasonDeniedDecodeBusyUnknown, &dst.DecodeBusy
-	case busy:
-		dst.Mode, dst.Reason, decider = ModeRemote, ReasonDeniedDecodeBusy, &dst.DecodeBusy
-	default:
-		dst.Mode, dst.Reason, decider = ModeLocal, ReasonAllowedDecodeNotBusy, &dst.DecodeBusy
-	}
-
-	if islBypass && dst.PromptTokens == 0 && decider != &dst.DecodeBusy {
-		// No threshold decided: an empty prompt always bypasses.
-		dst.DecidedBy = CheckEmptyPrompt
-		return
-	}
-	dst.DecidedBy = decider.Name
-	if decider.Known {
-		dst.Distance = decider.Value - decider.Limit
-	}
+	return append(out, ReasonAggregatedNoPrefill, ReasonDisabled)
 }

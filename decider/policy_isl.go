@@ -38,3 +38,9 @@ func islDecider(dst *Decision, passed bool) *Check {
 	}
 	return e
 }
+
+// islBoundingRule is the isl_bounding policy.
+func islBoundingRule(dst *Decision, cfg *DisaggConfig, _ *Candidate, _ float64) ruleResult {
+	ok := islCondition(dst, cfg)
+	return ruleResult{bypass: ok, decider: islDecider(dst, ok), emptyPrompt: ok && dst.PromptTokens == 0}
+}

@@ -26,3 +26,8 @@ func prefillBusy(dst *Decision, p *Candidate, threshold float64) bool {
 	dst.PrefillBusy = c
 	return c.Hit
 }
+
+// prefillLoadRule is the prefill_load policy.
+func prefillLoadRule(dst *Decision, _ *DisaggConfig, p *Candidate, threshold float64) ruleResult {
+	return ruleResult{bypass: prefillBusy(dst, p, threshold), decider: &dst.PrefillBusy}
+}

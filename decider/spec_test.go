@@ -32,6 +32,51 @@ func TestSpec(t *testing.T) {
 	}
 }
 
+// TestSpecCoversEveryPolicy: every policy of the table has a section of spec cases
+// (named policy/rule) that run under it, so a new policy comes with its spec, and
+// every reason code is the expected outcome of some case.
+func TestSpecCoversEveryPolicy(t *testing.T) {
+	cases := parseSpecFile(t, "testdata/spec.txt")
+	sections := map[string]int{}
+	reasons := map[string]bool{}
+	for _, c := range cases {
+		section, _, _ := strings.Cut(c.name, "/")
+		policy := decider.DefaultDisaggConfig().Policy
+		for _, l := range c.lines {
+			switch l.verb {
+			case "disagg":
+				d, err := decider.ParseDisaggConfig([]byte(l.args[0]))
+				if err != nil {
+					t.Fatalf("line %d: %v", l.line, err)
+				}
+				policy = d.Policy
+			case "expect":
+				for _, a := range l.args {
+					if r, ok := strings.CutPrefix(a, "reason="); ok {
+						reasons[r] = true
+					}
+				}
+			}
+		}
+		if _, ok := decider.LookupPolicy(decider.Policy(section)); ok {
+			if policy != decider.Policy(section) {
+				t.Errorf("line %d: case %s runs under policy %s", c.line, c.name, policy)
+			}
+			sections[section]++
+		}
+	}
+	for _, name := range decider.PolicyNames() {
+		if sections[name] == 0 {
+			t.Errorf("testdata/spec.txt has no case %s/...: add the spec of policy %s", name, name)
+		}
+	}
+	for _, r := range decider.Reasons() {
+		if !reasons[string(r)] {
+			t.Errorf("testdata/spec.txt expects reason=%s of no case", r)
+		}
+	}
+}
+
 type specLine struct {
 	line int
 	verb string

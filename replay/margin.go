@@ -141,6 +141,9 @@ func modeOf(d *decider.Decision) ModeDecision {
 	case decider.CheckEmptyPrompt:
 		m.Rule = "prompt_tokens == 0 always bypasses"
 		m.Summary = "the prompt is empty, which always bypasses remote prefill"
+	case decider.CheckPolicyRule:
+		m.Rule = "policy " + string(d.Policy) + " compares no threshold"
+		m.Summary = fmt.Sprintf("policy %s settled the mode by its rule alone: %s", d.Policy, d.Reason)
 	}
 	if c == nil {
 		if m.Summary == "" {

@@ -8,6 +8,7 @@ import (
 	"math"
 	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/pdrouter/pdrouter/decider"
 	pb "github.com/pdrouter/pdrouter/events/eventspb"
@@ -40,12 +41,16 @@ type TuneReport struct {
 	MaxLocalShare float64         `json:"max_local_share"`
 	Candidates    []TuneCandidate `json:"candidates"`
 	Recommended   *TuneCandidate  `json:"recommended"`
-	Notes         []string        `json:"notes,omitempty"`
+	// Policies are, for comparison and never recommended, every policy of the
+	// decider's table under the window's latest config, in the table's order.
+	Policies []TuneCandidate `json:"policies"`
+	Notes    []string        `json:"notes,omitempty"`
 }
 
 // TuneCandidate is one config and the local share it gives on the window.
 type TuneCandidate struct {
 	Name                 string  `json:"name"`
+	Policy               string  `json:"policy"`
 	Config               string  `json:"config"`
 	EffISLThreshold      int64   `json:"eff_isl_threshold"`
 	EffISLRatioThreshold float64 `json:"eff_isl_ratio_threshold"`
@@ -102,7 +107,7 @@ func Tune(ctx context.Context, src DecisionSource, o TuneOptions) (*TuneReport, 
 	if err != nil {
 		return nil, err
 	}
-	rep := &TuneReport{TargetLocal: o.TargetLocal, Candidates: []TuneCandidate{}}
+	rep := &TuneReport{TargetLocal: o.TargetLocal, Candidates: []TuneCandidate{}, Policies: []TuneCandidate{}}
 	t := &tuner{}
 	var effs, ratios []float64
 	local := 0
@@ -130,10 +135,15 @@ func Tune(ctx context.Context, src DecisionSource, o TuneOptions) (*TuneReport, 
 	rep.EffectiveISL = distribution(effs, islEdges(maxEff))
 	rep.Ratio = distribution(ratios, ratioEdges())
 
-	base := t.cfgs[n-1].Disagg
-	if base.Policy == decider.PolicyPrefillLoad {
-		base.Policy = decider.PolicyISLOrLoad
-		rep.Notes = append(rep.Notes, "the window's policy is prefill_load, which reads no ISL threshold; candidates use isl_or_load")
+	window := t.cfgs[n-1].Disagg
+	base := window
+	tuned, err := islPolicyFor(window.Policy)
+	if err != nil {
+		return nil, err
+	}
+	if tuned != window.Policy {
+		base.Policy = tuned
+		rep.Notes = append(rep.Notes, fmt.Sprintf("the window's policy is %s, which reads no ISL threshold; candidates use %s", window.Policy, tuned))
 	}
 	rep.Base = disaggJSON(base)
 	if !t.cfgs[n-1].ConditionalDisagg {
@@ -142,7 +152,7 @@ func Tune(ctx context.Context, src DecisionSource, o TuneOptions) (*TuneReport, 
 
 	eval := func(name string, d decider.DisaggConfig) (TuneCandidate, error) {
 		k, err := t.localCount(d)
-		c := TuneCandidate{Name: name, Config: disaggJSON(d), EffISLThreshold: d.EffISLThreshold,
+		c := TuneCandidate{Name: name, Policy: string(d.Policy), Config: disaggJSON(d), EffISLThreshold: d.EffISLThreshold,
 			EffISLRatioThreshold: d.EffISLRatioThreshold, Local: k, LocalShare: float64(k) / float64(n)}
 		c.Gap = c.LocalShare - o.TargetLocal
 		return c, err
@@ -155,6 +165,23 @@ func Tune(ctx context.Context, src DecisionSource, o TuneOptions) (*TuneReport, 
 	}
 	if _, err := add(eval("base (the window's latest config)", base)); err != nil {
 		return nil, err
+	}
+
+	// Every policy of the table at the window's thresholds, for comparison. A
+	// record's prefill busy threshold is recorded after inheriting the queue
+	// threshold, so an unset one means there is none to compare a load policy with.
+	for _, spec := range decider.Policies() {
+		d := window
+		d.Policy = spec.Name
+		if spec.ReadsField(decider.FieldPrefillBusyThreshold) && !d.PrefillBusyThreshold.Set {
+			rep.Notes = append(rep.Notes, fmt.Sprintf("policy %s is not compared: it reads prefill_busy_threshold, which the window's config does not set", spec.Name))
+			continue
+		}
+		c, err := eval("policy "+string(spec.Name)+" at the window's thresholds", d)
+		if err != nil {
+			return nil, err
+		}
+		rep.Policies = append(rep.Policies, c)
 	}
 
 	// 1. The absolute threshold, ratio threshold kept: local share only
@@ -258,6 +285,29 @@ func Tune(ctx context.Context, src DecisionSource, o TuneOptions) (*TuneReport, 
 	return rep, nil
 }
 
+// islPolicyFor returns the policy whose ISL thresholds tune moves for a window decided
+// under p: p itself when it reads them, or else the first policy of the decider's table
+// that reads both of them and every key p reads, so that the window's other settings
+// keep their effect.
+func islPolicyFor(p decider.Policy) (decider.Policy, error) {
+	spec, ok := decider.LookupPolicy(p)
+	if !ok {
+		return "", fmt.Errorf("replay: the window's policy %q is not one of this build (%s)", p, strings.Join(decider.PolicyNames(), ", "))
+	}
+	readsISL := func(s *decider.PolicySpec) bool {
+		return s.ReadsField(decider.FieldEffISLThreshold) && s.ReadsField(decider.FieldEffISLRatioThreshold)
+	}
+	if readsISL(&spec) {
+		return p, nil
+	}
+	for _, s := range decider.Policies() {
+		if readsISL(&s) && !slices.ContainsFunc(spec.Reads, func(f string) bool { return !s.ReadsField(f) }) {
+			return s.Name, nil
+		}
+	}
+	return "", fmt.Errorf("replay: no policy reads the ISL thresholds together with what policy %s reads (%s)", p, strings.Join(spec.Reads, ", "))
+}
+
 func sortedCopy(values []float64) []float64 {
 	s := slices.Clone(values)
 	slices.Sort(s)
@@ -356,6 +406,12 @@ func (r *TuneReport) WriteText(w io.Writer) error {
 	}
 	if r.Recommended != nil {
 		p.f("  recommended: --router-conditional-disagg-config '%s'  (local share %.2f%%)\n", r.Recommended.Config, 100*r.Recommended.LocalShare)
+	}
+	if len(r.Policies) > 0 {
+		p.f("  every policy at the window's thresholds (for comparison):\n")
+		for _, c := range r.Policies {
+			p.f("    %6.2f%% (%+.2f)  %-52s %s\n", 100*c.LocalShare, 100*c.Gap, c.Policy, c.Config)
+		}
 	}
 	for _, n := range r.Notes {
 		p.f("  note: %s\n", n)

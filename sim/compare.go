@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/pdrouter/pdrouter/decider"
@@ -27,28 +28,40 @@ type Policy struct {
 // choice for the comparison, not a recommendation; `tune` should derive it.
 const LoadPolicyBusyThreshold = 2.0
 
+// CondPrefix prefixes the name of the decider policy in the setup that runs it.
+const CondPrefix = "cond-"
+
 // Policies returns the setups `sim compare` runs: aggregated, always-local on the
-// disaggregated fleet, always-remote (conditional disaggregation off), and each
-// conditional policy with the spec's default thresholds.
+// disaggregated fleet, always-remote (conditional disaggregation off), and, as
+// cond-NAME, each policy of the decider's table with the spec's default thresholds
+// (and LoadPolicyBusyThreshold for a policy that reads a prefill busy threshold).
 func Policies() []Policy {
 	base := decider.DefaultConfig()
-	cond := func(p decider.Policy) decider.Config {
-		c := base
-		c.ConditionalDisagg = true
-		c.Disagg.Policy = p
-		if p != decider.PolicyISLBounding {
-			c.Disagg.PrefillBusyThreshold = decider.Some(LoadPolicyBusyThreshold)
-		}
-		return c
-	}
-	return []Policy{
+	out := []Policy{
 		{Name: "aggregated", Config: base, Aggregated: true},
 		{Name: "always-local", Config: base, HidePrefill: true},
 		{Name: "always-remote", Config: base},
-		{Name: "cond-isl_bounding", Config: cond(decider.PolicyISLBounding)},
-		{Name: "cond-prefill_load", Config: cond(decider.PolicyPrefillLoad)},
-		{Name: "cond-isl_or_load", Config: cond(decider.PolicyISLOrLoad)},
 	}
+	for _, spec := range decider.Policies() {
+		c := base
+		c.ConditionalDisagg = true
+		c.Disagg.Policy = spec.Name
+		if spec.ReadsField(decider.FieldPrefillBusyThreshold) {
+			c.Disagg.PrefillBusyThreshold = decider.Some(LoadPolicyBusyThreshold)
+		}
+		out = append(out, Policy{Name: CondPrefix + string(spec.Name), Config: c})
+	}
+	return out
+}
+
+// PolicyNames returns the names of Policies, in order.
+func PolicyNames() []string {
+	ps := Policies()
+	out := make([]string, len(ps))
+	for i := range ps {
+		out[i] = ps[i].Name
+	}
+	return out
 }
 
 // PolicyByName finds a policy of Policies.
@@ -58,7 +71,7 @@ func PolicyByName(name string) (Policy, error) {
 			return p, nil
 		}
 	}
-	return Policy{}, fmt.Errorf("unknown policy %q; known: aggregated, always-local, always-remote, cond-isl_bounding, cond-prefill_load, cond-isl_or_load", name)
+	return Policy{}, fmt.Errorf("unknown policy %q; known: %s", name, strings.Join(PolicyNames(), ", "))
 }
 
 // RunOffline runs the workload on the fleet with the decider in-process under one

@@ -1,10 +1,33 @@
 """Writes openapi.json, the OpenAPI 3.0 document of pdrouter's HTTP API.
 
-Run `python3 api/openapi/gen.py` after changing an endpoint; the Go test
-TestResponsesMatchOpenAPI checks real responses against the output.
+Run `python3 api/openapi/gen.py` (or `go generate ./api`) after changing an
+endpoint or the decider's policy table; the Go test TestResponsesMatchOpenAPI
+checks real responses against the output, and TestOpenAPIDocumentIsFresh checks
+that the committed file is what this script writes.
+
+The policy and reason enums are the decider's: they come from
+`go run ./api/openapi/enums` (the Go toolchain named by $GO, default `go`), or
+from a file of its output given with --enums.
 """
+import argparse
 import json
+import os
 import pathlib
+import subprocess
+
+HERE = pathlib.Path(__file__).resolve().parent
+ROOT = HERE.parent.parent
+
+args = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+args.add_argument("--out", type=pathlib.Path, default=HERE / "openapi.json", help="where to write the document")
+args.add_argument("--enums", type=pathlib.Path, help="output of `go run ./api/openapi/enums` to read instead of running it")
+args = args.parse_args()
+
+if args.enums:
+    ENUMS = json.loads(args.enums.read_text())
+else:
+    ENUMS = json.loads(subprocess.run([os.environ.get("GO", "go"), "run", "./api/openapi/enums"], cwd=ROOT,
+                                      check=True, capture_output=True, text=True).stdout)
 
 def ref(name):
     return {"$ref": f"#/components/schemas/{name}"}
@@ -26,9 +49,8 @@ OFFSETS = {"type": "object", "additionalProperties": {"type": "object", "additio
 HASH = {"oneOf": [{"type": "integer", "format": "int64"}, {"type": "string"}],
         "description": "a 64-bit hash: a JSON number, a decimal string, or 0x hex"}
 
-REASONS = ["bypass_declined_by_policy", "bypass_allowed_decode_gate_disabled", "bypass_allowed_decode_not_busy",
-           "bypass_denied_decode_busy", "bypass_denied_decode_busy_unknown", "aggregated_no_prefill_workers",
-           "conditional_disagg_disabled"]
+REASONS = ENUMS["reasons"]
+POLICIES = ENUMS["policies"]
 
 schemas = {
     "Error": obj({"error": obj({"code": STR, "message": STR, "field": STR}, ["code", "message"])}, ["error"]),
@@ -62,7 +84,7 @@ schemas = {
         "mode": {"type": "string", "enum": ["local", "remote"]},
         "decode_worker": STR, "prefill_worker": {"type": "string", "nullable": True},
         "reason": {"type": "string", "enum": REASONS},
-        "policy": {"type": "string", "enum": ["isl_bounding", "prefill_load", "isl_or_load"]},
+        "policy": {"type": "string", "enum": POLICIES},
         "prompt_tokens": U32, "cached_tokens": U32, "effective_isl": U32, "effective_isl_ratio": NUM,
         "config_hash": STR, "watermark": OFFSETS,
         "decided_by": {"type": "string", "description": "the check that settled the mode"},
@@ -218,6 +240,5 @@ doc = {
     "security": [{"bearer": []}, {}],
 }
 
-out = pathlib.Path(__file__).with_name("openapi.json")
-out.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
-print(f"wrote {out}")
+args.out.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
+print(f"wrote {args.out}")

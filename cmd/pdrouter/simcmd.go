@@ -5,11 +5,13 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/pdrouter/pdrouter/decider"
 	"github.com/pdrouter/pdrouter/sim"
 )
 
@@ -148,7 +150,8 @@ queue and decode KV usage.`,
 	sf.bind(cmd.Flags(), "")
 	cmd.Flags().StringVar(&router, "router", "", "router API base URL (http://127.0.0.1:8080); empty: offline, decider in-process")
 	cmd.Flags().StringVar(&authToken, "auth-token", "", "bearer token for the router API")
-	cmd.Flags().StringVar(&policy, "policy", "cond-isl_bounding", "offline only: aggregated, always-local, always-remote, cond-isl_bounding, cond-prefill_load, cond-isl_or_load")
+	cmd.Flags().StringVar(&policy, "policy", sim.CondPrefix+string(decider.DefaultDisaggConfig().Policy),
+		"offline only: "+strings.Join(sim.PolicyNames(), ", "))
 
 	var (
 		cf  simFlags

@@ -3,6 +3,8 @@ package main
 import (
 	"strings"
 	"testing"
+
+	"github.com/pdrouter/pdrouter/sim"
 )
 
 // TestSimCompareReplaysTheSampleTrace: the trace that --trace's help names is in the
@@ -14,5 +16,15 @@ func TestSimCompareReplaysTheSampleTrace(t *testing.T) {
 	}
 	if !strings.Contains(out, "sample.jsonl: 300 requests, 2P2D") || !strings.Contains(out, "cond-isl_bounding") {
 		t.Errorf("unexpected output:\n%s", out)
+	}
+}
+
+// TestSimPolicyHelpListsEverySetup: the help of `sim --policy` names every setup of
+// sim.Policies, which follows the decider's table.
+func TestSimPolicyHelpListsEverySetup(t *testing.T) {
+	cmd := newSimCmd(&app{})
+	usage := cmd.Flags().Lookup("policy").Usage
+	if want := strings.Join(sim.PolicyNames(), ", "); !strings.Contains(usage, want) {
+		t.Fatalf("usage %q does not contain %q", usage, want)
 	}
 }

@@ -64,7 +64,8 @@ func Register(fs *pflag.FlagSet) *Flags {
 	fs.Bool(decider.FlagConditionalDisagg, d.ConditionalDisagg,
 		usage(decider.FlagConditionalDisagg, "prefill short effective prompts locally on the decode worker instead of on a prefill worker"))
 	fs.String(decider.FlagConditionalDisaggCfg, "",
-		usage(decider.FlagConditionalDisaggCfg, `conditional disaggregation policy as JSON, e.g. '{"policy":"isl_bounding","eff_isl_threshold":2048,"eff_isl_ratio_threshold":0.7}'`))
+		usage(decider.FlagConditionalDisaggCfg, `conditional disaggregation policy as JSON, e.g. '{"policy":"isl_bounding","eff_isl_threshold":2048,"eff_isl_ratio_threshold":0.7}'; policy: one of `+
+			strings.Join(decider.PolicyNames(), ", ")))
 	fs.Var(&optFloatValue{}, decider.FlagQueueThreshold,
 		usage(decider.FlagQueueThreshold, "prefill busy threshold as a fraction of max_num_batched_tokens; inherited by the load policies when their config sets none (≥ 0; default unset)"))
 	fs.Float64(decider.FlagOverlapScoreCredit, d.OverlapScoreCredit,

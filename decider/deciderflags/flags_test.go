@@ -161,3 +161,15 @@ func TestBadCommandLineValueFailsParse(t *testing.T) {
 		t.Fatal("accepted a non-number queue threshold")
 	}
 }
+
+// TestConfigFlagHelpListsEveryPolicy: the help of --router-conditional-disagg-config
+// names every policy of the decider's table, so `serve --help` is never behind it.
+func TestConfigFlagHelpListsEveryPolicy(t *testing.T) {
+	fs := pflag.NewFlagSet("test", pflag.ContinueOnError)
+	deciderflags.Register(fs)
+	usage := fs.Lookup(decider.FlagConditionalDisaggCfg).Usage
+	want := "policy: one of " + strings.Join(decider.PolicyNames(), ", ")
+	if !strings.Contains(usage, want) {
+		t.Fatalf("usage %q does not contain %q", usage, want)
+	}
+}

@@ -5,6 +5,7 @@ package eventstest
 import (
 	"google.golang.org/protobuf/proto"
 
+	"github.com/pdrouter/pdrouter/decider"
 	pb "github.com/pdrouter/pdrouter/events/eventspb"
 )
 
@@ -57,8 +58,8 @@ func Decision(n, m, blocks int) *pb.DecisionRecord {
 		DecisionId: "01JDX3Q8W6ZK2M4N5P6R7S8T9V", RequestId: "r-123", RequestDigest: 0x5ee0c0ffee,
 		Model: "llama-3-70b", PromptTokens: 5000, ExpectedOutputTokens: 256,
 		Mode: "local", DecodeWorker: &pb.WorkerRef{WorkerId: "decode-1"},
-		Reason: "bypass_allowed_decode_gate_disabled", CachedTokens: 4096, EffectiveIsl: 904, EffectiveIslRatio: 0.1808,
-		Policy: "isl_bounding", ConfigHash: "3f2a9c0d1e4b5a69",
+		Reason: string(decider.ReasonAllowedGateDisabled), CachedTokens: 4096, EffectiveIsl: 904, EffectiveIslRatio: 0.1808,
+		Policy: string(decider.PolicyISLBounding), ConfigHash: "3f2a9c0d1e4b5a69",
 		ConfigJson: `{"policy":"isl_bounding","eff_isl_threshold":2048,"eff_isl_ratio_threshold":0.7}`,
 		Watermark: &pb.Watermark{Topics: []*pb.TopicOffsets{
 			{Topic: "kv-events", Partitions: []*pb.PartitionOffset{{Partition: 0, Offset: 125}, {Partition: 1, Offset: 88}}},
