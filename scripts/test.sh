@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # `make test`: everything the test suite needs, on a fresh machine.
 #
-#  1. Go modules (go mod download) and the Python test packages (.cache/venv).
+#  1. The dependencies of both Go modules (the product at the root, the deployment
+#     checks in deployments/), and the Python test packages (.cache/venv).
 #  2. A real Apache Kafka 4.x broker, unless PDR_TEST_BROKERS names one:
 #     installed from Maven Central jars (cached) and started on 127.0.0.1 by
 #     scripts/kafka-local.sh, stopped again on exit, whatever happens.
-#  3. go vet and gofmt, every Go test (with the race detector) against that
-#     broker, the Python tests, and a short run of every fuzz target.
+#  3. go.mod/go.sum tidy, go vet and gofmt, every Go test of both modules
+#     (with the race detector) against that broker, the Python tests, and a
+#     short run of every fuzz target.
 #
 # Under CI=true the integration tests fail, not skip, without a broker.
 set -euo pipefail
@@ -18,8 +20,19 @@ step() { printf '\n== %s (%ds)\n' "$*" $(( $(date +%s) - start )); }
 command -v go >/dev/null || { echo "make test: Go is not installed (need go >= 1.26)" >&2; exit 1; }
 command -v python3 >/dev/null || { echo "make test: python3 is not installed" >&2; exit 1; }
 
+# The Go modules of this repository: the product, and the deployment checks,
+# a module of their own so that the product does not depend on a Prometheus
+# server, kustomize and the Kubernetes API types.
+go_modules=(. deployments)
+inmod() { (cd "$1" && shift && "$@"); }
+
 step "Go modules"
-go mod download
+for m in "${go_modules[@]}"; do inmod "$m" go mod download; done
+
+step "go.mod and go.sum tidy"
+for m in "${go_modules[@]}"; do
+  inmod "$m" go mod tidy -diff || { echo "make test: run 'go mod tidy' in $m" >&2; exit 1; }
+done
 
 step "Python test packages"
 [ -x .cache/venv/bin/python ] || python3 -m venv .cache/venv
@@ -47,7 +60,7 @@ export PDR_TEST_BROKERS
 export PDR_KAFKA_SCRIPT="$root/scripts/kafka-local.sh"
 
 step "go vet and gofmt"
-go vet ./...
+for m in "${go_modules[@]}"; do inmod "$m" go vet ./...; done
 unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './.cache/*'))
 if [ -n "$unformatted" ]; then echo "gofmt needed: $unformatted" >&2; exit 1; fi
 
@@ -55,7 +68,14 @@ step "Go tests (race detector, real broker)"
 # The output is kept so that, on failure, the race reports (whose second
 # stack is otherwise scrolled far above the summary) are printed again last.
 gotest_log=$(mktemp)
-if ! go test -race -count=1 -timeout 30m ./... 2>&1 | tee "$gotest_log"; then
+gotest_all() {
+  local m rc=0
+  for m in "${go_modules[@]}"; do
+    inmod "$m" go test -race -count=1 -timeout 30m ./... || rc=1
+  done
+  return $rc
+}
+if ! gotest_all 2>&1 | tee "$gotest_log"; then
   if grep -q 'WARNING: DATA RACE' "$gotest_log"; then
     step "data race reports, repeated"
     awk '/WARNING: DATA RACE/{on=1} on{print} on && /^==================$/{on=0}' "$gotest_log" | head -400
