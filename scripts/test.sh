@@ -80,7 +80,12 @@ gotest_log=$(mktemp)
 gotest_all() {
   local m rc=0
   for m in "${go_modules[@]}"; do
-    inmod "$m" go test -race -count=1 -timeout 30m ./... || rc=1
+    # -vet=off: go test would vet each package again with a subset of the
+    # analyzers that the go vet step above has just run on the same packages
+    # and the same build; that second pass recomputes every dependency's
+    # facts (std included): close to half of the build work of this step
+    # after the go vet step, measured on an empty build cache.
+    inmod "$m" go test -race -vet=off -count=1 -timeout 30m ./... || rc=1
   done
   return $rc
 }
