@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
 # `make test`: everything the test suite needs, on a fresh machine.
 #
-#  1. The dependencies of both Go modules (the product at the root, the deployment
-#     checks in deployments/), and the Python test packages (.cache/venv).
+#  1. The dependencies of both Go modules (the product at the root, the
+#     deployment checks in deployments/), and the Python test packages
+#     (.cache/venv).
 #  2. A real Apache Kafka 4.x broker, unless PDR_TEST_BROKERS names one:
 #     installed from Maven Central jars (cached) and started on 127.0.0.1 by
 #     scripts/kafka-local.sh, stopped again on exit, whatever happens.
 #  3. go.mod/go.sum tidy, go vet and gofmt, every Go test of both modules
 #     (with the race detector) against that broker, the Python tests, and a
-#     short run of every fuzz target.
+#     short run of every fuzz target. The Go steps are arranged so that, on
+#     an empty build cache, each configuration of the build (race, plain,
+#     static) compiles once; see the comments at each step.
 #
 # Under CI=true the integration tests fail, not skip, without a broker.
 set -euo pipefail
