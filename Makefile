@@ -9,6 +9,9 @@ FUZZTIME  ?= 15s
 BENCHTIME ?= 1s
 BENCHCOUNT ?= 5
 RUN_ARGS  ?= --router-conditional-disagg --sim --sim-time-scale 4
+# The Go modules: the product, and the deployment checks (their own module, so
+# the product does not depend on Prometheus, kustomize and Kubernetes types).
+GO_MODULES := . deployments
 
 .PHONY: all build run test test-unit vet fmt proto bench fuzz kafka-start kafka-stop kafka-restart clean help
 
@@ -27,10 +30,10 @@ test: ## install what is needed, start a real Kafka unless PDR_TEST_BROKERS is s
 	./scripts/test.sh
 
 test-unit: ## fast tests only: kfake, no real broker (integration subtests skip)
-	$(GO) test -count=1 ./...
+	set -e; for m in $(GO_MODULES); do (cd $$m && $(GO) test -count=1 ./...); done
 
-vet: ## go vet and gofmt
-	$(GO) vet ./...
+vet: ## go vet, gofmt and go mod tidy -diff, in every Go module
+	set -e; for m in $(GO_MODULES); do (cd $$m && $(GO) vet ./... && $(GO) mod tidy -diff); done
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
 proto: ## regenerate events/eventspb with the pinned generators

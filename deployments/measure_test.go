@@ -3,7 +3,7 @@ package deployments
 // Sizing measurements behind deployments/README.md#sizing. They take about a
 // minute and need the real broker, so they run only when asked:
 //
-//	PDR_MEASURE=1 PDR_TEST_BROKERS=127.0.0.1:39092 go test ./deployments -run Measure -v
+//	cd deployments && PDR_MEASURE=1 PDR_TEST_BROKERS=127.0.0.1:39092 go test . -run Measure -v
 
 import (
 	"bufio"

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Runs every Go fuzz target in the module for $1 (default 15s) each.
+# Runs every Go fuzz target of the repository for $1 (default 15s) each.
 # `go test -fuzz` takes one target in one package at a time, so this finds
-# them all and loops.
+# them all and loops. The repository holds more than one Go module (the
+# product at the root, the deployment checks in deployments/), so each target
+# runs from the module that holds its package.
 # Minimizing an input that widened coverage is bounded to $2 (default 200
 # executions): it is not counted in the fuzzer's execs, and unbounded (60 s)
 # it took a whole short run. Targets whose code runs goroutines (Pebble in
@@ -11,11 +13,25 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 fuzztime=${1:-15s}
 minimize=${2:-200x}
-targets=$(grep -rl --include='*_test.go' '^func Fuzz' . | sort)
+
+# modroot prints the nearest directory at or above $1 that holds a go.mod.
+modroot() {
+  local d=$1
+  until [ -f "$d/go.mod" ]; do d=$(dirname "$d"); done
+  echo "$d"
+}
+
+targets=$(grep -rl --include='*_test.go' --exclude-dir=.cache '^func Fuzz' . | sort)
 for f in $targets; do
-  pkg=./$(dirname "${f#./}")
+  dir=$(dirname "${f#./}")
+  mod=$(modroot "$dir")
+  case $mod in
+    .) pkg=./$dir ;;
+    "$dir") pkg=. ;;
+    *) pkg=./${dir#"$mod"/} ;;
+  esac
   for fn in $(grep -oE '^func Fuzz[A-Za-z0-9_]*' "$f" | sed 's/^func //'); do
-    echo "fuzz $pkg $fn for $fuzztime"
-    go test "$pkg" -run '^$' -fuzz "^${fn}\$" -fuzztime "$fuzztime" -fuzzminimizetime "$minimize"
+    echo "fuzz $dir $fn for $fuzztime"
+    (cd "$mod" && go test "$pkg" -run '^$' -fuzz "^${fn}\$" -fuzztime "$fuzztime" -fuzzminimizetime "$minimize")
   done
 done
