@@ -90,13 +90,22 @@ func TestRunReportsWindows(t *testing.T) {
 	if len(res.Windows) < 4 {
 		t.Fatalf("%d windows in a 550 ms run of 100 ms windows", len(res.Windows))
 	}
-	sum, covered := 0.0, time.Duration(0)
+	// A window may hold no decision when the machine stalls the clients for
+	// its length (the race detector in CI, with other packages' tests on the
+	// same cores); it then has no p99 either. Most must hold some.
+	sum, covered, empty := 0.0, time.Duration(0), 0
 	for _, w := range res.Windows {
-		if w.Throughput <= 0 || w.P99 <= 0 {
-			t.Fatalf("empty window %+v", w)
+		if (w.Throughput > 0) != (w.P99 > 0) {
+			t.Fatalf("window %+v: a rate without a p99, or a p99 without a rate", w)
+		}
+		if w.Throughput == 0 {
+			empty++
 		}
 		sum += w.Throughput * w.Elapsed.Seconds()
 		covered += w.Elapsed
+	}
+	if empty > len(res.Windows)/2 {
+		t.Fatalf("%d of %d windows hold no decision: %+v", empty, len(res.Windows), res.Windows)
 	}
 	// A decision a client was recording as the measured time ended may be
 	// in the run and not in a window (at most one per client); so are those
