@@ -370,7 +370,37 @@ func randTokens(rng *rand.Rand, n int) []uint32 {
 
 // setup registers the fleet and warms caches: decode worker i holds shared
 // prefix i mod SharedPrefixes. It returns the `after` vector covering it all.
+// readyTimeout bounds the wait for the router to be ready before setup.
+const readyTimeout = 2 * time.Minute
+
+// waitReady polls the router's /readyz while it answers 503: a replica
+// that has not read the log's end yet answers 503 not_ready to the
+// registrations and events of the setup. Any other answer (200, or a
+// router without /readyz) ends the wait.
+func waitReady(ctx context.Context, cl *http.Client, url string) error {
+	ctx, cancel := context.WithTimeout(ctx, readyTimeout)
+	defer cancel()
+	for {
+		req, _ := http.NewRequestWithContext(ctx, "GET", url+"/readyz", nil)
+		if resp, err := cl.Do(req); err == nil {
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusServiceUnavailable {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("the router at %s was not ready within %s: %w", url, readyTimeout, ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
 func setup(ctx context.Context, cl *http.Client, cfg Config, prefixes [][]uint32) (map[string]map[string]int64, error) {
+	if err := waitReady(ctx, cl, cfg.URL); err != nil {
+		return nil, err
+	}
 	after := map[string]map[string]int64{}
 	postJSON := func(path string, v any) error {
 		b, _ := json.Marshal(v)
