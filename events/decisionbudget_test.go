@@ -88,7 +88,7 @@ func FuzzFitDecisionChains(f *testing.F) {
 		d.Chains = append(d.Chains, &pb.HashChain{BlockSize: 1, BlockHashes: make([]uint64, blocks)})
 		whole, err := Marshal(d)
 		if err != nil {
-			t.Skip()
+			t.Skipf("the random record does not encode (%v): there is nothing to fit", err)
 		}
 		if FitDecisionChains(d, len(whole), int(budget)) {
 			if got, _ := Marshal(d); len(got) > int(budget) {
