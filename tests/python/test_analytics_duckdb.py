@@ -17,10 +17,10 @@ SQL = ROOT / "replay" / "analytics" / "ttft_itl_by_mode.sql"
 
 
 @pytest.fixture(scope="module")
-def export_dir(tmp_path_factory):
+def export_dir(tmp_path_factory, exportfixture_bin):
     out = tmp_path_factory.mktemp("analytics")
-    subprocess.run(["go", "run", "./replay/internal/exportfixture", "-dir", str(out), "-n", "160"],
-                   cwd=ROOT, check=True, timeout=600)
+    subprocess.run([exportfixture_bin, "-dir", str(out), "-n", "160"],
+                   check=True, timeout=600)
     return out
 
 

@@ -10,22 +10,19 @@ the JSON lines, row for row.
 import datetime
 import json
 import math
-import pathlib
 import subprocess
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
-
 
 @pytest.fixture(scope="module")
-def export_dir(tmp_path_factory):
+def export_dir(tmp_path_factory, exportfixture_bin):
     out = tmp_path_factory.mktemp("export")
     subprocess.run(
-        ["go", "run", "./replay/internal/exportfixture", "-dir", str(out), "-n", "120"],
-        cwd=ROOT, check=True, timeout=600,
+        [exportfixture_bin, "-dir", str(out), "-n", "120"],
+        check=True, timeout=600,
     )
     return out
 

@@ -38,16 +38,6 @@ import zmtp_raw as zr  # noqa: E402
 MiB = 1024 * 1024
 
 
-@pytest.fixture(scope="session")
-def pdrouter_bin(tmp_path_factory):
-    given = os.environ.get("PDR_BIN")
-    if given:
-        return given
-    out = tmp_path_factory.mktemp("bin") / "pdrouter"
-    subprocess.run(["go", "build", "-o", str(out), "./cmd/pdrouter"], cwd=ROOT, check=True, timeout=600)
-    return str(out)
-
-
 @pytest.fixture(scope="module", params=["dev", "serve"])
 def started(request, pdrouter_bin, tmp_path_factory):
     brokers = None

@@ -10,7 +10,6 @@ must survive all of them, count each in pdrouter_rejected_total
 import os
 import pathlib
 import re
-import shutil
 import socket
 import struct
 import subprocess
@@ -74,12 +73,9 @@ def free_port():
 
 
 @pytest.fixture(scope="module")
-def dev(tmp_path_factory):
-    if shutil.which("go") is None:
-        pytest.skip("go is not on PATH")
+def dev(tmp_path_factory, pdrouter_bin):
     tmp = tmp_path_factory.mktemp("zmtp")
-    binary = tmp / "pdrouter"
-    subprocess.run(["go", "build", "-o", str(binary), "./cmd/pdrouter"], cwd=ROOT, check=True)
+    binary = pdrouter_bin
     bind = f"tcp://127.0.0.1:{free_port()}"
     proc = subprocess.Popen(
         [str(binary), "dev", "--data-dir", str(tmp / "data"), "--kafka-port", "0", "--http-addr", "127.0.0.1:0",
