@@ -114,11 +114,11 @@ func cacheKey(r *request) [32]byte {
 
 // tokenCache is an LRU of token ids bounded by the ids it holds.
 type tokenCache struct {
-	mu     sync.Mutex
-	max    int
-	held   int
-	order  *list.List // front: most recent; values *cacheEntry
-	byKey  map[[32]byte]*list.Element
+	mu    sync.Mutex
+	max   int
+	held  int
+	order *list.List // front: most recent; values *cacheEntry
+	byKey map[[32]byte]*list.Element
 }
 
 type cacheEntry struct {
