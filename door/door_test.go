@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/pdrouter/pdrouter/door/doortest"
 	"github.com/pdrouter/pdrouter/internal/rejects"
 )
 
@@ -56,9 +57,9 @@ func (r *rig) post(path, body string) (*http.Response, []byte) {
 	return resp, b
 }
 
-func local(e *engine) Decision { return Decision{Decode: Worker{ID: e.id, HTTPURL: e.url()}} }
-func remote(p, d *engine) Decision {
-	return Decision{Remote: true, Prefill: Worker{ID: p.id, HTTPURL: p.url()}, Decode: Worker{ID: d.id, HTTPURL: d.url()}}
+func local(e *doortest.Engine) Decision { return Decision{Decode: Worker{ID: e.ID, HTTPURL: e.URL()}} }
+func remote(p, d *doortest.Engine) Decision {
+	return Decision{Remote: true, Prefill: Worker{ID: p.ID, HTTPURL: p.URL()}, Decode: Worker{ID: d.ID, HTTPURL: d.URL()}}
 }
 
 // events splits an SSE body into its data payloads.
@@ -98,9 +99,9 @@ func metric(t *testing.T, c prometheus.Collector) float64 { t.Helper(); return t
 // for is dropped, and the outcome carries TTFT, mean ITL and the usage's
 // output tokens.
 func TestLocalStreamRelayAndMeasure(t *testing.T) {
-	eng := newEngine(t, "d1")
-	eng.tokens, eng.gap = 5, 20*time.Millisecond
-	r := newRig(t, []Decision{local(eng)}, []string{eng.url()})
+	eng := doortest.New(t, "d1")
+	eng.Tokens, eng.Gap = 5, 20*time.Millisecond
+	r := newRig(t, []Decision{local(eng)}, []string{eng.URL()})
 	resp, body := r.post("/v1/completions", `{"model":"m","prompt":[1,2,3],"max_tokens":5,"stream":true,"temperature":0.5}`)
 	if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "text/event-stream" || resp.Header.Get(HeaderDecisionID) != "dec-1" {
 		t.Fatalf("got %d %v %s", resp.StatusCode, resp.Header, body)
@@ -109,14 +110,14 @@ func TestLocalStreamRelayAndMeasure(t *testing.T) {
 	if len(ev) != 6 || ev[5] != "[DONE]" || strings.Contains(string(body), "usage") {
 		t.Fatalf("want 5 token chunks and [DONE], no usage chunk; got %q", ev)
 	}
-	got := eng.requests()[0]
+	got := eng.Requests()[0]
 	if got["temperature"] != 0.5 || got["kv_transfer_params"] != nil || got["stream_options"].(map[string]any)["include_usage"] != true {
 		t.Fatalf("the engine got %v", got)
 	}
 	if dr := r.dec.got[0]; len(dr.TokenIDs) != 3 || dr.MaxTokens != 5 || dr.Model != "m" || dr.RetryOf != "" {
 		t.Fatalf("decision request %+v", dr)
 	}
-	if eng.tokenize != 0 {
+	if eng.Tokenizes() != 0 {
 		t.Fatal("token ids in the request must not be tokenized again")
 	}
 	o := r.outcomes.list()
@@ -137,28 +138,28 @@ func TestLocalStreamRelayAndMeasure(t *testing.T) {
 // request with the prefill's kv_transfer_params, both under one
 // X-Request-Id; prefill_done is written before completed.
 func TestRemoteHandshake(t *testing.T) {
-	pre, dec := newEngine(t, "p1"), newEngine(t, "d1")
-	r := newRig(t, []Decision{remote(pre, dec)}, []string{dec.url()})
+	pre, dec := doortest.New(t, "p1"), doortest.New(t, "d1")
+	r := newRig(t, []Decision{remote(pre, dec)}, []string{dec.URL()})
 	resp, body := r.post("/v1/chat/completions", `{"model":"m","messages":[{"role":"user","content":"hi"}],"max_completion_tokens":9,"min_tokens":2,"stream":true,"stream_options":{"include_usage":true}}`)
 	if resp.StatusCode != 200 {
 		t.Fatalf("%d %s", resp.StatusCode, body)
 	}
-	p := pre.requests()[0]
+	p := pre.Requests()[0]
 	kv, _ := p["kv_transfer_params"].(map[string]any)
 	if p["stream"] != false || p["max_tokens"] != 1.0 || p["max_completion_tokens"] != 1.0 || p["stream_options"] != nil || p["min_tokens"] != nil ||
 		kv["do_remote_decode"] != true || kv["do_remote_prefill"] != false {
 		t.Fatalf("prefill leg %v", p)
 	}
-	d := dec.requests()[0]
+	d := dec.Requests()[0]
 	dkv, _ := d["kv_transfer_params"].(map[string]any)
 	if d["stream"] != true || d["max_completion_tokens"] != 9.0 || d["min_tokens"] != 2.0 || dkv["do_remote_prefill"] != true || dkv["remote_engine_id"] != "p1" {
 		t.Fatalf("decode leg %v", d)
 	}
-	if pre.headers[0].Get("X-Request-Id") == "" || pre.headers[0].Get("X-Request-Id") != dec.headers[0].Get("X-Request-Id") {
+	if pre.Headers()[0].Get("X-Request-Id") == "" || pre.Headers()[0].Get("X-Request-Id") != dec.Headers()[0].Get("X-Request-Id") {
 		t.Fatal("both legs must carry the request id")
 	}
-	if dec.tokenize != 1 {
-		t.Fatalf("chat messages are tokenized once by the decode worker; got %d", dec.tokenize)
+	if dec.Tokenizes() != 1 {
+		t.Fatalf("chat messages are tokenized once by the decode worker; got %d", dec.Tokenizes())
 	}
 	ev := events(t, body)
 	if !strings.Contains(ev[0], `"role":"assistant"`) || !strings.Contains(ev[len(ev)-2], `"usage"`) || ev[len(ev)-1] != "[DONE]" {
@@ -173,8 +174,8 @@ func TestRemoteHandshake(t *testing.T) {
 // TestNonStreamLocal: a whole answer is relayed as the engine sent it and
 // measured (TTFT at the answer, output tokens from usage).
 func TestNonStreamLocal(t *testing.T) {
-	eng := newEngine(t, "d1")
-	r := newRig(t, []Decision{local(eng)}, []string{eng.url()})
+	eng := doortest.New(t, "d1")
+	r := newRig(t, []Decision{local(eng)}, []string{eng.URL()})
 	resp, body := r.post("/v1/completions", `{"model":"m","prompt":"hello","max_tokens":4}`)
 	if resp.StatusCode != 200 || !strings.Contains(string(body), `"text_completion"`) {
 		t.Fatalf("%d %s", resp.StatusCode, body)
@@ -188,15 +189,15 @@ func TestNonStreamLocal(t *testing.T) {
 // TestTokenizeCache: the same prompt is tokenized once; another prompt,
 // or the same text for another model, is not served from the cache.
 func TestTokenizeCache(t *testing.T) {
-	eng := newEngine(t, "d1")
-	r := newRig(t, []Decision{local(eng)}, []string{eng.url()})
+	eng := doortest.New(t, "d1")
+	r := newRig(t, []Decision{local(eng)}, []string{eng.URL()})
 	for _, b := range []string{`{"model":"m","prompt":"abc"}`, `{"model":"m","prompt":"abc"}`, `{"model":"m","prompt":"abd"}`, `{"model":"n","prompt":"abc"}`} {
 		if resp, body := r.post("/v1/completions", b); resp.StatusCode != 200 {
 			t.Fatalf("%d %s", resp.StatusCode, body)
 		}
 	}
-	if eng.tokenize != 3 || metric(t, r.door.metrics.cache.WithLabelValues("hit")) != 1 {
-		t.Fatalf("tokenized %d times, want 3 (one hit)", eng.tokenize)
+	if eng.Tokenizes() != 3 || metric(t, r.door.metrics.cache.WithLabelValues("hit")) != 1 {
+		t.Fatalf("tokenized %d times, want 3 (one hit)", eng.Tokenizes())
 	}
 	if ids := r.dec.got[0].TokenIDs; len(ids) != 3 || ids[0] != 'a' {
 		t.Fatalf("token ids %v", ids)
@@ -226,9 +227,9 @@ func TestTokenCacheBound(t *testing.T) {
 // one, excluding the failed worker; the failed decision gets a cancelled
 // outcome with the error code.
 func TestRetryOnAnotherWorker(t *testing.T) {
-	bad, good := newEngine(t, "bad"), newEngine(t, "good")
-	bad.status = 500
-	r := newRig(t, []Decision{local(bad), local(good)}, []string{good.url()})
+	bad, good := doortest.New(t, "bad"), doortest.New(t, "good")
+	bad.Status = 500
+	r := newRig(t, []Decision{local(bad), local(good)}, []string{good.URL()})
 	resp, body := r.post("/v1/completions", `{"model":"m","prompt":[1,2],"stream":true}`)
 	if resp.StatusCode != 200 || resp.Header.Get(HeaderDecisionID) != "dec-2" {
 		t.Fatalf("%d %v %s", resp.StatusCode, resp.Header, body)
@@ -249,9 +250,9 @@ func TestRetryOnAnotherWorker(t *testing.T) {
 // TestRetryOnlyOnce: when the retry fails too the client gets the error
 // in OpenAI's shape, and there is no third decision.
 func TestRetryOnlyOnce(t *testing.T) {
-	bad := newEngine(t, "bad")
-	bad.status = 503
-	r := newRig(t, []Decision{local(bad)}, []string{bad.url()})
+	bad := doortest.New(t, "bad")
+	bad.Status = 503
+	r := newRig(t, []Decision{local(bad)}, []string{bad.URL()})
 	resp, body := r.post("/v1/completions", `{"model":"m","prompt":[1]}`)
 	code, typ, _ := openAIError(t, body)
 	if resp.StatusCode != 502 || code != "upstream_error" || typ != typeServer || len(r.dec.got) != 2 {
@@ -262,8 +263,8 @@ func TestRetryOnlyOnce(t *testing.T) {
 // TestEngineClientErrorNotRetried: a 400 from the engine is the request's
 // fault: passed to the client, not retried.
 func TestEngineClientErrorNotRetried(t *testing.T) {
-	eng := newEngine(t, "d")
-	eng.status = 400
+	eng := doortest.New(t, "d")
+	eng.Status = 400
 	r := newRig(t, []Decision{local(eng)}, nil)
 	resp, body := r.post("/v1/completions", `{"model":"m","prompt":[1]}`)
 	if _, typ, msg := openAIError(t, body); resp.StatusCode != 400 || typ != typeInvalidRequest || !strings.Contains(msg, "engine down") || len(r.dec.got) != 1 {
@@ -274,8 +275,8 @@ func TestEngineClientErrorNotRetried(t *testing.T) {
 // TestClientDisconnectCancelsUpstream: a client that goes away mid-stream
 // cancels the engine's request, and the outcome is cancelled.
 func TestClientDisconnectCancelsUpstream(t *testing.T) {
-	eng := newEngine(t, "d")
-	eng.tokens, eng.gap = 1000, 50*time.Millisecond
+	eng := doortest.New(t, "d")
+	eng.Tokens, eng.Gap = 1000, 50*time.Millisecond
 	r := newRig(t, []Decision{local(eng)}, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	req, _ := http.NewRequestWithContext(ctx, "POST", r.srv.URL+"/v1/completions", strings.NewReader(`{"model":"m","prompt":[1],"stream":true}`))
@@ -290,7 +291,7 @@ func TestClientDisconnectCancelsUpstream(t *testing.T) {
 	cancel()
 	resp.Body.Close()
 	select {
-	case <-eng.cancelled:
+	case <-eng.Cancelled:
 	case <-time.After(10 * time.Second):
 		t.Fatal("the engine's request was not cancelled")
 	}
@@ -310,8 +311,8 @@ func TestClientDisconnectCancelsUpstream(t *testing.T) {
 // TestBackpressure429: past --door-max-in-flight the door answers 429
 // with Retry-After in OpenAI's shape, and counts it.
 func TestBackpressure429(t *testing.T) {
-	eng := newEngine(t, "d")
-	eng.hang = 2 * time.Second
+	eng := doortest.New(t, "d")
+	eng.Hang = 2 * time.Second
 	r := newRig(t, []Decision{local(eng)}, nil, WithMaxInFlight(1))
 	done := make(chan struct{})
 	go func() { defer close(done); r.post("/v1/completions", `{"model":"m","prompt":[1]}`) }()
@@ -337,16 +338,16 @@ func TestBackpressure429(t *testing.T) {
 func TestHostileUpstream(t *testing.T) {
 	for _, c := range []struct {
 		name   string
-		setup  func(e *engine)
+		setup  func(e *doortest.Engine)
 		reason string
 	}{
-		{"huge line", func(e *engine) { e.hugeLn = 8 << 10 }, reasonLineTooLong},
-		{"garbage chunk", func(e *engine) { e.garbage = true }, reasonMalformedChunk},
-		{"slow first byte", func(e *engine) { e.hang = 5 * time.Second }, reasonFirstByte},
-		{"slow first event", func(e *engine) { e.slowEv = 5 * time.Second }, reasonFirstByte},
+		{"huge line", func(e *doortest.Engine) { e.HugeLn = 8 << 10 }, reasonLineTooLong},
+		{"garbage chunk", func(e *doortest.Engine) { e.Garbage = true }, reasonMalformedChunk},
+		{"slow first byte", func(e *doortest.Engine) { e.Hang = 5 * time.Second }, reasonFirstByte},
+		{"slow first event", func(e *doortest.Engine) { e.SlowEv = 5 * time.Second }, reasonFirstByte},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			bad, good := newEngine(t, "bad"), newEngine(t, "good")
+			bad, good := doortest.New(t, "bad"), doortest.New(t, "good")
 			c.setup(bad)
 			r := newRig(t, []Decision{local(bad), local(good)}, nil, WithMaxUpstreamLineBytes(4<<10),
 				WithUpstreamTimeouts(time.Second, 300*time.Millisecond, time.Minute))
@@ -365,8 +366,8 @@ func TestHostileUpstream(t *testing.T) {
 // ends the stream with an OpenAI error event; no retry (the client has
 // seen tokens).
 func TestMidStreamFailure(t *testing.T) {
-	eng := newEngine(t, "d")
-	eng.noDone = true
+	eng := doortest.New(t, "d")
+	eng.NoDone = true
 	r := newRig(t, []Decision{local(eng)}, nil)
 	resp, body := r.post("/v1/completions", `{"model":"m","prompt":[1],"stream":true}`)
 	ev := events(t, body)
@@ -381,7 +382,7 @@ func TestMidStreamFailure(t *testing.T) {
 // TestClientLimits: the body, messages and prompt ids bounds answer 413 or
 // 400 in OpenAI's shape and count their reason.
 func TestClientLimits(t *testing.T) {
-	eng := newEngine(t, "d")
+	eng := doortest.New(t, "d")
 	r := newRig(t, []Decision{local(eng)}, nil, WithMaxBodyBytes(2048), WithMaxMessages(2), WithMaxPromptTokens(3))
 	for _, c := range []struct {
 		path, body string
