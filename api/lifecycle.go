@@ -77,4 +77,6 @@ func (s *Server) outcomeEvent(id string, kind pb.OutcomeEvent_Kind) (*pb.Outcome
 
 // outcomeKey is the record key of an outcome: its decode worker, so it
 // lands in the partition order of the worker's other events.
-func outcomeKey(ev *pb.OutcomeEvent) []byte { return events.WorkerKey(ev.GetDecodeWorker().GetWorkerId()) }
+func outcomeKey(ev *pb.OutcomeEvent) []byte {
+	return events.WorkerKey(ev.GetDecodeWorker().GetWorkerId())
+}

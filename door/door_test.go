@@ -57,6 +57,17 @@ func (r *rig) post(path, body string) (*http.Response, []byte) {
 	return resp, b
 }
 
+// waitOutcomes waits for n outcomes: the door appends a request's last
+// outcome after the client has its whole answer.
+func (r *rig) waitOutcomes(n int) []Outcome {
+	r.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for len(r.outcomes.list()) < n && time.Now().Before(deadline) {
+		time.Sleep(2 * time.Millisecond)
+	}
+	return r.outcomes.list()
+}
+
 func local(e *doortest.Engine) Decision { return Decision{Decode: Worker{ID: e.ID, HTTPURL: e.URL()}} }
 func remote(p, d *doortest.Engine) Decision {
 	return Decision{Remote: true, Prefill: Worker{ID: p.ID, HTTPURL: p.URL()}, Decode: Worker{ID: d.ID, HTTPURL: d.URL()}}
@@ -120,7 +131,7 @@ func TestLocalStreamRelayAndMeasure(t *testing.T) {
 	if eng.Tokenizes() != 0 {
 		t.Fatal("token ids in the request must not be tokenized again")
 	}
-	o := r.outcomes.list()
+	o := r.waitOutcomes(1)
 	if len(o) != 1 || o[0].Kind != Completed || o[0].DecisionID != "dec-1" || *o[0].OutputTokens != 5 {
 		t.Fatalf("outcomes %+v", o)
 	}
@@ -165,7 +176,7 @@ func TestRemoteHandshake(t *testing.T) {
 	if !strings.Contains(ev[0], `"role":"assistant"`) || !strings.Contains(ev[len(ev)-2], `"usage"`) || ev[len(ev)-1] != "[DONE]" {
 		t.Fatalf("the client asked for usage: %q", ev)
 	}
-	o := r.outcomes.list()
+	o := r.waitOutcomes(2)
 	if len(o) != 2 || o[0].Kind != PrefillDone || o[1].Kind != Completed || *o[1].OutputTokens != 4 {
 		t.Fatalf("outcomes %+v", o)
 	}
@@ -180,7 +191,7 @@ func TestNonStreamLocal(t *testing.T) {
 	if resp.StatusCode != 200 || !strings.Contains(string(body), `"text_completion"`) {
 		t.Fatalf("%d %s", resp.StatusCode, body)
 	}
-	o := r.outcomes.list()
+	o := r.waitOutcomes(1)
 	if len(o) != 1 || o[0].Kind != Completed || *o[0].OutputTokens != 4 || o[0].TTFT == nil {
 		t.Fatalf("outcomes %+v", o)
 	}
@@ -238,7 +249,7 @@ func TestRetryOnAnotherWorker(t *testing.T) {
 		r.dec.got[1].RequestID == r.dec.got[0].RequestID {
 		t.Fatalf("decision requests %+v", r.dec.got)
 	}
-	o := r.outcomes.list()
+	o := r.waitOutcomes(2)
 	if len(o) != 2 || o[0].Kind != Cancelled || o[0].DecisionID != "dec-1" || o[0].ErrorCode != "upstream_error" || o[1].Kind != Completed {
 		t.Fatalf("outcomes %+v", o)
 	}
@@ -295,11 +306,7 @@ func TestClientDisconnectCancelsUpstream(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the engine's request was not cancelled")
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for len(r.outcomes.list()) == 0 && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
-	o := r.outcomes.list()
+	o := r.waitOutcomes(1)
 	if len(o) != 1 || o[0].Kind != Cancelled || o[0].ErrorCode != "client_disconnected" {
 		t.Fatalf("outcomes %+v", o)
 	}
@@ -374,7 +381,7 @@ func TestMidStreamFailure(t *testing.T) {
 	if resp.StatusCode != 200 || !strings.Contains(ev[len(ev)-1], `"upstream_truncated"`) || len(r.dec.got) != 1 {
 		t.Fatalf("%d %q", resp.StatusCode, ev)
 	}
-	if o := r.outcomes.list(); len(o) != 1 || o[0].Kind != Cancelled || o[0].ErrorCode != "upstream_truncated" || *o[0].OutputTokens != 4 {
+	if o := r.waitOutcomes(1); len(o) != 1 || o[0].Kind != Cancelled || o[0].ErrorCode != "upstream_truncated" || *o[0].OutputTokens != 4 {
 		t.Fatalf("outcomes %+v", o)
 	}
 }
