@@ -157,7 +157,7 @@ func TestDoorRetryLinksDecisions(t *testing.T) {
 	if exp["retry_of_decision_id"] != failedID {
 		t.Fatalf("explain: %v", exp["retry_of_decision_id"])
 	}
-	if pc, _ := exp["pure_check"].(map[string]any); pc["identical"] != true {
+	if pc, _ := exp["pure_check"].(map[string]any); pc["identical"] != true || pc["record_bytes_identical"] != true {
 		t.Fatalf("the retry's decision does not recompute from its record: %v", exp["pure_check"])
 	}
 	kinds := map[string]pb.OutcomeEvent_Kind{}
