@@ -30,7 +30,6 @@ const (
 	typeInvalidRequest = "invalid_request_error"
 	typeServer         = "server_error"
 	typeRateLimit      = "rate_limit_error"
-	typeAuth           = "authentication_error"
 )
 
 func invalid(code, param, msg string) *Error {
