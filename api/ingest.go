@@ -237,6 +237,7 @@ type workerBody struct {
 	KVReplayEndpoint    string  `json:"kv_replay_endpoint"`
 	KVEventsTopic       string  `json:"kv_events_topic"`
 	MetricsURL          string  `json:"metrics_url"`
+	HTTPURL             string  `json:"http_url"`
 	DPSize              uint32  `json:"dp_size"`
 	Engine              string  `json:"engine"`
 }
@@ -279,11 +280,16 @@ func (s *Server) registerWorker(c *gin.Context) {
 		fail(c, unprocessable("invalid_value", "metrics_url", fmt.Sprintf("%q is not an http(s) URL", b.MetricsURL)))
 		return
 	}
+	if err := checkHTTPURL("http_url", b.HTTPURL); err != nil {
+		fail(c, err)
+		return
+	}
 	rec := &pb.WorkerRegistration{
 		WorkerId: b.WorkerID, Pool: pool, Model: b.Model, BlockSize: b.BlockSize,
 		TotalKvBlocks: b.TotalKVBlocks, MaxNumBatchedTokens: b.MaxNumBatchedTokens,
 		KvEventsEndpoint: b.KVEventsEndpoint, KvReplayEndpoint: b.KVReplayEndpoint, KvEventsTopic: b.KVEventsTopic,
 		MetricsUrl: b.MetricsURL, DpSize: b.DPSize, Engine: eng, RegisteredAtUnixNano: s.cfg.now().UnixNano(),
+		HttpUrl: b.HTTPURL,
 	}
 	// The bounds every replica applies (dp_size, lengths of every string):
 	// answered with the field at fault.

@@ -47,20 +47,36 @@ func (s *Server) requestEvent(c *gin.Context) {
 		fail(c, unprocessable("invalid_value", "output_tokens", "must be ≥ 0"))
 		return
 	}
-	id := c.Param("id")
-	dec, ok := s.deps.State.DecisionRefForRequest(id)
-	if !ok {
-		fail(c, notFound("unknown_request", "no decision for request "+id+" on this replica; send lifecycle events for requests routed by /v1/route (pass `after` offsets if you just routed it elsewhere)"))
+	ev, err := s.outcomeEvent(c.Param("id"), kind)
+	if err != nil {
+		fail(c, err)
 		return
 	}
-	ev := &pb.OutcomeEvent{
-		RequestId: id, DecisionId: dec.DecisionID, Kind: kind,
-		DecodeWorker: dec.DecodeWorker, PrefillWorker: dec.PrefillWorker,
-		EventTimeUnixNano: s.cfg.now().UnixNano(), TtftMs: body.TTFTMs, ItlMsMean: body.ITLMsMean,
-	}
+	ev.TtftMs, ev.ItlMsMean = body.TTFTMs, body.ITLMsMean
 	if body.OutputTokens != nil {
 		v := uint64(*body.OutputTokens)
 		ev.OutputTokens = &v
 	}
-	s.appendAndAnswer(c, events.WorkerKey(dec.DecodeWorker.GetWorkerId()), ev)
+	s.appendAndAnswer(c, outcomeKey(ev), ev)
+}
+
+// outcomeEvent is a lifecycle event of kind for request id, naming the
+// decision the replica holds for it and that decision's workers: what
+// both this endpoint and the OpenAI front door write.
+func (s *Server) outcomeEvent(id string, kind pb.OutcomeEvent_Kind) (*pb.OutcomeEvent, error) {
+	dec, ok := s.deps.State.DecisionRefForRequest(id)
+	if !ok {
+		return nil, notFound("unknown_request", "no decision for request "+id+" on this replica; send lifecycle events for requests routed by /v1/route (pass `after` offsets if you just routed it elsewhere)")
+	}
+	return &pb.OutcomeEvent{
+		RequestId: id, DecisionId: dec.DecisionID, Kind: kind,
+		DecodeWorker: dec.DecodeWorker, PrefillWorker: dec.PrefillWorker,
+		EventTimeUnixNano: s.cfg.now().UnixNano(),
+	}, nil
+}
+
+// outcomeKey is the record key of an outcome: its decode worker, so it
+// lands in the partition order of the worker's other events.
+func outcomeKey(ev *pb.OutcomeEvent) []byte {
+	return events.WorkerKey(ev.GetDecodeWorker().GetWorkerId())
 }

@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/pdrouter/pdrouter/door"
 )
 
 // Option configures a Server.
@@ -29,6 +31,9 @@ type config struct {
 	maxAfter       int
 	maxWorkers     int
 	budget         recordBudget
+	// door, when set, serves the OpenAI front door with these options
+	// (WithDoor).
+	door []door.Option
 }
 
 func defaultConfig() config {
@@ -113,3 +118,12 @@ func WithMaxHeaderBytes(n int) Option { return func(c *config) { c.maxHeaderByte
 // WithMaxAfterPartitions caps the entries of a /v1/route `after` vector,
 // topics and partitions together (422 above it). Default 1024.
 func WithMaxAfterPartitions(n int) Option { return func(c *config) { c.maxAfter = n } }
+
+// WithDoor serves the OpenAI-compatible front door (package door) on /v1:
+// POST /v1/completions, POST /v1/chat/completions and GET /v1/models,
+// behind the same authentication. The door gets the API's logger,
+// registry, request id generator and --max-prompt-tokens first; opts come
+// after them.
+func WithDoor(opts ...door.Option) Option {
+	return func(c *config) { c.door = append([]door.Option{}, opts...) }
+}

@@ -230,10 +230,23 @@ func (s *Server) route(c *gin.Context) {
 			return
 		}
 	}
-	rec, err := s.decide(p)
+	rec, err := s.commitDecision(c.Request.Context(), p, "", nil)
 	if err != nil {
 		fail(c, err)
 		return
+	}
+	resp := responseOf(rec, explain)
+	s.writeRoute(c, &resp, rec.GetWatermark())
+}
+
+// commitDecision decides p, makes the decision durable and counts it: the
+// decision path of /v1/route and of the OpenAI front door. retryOf and
+// exclude are the door's retry: the decision it retries, and the workers
+// (worker ids) that failed it, unavailable to this decision.
+func (s *Server) commitDecision(ctx context.Context, p *parsed, retryOf string, exclude []string) (*pb.DecisionRecord, error) {
+	rec, err := s.decide(p, exclude)
+	if err != nil {
+		return nil, err
 	}
 	rec.DecisionId = s.cfg.newID()
 	rec.DecidedAtUnixNano = s.cfg.now().UnixNano()
@@ -241,10 +254,10 @@ func (s *Server) route(c *gin.Context) {
 	rec.ExpectedOutputTokens = p.expected
 	rec.LoraName = p.lora
 	rec.ConfigJson = s.configJSON()
-	pos, value, err := s.appendDecision(c.Request.Context(), rec)
+	rec.RetryOfDecisionId = retryOf
+	pos, value, err := s.appendDecision(ctx, rec)
 	if err != nil {
-		fail(c, err)
-		return
+		return nil, err
 	}
 	if s.recordAt != nil {
 		s.recordAt.RecordLocalDecisionAt(rec, value, pos)
@@ -253,12 +266,12 @@ func (s *Server) route(c *gin.Context) {
 	}
 	s.metrics.decisions.WithLabelValues(rec.GetMode(), rec.GetReason(), rec.GetPolicy()).Inc()
 	s.metrics.effISL.Observe(float64(rec.GetEffectiveIsl()))
-	resp := responseOf(rec, explain)
-	s.writeRoute(c, &resp, rec.GetWatermark())
+	return rec, nil
 }
 
-// decide runs the decider under one consistent read of the state.
-func (s *Server) decide(p *parsed) (*pb.DecisionRecord, error) {
+// decide runs the decider under one consistent read of the state, with
+// the workers named in exclude unavailable.
+func (s *Server) decide(p *parsed, exclude []string) (*pb.DecisionRecord, error) {
 	start := time.Now()
 	d := s.decisions.Get().(*decider.Decision)
 	defer s.decisions.Put(d)
@@ -268,6 +281,9 @@ func (s *Server) decide(p *parsed) (*pb.DecisionRecord, error) {
 		err error
 	)
 	s.deps.State.Read(func(v decider.View, w *pb.Watermark) {
+		if len(exclude) > 0 {
+			v = &excludingView{View: v, ids: exclude}
+		}
 		model, merr := resolveModel(v.Workers(), p.model)
 		if merr != nil {
 			err = merr

@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/pdrouter/pdrouter/decider"
+	"github.com/pdrouter/pdrouter/door"
 	"github.com/pdrouter/pdrouter/events"
 	"github.com/pdrouter/pdrouter/internal/rejects"
 )
@@ -68,6 +69,8 @@ type Server struct {
 	// own is this server's registrations, which HTTP ingest waits for
 	// (ownwrites.go).
 	own ownWrites
+	// door is the OpenAI front door, nil unless WithDoor.
+	door *door.Door
 }
 
 // New builds a Server.
@@ -95,6 +98,15 @@ func New(deps Deps, opts ...Option) (*Server, error) {
 	s.expecter, _ = deps.State.(DecisionExpecter)
 	s.recordAt, _ = deps.State.(PositionedDecisionRecorder)
 	s.decisions.New = func() any { return new(decider.Decision) }
+	if cfg.door != nil {
+		opts := append([]door.Option{door.WithLogger(cfg.log), door.WithMetrics(cfg.registerer),
+			door.WithIDGenerator(cfg.newID), door.WithMaxPromptTokens(cfg.maxTokens)}, cfg.door...)
+		d, err := door.New(s.doorDeps(), opts...)
+		if err != nil {
+			return nil, err
+		}
+		s.door = d
+	}
 	s.engine = s.routes()
 	return s, nil
 }
@@ -142,6 +154,9 @@ func (s *Server) routes() *gin.Engine {
 	v1.POST("/events/kv", s.requireCaughtUp, s.ingestKV)
 	v1.POST("/events/load", s.requireCaughtUp, s.ingestLoad)
 	v1.GET("/state", s.state)
+	if s.door != nil {
+		s.door.Mount(v1.Group("", s.requireCaughtUp))
+	}
 	if s.deps.Snapshot != nil {
 		v1.GET("/state/snapshot", gin.WrapH(s.deps.Snapshot))
 	}

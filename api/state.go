@@ -117,6 +117,7 @@ type WorkerStatus struct {
 	MaxNumBatchedTokens *int64 `json:"max_num_batched_tokens"`
 	KVEventsEndpoint    string `json:"kv_events_endpoint,omitempty"`
 	MetricsURL          string `json:"metrics_url,omitempty"`
+	HTTPURL             string `json:"http_url,omitempty"`
 	CachedBlocks        int64  `json:"cached_blocks"`
 	ActiveDecodeBlocks  int64  `json:"active_decode_blocks"`
 	ActivePrefillTokens int64  `json:"active_prefill_tokens"`

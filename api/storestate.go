@@ -102,7 +102,7 @@ func (s *StoreState) Workers() []WorkerStatus {
 			}
 			if reg, ok := v.Registration(ref); ok {
 				st.KVEventsEndpoint, st.MetricsURL = reg.GetKvEventsEndpoint(), reg.GetMetricsUrl()
-				st.DPSize = reg.GetDpSize()
+				st.DPSize, st.HTTPURL = reg.GetDpSize(), reg.GetHttpUrl()
 			}
 			held := v.BlocksHeld(ref)
 			st.CachedBlocks = held[0] + held[1] + held[2]

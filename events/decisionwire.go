@@ -88,6 +88,7 @@ func appendDecision(b []byte, d *pb.DecisionRecord, parts decisionParts) (_ []by
 	b = appendMessage(b, 30, d.PrefillBusyCheck, appendCheck)
 	b = appendMessage(b, 31, d.DecodeBusyCheck, appendCheck)
 	b = appendMessage(b, 32, d.OmittedCandidates, appendOmittedCandidates)
+	b = appendString(b, 33, d.RetryOfDecisionId)
 	return b, true
 }
 
@@ -259,7 +260,7 @@ func appendVarint(b []byte, v uint64) []byte {
 // field, every string valid UTF-8.
 func decisionEncodable(d *pb.DecisionRecord, parts decisionParts) bool {
 	if !plain(d) || !utf8s(d.DecisionId, d.RequestId, d.Model, d.LoraName, d.Mode, d.Reason, d.Policy,
-		d.ConfigHash, d.ConfigJson, d.ReplicaId, d.DecidedBy) {
+		d.ConfigHash, d.ConfigJson, d.ReplicaId, d.DecidedBy, d.RetryOfDecisionId) {
 		return false
 	}
 	if !workerRefOK(d.DecodeWorker) || !workerRefOK(d.PrefillWorker) {

@@ -266,6 +266,7 @@ func validateRegistration(v *pb.WorkerRegistration) error {
 		{"kv_replay_endpoint", v.GetKvReplayEndpoint(), MaxEndpointLen},
 		{"kv_events_topic", v.GetKvEventsTopic(), MaxTopicLen},
 		{"metrics_url", v.GetMetricsUrl(), MaxEndpointLen},
+		{"http_url", v.GetHttpUrl(), MaxEndpointLen},
 	} {
 		if err := maxLen(f.v, f.name, f.max); err != nil {
 			return err
@@ -286,6 +287,7 @@ func validateDecision(v *pb.DecisionRecord) error {
 		{"decision_id", v.GetDecisionId(), MaxIDLen},
 		{"request_id", v.GetRequestId(), MaxIDLen},
 		{"replica_id", v.GetReplicaId(), MaxNameLen},
+		{"retry_of_decision_id", v.GetRetryOfDecisionId(), MaxIDLen},
 	} {
 		if err := maxLen(f.v, f.name, f.max); err != nil {
 			return err

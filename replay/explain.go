@@ -15,8 +15,12 @@ import (
 // Its JSON is the body of GET /v1/decisions/{id}/explain and of
 // `pdrouter explain --json`; fields are only ever added.
 type Explanation struct {
-	DecisionID     string                      `json:"decision_id"`
-	RequestID      string                      `json:"request_id"`
+	DecisionID string `json:"decision_id"`
+	RequestID  string `json:"request_id"`
+	// RetryOf is the decision this one retried after its worker failed
+	// before the first token (the OpenAI front door); its workers are
+	// excluded "unavailable" in this table.
+	RetryOf        string                      `json:"retry_of_decision_id,omitempty"`
 	Model          string                      `json:"model"`
 	Mode           string                      `json:"mode"`
 	Reason         string                      `json:"reason"`
@@ -74,7 +78,7 @@ type ExplainOptions struct {
 func Explain(ctx context.Context, rec *pb.DecisionRecord, opts ExplainOptions) *Explanation {
 	d := DecisionOf(rec)
 	e := &Explanation{
-		DecisionID: rec.GetDecisionId(), RequestID: rec.GetRequestId(), Model: rec.GetModel(),
+		DecisionID: rec.GetDecisionId(), RequestID: rec.GetRequestId(), RetryOf: rec.GetRetryOfDecisionId(), Model: rec.GetModel(),
 		Mode: rec.GetMode(), Reason: rec.GetReason(), DecodeWorker: d.DecodeWorker,
 		Policy: rec.GetPolicy(), ConfigHash: rec.GetConfigHash(), ConfigJSON: rec.GetConfigJson(),
 		DeciderVersion: rec.GetDeciderVersion(), DecidedAt: time.Unix(0, rec.GetDecidedAtUnixNano()).UTC(),

@@ -172,6 +172,7 @@ func RecordOf(d *decider.Decision, orig *pb.DecisionRecord) *pb.DecisionRecord {
 		ReplicaId:            orig.GetReplicaId(),
 		DeciderVersion:       orig.GetDeciderVersion(),
 		OmittedCandidates:    orig.GetOmittedCandidates(),
+		RetryOfDecisionId:    orig.GetRetryOfDecisionId(),
 		Candidates:           make([]*pb.Candidate, len(d.Candidates)),
 	}
 	rows := make([]pb.Candidate, len(d.Candidates))

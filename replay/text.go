@@ -20,6 +20,9 @@ func (e *Explanation) WriteText(w io.Writer) error {
 		prefill = *e.PrefillWorker
 	}
 	p.f("decision %s  request %s  model %s\n", e.DecisionID, e.RequestID, e.Model)
+	if e.RetryOf != "" {
+		p.f("retry of decision %s (its workers failed before the first token and are unavailable here)\n", e.RetryOf)
+	}
 	p.f("  decided %s by replica %s (decider v%d), policy %s, config %s\n",
 		e.DecidedAt.Format("2006-01-02T15:04:05.000Z07:00"), e.ReplicaID, e.DeciderVersion, e.Policy, e.ConfigHash)
 	p.f("  mode %s (%s): decode %s, prefill %s\n", e.Mode, e.Reason, e.DecodeWorker, prefill)

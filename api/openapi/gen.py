@@ -107,7 +107,7 @@ schemas = {
         "worker_id": STR, "pool": {"type": "string", "enum": ["prefill", "decode"]}, "model": STR,
         "block_size": {"type": "integer", "minimum": 1}, "total_kv_blocks": {"type": "integer", "minimum": 0, "nullable": True},
         "max_num_batched_tokens": {"type": "integer", "minimum": 0, "nullable": True},
-        "kv_events_endpoint": STR, "kv_replay_endpoint": STR, "kv_events_topic": STR, "metrics_url": STR,
+        "kv_events_endpoint": STR, "kv_replay_endpoint": STR, "kv_events_topic": STR, "metrics_url": STR, "http_url": STR,
         "dp_size": {"type": "integer", "minimum": 0}, "engine": {"type": "string", "enum": ["", "vllm", "sglang", "trtllm", "sim"]},
     }, ["worker_id", "pool", "model", "block_size"]),
     "KvEvent": obj({
@@ -130,7 +130,7 @@ schemas = {
     "WorkerStatus": obj({
         "worker_id": STR, "dp_rank": U32, "pool": STR, "model": STR, "block_size": {"type": "integer"},
         "total_kv_blocks": {**I64, "nullable": True}, "max_num_batched_tokens": {**I64, "nullable": True},
-        "kv_events_endpoint": STR, "metrics_url": STR, "cached_blocks": I64, "active_decode_blocks": I64,
+        "kv_events_endpoint": STR, "metrics_url": STR, "http_url": STR, "cached_blocks": I64, "active_decode_blocks": I64,
         "active_prefill_tokens": I64, "load": {"allOf": [ref("WorkerLoad")], "nullable": True},
         "kv_events_missing": BOOL, "kv_events_note": STR,
         "kv_events_block_size": {"type": "integer", "minimum": 0}, "kv_block_size_mismatch": BOOL,

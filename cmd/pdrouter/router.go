@@ -62,10 +62,13 @@ type routerFlags struct {
 	// api.WithDecisionRecordMaxBytes).
 	decisionMaxCandidates  int
 	decisionRecordMaxBytes int
+	// door configures the OpenAI front door (doorflags.go).
+	door doorFlags
 }
 
 func (f *routerFlags) bindFlags(fs *pflag.FlagSet) {
 	f.decider = deciderflags.Register(fs)
+	f.door.bindFlags(fs)
 	host, _ := os.Hostname()
 	fs.StringVar(&f.replicaID, "replica-id", host, "name of this replica in the decisions it records")
 	fs.StringVar(&f.authToken, "auth-token", "", "require Authorization: Bearer <token> on /v1 (prefer PDR_AUTH_TOKEN to the flag)")
@@ -111,6 +114,9 @@ func (f *routerFlags) validate() error {
 	if f.decisionMaxCandidates < api.MinDecisionMaxCandidates || f.decisionRecordMaxBytes < api.MinDecisionRecordMaxBytes || f.decisionRecordMaxBytes > api.MaxDecisionRecordMaxBytes {
 		return fmt.Errorf("--decision-max-candidates %d, --decision-record-max-bytes %d: want at least %d rows, and %d to %d bytes",
 			f.decisionMaxCandidates, f.decisionRecordMaxBytes, api.MinDecisionMaxCandidates, api.MinDecisionRecordMaxBytes, api.MaxDecisionRecordMaxBytes)
+	}
+	if err := f.door.validate(); err != nil {
+		return err
 	}
 	if f.decisionRetention < time.Second {
 		return fmt.Errorf("--decision-retention %s: want at least 1s (records are looked up by later requests and lifecycle events)", f.decisionRetention)
@@ -235,6 +241,20 @@ func (r *routerRun) run(ctx context.Context) error {
 			return ingest.Run(ctx, *r.ingestCfg, ingest.Deps{Kafka: cl, KafkaOpts: r.connOpts, Registerer: reg, Log: a.log})
 		})
 	}
+	apiOpts := []api.Option{
+		api.WithLogger(a.log), api.WithMetrics(reg, registry), api.WithReplicaID(f.replicaID),
+		api.WithAuthToken(f.authToken), api.WithReadyLag(f.readyLag), api.WithAfterTimeout(f.afterTimeout),
+		api.WithAuditTimeout(f.auditTimeout), api.WithBodyLimit(f.bodyLimit), api.WithMaxTokens(f.maxTokens), api.WithMaxWorkers(f.maxWorkers),
+		api.WithReadTimeout(f.httpReadTimeout), api.WithMaxHeaderBytes(f.httpMaxHeaderBytes), api.WithMaxAfterPartitions(f.maxAfterPartitions),
+		api.WithDecisionMaxCandidates(f.decisionMaxCandidates), api.WithDecisionRecordMaxBytes(f.decisionRecordMaxBytes),
+	}
+	doorOpt, err := f.door.option()
+	if err != nil {
+		return err
+	}
+	if doorOpt != nil {
+		apiOpts = append(apiOpts, doorOpt)
+	}
 	srv, err := api.New(api.Deps{
 		State:    &api.StoreState{Store: store, Lag: mat},
 		Decider:  dec,
@@ -245,13 +265,7 @@ func (r *routerRun) run(ctx context.Context) error {
 		// keeps fetches on connections of their own, apart from produces.
 		Records: api.NewLogDecisionReader(prod, a.names()),
 		Started: started,
-	},
-		api.WithLogger(a.log), api.WithMetrics(reg, registry), api.WithReplicaID(f.replicaID),
-		api.WithAuthToken(f.authToken), api.WithReadyLag(f.readyLag), api.WithAfterTimeout(f.afterTimeout),
-		api.WithAuditTimeout(f.auditTimeout), api.WithBodyLimit(f.bodyLimit), api.WithMaxTokens(f.maxTokens), api.WithMaxWorkers(f.maxWorkers),
-		api.WithReadTimeout(f.httpReadTimeout), api.WithMaxHeaderBytes(f.httpMaxHeaderBytes), api.WithMaxAfterPartitions(f.maxAfterPartitions),
-		api.WithDecisionMaxCandidates(f.decisionMaxCandidates), api.WithDecisionRecordMaxBytes(f.decisionRecordMaxBytes),
-	)
+	}, apiOpts...)
 	if err != nil {
 		return err
 	}

@@ -87,6 +87,11 @@ type DecisionRecord struct {
 	// The rows of the decider's table left out of candidates to keep the
 	// record within its size budget; absent when the table is whole.
 	OmittedCandidates *OmittedCandidates `protobuf:"bytes,32,opt,name=omitted_candidates,json=omittedCandidates,proto3" json:"omitted_candidates,omitempty"`
+	// Set on a decision the door made to retry a request whose first
+	// decision's worker failed before its first token: that decision's id.
+	// The failed decision's workers are then unavailable in this one's
+	// candidate table (excluded "unavailable").
+	RetryOfDecisionId string `protobuf:"bytes,33,opt,name=retry_of_decision_id,json=retryOfDecisionId,proto3" json:"retry_of_decision_id,omitempty"`
 	unknownFields     protoimpl.UnknownFields
 	sizeCache         protoimpl.SizeCache
 }
@@ -343,6 +348,13 @@ func (x *DecisionRecord) GetOmittedCandidates() *OmittedCandidates {
 		return x.OmittedCandidates
 	}
 	return nil
+}
+
+func (x *DecisionRecord) GetRetryOfDecisionId() string {
+	if x != nil {
+		return x.RetryOfDecisionId
+	}
+	return ""
 }
 
 // OmittedCandidates summarizes the candidate rows a record leaves out. The
@@ -824,7 +836,7 @@ var File_pdrouter_events_v1_decisions_proto protoreflect.FileDescriptor
 
 const file_pdrouter_events_v1_decisions_proto_rawDesc = "" +
 	"\n" +
-	"\"pdrouter/events/v1/decisions.proto\x12\x12pdrouter.events.v1\x1a\x1fpdrouter/events/v1/common.proto\"\x9b\v\n" +
+	"\"pdrouter/events/v1/decisions.proto\x12\x12pdrouter.events.v1\x1a\x1fpdrouter/events/v1/common.proto\"\xcc\v\n" +
 	"\x0eDecisionRecord\x12\x1f\n" +
 	"\vdecision_id\x18\x01 \x01(\tR\n" +
 	"decisionId\x12\x1d\n" +
@@ -868,7 +880,8 @@ const file_pdrouter_events_v1_decisions_proto_rawDesc = "" +
 	"\n" +
 	"replica_id\x18\x17 \x01(\tR\treplicaId\x12'\n" +
 	"\x0fdecider_version\x18\x18 \x01(\rR\x0edeciderVersion\x12T\n" +
-	"\x12omitted_candidates\x18  \x01(\v2%.pdrouter.events.v1.OmittedCandidatesR\x11omittedCandidates\"a\n" +
+	"\x12omitted_candidates\x18  \x01(\v2%.pdrouter.events.v1.OmittedCandidatesR\x11omittedCandidates\x12/\n" +
+	"\x14retry_of_decision_id\x18! \x01(\tR\x11retryOfDecisionId\"a\n" +
 	"\x11OmittedCandidates\x12\x16\n" +
 	"\x06decode\x18\x01 \x01(\rR\x06decode\x12\x18\n" +
 	"\aprefill\x18\x02 \x01(\rR\aprefill\x12\x1a\n" +

@@ -88,8 +88,11 @@ type OutcomeEvent struct {
 	TtftMs            *float64               `protobuf:"fixed64,7,opt,name=ttft_ms,json=ttftMs,proto3,oneof" json:"ttft_ms,omitempty"`
 	OutputTokens      *uint64                `protobuf:"varint,8,opt,name=output_tokens,json=outputTokens,proto3,oneof" json:"output_tokens,omitempty"`
 	ItlMsMean         *float64               `protobuf:"fixed64,9,opt,name=itl_ms_mean,json=itlMsMean,proto3,oneof" json:"itl_ms_mean,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// Why the request ended without completing, as a fixed code of the door
+	// (for example "upstream_error", "client_disconnected"); empty otherwise.
+	ErrorCode     string `protobuf:"bytes,10,opt,name=error_code,json=errorCode,proto3" json:"error_code,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *OutcomeEvent) Reset() {
@@ -185,11 +188,18 @@ func (x *OutcomeEvent) GetItlMsMean() float64 {
 	return 0
 }
 
+func (x *OutcomeEvent) GetErrorCode() string {
+	if x != nil {
+		return x.ErrorCode
+	}
+	return ""
+}
+
 var File_pdrouter_events_v1_outcomes_proto protoreflect.FileDescriptor
 
 const file_pdrouter_events_v1_outcomes_proto_rawDesc = "" +
 	"\n" +
-	"!pdrouter/events/v1/outcomes.proto\x12\x12pdrouter.events.v1\x1a\x1fpdrouter/events/v1/common.proto\"\xbc\x04\n" +
+	"!pdrouter/events/v1/outcomes.proto\x12\x12pdrouter.events.v1\x1a\x1fpdrouter/events/v1/common.proto\"\xdb\x04\n" +
 	"\fOutcomeEvent\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12\x1f\n" +
@@ -201,7 +211,10 @@ const file_pdrouter_events_v1_outcomes_proto_rawDesc = "" +
 	"\x14event_time_unix_nano\x18\x06 \x01(\x03R\x11eventTimeUnixNano\x12\x1c\n" +
 	"\attft_ms\x18\a \x01(\x01H\x00R\x06ttftMs\x88\x01\x01\x12(\n" +
 	"\routput_tokens\x18\b \x01(\x04H\x01R\foutputTokens\x88\x01\x01\x12#\n" +
-	"\vitl_ms_mean\x18\t \x01(\x01H\x02R\titlMsMean\x88\x01\x01\"[\n" +
+	"\vitl_ms_mean\x18\t \x01(\x01H\x02R\titlMsMean\x88\x01\x01\x12\x1d\n" +
+	"\n" +
+	"error_code\x18\n" +
+	" \x01(\tR\terrorCode\"[\n" +
 	"\x04Kind\x12\x14\n" +
 	"\x10KIND_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11KIND_PREFILL_DONE\x10\x01\x12\x12\n" +

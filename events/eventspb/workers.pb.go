@@ -49,8 +49,12 @@ type WorkerRegistration struct {
 	Engine Engine `protobuf:"varint,12,opt,name=engine,proto3,enum=pdrouter.events.v1.Engine" json:"engine,omitempty"`
 	// When the registration was made, in Unix nanoseconds.
 	RegisteredAtUnixNano int64 `protobuf:"varint,13,opt,name=registered_at_unix_nano,json=registeredAtUnixNano,proto3" json:"registered_at_unix_nano,omitempty"`
-	unknownFields        protoimpl.UnknownFields
-	sizeCache            protoimpl.SizeCache
+	// The engine's OpenAI-compatible base URL, without the /v1 suffix
+	// (http://host:port): where the door forwards requests routed to it and
+	// asks /tokenize. Empty: the door cannot reach this worker.
+	HttpUrl       string `protobuf:"bytes,14,opt,name=http_url,json=httpUrl,proto3" json:"http_url,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *WorkerRegistration) Reset() {
@@ -174,11 +178,18 @@ func (x *WorkerRegistration) GetRegisteredAtUnixNano() int64 {
 	return 0
 }
 
+func (x *WorkerRegistration) GetHttpUrl() string {
+	if x != nil {
+		return x.HttpUrl
+	}
+	return ""
+}
+
 var File_pdrouter_events_v1_workers_proto protoreflect.FileDescriptor
 
 const file_pdrouter_events_v1_workers_proto_rawDesc = "" +
 	"\n" +
-	" pdrouter/events/v1/workers.proto\x12\x12pdrouter.events.v1\x1a\x1fpdrouter/events/v1/common.proto\"\xd3\x04\n" +
+	" pdrouter/events/v1/workers.proto\x12\x12pdrouter.events.v1\x1a\x1fpdrouter/events/v1/common.proto\"\xee\x04\n" +
 	"\x12WorkerRegistration\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12,\n" +
 	"\x04pool\x18\x02 \x01(\x0e2\x18.pdrouter.events.v1.PoolR\x04pool\x12\x14\n" +
@@ -195,7 +206,8 @@ const file_pdrouter_events_v1_workers_proto_rawDesc = "" +
 	"metricsUrl\x12\x17\n" +
 	"\adp_size\x18\v \x01(\rR\x06dpSize\x122\n" +
 	"\x06engine\x18\f \x01(\x0e2\x1a.pdrouter.events.v1.EngineR\x06engine\x125\n" +
-	"\x17registered_at_unix_nano\x18\r \x01(\x03R\x14registeredAtUnixNanoB\x12\n" +
+	"\x17registered_at_unix_nano\x18\r \x01(\x03R\x14registeredAtUnixNano\x12\x19\n" +
+	"\bhttp_url\x18\x0e \x01(\tR\ahttpUrlB\x12\n" +
 	"\x10_total_kv_blocksB\x19\n" +
 	"\x17_max_num_batched_tokensB.Z,github.com/pdrouter/pdrouter/events/eventspbb\x06proto3"
 

@@ -41,6 +41,13 @@ const (
 	// the whole fleet's state can check (the worker cap), at the API or
 	// on apply.
 	Registration Entry = "registration"
+	// Door is the OpenAI-compatible front door's client side: bodies,
+	// messages, prompts and the in-flight bound.
+	Door Entry = "door"
+	// DoorUpstream is what an engine answers the door: an engine is a peer
+	// the door trusts no more than a client (line lengths, chunk shapes,
+	// body sizes, timeouts).
+	DoorUpstream Entry = "door_upstream"
 )
 
 // MetricName is the name of the series family.
@@ -68,7 +75,7 @@ func For(reg prometheus.Registerer) *Counter {
 	}
 	c := &Counter{vec: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: MetricName,
-		Help: "Input refused where it enters the process, by entry point (http, zmq_bind, zmq_dial, scrape, produce, registration) and reason.",
+		Help: "Input refused where it enters the process, by entry point (http, zmq_bind, zmq_dial, scrape, produce, registration, door, door_upstream) and reason.",
 	}, []string{"entry", "reason"})}
 	if reg == nil {
 		return c

@@ -1,0 +1,179 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"time"
+
+	"github.com/pdrouter/pdrouter/decider"
+	"github.com/pdrouter/pdrouter/door"
+	"github.com/pdrouter/pdrouter/events"
+	pb "github.com/pdrouter/pdrouter/events/eventspb"
+)
+
+// The OpenAI front door (package door) is served on /v1 behind the API's
+// authentication. It depends on the three narrow interfaces below, which
+// the Server implements in-process: a decision goes through the same path
+// as POST /v1/route (commitDecision: durable before it is used), and an
+// outcome through the same as POST /v1/requests/{id}/events.
+
+// doorDeps adapts a Server to door.Deps.
+type doorDeps struct{ s *Server }
+
+func (s *Server) doorDeps() door.Deps {
+	a := doorDeps{s}
+	return door.Deps{Decider: a, Fleet: a, Outcomes: a}
+}
+
+// Decide implements door.Decider.
+func (a doorDeps) Decide(ctx context.Context, r door.DecideRequest) (door.Decision, error) {
+	p := &parsed{id: r.RequestID, model: r.Model, tokens: r.TokenIDs, prompt: int64(len(r.TokenIDs)), expected: r.MaxTokens}
+	if len(p.tokens) > a.s.cfg.maxTokens {
+		return door.Decision{}, &door.Error{Status: http.StatusBadRequest, Type: "invalid_request_error", Code: "too_many_tokens", Param: "prompt",
+			Message: fmt.Sprintf("the prompt is %d tokens; at most %d (--max-prompt-tokens)", len(p.tokens), a.s.cfg.maxTokens)}
+	}
+	rec, err := a.s.commitDecision(ctx, p, r.RetryOf, r.Exclude)
+	if err != nil {
+		return door.Decision{}, doorError(err)
+	}
+	urls := a.httpURLs()
+	d := door.Decision{DecisionID: rec.GetDecisionId(), RequestID: rec.GetRequestId(), Remote: rec.GetMode() == "remote"}
+	d.Decode = door.Worker{ID: rec.GetDecodeWorker().GetWorkerId(), HTTPURL: urls[rec.GetDecodeWorker().GetWorkerId()]}
+	if d.Remote {
+		d.Prefill = door.Worker{ID: rec.GetPrefillWorker().GetWorkerId(), HTTPURL: urls[rec.GetPrefillWorker().GetWorkerId()]}
+	}
+	return d, nil
+}
+
+// httpURLs maps worker ids to their registered http_url.
+func (a doorDeps) httpURLs() map[string]string {
+	ws := a.s.deps.State.Workers()
+	out := make(map[string]string, len(ws))
+	for _, w := range ws {
+		if w.HTTPURL != "" {
+			out[w.WorkerID] = w.HTTPURL
+		}
+	}
+	return out
+}
+
+// Tokenizers implements door.Fleet: the model's decode workers' http_urls,
+// by worker id.
+func (a doorDeps) Tokenizers(model string) []string {
+	ws := a.s.deps.State.Workers()
+	slices.SortFunc(ws, func(x, y WorkerStatus) int {
+		if x.WorkerID != y.WorkerID {
+			return compareStrings(x.WorkerID, y.WorkerID)
+		}
+		return int(x.DPRank) - int(y.DPRank)
+	})
+	var out []string
+	for _, w := range ws {
+		if w.Model == model && w.Pool == string(decider.PoolDecode) && w.HTTPURL != "" && !slices.Contains(out, w.HTTPURL) {
+			out = append(out, w.HTTPURL)
+		}
+	}
+	return out
+}
+
+func compareStrings(a, b string) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// Models implements door.Fleet.
+func (a doorDeps) Models() []string {
+	var out []string
+	for _, w := range a.s.deps.State.Workers() {
+		if !slices.Contains(out, w.Model) {
+			out = append(out, w.Model)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+var doorOutcomeKinds = map[door.OutcomeKind]pb.OutcomeEvent_Kind{
+	door.PrefillDone: pb.OutcomeEvent_KIND_PREFILL_DONE,
+	door.Completed:   pb.OutcomeEvent_KIND_COMPLETED,
+	door.Cancelled:   pb.OutcomeEvent_KIND_CANCELLED,
+}
+
+// AppendOutcome implements door.Outcomes.
+func (a doorDeps) AppendOutcome(ctx context.Context, o door.Outcome) error {
+	ev, err := a.s.outcomeEvent(o.RequestID, doorOutcomeKinds[o.Kind])
+	if err != nil {
+		return err
+	}
+	if ev.GetDecisionId() != o.DecisionID {
+		return fmt.Errorf("request %s: the replica holds decision %s, not %s", o.RequestID, ev.GetDecisionId(), o.DecisionID)
+	}
+	ev.TtftMs, ev.ItlMsMean, ev.OutputTokens, ev.ErrorCode = millis(o.TTFT), millis(o.ITLMean), o.OutputTokens, o.ErrorCode
+	r, err := events.NewRecord(a.s.deps.Names, outcomeKey(ev), ev)
+	if err != nil {
+		return err
+	}
+	pos, err := a.s.deps.Log.Append(ctx, r)
+	if err != nil {
+		return err
+	}
+	a.s.own.note(pos)
+	return nil
+}
+
+func millis(d *time.Duration) *float64 {
+	if d == nil {
+		return nil
+	}
+	v := float64(*d) / float64(time.Millisecond)
+	return &v
+}
+
+// doorError answers an API error in OpenAI's shape. OpenAI answers an
+// unknown model 404 model_not_found; the rest keep their status and code.
+func doorError(err error) error {
+	var e *Error
+	if !errors.As(err, &e) {
+		return err
+	}
+	out := &door.Error{Status: e.Status, Type: "invalid_request_error", Code: e.Code, Param: e.Field, Message: e.Message, RetryAfter: e.RetryAfter}
+	switch {
+	case e.Code == "unknown_model":
+		out.Status, out.Code = http.StatusNotFound, "model_not_found"
+	case e.Status >= 500:
+		out.Type = "server_error"
+	case e.Status == http.StatusUnprocessableEntity:
+		out.Status = http.StatusBadRequest
+	}
+	return out
+}
+
+// excludingView is a decider view in which some workers are unavailable:
+// a retry's decision must not pick the workers that just failed. Workers
+// keep their index (the decider's WorkerRef), only their Unavailable flag
+// changes, so the candidate table records them as excluded.
+type excludingView struct {
+	decider.View
+	ids []string
+	ws  []decider.WorkerInfo
+}
+
+func (e *excludingView) Workers() []decider.WorkerInfo {
+	if e.ws == nil {
+		e.ws = slices.Clone(e.View.Workers())
+		for i := range e.ws {
+			if id, _, _ := events.ParseWorkerRank(e.ws[i].ID); slices.Contains(e.ids, id) {
+				e.ws[i].Unavailable = true
+			}
+		}
+	}
+	return e.ws
+}

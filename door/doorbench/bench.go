@@ -1,0 +1,221 @@
+// Package doorbench measures what the OpenAI front door adds to time to
+// first token: the same streamed requests, at the same concurrency, sent
+// to an engine directly and through a door in front of it. The engines are
+// behind an interface (Upstream), so the bench runs against the in-process
+// doortest engines or, once they serve HTTP, the simulated engines.
+package doorbench
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gin-gonic/gin"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/pdrouter/pdrouter/door"
+	"github.com/pdrouter/pdrouter/internal/benchtable"
+)
+
+// Upstream is an OpenAI engine the bench sends requests to.
+type Upstream interface {
+	// URL is the engine's base URL, without /v1.
+	URL() string
+	Close()
+}
+
+// Config is one run.
+type Config struct {
+	// Streams is the concurrency (closed-loop clients). Default 64.
+	Streams int
+	// Requests per mode (direct, through the door). Default 2000.
+	Requests int
+	// Engines are started by Start, Workers of them. Default 4.
+	Workers int
+	Start   func(id string) (Upstream, error)
+	// MaxAddedP99 is the bar of the p99 difference; 0: report only.
+	MaxAddedP99 time.Duration
+}
+
+// Result holds the TTFT percentiles of both modes.
+type Result struct {
+	Direct, Door [2]time.Duration // p50, p99
+}
+
+// Run runs the bench and prints its table to out.
+func Run(ctx context.Context, cfg Config, out io.Writer) (Result, []benchtable.Row, error) {
+	if cfg.Streams <= 0 {
+		cfg.Streams = 64
+	}
+	if cfg.Requests <= 0 {
+		cfg.Requests = 2000
+	}
+	if cfg.Workers <= 0 {
+		cfg.Workers = 4
+	}
+	var ups []Upstream
+	defer func() {
+		for _, u := range ups {
+			u.Close()
+		}
+	}()
+	for i := range cfg.Workers {
+		u, err := cfg.Start(fmt.Sprintf("bench-%d", i))
+		if err != nil {
+			return Result{}, nil, err
+		}
+		ups = append(ups, u)
+	}
+	d, err := door.New(door.Deps{Decider: &roundRobin{ups: ups}, Fleet: fleet{ups}, Outcomes: discard{}},
+		door.WithMetrics(prometheus.NewRegistry()), door.WithMaxInFlight(4*cfg.Streams))
+	if err != nil {
+		return Result{}, nil, err
+	}
+	gin.SetMode(gin.ReleaseMode)
+	e := gin.New()
+	d.Mount(e.Group("/v1"))
+	srv := httptest.NewServer(e)
+	defer srv.Close()
+
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 2 * cfg.Streams, DisableCompression: true}}
+	var rr atomic.Uint64
+	direct := func() string { return ups[rr.Add(1)%uint64(len(ups))].URL() }
+	viaDoor := func() string { return srv.URL }
+	// Warm both paths' connections.
+	if _, err := measure(ctx, client, direct, cfg.Streams, cfg.Streams); err != nil {
+		return Result{}, nil, err
+	}
+	if _, err := measure(ctx, client, viaDoor, cfg.Streams, cfg.Streams); err != nil {
+		return Result{}, nil, err
+	}
+	var res Result
+	dt, err := measure(ctx, client, direct, cfg.Streams, cfg.Requests)
+	if err != nil {
+		return res, nil, err
+	}
+	vt, err := measure(ctx, client, viaDoor, cfg.Streams, cfg.Requests)
+	if err != nil {
+		return res, nil, err
+	}
+	res.Direct = [2]time.Duration{pct(dt, 50), pct(dt, 99)}
+	res.Door = [2]time.Duration{pct(vt, 50), pct(vt, 99)}
+	added50, added99 := res.Door[0]-res.Direct[0], res.Door[1]-res.Direct[1]
+	detail := fmt.Sprintf("%d streams, %d requests per mode, %d engines", cfg.Streams, cfg.Requests, cfg.Workers)
+	rows := []benchtable.Row{
+		benchtable.NewRow("ttft direct p50 / p99", fmt.Sprintf("%s / %s", res.Direct[0], res.Direct[1]), "", "", detail),
+		benchtable.NewRow("ttft via door p50 / p99", fmt.Sprintf("%s / %s", res.Door[0], res.Door[1]), "", "", detail),
+		benchtable.NewRow("door adds to ttft p50", added50.String(), "", "", "in-memory decider: the durable decision append is `bench api`'s"),
+	}
+	bar, verdict := "", ""
+	if cfg.MaxAddedP99 > 0 {
+		bar, verdict = "≤ "+cfg.MaxAddedP99.String(), benchtable.Verdict(added99 <= cfg.MaxAddedP99)
+	}
+	rows = append(rows, benchtable.NewRow("door adds to ttft p99", added99.String(), bar, verdict, ""))
+	benchtable.Print(out, rows)
+	return res, rows, nil
+}
+
+// measure sends n streamed completions from streams clients and returns
+// each one's TTFT: from sending to the first token chunk read.
+func measure(ctx context.Context, client *http.Client, base func() string, streams, n int) ([]time.Duration, error) {
+	var (
+		mu    sync.Mutex
+		out   = make([]time.Duration, 0, n)
+		left  atomic.Int64
+		first error
+		wg    sync.WaitGroup
+	)
+	left.Store(int64(n))
+	for range streams {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for left.Add(-1) >= 0 && ctx.Err() == nil {
+				t, err := once(ctx, client, base())
+				mu.Lock()
+				if err != nil && first == nil {
+					first = err
+				}
+				out = append(out, t)
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if first == nil {
+		first = ctx.Err()
+	}
+	return out, first
+}
+
+const body = `{"model":"bench","prompt":[1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17],"max_tokens":4,"stream":true}`
+
+func once(ctx context.Context, client *http.Client, base string) (time.Duration, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/v1/completions", strings.NewReader(body))
+	if err != nil {
+		return 0, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	start := time.Now()
+	resp, err := client.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		return 0, fmt.Errorf("%s: %d %s", base, resp.StatusCode, b)
+	}
+	br := bufio.NewReader(resp.Body)
+	var ttft time.Duration
+	for {
+		line, err := br.ReadString('\n')
+		if ttft == 0 && strings.HasPrefix(line, "data: {") {
+			ttft = time.Since(start)
+		}
+		if err != nil {
+			if err == io.EOF && ttft > 0 {
+				return ttft, nil
+			}
+			return 0, fmt.Errorf("%s: stream ended before a token: %v", base, err)
+		}
+	}
+}
+
+func pct(d []time.Duration, p int) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	s := slices.Clone(d)
+	slices.Sort(s)
+	return s[min(len(s)-1, len(s)*p/100)]
+}
+
+// roundRobin decides local on the engines in turn: the bench measures the
+// door, not the decider.
+type roundRobin struct {
+	ups []Upstream
+	n   atomic.Uint64
+}
+
+func (r *roundRobin) Decide(_ context.Context, q door.DecideRequest) (door.Decision, error) {
+	u := r.ups[r.n.Add(1)%uint64(len(r.ups))]
+	return door.Decision{DecisionID: "d-" + q.RequestID, RequestID: q.RequestID, Decode: door.Worker{ID: u.URL(), HTTPURL: u.URL()}}, nil
+}
+
+type fleet struct{ ups []Upstream }
+
+func (f fleet) Tokenizers(string) []string { return []string{f.ups[0].URL()} }
+func (f fleet) Models() []string           { return []string{"bench"} }
+
+type discard struct{}
+
+func (discard) AppendOutcome(context.Context, door.Outcome) error { return nil }

@@ -1,0 +1,69 @@
+package door
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"testing"
+)
+
+// FuzzSSEStream: whatever an engine sends, the reader and chunk parser end
+// with an event, io.EOF or a precise error; no event's data is over the
+// line bound, and nothing panics.
+func FuzzSSEStream(f *testing.F) {
+	f.Add([]byte("data: {\"choices\":[{\"text\":\"x\"}]}\n\ndata: [DONE]\n\n"))
+	f.Add([]byte(": c\r\ndata: {\"object\":\"error\",\"message\":\"m\"}\r\n\r\n"))
+	f.Add([]byte("data: {\"choices\":[],\"usage\":{\"completion_tokens\":2}}\n\ndata:\ndata:\n\n"))
+	f.Add(bytes.Repeat([]byte("a"), 300))
+	f.Fuzz(func(t *testing.T, in []byte) {
+		s := newSSEReader(bytes.NewReader(in), 128)
+		for i := 0; ; i++ {
+			d, err := s.next()
+			if err == io.EOF || errors.Is(err, errLineTooLong) {
+				return
+			}
+			if err != nil {
+				t.Fatalf("unexpected error %v", err)
+			}
+			if len(d) > 128 {
+				t.Fatalf("event data of %d bytes over the bound", len(d))
+			}
+			if _, err := parseChunk(d); err != nil && err.Error() == "" {
+				t.Fatal("an error without a message")
+			}
+			if i > len(in)+1 {
+				t.Fatal("more events than input bytes")
+			}
+		}
+	})
+}
+
+// FuzzParseRequest: any body is taken or refused with an OpenAI error and
+// a rejects reason; a taken body can be rendered into both legs.
+func FuzzParseRequest(f *testing.F) {
+	f.Add([]byte(`{"model":"m","prompt":[1,2,3],"stream":true}`), false)
+	f.Add([]byte(`{"model":"m","messages":[{"role":"user","content":"x"}],"max_completion_tokens":3}`), true)
+	f.Add([]byte(`{"model":"m","prompt":"x","stream_options":{"include_usage":true}}`), false)
+	f.Fuzz(func(t *testing.T, body []byte, isChat bool) {
+		k := completions
+		if isChat {
+			k = chat
+		}
+		r, perr := parseRequest(k, body, limits{maxMessages: 8, maxPromptTokens: 16})
+		if perr != nil {
+			if perr.Status != 400 || perr.Code == "" || perr.reason == "" || perr.Type != typeInvalidRequest {
+				t.Fatalf("refusal %+v", perr)
+			}
+			return
+		}
+		if len(r.tokenIDs) > 16 || (r.tokenIDs == nil && len(r.prompt) == 0) {
+			t.Fatalf("accepted %+v", r)
+		}
+		if _, err := prefillBody(r); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := decodeBody(r, []byte(`{"x":1}`)); err != nil {
+			t.Fatal(err)
+		}
+	})
+}

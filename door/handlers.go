@@ -1,0 +1,374 @@
+package door
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/pdrouter/pdrouter/internal/rejects"
+)
+
+// The headers that name a request's decision for the client.
+const (
+	HeaderDecisionID = "x-pdrouter-decision-id"
+	HeaderRequestID  = "x-pdrouter-request-id"
+)
+
+func (d *Door) handle(k kind) gin.HandlerFunc {
+	return func(c *gin.Context) { d.serve(c, k) }
+}
+
+// serve answers one OpenAI request: admit, parse, get token ids, then
+// decide and forward (route).
+func (d *Door) serve(c *gin.Context, k kind) {
+	m := newMeasure(d.cfg.now)
+	ep := k.label()
+	if d.inFlight.Add(1) > int64(d.cfg.maxInFlight) {
+		d.inFlight.Add(-1)
+		d.metrics.rejects.Inc(rejects.Door, reasonInFlight)
+		d.metrics.requests.WithLabelValues(ep, pathNone, resultRejected).Inc()
+		d.fail(c, &Error{Status: http.StatusTooManyRequests, Type: typeRateLimit, Code: "too_many_requests", RetryAfter: 1,
+			Message: fmt.Sprintf("the router is serving %d requests, its limit (--door-max-in-flight); retry later", d.cfg.maxInFlight)})
+		return
+	}
+	d.metrics.inFlight.Inc()
+	defer func() { d.inFlight.Add(-1); d.metrics.inFlight.Dec() }()
+
+	req, perr := d.read(c, k)
+	if perr != nil {
+		d.metrics.rejects.Inc(rejects.Door, perr.reason)
+		d.metrics.requests.WithLabelValues(ep, pathNone, resultRejected).Inc()
+		d.fail(c, perr.Error)
+		return
+	}
+	ids := req.tokenIDs
+	if ids == nil {
+		var f *failure
+		if ids, f = d.tokenize(c.Request.Context(), req); f != nil {
+			d.metrics.requests.WithLabelValues(ep, pathNone, resultOf(f)).Inc()
+			if !f.clientGone {
+				d.fail(c, f.err)
+			}
+			return
+		}
+	}
+	d.route(c, req, ids, m)
+}
+
+// read reads and parses the body, bounded.
+func (d *Door) read(c *gin.Context, k kind) (*request, *parseError) {
+	body, err := io.ReadAll(http.MaxBytesReader(c.Writer, c.Request.Body, d.cfg.maxBodyBytes))
+	// The API bounds the body's arrival with a read deadline; a stream
+	// answered for minutes must not hit it (the server would cancel the
+	// request when it does).
+	_ = http.NewResponseController(c.Writer).SetReadDeadline(time.Time{})
+	var mbe *http.MaxBytesError
+	switch {
+	case errors.As(err, &mbe):
+		return nil, refuse(reasonBodyTooLarge, tooLarge("body_too_large", "", fmt.Sprintf("the body is over %d bytes (--door-max-body-bytes)", d.cfg.maxBodyBytes)))
+	case err != nil:
+		return nil, refuse(reasonInvalidJSON, invalid("invalid_body", "", "the body could not be read: "+truncate(err.Error(), 200)))
+	}
+	return parseRequest(k, body, limits{maxMessages: d.cfg.maxMessages, maxPromptTokens: d.cfg.maxPromptTokens})
+}
+
+// tokenize gets the ids of a text prompt from one of the model's decode
+// workers, picked by the prompt's hash so that repeats of a prompt ask the
+// same engine.
+func (d *Door) tokenize(ctx context.Context, req *request) ([]uint32, *failure) {
+	urls := d.deps.Fleet.Tokenizers(req.model)
+	if len(urls) == 0 {
+		return nil, &failure{err: &Error{Status: http.StatusNotFound, Type: typeInvalidRequest, Code: "model_not_found", Param: "model",
+			Message: fmt.Sprintf("no decode worker with an http_url serves %q; GET /v1/models lists the models", truncate(req.model, 64))}}
+	}
+	k := cacheKey(req)
+	return d.tokens(ctx, urls[binary.BigEndian.Uint64(k[:8])%uint64(len(urls))], req)
+}
+
+func resultOf(f *failure) string {
+	if f.clientGone {
+		return resultCancelled
+	}
+	return resultError
+}
+
+// route decides and forwards, retrying once on other workers when the
+// first ones fail before the client saw anything.
+func (d *Door) route(c *gin.Context, req *request, ids []uint32, m *measure) {
+	ctx := c.Request.Context()
+	ep := req.kind.label()
+	dr := DecideRequest{RequestID: d.cfg.newID(), Model: req.model, TokenIDs: ids, MaxTokens: req.maxTokens}
+	for attempt := 0; ; attempt++ {
+		dec, err := d.deps.Decider.Decide(ctx, dr)
+		if err != nil {
+			d.metrics.requests.WithLabelValues(ep, pathNone, resultError).Inc()
+			d.fail(c, err)
+			return
+		}
+		path := pathLocal
+		if dec.Remote {
+			path = pathRemote
+		}
+		c.Header(HeaderDecisionID, dec.DecisionID)
+		c.Header(HeaderRequestID, dec.RequestID)
+		prefillDone, f := d.forward(c, req, dec, m)
+		if prefillDone != nil {
+			<-prefillDone // the outcomes of a request stay in order on its partition
+		}
+		if f == nil {
+			d.metrics.requests.WithLabelValues(ep, path, resultOK).Inc()
+			if t := m.ttft(); t != nil {
+				d.metrics.ttft.WithLabelValues(path).Observe(t.Seconds())
+			}
+			if t := m.itl(); t != nil {
+				d.metrics.itl.WithLabelValues(path).Observe(t.Seconds())
+			}
+			d.appendOutcome(ctx, Outcome{RequestID: dec.RequestID, DecisionID: dec.DecisionID, Kind: Completed,
+				TTFT: m.ttft(), ITLMean: m.itl(), OutputTokens: m.outputTokens()})
+			return
+		}
+		d.appendOutcome(ctx, Outcome{RequestID: dec.RequestID, DecisionID: dec.DecisionID, Kind: Cancelled,
+			TTFT: m.ttft(), ITLMean: m.itl(), OutputTokens: m.outputTokens(), ErrorCode: f.code})
+		if f.clientGone {
+			d.metrics.requests.WithLabelValues(ep, path, resultCancelled).Inc()
+			return
+		}
+		if f.retriable && attempt == 0 && !c.Writer.Written() && d.cfg.retryBudget > 0 && d.cfg.now().Sub(m.arrived) < d.cfg.retryBudget {
+			d.metrics.retries.Inc()
+			d.cfg.log.Warn("door: worker failed before the first token; retrying on another", "request_id", dec.RequestID,
+				"decision_id", dec.DecisionID, "decode_worker", dec.Decode.ID, "prefill_worker", dec.Prefill.ID, "err", f.err.Message)
+			dr.RetryOf, dr.Exclude, dr.RequestID = dec.DecisionID, failedWorkers(dec), d.cfg.newID()
+			continue
+		}
+		d.metrics.requests.WithLabelValues(ep, path, resultError).Inc()
+		if !c.Writer.Written() {
+			d.fail(c, f.err)
+		}
+		return
+	}
+}
+
+// failedWorkers are the workers a failed decision used.
+func failedWorkers(dec Decision) []string {
+	if dec.Remote {
+		return []string{dec.Decode.ID, dec.Prefill.ID}
+	}
+	return []string{dec.Decode.ID}
+}
+
+// forward runs the decision's legs. The returned channel, when not nil,
+// closes once the prefill_done outcome is appended.
+func (d *Door) forward(c *gin.Context, req *request, dec Decision, m *measure) (<-chan struct{}, *failure) {
+	ctx := c.Request.Context()
+	cctx, cancel := context.WithTimeout(ctx, d.cfg.total)
+	defer cancel()
+	if dec.Decode.HTTPURL == "" || (dec.Remote && dec.Prefill.HTTPURL == "") {
+		return nil, &failure{err: &Error{Status: http.StatusServiceUnavailable, Type: typeServer, Code: "worker_unreachable",
+			Message: "the decision picked a worker whose registration has no http_url"}, retriable: true, code: "no_http_url"}
+	}
+	var kv json.RawMessage
+	var prefillDone chan struct{}
+	if dec.Remote {
+		body, err := prefillBody(req)
+		if err != nil {
+			return nil, &failure{err: invalid("invalid_body", "", err.Error()), code: "invalid_request"}
+		}
+		d.sending(m)
+		resp, f := d.up.post(cctx, ctx, dec.Prefill.HTTPURL+req.kind.path(), dec.RequestID, body)
+		if f != nil {
+			return nil, f
+		}
+		raw, f := d.up.readBody(resp, d.cfg.maxRespBytes)
+		if f != nil {
+			return nil, d.orClientGone(ctx, f)
+		}
+		var ok bool
+		if kv, ok = prefillAnswer(raw); !ok {
+			d.metrics.rejects.Inc(rejects.DoorUpstream, reasonMalformedBody)
+			return nil, &failure{err: badGateway("upstream_malformed", "the prefill worker's answer is not a completion with object kv_transfer_params"), retriable: true, code: "upstream_malformed"}
+		}
+		prefillDone = make(chan struct{})
+		go func() {
+			defer close(prefillDone)
+			d.appendOutcome(ctx, Outcome{RequestID: dec.RequestID, DecisionID: dec.DecisionID, Kind: PrefillDone})
+		}()
+	}
+	body, err := decodeBody(req, kv)
+	if err != nil {
+		return prefillDone, &failure{err: invalid("invalid_body", "", err.Error()), code: "invalid_request"}
+	}
+	d.sending(m)
+	resp, f := d.up.post(cctx, ctx, dec.Decode.HTTPURL+req.kind.path(), dec.RequestID, body)
+	if f != nil {
+		return prefillDone, f
+	}
+	if req.stream {
+		return prefillDone, d.orClientGone(ctx, d.relayStream(c, resp, req, m))
+	}
+	return prefillDone, d.orClientGone(ctx, d.relayWhole(c, resp, m))
+}
+
+// orClientGone turns a failure into a client disconnect when the client's
+// request ended: a read that failed because the request was cancelled is
+// not the engine's fault.
+func (d *Door) orClientGone(ctx context.Context, f *failure) *failure {
+	if f != nil && !f.clientGone && ctx.Err() != nil {
+		return &failure{err: f.err, clientGone: true, code: "client_disconnected"}
+	}
+	return f
+}
+
+func (d *Door) sending(m *measure) {
+	if added, first := m.sending(); first {
+		d.metrics.added.Observe(added.Seconds())
+	}
+}
+
+// relayWhole relays a non-streamed answer.
+func (d *Door) relayWhole(c *gin.Context, resp *http.Response, m *measure) *failure {
+	raw, f := d.up.readBody(resp, d.cfg.maxRespBytes)
+	if f != nil {
+		return f
+	}
+	var j struct {
+		Choices *[]json.RawMessage `json:"choices"`
+		Usage   *struct {
+			CompletionTokens *int64 `json:"completion_tokens"`
+		} `json:"usage"`
+	}
+	if err := json.Unmarshal(raw, &j); err != nil || j.Choices == nil {
+		d.metrics.rejects.Inc(rejects.DoorUpstream, reasonMalformedBody)
+		return &failure{err: badGateway("upstream_malformed", "the engine's answer is not an OpenAI completion (a JSON object with choices)"), retriable: true, code: "upstream_malformed"}
+	}
+	n := int64(-1)
+	if j.Usage != nil && j.Usage.CompletionTokens != nil && *j.Usage.CompletionTokens >= 0 {
+		n = *j.Usage.CompletionTokens
+	}
+	m.answered(n)
+	c.Data(http.StatusOK, "application/json", raw)
+	c.Writer.Flush()
+	return nil
+}
+
+// maxHeldChunks bounds the chunks held back before the first token (a
+// chat stream's role chunk): held, they let a failure before the first
+// token still be retried, as the client has seen nothing.
+const maxHeldChunks = 16
+
+// relayStream relays an engine's event stream chunk by chunk, checking
+// each, and measures its tokens.
+func (d *Door) relayStream(c *gin.Context, resp *http.Response, req *request, m *measure) *failure {
+	defer resp.Body.Close()
+	if ct := resp.Header.Get("Content-Type"); !strings.HasPrefix(ct, "text/event-stream") {
+		d.metrics.rejects.Inc(rejects.DoorUpstream, reasonMalformedBody)
+		return &failure{err: badGateway("upstream_malformed", fmt.Sprintf("the engine answered a streamed request with %q, not text/event-stream", truncate(ct, 64))), retriable: true, code: "upstream_malformed"}
+	}
+	sse := newSSEReader(resp.Body, d.cfg.maxLineBytes)
+	// An engine may send its headers at once and its first event much
+	// later: the first-byte bound holds until the first event too.
+	var slow atomic.Bool
+	first := time.AfterFunc(d.cfg.firstByte, func() { slow.Store(true); resp.Body.Close() })
+	defer first.Stop()
+	var held [][]byte
+	open := false
+	write := func(data []byte) {
+		if !open {
+			h := c.Writer.Header()
+			h.Set("Content-Type", "text/event-stream")
+			h.Set("Cache-Control", "no-cache")
+			c.Status(http.StatusOK)
+			open = true
+			for _, b := range held {
+				writeEvent(c.Writer, b)
+			}
+			held = nil
+		}
+		writeEvent(c.Writer, data)
+		c.Writer.Flush()
+	}
+	for {
+		data, err := sse.next()
+		first.Stop()
+		if err != nil {
+			var f *failure
+			switch {
+			case slow.Load():
+				d.metrics.rejects.Inc(rejects.DoorUpstream, reasonFirstByte)
+				f = &failure{err: &Error{Status: http.StatusGatewayTimeout, Type: typeServer, Code: "upstream_timeout",
+					Message: fmt.Sprintf("the worker sent no event within %s (--door-upstream-first-byte-timeout)", d.cfg.firstByte)}, code: "upstream_timeout"}
+			case errors.Is(err, errLineTooLong):
+				d.metrics.rejects.Inc(rejects.DoorUpstream, reasonLineTooLong)
+				f = &failure{err: badGateway("upstream_line_too_long", fmt.Sprintf("the engine sent an event-stream line over %d bytes (--door-max-upstream-line-bytes)", d.cfg.maxLineBytes)), code: "upstream_line_too_long"}
+			case err == io.EOF:
+				f = &failure{err: badGateway("upstream_truncated", "the engine's stream ended without [DONE]"), code: "upstream_truncated"}
+			default:
+				f = &failure{err: badGateway("upstream_error", "reading the engine's stream: "+truncate(err.Error(), 200)), code: "upstream_error"}
+			}
+			return d.streamFailure(c, open, f)
+		}
+		ch, perr := parseChunk(data)
+		switch {
+		case perr != nil:
+			d.metrics.rejects.Inc(rejects.DoorUpstream, reasonMalformedChunk)
+			return d.streamFailure(c, open, &failure{err: badGateway("upstream_malformed_chunk", "the engine sent a malformed chunk: "+perr.Error()), code: "upstream_malformed_chunk"})
+		case ch.err != nil:
+			return d.streamFailure(c, open, &failure{err: ch.err, code: "upstream_error"})
+		case ch.done:
+			write([]byte("[DONE]"))
+			return nil
+		}
+		if ch.completionTokens >= 0 {
+			m.usage = ch.completionTokens
+		}
+		if ch.usageOnly && !req.includeUsage {
+			continue
+		}
+		if ch.token {
+			m.token()
+		}
+		if !open && !ch.token && len(held) < maxHeldChunks {
+			held = append(held, append([]byte(nil), data...))
+			continue
+		}
+		write(data)
+	}
+}
+
+// streamFailure ends a stream that failed. Before anything reached the
+// client it is retriable; after, the client gets an error event in
+// OpenAI's shape and the stream ends.
+func (d *Door) streamFailure(c *gin.Context, open bool, f *failure) *failure {
+	if !open {
+		f.retriable = true
+		return f
+	}
+	writeEvent(c.Writer, f.err.body())
+	c.Writer.Flush()
+	return f
+}
+
+func writeEvent(w io.Writer, data []byte) {
+	_, _ = io.WriteString(w, "data: ")
+	_, _ = w.Write(data)
+	_, _ = io.WriteString(w, "\n\n")
+}
+
+// appendOutcome writes an outcome, even when the client has gone (that is
+// when a cancellation must be recorded), within its own deadline.
+func (d *Door) appendOutcome(ctx context.Context, o Outcome) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), d.cfg.outcomeTimeout)
+	defer cancel()
+	if err := d.deps.Outcomes.AppendOutcome(ctx, o); err != nil {
+		d.metrics.outcomeFailed.Inc()
+		d.cfg.log.Error("door: outcome not appended", "request_id", o.RequestID, "decision_id", o.DecisionID, "err", err)
+	}
+}

@@ -1,0 +1,111 @@
+package door
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/pdrouter/pdrouter/internal/rejects"
+)
+
+// The label values of the door's series: fixed sets, so every series
+// exists from the start and none is made from input.
+var (
+	endpointLabels = []string{endpointCompletions, endpointChat}
+	pathLabels     = []string{pathLocal, pathRemote, pathNone}
+	resultLabels   = []string{resultOK, resultError, resultCancelled, resultRejected}
+)
+
+const (
+	endpointCompletions = "completions"
+	endpointChat        = "chat_completions"
+	pathLocal           = "local"
+	pathRemote          = "remote"
+	// pathNone: the request ended before a decision.
+	pathNone        = "none"
+	resultOK        = "ok"
+	resultError     = "error"
+	resultCancelled = "cancelled"
+	resultRejected  = "rejected"
+)
+
+// The reasons of pdrouter_rejected_total{entry="door"}.
+const (
+	reasonBodyTooLarge   = "body_too_large"
+	reasonInvalidJSON    = "invalid_json"
+	reasonInvalidRequest = "invalid_request"
+	reasonTooManyMsgs    = "too_many_messages"
+	reasonTooManyTokens  = "too_many_prompt_tokens"
+	reasonInFlight       = "in_flight_full"
+)
+
+// The reasons of pdrouter_rejected_total{entry="door_upstream"}.
+const (
+	reasonLineTooLong    = "line_too_long"
+	reasonMalformedChunk = "malformed_chunk"
+	reasonRespTooLarge   = "response_too_large"
+	reasonMalformedBody  = "malformed_body"
+	reasonConnect        = "connect_failed"
+	reasonFirstByte      = "first_byte_timeout"
+	reasonTotal          = "total_timeout"
+	reasonStatus         = "error_status"
+)
+
+type metrics struct {
+	requests      *prometheus.CounterVec
+	ttft          *prometheus.HistogramVec
+	itl           *prometheus.HistogramVec
+	added         prometheus.Histogram
+	tokenize      prometheus.Histogram
+	cache         *prometheus.CounterVec
+	retries       prometheus.Counter
+	inFlight      prometheus.Gauge
+	outcomeFailed prometheus.Counter
+	rejects       *rejects.Counter
+}
+
+// latencyBuckets span 1 ms to ~65 s.
+var latencyBuckets = prometheus.ExponentialBuckets(0.001, 2, 17)
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	m := &metrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "pdrouter_door_requests_total",
+			Help: "OpenAI requests the door answered, by endpoint, path (local, remote, none: ended before a decision) and result (ok, error, cancelled: the client went away, rejected: refused before any work)."},
+			[]string{"endpoint", "path", "result"}),
+		ttft: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "pdrouter_door_ttft_seconds",
+			Help: "Time to first token as the client sees it, from the request's arrival at the door, by path.", Buckets: latencyBuckets}, []string{"path"}),
+		itl: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "pdrouter_door_itl_seconds",
+			Help: "Mean inter-token latency of each streamed request, by path.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)}, []string{"path"}),
+		added: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "pdrouter_door_added_latency_seconds",
+			Help: "What the door adds before an engine sees the request: from arrival to the first upstream request (parsing, tokenize, decision).", Buckets: latencyBuckets}),
+		tokenize: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "pdrouter_door_tokenize_seconds",
+			Help: "Time to get a prompt's token ids from an engine's /tokenize (cache misses only).", Buckets: latencyBuckets}),
+		cache: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "pdrouter_door_tokenize_cache_total",
+			Help: "Tokenize cache lookups by result (hit, miss)."}, []string{"result"}),
+		retries: prometheus.NewCounter(prometheus.CounterOpts{Name: "pdrouter_door_retries_total",
+			Help: "Requests retried on another worker after a failure before their first token."}),
+		inFlight: prometheus.NewGauge(prometheus.GaugeOpts{Name: "pdrouter_door_in_flight",
+			Help: "Requests the door is serving now."}),
+		outcomeFailed: prometheus.NewCounter(prometheus.CounterOpts{Name: "pdrouter_door_outcome_append_failures_total",
+			Help: "Outcome events the door could not append to the outcomes topic."}),
+		rejects: rejects.For(reg),
+	}
+	if reg != nil {
+		reg.MustRegister(m.requests, m.ttft, m.itl, m.added, m.tokenize, m.cache, m.retries, m.inFlight, m.outcomeFailed)
+	}
+	for _, e := range endpointLabels {
+		for _, p := range pathLabels {
+			for _, r := range resultLabels {
+				m.requests.WithLabelValues(e, p, r)
+			}
+		}
+	}
+	for _, p := range pathLabels[:2] {
+		m.ttft.WithLabelValues(p)
+		m.itl.WithLabelValues(p)
+	}
+	m.cache.WithLabelValues("hit")
+	m.cache.WithLabelValues("miss")
+	m.rejects.Init(rejects.Door, reasonBodyTooLarge, reasonInvalidJSON, reasonInvalidRequest, reasonTooManyMsgs, reasonTooManyTokens, reasonInFlight)
+	m.rejects.Init(rejects.DoorUpstream, reasonLineTooLong, reasonMalformedChunk, reasonRespTooLarge, reasonMalformedBody,
+		reasonConnect, reasonFirstByte, reasonTotal, reasonStatus)
+	return m
+}

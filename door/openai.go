@@ -1,0 +1,239 @@
+package door
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"math"
+)
+
+// kind is which OpenAI endpoint a request came to.
+type kind int
+
+const (
+	completions kind = iota
+	chat
+)
+
+func (k kind) label() string {
+	if k == chat {
+		return endpointChat
+	}
+	return endpointCompletions
+}
+
+// path is the engine path of the endpoint, under <http_url>.
+func (k kind) path() string {
+	if k == chat {
+		return "/v1/chat/completions"
+	}
+	return "/v1/completions"
+}
+
+// request is a parsed OpenAI request. The door forwards the client's body
+// field by field (fields), changing only what the exchange needs, so a
+// sampling parameter it does not know still reaches the engine.
+type request struct {
+	kind   kind
+	fields map[string]json.RawMessage
+	model  string
+	stream bool
+	// includeUsage: the client asked for the final usage chunk.
+	includeUsage bool
+	// maxTokens is max_tokens (or max_completion_tokens), 0 when absent.
+	maxTokens uint32
+	// tokenIDs is the prompt when the client gave token ids; else nil and
+	// prompt holds the exact bytes of `prompt` (a JSON string) or
+	// `messages` (a JSON array), which /tokenize gets.
+	tokenIDs []uint32
+	prompt   json.RawMessage
+}
+
+// limits are the bounds parse applies.
+type limits struct {
+	maxMessages     int
+	maxPromptTokens int
+}
+
+// parseError is a refusal with its rejects reason.
+type parseError struct {
+	*Error
+	reason string
+}
+
+func refuse(reason string, e *Error) *parseError { return &parseError{Error: e, reason: reason} }
+
+// maxModelLen bounds the model name, as registrations do.
+const maxModelLen = 512
+
+// parseRequest validates an OpenAI body for endpoint k.
+func parseRequest(k kind, body []byte, lim limits) (*request, *parseError) {
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(body, &fields); err != nil || fields == nil {
+		return nil, refuse(reasonInvalidJSON, invalid("invalid_json", "", "the body is not a JSON object: "+jsonError(err)))
+	}
+	r := &request{kind: k, fields: fields}
+	if err := unmarshalField(fields, "model", &r.model); err != nil {
+		return nil, err
+	}
+	if r.model == "" || len(r.model) > maxModelLen {
+		return nil, refuse(reasonInvalidRequest, invalid("invalid_value", "model", fmt.Sprintf("a model name of 1 to %d bytes is required", maxModelLen)))
+	}
+	if err := unmarshalField(fields, "stream", &r.stream); err != nil {
+		return nil, err
+	}
+	var so struct {
+		IncludeUsage bool `json:"include_usage"`
+	}
+	if err := unmarshalField(fields, "stream_options", &so); err != nil {
+		return nil, err
+	}
+	r.includeUsage = so.IncludeUsage
+	for _, name := range []string{"max_tokens", "max_completion_tokens"} {
+		var n *float64
+		if err := unmarshalField(fields, name, &n); err != nil {
+			return nil, err
+		}
+		if n == nil {
+			continue
+		}
+		if *n < 1 || *n > math.MaxInt32 || *n != math.Trunc(*n) {
+			return nil, refuse(reasonInvalidRequest, invalid("invalid_value", name, fmt.Sprintf("must be an integer in [1, %d]", math.MaxInt32)))
+		}
+		if r.maxTokens == 0 || uint32(*n) < r.maxTokens {
+			r.maxTokens = uint32(*n)
+		}
+	}
+	if k == chat {
+		return r, r.parseMessages(lim)
+	}
+	return r, r.parsePrompt(lim)
+}
+
+func (r *request) parseMessages(lim limits) *parseError {
+	raw, ok := present(r.fields, "messages")
+	if !ok {
+		return refuse(reasonInvalidRequest, invalid("missing_field", "messages", "a chat completion needs messages"))
+	}
+	var msgs []json.RawMessage
+	if err := json.Unmarshal(raw, &msgs); err != nil {
+		return refuse(reasonInvalidRequest, invalid("invalid_type", "messages", "must be an array of message objects"))
+	}
+	if len(msgs) == 0 {
+		return refuse(reasonInvalidRequest, invalid("invalid_value", "messages", "is empty"))
+	}
+	if len(msgs) > lim.maxMessages {
+		return refuse(reasonTooManyMsgs, invalid("too_many_messages", "messages", fmt.Sprintf("%d messages; at most %d", len(msgs), lim.maxMessages)))
+	}
+	for i, m := range msgs {
+		if t := bytes.TrimSpace(m); len(t) == 0 || t[0] != '{' {
+			return refuse(reasonInvalidRequest, invalid("invalid_type", fmt.Sprintf("messages[%d]", i), "must be an object"))
+		}
+	}
+	r.prompt = raw
+	return nil
+}
+
+func (r *request) parsePrompt(lim limits) *parseError {
+	raw, ok := present(r.fields, "prompt")
+	if !ok {
+		return refuse(reasonInvalidRequest, invalid("missing_field", "prompt", "a completion needs a prompt"))
+	}
+	switch raw[0] {
+	case '"':
+		var s string
+		if err := json.Unmarshal(raw, &s); err != nil {
+			return refuse(reasonInvalidRequest, invalid("invalid_type", "prompt", "is not a valid JSON string"))
+		}
+		if s == "" {
+			return refuse(reasonInvalidRequest, invalid("invalid_value", "prompt", "is empty"))
+		}
+		r.prompt = raw
+		return nil
+	case '[':
+		ids, err := tokenIDs(raw, lim.maxPromptTokens)
+		if err != nil {
+			return err
+		}
+		r.tokenIDs = ids
+		return nil
+	}
+	return refuse(reasonInvalidRequest, invalid("invalid_type", "prompt", "must be a string or a list of token ids"))
+}
+
+// tokenIDs decodes a prompt given as token ids, counting as it goes so a
+// huge list is refused at the bound, never decoded whole first.
+func tokenIDs(raw json.RawMessage, maxTokens int) ([]uint32, *parseError) {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	if _, err := dec.Token(); err != nil { // '['
+		return nil, refuse(reasonInvalidRequest, invalid("invalid_type", "prompt", "is not a JSON array"))
+	}
+	var ids []uint32
+	for dec.More() {
+		t, err := dec.Token()
+		n, isNum := t.(json.Number)
+		if err != nil || !isNum {
+			return nil, refuse(reasonInvalidRequest, invalid("invalid_type", "prompt",
+				"a list prompt must hold token ids (integers); batched prompts (lists of strings or of lists) are not supported: send one request per prompt"))
+		}
+		v, perr := n.Int64()
+		if perr != nil || v < 0 || v > math.MaxUint32 {
+			return nil, refuse(reasonInvalidRequest, invalid("invalid_value", fmt.Sprintf("prompt[%d]", len(ids)), "token ids are integers in [0, 4294967295]"))
+		}
+		if len(ids) == maxTokens {
+			return nil, refuse(reasonTooManyTokens, invalid("too_many_tokens", "prompt", fmt.Sprintf("more than %d token ids (--max-prompt-tokens)", maxTokens)))
+		}
+		ids = append(ids, uint32(v))
+	}
+	if len(ids) == 0 {
+		return nil, refuse(reasonInvalidRequest, invalid("invalid_value", "prompt", "is empty"))
+	}
+	return ids, nil
+}
+
+// present returns a field that is there and not null.
+func present(fields map[string]json.RawMessage, name string) (json.RawMessage, bool) {
+	raw, ok := fields[name]
+	raw = bytes.TrimSpace(raw)
+	if !ok || len(raw) == 0 || string(raw) == "null" {
+		return nil, false
+	}
+	return raw, true
+}
+
+// unmarshalField decodes a field that may be absent or null into v.
+func unmarshalField(fields map[string]json.RawMessage, name string, v any) *parseError {
+	raw, ok := present(fields, name)
+	if !ok {
+		return nil
+	}
+	if err := json.Unmarshal(raw, v); err != nil {
+		return refuse(reasonInvalidRequest, invalid("invalid_type", name, "has the wrong type: "+jsonError(err)))
+	}
+	return nil
+}
+
+func jsonError(err error) string {
+	if err == nil {
+		return "null"
+	}
+	return truncate(err.Error(), 200)
+}
+
+// body renders the request's fields with the given changes: a nil value
+// removes the field.
+func (r *request) body(set map[string]any) ([]byte, error) {
+	out := make(map[string]any, len(r.fields)+len(set))
+	for k, v := range r.fields {
+		out[k] = v
+	}
+	for k, v := range set {
+		if v == nil {
+			delete(out, k)
+		} else {
+			out[k] = v
+		}
+	}
+	return json.Marshal(out)
+}
