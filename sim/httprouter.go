@@ -255,7 +255,9 @@ type WorkerRegistration struct {
 	KVReplayEndpoint    string `json:"kv_replay_endpoint,omitempty"`
 	KVEventsTopic       string `json:"kv_events_topic,omitempty"`
 	MetricsURL          string `json:"metrics_url,omitempty"`
-	Engine              string `json:"engine,omitempty"`
+	// HTTPURL is the engine's OpenAI-compatible base URL without /v1.
+	HTTPURL string `json:"http_url,omitempty"`
+	Engine  string `json:"engine,omitempty"`
 }
 
 // Register registers a worker.

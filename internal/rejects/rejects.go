@@ -41,6 +41,9 @@ const (
 	// the whole fleet's state can check (the worker cap), at the API or
 	// on apply.
 	Registration Entry = "registration"
+	// SimHTTP is the OpenAI-compatible API of a simulated engine (package
+	// sim): a test fixture, but one that any local client can reach.
+	SimHTTP Entry = "sim_http"
 )
 
 // MetricName is the name of the series family.
@@ -68,7 +71,7 @@ func For(reg prometheus.Registerer) *Counter {
 	}
 	c := &Counter{vec: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: MetricName,
-		Help: "Input refused where it enters the process, by entry point (http, zmq_bind, zmq_dial, scrape, produce, registration) and reason.",
+		Help: "Input refused where it enters the process, by entry point (http, zmq_bind, zmq_dial, scrape, produce, registration, sim_http) and reason.",
 	}, []string{"entry", "reason"})}
 	if reg == nil {
 		return c
