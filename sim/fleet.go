@@ -106,6 +106,8 @@ type engineOutputs struct {
 	port    int
 	queries uint64
 	hits    uint64
+	// computed and prefills feed vllm:request_prefill_kv_computed_tokens.
+	computed, prefills uint64
 }
 
 // Fleet runs engines on one simulated clock and routes a workload through a Router.
@@ -392,6 +394,8 @@ func (f *Fleet) countQuery(e *Engine, s *seq) {
 	if o := f.outs[e]; o != nil {
 		o.queries += uint64(s.promptLen())
 		o.hits += uint64(s.hitTokens)
+		o.computed += uint64(s.promptLen() - s.hitTokens)
+		o.prefills++
 	}
 }
 
@@ -415,7 +419,8 @@ func (f *Fleet) stepDone(e *Engine, events []KVEvent) {
 func (f *Fleet) updateMetrics(e *Engine) {
 	if o := f.outs[e]; o != nil && o.metrics != nil {
 		l := e.Load()
-		o.metrics.Set(MetricsSample{Running: l.Running, Waiting: l.Waiting, KVUsage: l.KVUsage, PrefixQueries: o.queries, PrefixHits: o.hits})
+		o.metrics.Set(MetricsSample{Running: l.Running, Waiting: l.Waiting, KVUsage: l.KVUsage, PrefixQueries: o.queries, PrefixHits: o.hits,
+			PrefillComputed: o.computed, PrefillRequests: o.prefills})
 	}
 }
 
