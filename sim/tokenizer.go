@@ -15,18 +15,19 @@ import (
 // English text) so that text prompts load the engines realistically.
 //
 // Pieces: a text is cut into pieces, each one token:
-//   - every rune that is not a letter or a digit is a piece of its own (spaces,
-//     punctuation, newlines, and invalid UTF-8 bytes one by one);
-//   - a run of letters and digits is cut greedily into pieces of tokenizerWordRunes
-//     runes from its start (the last piece of the run may be shorter).
+//   - a run of letters and digits, with the one space before it if there is one, is
+//     cut greedily into pieces of at most tokenizerWordRunes letters and digits from
+//     its start (as BPE vocabularies hold " the", the space rides on the first);
+//   - every other rune is a piece of its own (spaces not followed by a word,
+//     punctuation, newlines).
 //
 // Each piece's id is a hash of its bytes modulo the vocabulary. Prefix stability
 // follows from the cut rule: where a piece ends depends only on the text before it
 // and on whether the next rune is a letter or digit. So the tokens of any prefix of a
-// text that ends at a word boundary (its last rune, or the text's next rune, is not a
-// letter or digit) are a prefix of the text's tokens, and a prefix cut inside a word
-// shares all of the text's tokens but its last one. Chat messages end with a
-// newline in the template, so each turn ends at a word boundary.
+// text are a prefix of the text's tokens unless the cut falls inside a piece (the
+// text goes on with a letter or digit after a letter, digit or space); then they
+// share all of the text's tokens but the prefix's last one. Chat messages end with a
+// newline in the template, so each turn ends where no piece is cut.
 //
 // Generated tokens are ids, not text; their text (tokenText) is a word from a fixed
 // list chosen by the id, with a leading space. Re-tokenizing that text does not give
@@ -43,12 +44,19 @@ func Tokenize(text string, vocab int) []uint32 {
 	i := 0
 	for i < len(text) {
 		r, n := utf8.DecodeRuneInString(text[i:])
+		j := i
+		if r == ' ' {
+			if next, _ := utf8.DecodeRuneInString(text[i+1:]); isWordRune(next) {
+				j++ // the space leads the word's first piece
+				r = next
+			}
+		}
 		if !isWordRune(r) {
 			out = append(out, pieceID(text[i:i+n], vocab))
 			i += n
 			continue
 		}
-		j, runes := i, 0
+		runes := 0
 		for j < len(text) && runes < tokenizerWordRunes {
 			r, n := utf8.DecodeRuneInString(text[j:])
 			if !isWordRune(r) {
