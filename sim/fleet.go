@@ -152,13 +152,17 @@ const offlineEpoch = 1757500000.0
 
 // result is one request's fate.
 type result struct {
-	req          *Request
-	dec          Decision
-	err          error
-	arrival      simTime
-	firstToken   simTime
-	done         simTime
-	finished     bool
+	req        *Request
+	dec        Decision
+	err        error
+	arrival    simTime
+	firstToken simTime
+	done       simTime
+	finished   bool
+	// routed: the request was placed (a decision, or an answer from an OpenAI
+	// endpoint); decisionID: the answer named the router's decision.
+	routed       bool
+	decisionID   bool
 	promptHit    int // prompt tokens found cached where the prefill ran
 	decodeHit    int // for remote: prompt tokens found cached on the decode worker
 	transfer     int
@@ -287,7 +291,7 @@ func (f *Fleet) arrive(res *result) {
 		f.log.Warn("route failed", "request", r.ID, "err", err)
 		return
 	}
-	res.dec = d
+	res.dec, res.routed = d, true
 	dec := f.byID[d.DecodeWorker]
 	if dec == nil || dec.cfg.Pool != PoolDecode {
 		res.err = fmt.Errorf("router chose decode worker %q, which is not a decode worker of this fleet", d.DecodeWorker)

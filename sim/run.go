@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"time"
 
 	"github.com/pdrouter/pdrouter/internal/rejects"
@@ -49,6 +50,11 @@ type RunConfig struct {
 	// MaxBodyBytes bounds a request body on the engines' API (default
 	// DefaultMaxBodyBytes).
 	MaxBodyBytes int64
+	// OpenAIBaseURL, when set, sends the workload through this OpenAI base URL
+	// (RunViaOpenAI; e.g. the router's door, http://127.0.0.1:8080/v1) instead of
+	// routing each request with POST /v1/route: the engines only serve their API,
+	// and whoever answers at the URL places the requests.
+	OpenAIBaseURL string
 }
 
 // RunDeps are RunFleet's collaborators.
@@ -82,6 +88,9 @@ func (c *RunConfig) defaults() {
 	}
 	if c.Label == "" {
 		c.Label = "live " + c.RouterURL
+		if c.OpenAIBaseURL != "" {
+			c.Label = "live via " + c.OpenAIBaseURL
+		}
 	}
 	if c.MaxBodyBytes <= 0 {
 		c.MaxBodyBytes = DefaultMaxBodyBytes
@@ -106,6 +115,11 @@ func RunFleet(ctx context.Context, cfg RunConfig, w *Workload, deps RunDeps) (*R
 	}
 	fc := cfg.Fleet
 	fc.defaults()
+	if cfg.OpenAIBaseURL != "" {
+		if u, err := url.Parse(cfg.OpenAIBaseURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return nil, fmt.Errorf("OpenAI base URL %q: want http://host:port/v1", cfg.OpenAIBaseURL)
+		}
+	}
 	hr, err := NewHTTPRouter(cfg.RouterURL, cfg.AuthToken, fc.Hardware.ModelName, deps.HTTPClient, log)
 	if err != nil {
 		return nil, err
@@ -179,7 +193,22 @@ func RunFleet(ctx context.Context, cfg RunConfig, w *Workload, deps RunDeps) (*R
 	if cfg.Progress > 0 {
 		f.progress = cfg.Progress
 	}
-	rep, runErr := f.Run(ctx, w, cfg.Label)
+	var (
+		rep    *Report
+		runErr error
+	)
+	if cfg.OpenAIBaseURL != "" {
+		// The loop only serves the engines' API while the client drives.
+		lctx, lcancel := context.WithCancel(ctx)
+		loopDone := make(chan struct{})
+		go func() { defer close(loopDone); f.serve(lctx) }()
+		rep, runErr = RunViaOpenAI(ctx, OpenAIRunConfig{BaseURL: cfg.OpenAIBaseURL, Model: fc.Hardware.ModelName,
+			AuthToken: cfg.AuthToken, TimeScale: cfg.TimeScale, SLO: fc.SLO, Label: cfg.Label}, w, nil, log)
+		lcancel()
+		<-loopDone
+	} else {
+		rep, runErr = f.Run(ctx, w, cfg.Label)
+	}
 	hr.Close()
 	sent, failed := hr.LifecycleStats()
 	log.Info("sim run finished", "wall", time.Since(start).Round(time.Millisecond), "completed", rep.Completed,
