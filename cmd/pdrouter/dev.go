@@ -46,6 +46,9 @@ everything listens. It is for development and demos, not production: point
 			if !a.kafka.Embedded() {
 				return fmt.Errorf("dev runs its own broker: drop --brokers/PDR_BROKERS (%s), or use pdrouter serve for a real Kafka", strings.Join(a.kafka.Brokers, ","))
 			}
+			if simVia != simViaRoute && simVia != simViaDoor {
+				return fmt.Errorf("--sim-via %q: want %s or %s", simVia, simViaRoute, simViaDoor)
+			}
 			ctx := cmd.Context()
 			if exitAfter > 0 {
 				var cancel context.CancelFunc
@@ -72,9 +75,6 @@ everything listens. It is for development and demos, not production: point
 			icfg, err := inf.config(a)
 			if err != nil {
 				return err
-			}
-			if simVia != simViaRoute && simVia != simViaDoor {
-				return fmt.Errorf("--sim-via %q: want %s or %s", simVia, simViaRoute, simViaDoor)
 			}
 			var workload *sim.Workload
 			if withSim {
