@@ -91,7 +91,7 @@ func (l *liveLoop) run(ctx context.Context, fn func()) bool {
 // stop marks the loop stopped for good.
 func (l *liveLoop) stop() { l.stopOnce.Do(func() { close(l.stopped) }) }
 
-// Serve keeps a live fleet's loop running after its workload, for its engines' HTTP
+// serve keeps a live fleet's loop running after its workload, for its engines' HTTP
 // requests, until ctx ends.
 func (f *Fleet) serve(ctx context.Context) {
 	for f.advance(ctx, true) {
