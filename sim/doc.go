@@ -8,7 +8,12 @@
 // through the real wire formats. So the simulator is faithful where the router can
 // observe it, and a documented model everywhere else:
 //
-//   - Observable, exact: KV events are vLLM's ZMQ bytes (three frames, 8-byte big-endian
+//   - Observable, exact: live engines serve vLLM's OpenAI-compatible API
+//     (/v1/completions, /v1/chat/completions, streamed or not, /tokenize,
+//     /v1/models, /health) and NixlConnector's prefill/decode exchange through
+//     kv_transfer_params, as vLLM's own proxy drives it
+//     (tests/v1/kv_connector/nixl_integration/toy_proxy_server.py, vllm-project/vllm
+//     commit 030ea52effcb05071543c8c42b8f0145e94cee43). KV events are vLLM's ZMQ bytes (three frames, 8-byte big-endian
 //     seq, msgpack batch [ts, events, dp_rank], map or positional events, a replay
 //     ROUTER socket), and /metrics uses vLLM's metric names. Prefix caching follows
 //     vLLM's semantics: only full blocks are cached and announced (BlockStored), an
@@ -38,9 +43,19 @@
 //	report.go     the report: TTFT, ITL, goodput, shares, reasons, cache hits
 //	compare.go    the offline policy comparison
 //	run.go        RunFleet: live engines on real sockets against a router URL
+//	live.go       the live loop: wall-clock pacing, HTTP work injected into the loop
+//	external.go   what an engine does with an HTTP request: local, prefill leg, decode leg
+//	engineserver.go an engine's HTTP listener: the OpenAI API and /metrics
+//	genwriter.go  OpenAI answers: JSON, SSE chunks, usage, errors
+//	openai.go     parsing and bounding the API's request bodies
+//	tokenizer.go  the deterministic, prefix-stable tokenizer and chat template
+//	viaopenai.go  RunViaOpenAI: a workload replayed by a streaming OpenAI client
 //
-// Determinism: the offline fleet is a pure function of (config, workload, seed). The
+// Determinism: the offline fleet is a pure function of (config, workload, seed); it
+// has no live loop, so nothing outside its inputs can reach it. The
 // event queue orders simultaneous events by insertion sequence, maps are never
 // iterated where order matters, and the report reads only simulated time. In live mode
-// the router's view lags the engines by real time, so results vary run to run.
+// the router's view lags the engines by real time, HTTP requests arrive when they
+// arrive, and a stall of the machine is a stall of the simulated clock scaled by the
+// time scale, so results vary run to run.
 package sim

@@ -86,6 +86,8 @@ type seq struct {
 	admitted       simTime
 	firstToken     simTime
 	lastToken      simTime
+	// ext is the HTTP request this seq serves (nil for a workload request).
+	ext *extReq
 }
 
 func (s *seq) promptLen() int { return s.req.PromptLen }
@@ -102,6 +104,8 @@ type engineHooks interface {
 	finished(e *Engine, s *seq)
 	// transferStart: a kindRemote seq was admitted and needs transferTokens of KV.
 	transferStart(e *Engine, s *seq)
+	// token: a seq produced an output token (the last of s.tokens).
+	token(e *Engine, s *seq)
 }
 
 // Engine is one simulated vLLM worker: a waiting queue, a running batch, a KV block
@@ -248,6 +252,9 @@ func (e *Engine) scheduleTransfer(d time.Duration) simTime {
 // transferDone: the seq's KV arrived; its prompt blocks enter the cache and it joins
 // the decoding batch.
 func (e *Engine) transferDone(s *seq) {
+	if s.state == stDone { // aborted while its KV was on the way
+		return
+	}
 	s.computed = s.promptLen()
 	e.commit(s)
 	s.state = stDecoding
@@ -328,6 +335,9 @@ func (e *Engine) endStep(work []scheduled) {
 	now := e.q.now
 	for _, w := range work {
 		s := w.s
+		if s.state == stDone { // aborted during the step
+			continue
+		}
 		if w.chunk > 0 {
 			s.computed += w.chunk
 			e.prefilled += w.chunk
@@ -358,6 +368,7 @@ func (e *Engine) emitToken(s *seq, now simTime) {
 	s.generated++
 	s.computed = len(s.tokens)
 	s.lastToken = now
+	e.hooks.token(e, s)
 	if s.generated == 1 {
 		s.firstToken = now
 		e.hooks.firstToken(e, s)
@@ -391,6 +402,28 @@ func (e *Engine) commit(s *seq) {
 	}
 	e.pool.Commit(s.blocks[s.committed:full], s.chain[s.committed:full], parent, s.committed > 0, s.tokens[s.committed*B:full*B])
 	s.committed = full
+}
+
+// abort drops a seq wherever it is (its client went away): a waiting seq leaves the
+// queue, a running or holding one is finished and its blocks freed, and a step or
+// transfer under way skips it when it ends. The freed blocks may admit a waiting
+// request, so the engine looks again.
+func (e *Engine) abort(s *seq) {
+	if s.state == stDone {
+		return
+	}
+	for i, w := range e.waiting {
+		if w == s {
+			e.waiting = append(e.waiting[:i], e.waiting[i+1:]...)
+			s.state = stDone
+			s.tokens, s.chain = nil, nil
+			return
+		}
+	}
+	e.finish(s)
+	if !e.busy {
+		e.kick()
+	}
 }
 
 // finish removes a seq from the running batch and frees its blocks.

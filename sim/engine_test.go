@@ -25,6 +25,7 @@ func (r *recorder) firstToken(_ *Engine, s *seq) {
 	r.first[s.req.ID], r.firstStep[s.req.ID] = r.q.now, r.steps+1
 }
 func (r *recorder) finished(_ *Engine, s *seq) { r.done[s.req.ID] = r.q.now }
+func (r *recorder) token(*Engine, *seq)        {}
 func (r *recorder) transferStart(e *Engine, s *seq) {
 	r.q.after(time.Millisecond, func() { e.transferDone(s) })
 }

@@ -100,8 +100,14 @@ func (c FleetConfig) EngineConfigs() []EngineConfig {
 type engineOutputs struct {
 	pub     *Publisher
 	metrics *MetricsServer
+	// host and port are where the engine's HTTP API listens (live runs), named as
+	// remote_host and remote_port in its P/D answers.
+	host    string
+	port    int
 	queries uint64
 	hits    uint64
+	// computed and prefills feed vllm:request_prefill_kv_computed_tokens.
+	computed, prefills uint64
 }
 
 // Fleet runs engines on one simulated clock and routes a workload through a Router.
@@ -116,8 +122,14 @@ type Fleet struct {
 	router  Router
 	log     *slog.Logger
 
-	// pace, when set, holds the loop back until simulated time t is due in wall time.
-	pace func(ctx context.Context, t simTime) error
+	// live, when set, paces the loop by the wall clock and feeds it the engines'
+	// HTTP requests (live.go); offline it is nil and the loop runs flat out.
+	live *liveLoop
+	// held are prefilled KV caches waiting to be pulled by a decode engine, by
+	// engine id and request id (external.go).
+	held map[heldKey]*heldKV
+	// kvHold is how long a prefill engine holds KV for a pull (0: the default).
+	kvHold time.Duration
 	// wallTS stamps KV event batches; nil stamps them with simulated time after
 	// offlineEpoch.
 	wallTS func() float64
@@ -140,13 +152,17 @@ const offlineEpoch = 1757500000.0
 
 // result is one request's fate.
 type result struct {
-	req          *Request
-	dec          Decision
-	err          error
-	arrival      simTime
-	firstToken   simTime
-	done         simTime
-	finished     bool
+	req        *Request
+	dec        Decision
+	err        error
+	arrival    simTime
+	firstToken simTime
+	done       simTime
+	finished   bool
+	// routed: the request was placed (a decision, or an answer from an OpenAI
+	// endpoint); decisionID: the answer named the router's decision.
+	routed       bool
+	decisionID   bool
 	promptHit    int // prompt tokens found cached where the prefill ran
 	decodeHit    int // for remote: prompt tokens found cached on the decode worker
 	transfer     int
@@ -217,21 +233,13 @@ func (f *Fleet) Run(ctx context.Context, w *Workload, label string) (*Report, er
 	}
 	wallStart := time.Now()
 	nextLog := wallStart.Add(f.progress)
-	for {
-		t, ok := f.q.peek()
-		if !ok {
+	// Offline the run ends when nothing is left to happen. Live, HTTP requests
+	// may keep the queue busy, so it ends as soon as the workload is done (or
+	// cannot progress: the queue ran dry with requests in flight).
+	for !(f.live != nil && f.pending == 0 && f.inflight == 0) {
+		if !f.advance(ctx, false) {
 			break
 		}
-		if f.pace != nil {
-			if err := f.pace(ctx, t); err != nil {
-				break
-			}
-		}
-		if ctx.Err() != nil {
-			break
-		}
-		ev, _ := f.q.pop()
-		ev.fn()
 		if f.progress > 0 && time.Now().After(nextLog) {
 			f.logProgress(time.Since(wallStart))
 			nextLog = time.Now().Add(f.progress)
@@ -242,6 +250,31 @@ func (f *Fleet) Run(ctx context.Context, w *Workload, label string) (*Report, er
 		return rep, ctx.Err()
 	}
 	return rep, nil
+}
+
+// advance runs the next event once it is due, or (live) one piece of work an HTTP
+// handler injected. It returns false when ctx ended, or when the queue is empty and
+// wait is false; with wait it blocks on an empty queue until work is injected.
+func (f *Fleet) advance(ctx context.Context, wait bool) bool {
+	t, ok := f.q.peek()
+	if !ok && (!wait || f.live == nil) {
+		return false
+	}
+	if f.live != nil {
+		due, err := f.live.wait(ctx, t, ok)
+		if err != nil {
+			return false
+		}
+		if !due {
+			return true
+		}
+	}
+	if ctx.Err() != nil {
+		return false
+	}
+	ev, _ := f.q.pop()
+	ev.fn()
+	return true
 }
 
 func (f *Fleet) arrive(res *result) {
@@ -258,7 +291,7 @@ func (f *Fleet) arrive(res *result) {
 		f.log.Warn("route failed", "request", r.ID, "err", err)
 		return
 	}
-	res.dec = d
+	res.dec, res.routed = d, true
 	dec := f.byID[d.DecodeWorker]
 	if dec == nil || dec.cfg.Pool != PoolDecode {
 		res.err = fmt.Errorf("router chose decode worker %q, which is not a decode worker of this fleet", d.DecodeWorker)
@@ -293,6 +326,10 @@ func (f *Fleet) arrive(res *result) {
 // engineHooks
 
 func (f *Fleet) prefillDone(e *Engine, s *seq) {
+	if s.ext != nil {
+		f.extPrefillDone(e, s)
+		return
+	}
 	res := f.bySeq[s]
 	delete(f.bySeq, s)
 	res.promptHit = s.hitTokens
@@ -304,6 +341,10 @@ func (f *Fleet) prefillDone(e *Engine, s *seq) {
 }
 
 func (f *Fleet) transferStart(e *Engine, s *seq) {
+	if s.ext != nil {
+		f.extTransferStart(e, s)
+		return
+	}
 	res := f.bySeq[s]
 	res.decodeHit, res.transfer = s.hitTokens, s.transferTokens
 	done := e.scheduleTransfer(f.timing.Transfer(s.transferTokens))
@@ -320,6 +361,12 @@ func (f *Fleet) transferStart(e *Engine, s *seq) {
 }
 
 func (f *Fleet) firstToken(e *Engine, s *seq) {
+	if s.ext != nil {
+		if s.kind == kindLocal {
+			f.countQuery(e, s)
+		}
+		return
+	}
 	res := f.bySeq[s]
 	res.firstToken = f.q.now
 	if s.kind == kindLocal {
@@ -329,7 +376,17 @@ func (f *Fleet) firstToken(e *Engine, s *seq) {
 	f.router.PrefillDone(f.ctx, res.req, res.firstToken-res.arrival)
 }
 
+func (f *Fleet) token(_ *Engine, s *seq) {
+	if s.ext != nil {
+		s.ext.sink.add(s.tokens[len(s.tokens)-1])
+	}
+}
+
 func (f *Fleet) finished(e *Engine, s *seq) {
+	if s.ext != nil {
+		s.ext.sink.finish(nil, s.hitTokens, nil)
+		return
+	}
 	res := f.bySeq[s]
 	delete(f.bySeq, s)
 	res.done, res.finished, res.generated = f.q.now, true, s.generated
@@ -341,6 +398,8 @@ func (f *Fleet) countQuery(e *Engine, s *seq) {
 	if o := f.outs[e]; o != nil {
 		o.queries += uint64(s.promptLen())
 		o.hits += uint64(s.hitTokens)
+		o.computed += uint64(s.promptLen() - s.hitTokens)
+		o.prefills++
 	}
 }
 
@@ -364,7 +423,8 @@ func (f *Fleet) stepDone(e *Engine, events []KVEvent) {
 func (f *Fleet) updateMetrics(e *Engine) {
 	if o := f.outs[e]; o != nil && o.metrics != nil {
 		l := e.Load()
-		o.metrics.Set(MetricsSample{Running: l.Running, Waiting: l.Waiting, KVUsage: l.KVUsage, PrefixQueries: o.queries, PrefixHits: o.hits})
+		o.metrics.Set(MetricsSample{Running: l.Running, Waiting: l.Waiting, KVUsage: l.KVUsage, PrefixQueries: o.queries, PrefixHits: o.hits,
+			PrefillComputed: o.computed, PrefillRequests: o.prefills})
 	}
 }
 

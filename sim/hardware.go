@@ -16,14 +16,16 @@ import "time"
 // Hugging Face, meta-llama/Llama-3.1-8B): 8.03 B parameters, 32 layers, hidden size 4096,
 // 8 key-value heads (grouped-query attention) of head dimension 128, vocabulary 128,256.
 const (
-	llama8BParams    = 8.03e9
-	llama8BLayers    = 32
-	llama8BHidden    = 4096
-	llama8BKVHeads   = 8
-	llama8BHeadDim   = 128
-	llama8BVocab     = 128256
-	bf16Bytes        = 2
-	llama8BModelName = "meta-llama/Llama-3.1-8B-Instruct"
+	llama8BParams  = 8.03e9
+	llama8BLayers  = 32
+	llama8BHidden  = 4096
+	llama8BKVHeads = 8
+	llama8BHeadDim = 128
+	llama8BVocab   = 128256
+	// llama8BMaxModelLen is max_position_embeddings in config.json: 131,072 tokens.
+	llama8BMaxModelLen = 131072
+	bf16Bytes          = 2
+	llama8BModelName   = "meta-llama/Llama-3.1-8B-Instruct"
 )
 
 // Published figures of the GPU and network.
@@ -114,6 +116,10 @@ type Hardware struct {
 	ActivationReserve float64
 	// Vocab bounds the simulated token ids.
 	Vocab int
+	// MaxModelLen is the longest context (prompt plus output) a request may have,
+	// vLLM's --max-model-len; an engine also bounds it by its KV cache (0: by the
+	// cache alone).
+	MaxModelLen int
 }
 
 // DefaultHardware is Llama-3.1-8B BF16 on one H100 SXM5, with the constants above.
@@ -135,6 +141,7 @@ func DefaultHardware() Hardware {
 		MemoryUtilization:   vllmGPUMemoryUtilization,
 		ActivationReserve:   assumedActivationReserve,
 		Vocab:               llama8BVocab,
+		MaxModelLen:         llama8BMaxModelLen,
 	}
 }
 

@@ -255,12 +255,23 @@ type WorkerRegistration struct {
 	KVReplayEndpoint    string `json:"kv_replay_endpoint,omitempty"`
 	KVEventsTopic       string `json:"kv_events_topic,omitempty"`
 	MetricsURL          string `json:"metrics_url,omitempty"`
-	Engine              string `json:"engine,omitempty"`
+	// HTTPURL is the engine's OpenAI-compatible base URL without /v1.
+	HTTPURL string `json:"http_url,omitempty"`
+	Engine  string `json:"engine,omitempty"`
 }
 
-// Register registers a worker.
+// Register registers a worker. A router older than the http_url field refuses it as
+// unknown; the worker is then registered without it (its KV events and metrics still
+// flow, only a door cannot reach its API), and the refusal is logged.
 func (h *HTTPRouter) Register(ctx context.Context, w WorkerRegistration) error {
-	return h.do(ctx, http.MethodPost, "/v1/workers", w, nil)
+	err := h.do(ctx, http.MethodPost, "/v1/workers", w, nil)
+	var ae *APIError
+	if w.HTTPURL != "" && errors.As(err, &ae) && ae.Status == http.StatusBadRequest && ae.Code == "unknown_field" && strings.Contains(ae.Field, "http_url") {
+		h.log.Warn("the router does not know http_url; registering without it", "worker", w.WorkerID)
+		w.HTTPURL = ""
+		return h.do(ctx, http.MethodPost, "/v1/workers", w, nil)
+	}
+	return err
 }
 
 // WaitWorkers polls GET /v1/workers until every id is listed, or ctx ends.

@@ -22,6 +22,10 @@ const (
 	metricPrefixQueries = "vllm:prefix_cache_queries_total"
 	metricPrefixHits    = "vllm:prefix_cache_hits_total"
 	metricPreemptions   = "vllm:num_preemptions_total"
+	// metricPrefillComputed is a histogram of the prompt tokens each request had
+	// computed here (not found in the prefix cache, not pulled from a prefill
+	// engine). The simulator exports its _sum and _count with the +Inf bucket only.
+	metricPrefillComputed = "vllm:request_prefill_kv_computed_tokens"
 )
 
 // MetricsSample is what an engine's /metrics reports; the fleet stores a fresh one
@@ -32,6 +36,9 @@ type MetricsSample struct {
 	// PrefixQueries and PrefixHits count prompt tokens looked up in and found in the
 	// prefix cache.
 	PrefixQueries, PrefixHits uint64
+	// PrefillComputed sums the prompt tokens computed over PrefillRequests, the
+	// requests whose prompt this engine computed.
+	PrefillComputed, PrefillRequests uint64
 }
 
 // MetricsServer serves one engine's /metrics in Prometheus text format.
@@ -114,6 +121,9 @@ func (m *MetricsServer) Text() []byte {
 	metric(metricPrefixQueries, "counter", "Prefix cache queries, in terms of number of queried tokens.", labels, strconv.FormatUint(s.PrefixQueries, 10))
 	metric(metricPrefixHits, "counter", "Prefix cache hits, in terms of number of cached tokens.", labels, strconv.FormatUint(s.PrefixHits, 10))
 	metric(metricPreemptions, "counter", "Cumulative number of preemptions from the engine.", labels, "0")
+	fmt.Fprintf(&b, "# HELP %s Histogram of new KV tokens computed during prefill (excluding cached tokens).\n# TYPE %s histogram\n", metricPrefillComputed, metricPrefillComputed)
+	fmt.Fprintf(&b, "%s_bucket{%s,le=\"+Inf\"} %d\n%s_sum{%s} %d\n%s_count{%s} %d\n", metricPrefillComputed, labels, s.PrefillRequests,
+		metricPrefillComputed, labels, s.PrefillComputed, metricPrefillComputed, labels, s.PrefillRequests)
 	// cache_config_info: an info gauge whose labels are the cache config, stringified.
 	cfg := fmt.Sprintf(`block_size="%d",cache_dtype="auto",enable_prefix_caching="True",engine="%d",gpu_memory_utilization="%s",model_name=%s,num_cpu_blocks="None",num_gpu_blocks="%d",prefix_caching_hash_algo="sha256"`,
 		m.blockSize, m.dpRank, f(vllmGPUMemoryUtilization), strconv.Quote(m.model), m.numBlocks)

@@ -36,6 +36,12 @@ type Report struct {
 	// Local and Remote count routed requests by mode; Reasons counts reason codes.
 	Local, Remote int
 	Reasons       map[string]int
+	// Unplaced counts requests served whose placement the driver could not see
+	// (RunViaOpenAI: a router's door answers with the completion, not the decision).
+	Unplaced int
+	// DecisionIDs counts answers that named the router's decision
+	// (x-pdrouter-decision-id), RunViaOpenAI only.
+	DecisionIDs int
 	// PromptTokens routed; CacheHitTokens of them were found in the prefix cache of
 	// the worker that prefilled (so not recomputed). HitRatio is their ratio.
 	PromptTokens, CacheHitTokens int64
@@ -59,10 +65,34 @@ type Report struct {
 }
 
 func (f *Fleet) report(label string) *Report {
-	rep := &Report{Label: label, Requests: len(f.results), SLO: f.cfg.SLO, Reasons: map[string]int{}}
+	rep := summarizeResults(label, f.cfg.SLO, f.results)
+	nPrefill, nDecode := 0, 0
+	for _, e := range f.engines {
+		if e.cfg.Pool == PoolPrefill {
+			nPrefill++
+			rep.PrefillComputedOnPrefill += int64(e.prefilled)
+		} else {
+			nDecode++
+			rep.PrefillComputedOnDecode += int64(e.prefilled)
+		}
+	}
+	if s := f.samples; s.n > 0 {
+		if nPrefill > 0 {
+			rep.PrefillQueueMean = s.prefillWaitSum / float64(s.n*nPrefill)
+		}
+		rep.PrefillQueueMax, rep.PrefillTokensMax = s.prefillWaitMax, s.prefillTokMax
+		rep.DecodeKVMean, rep.DecodeKVMax = s.decodeUsageSum/float64(s.n*nDecode), s.decMax
+	}
+	return rep
+}
+
+// summarizeResults is the part of a report that the requests' fates alone give:
+// counts, latencies, goodput, placement and cache hits.
+func summarizeResults(label string, slo SLO, results []*result) *Report {
+	rep := &Report{Label: label, Requests: len(results), SLO: slo, Reasons: map[string]int{}}
 	var ttft, itl []time.Duration
 	var first, last simTime = -1, 0
-	for _, r := range f.results {
+	for _, r := range results {
 		if first < 0 || r.arrival < first {
 			first = r.arrival
 		}
@@ -70,15 +100,22 @@ func (f *Fleet) report(label string) *Report {
 		case r.err != nil:
 			rep.Failed++
 			continue
-		case r.dec.Mode == "":
+		case !r.routed:
 			rep.Unfinished++
 			continue
 		}
-		rep.Reasons[r.dec.Reason]++
-		if r.dec.Mode == ModeLocal {
+		switch r.dec.Mode {
+		case ModeLocal:
 			rep.Local++
-		} else {
+			rep.Reasons[r.dec.Reason]++
+		case ModeRemote:
 			rep.Remote++
+			rep.Reasons[r.dec.Reason]++
+		default:
+			rep.Unplaced++
+		}
+		if r.decisionID {
+			rep.DecisionIDs++
 		}
 		rep.PromptTokens += int64(r.req.PromptLen)
 		rep.CacheHitTokens += int64(r.promptHit)
@@ -91,11 +128,11 @@ func (f *Fleet) report(label string) *Report {
 		last = max(last, r.done)
 		t := r.firstToken - r.arrival
 		ttft = append(ttft, t)
-		good := t <= f.cfg.SLO.TTFT
+		good := t <= slo.TTFT
 		if r.generated >= 2 {
 			i := r.itl()
 			itl = append(itl, i)
-			good = good && i <= f.cfg.SLO.ITL
+			good = good && i <= slo.ITL
 		}
 		if good {
 			rep.Good++
@@ -114,23 +151,6 @@ func (f *Fleet) report(label string) *Report {
 	}
 	if rep.PromptTokens > 0 {
 		rep.HitRatio = float64(rep.CacheHitTokens) / float64(rep.PromptTokens)
-	}
-	nPrefill, nDecode := 0, 0
-	for _, e := range f.engines {
-		if e.cfg.Pool == PoolPrefill {
-			nPrefill++
-			rep.PrefillComputedOnPrefill += int64(e.prefilled)
-		} else {
-			nDecode++
-			rep.PrefillComputedOnDecode += int64(e.prefilled)
-		}
-	}
-	if s := f.samples; s.n > 0 {
-		if nPrefill > 0 {
-			rep.PrefillQueueMean = s.prefillWaitSum / float64(s.n*nPrefill)
-		}
-		rep.PrefillQueueMax, rep.PrefillTokensMax = s.prefillWaitMax, s.prefillTokMax
-		rep.DecodeKVMean, rep.DecodeKVMax = s.decodeUsageSum/float64(s.n*nDecode), s.decMax
 	}
 	return rep
 }
@@ -177,12 +197,15 @@ func (r *Report) LocalShare() float64 {
 func (r *Report) Format(w io.Writer) {
 	fmt.Fprintf(w, "== %s ==\n", r.Label)
 	fmt.Fprintf(w, "requests     %d routed of %d; %d completed, %d failed, %d unfinished; span %s (simulated)\n",
-		r.Local+r.Remote, r.Requests, r.Completed, r.Failed, r.Unfinished, r.Span.Round(time.Millisecond))
+		r.Local+r.Remote+r.Unplaced, r.Requests, r.Completed, r.Failed, r.Unfinished, r.Span.Round(time.Millisecond))
 	fmt.Fprintf(w, "TTFT         p50 %s  p90 %s  p99 %s  mean %s\n", ms(r.TTFT.P50), ms(r.TTFT.P90), ms(r.TTFT.P99), ms(r.TTFT.Mean))
 	fmt.Fprintf(w, "ITL (mean/request) p50 %s  p90 %s  p99 %s  (%d requests with ≥ 2 tokens)\n", ms(r.ITL.P50), ms(r.ITL.P90), ms(r.ITL.P99), r.ITL.N)
 	fmt.Fprintf(w, "goodput      %d of %d requests (%.1f%%) within TTFT ≤ %s and ITL ≤ %s; %.2f good req/s\n",
 		r.Good, r.Requests, 100*r.Goodput, r.SLO.TTFT, r.SLO.ITL, r.GoodputRate)
 	fmt.Fprintf(w, "placement    local %d (%.1f%%), remote %d\n", r.Local, 100*r.LocalShare(), r.Remote)
+	if r.Unplaced > 0 {
+		fmt.Fprintf(w, "  %-38s %d (%d answers named a decision id)\n", "not visible to the client", r.Unplaced, r.DecisionIDs)
+	}
 	for _, k := range sortedKeys(r.Reasons) {
 		fmt.Fprintf(w, "  %-38s %d\n", k, r.Reasons[k])
 	}

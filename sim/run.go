@@ -7,7 +7,10 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"time"
+
+	"github.com/pdrouter/pdrouter/internal/rejects"
 )
 
 // RunConfig configures a live run against a router.
@@ -36,10 +39,22 @@ type RunConfig struct {
 	Progress time.Duration
 	// Label names the run in the report.
 	Label string
-	// KeepServing keeps the engines' sockets and /metrics up after the report until
-	// ctx ends, so the router keeps seeing live (idle) workers: `pdrouter dev` leaves
-	// everything running for the user to query.
+	// KeepServing keeps the engines' sockets, /metrics and OpenAI API up after the
+	// report until ctx ends, so the router keeps seeing live (idle) workers and an
+	// OpenAI client keeps getting answers: `pdrouter dev` leaves everything running
+	// for the user to query.
 	KeepServing bool
+	// KVHoldTimeout is how long (simulated time) a prefill engine holds a prompt's
+	// KV for a decode engine to pull (default DefaultKVHoldTimeout, vLLM's).
+	KVHoldTimeout time.Duration
+	// MaxBodyBytes bounds a request body on the engines' API (default
+	// DefaultMaxBodyBytes).
+	MaxBodyBytes int64
+	// OpenAIBaseURL, when set, sends the workload through this OpenAI base URL
+	// (RunViaOpenAI; e.g. the router's door, http://127.0.0.1:8080/v1) instead of
+	// routing each request with POST /v1/route: the engines only serve their API,
+	// and whoever answers at the URL places the requests.
+	OpenAIBaseURL string
 }
 
 // RunDeps are RunFleet's collaborators.
@@ -53,6 +68,9 @@ type RunDeps struct {
 	// OnReport is called with the report as soon as the workload is done, before
 	// RunFleet waits for ctx when KeepServing is set.
 	OnReport func(*Report)
+	// Rejects counts requests the engines' APIs refuse (entry sim_http); nil
+	// counts into a counter exported nowhere.
+	Rejects *rejects.Counter
 }
 
 func (c *RunConfig) defaults() {
@@ -70,16 +88,25 @@ func (c *RunConfig) defaults() {
 	}
 	if c.Label == "" {
 		c.Label = "live " + c.RouterURL
+		if c.OpenAIBaseURL != "" {
+			c.Label = "live via " + c.OpenAIBaseURL
+		}
+	}
+	if c.MaxBodyBytes <= 0 {
+		c.MaxBodyBytes = DefaultMaxBodyBytes
 	}
 }
 
 // RunFleet starts the fleet's engines on real sockets (a ZMQ PUB and replay ROUTER
-// per engine, publishing vLLM's bytes, and a /metrics endpoint), registers them with
+// per engine, publishing vLLM's bytes, and an HTTP listener serving vLLM's
+// OpenAI-compatible API and /metrics, engineserver.go), registers them with
 // the router at cfg.RouterURL (so its ingest subscribes and scrapes them), waits until
 // the router lists them, then replays the workload in scaled time: each request is
 // routed with POST /v1/route, the engines obey the decision, and lifecycle events are
-// posted as requests reach their first token and complete. It logs progress and
-// returns the report. `pdrouter dev` calls it in-process with its own API's URL.
+// posted as requests reach their first token and complete. Requests that reach an
+// engine's API join the same simulation at their wall arrival (live.go,
+// external.go), before, during and (with KeepServing) after the workload. It logs
+// progress and returns the report. `pdrouter dev` calls it in-process with its own API's URL.
 func RunFleet(ctx context.Context, cfg RunConfig, w *Workload, deps RunDeps) (*Report, error) {
 	cfg.defaults()
 	log := deps.Log
@@ -88,6 +115,11 @@ func RunFleet(ctx context.Context, cfg RunConfig, w *Workload, deps RunDeps) (*R
 	}
 	fc := cfg.Fleet
 	fc.defaults()
+	if cfg.OpenAIBaseURL != "" {
+		if u, err := url.Parse(cfg.OpenAIBaseURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return nil, fmt.Errorf("OpenAI base URL %q: want http://host:port/v1", cfg.OpenAIBaseURL)
+		}
+	}
 	hr, err := NewHTTPRouter(cfg.RouterURL, cfg.AuthToken, fc.Hardware.ModelName, deps.HTTPClient, log)
 	if err != nil {
 		return nil, err
@@ -97,8 +129,17 @@ func RunFleet(ctx context.Context, cfg RunConfig, w *Workload, deps RunDeps) (*R
 	if err != nil {
 		return nil, err
 	}
+	live := newLiveLoop(cfg.TimeScale)
+	f.live, f.kvHold = live, cfg.KVHoldTimeout
+	rj := deps.Rejects
+	if rj == nil {
+		rj = rejects.For(nil)
+	}
+	rj.Init(rejects.SimHTTP, engineRejectReasons...)
 	var closers []func() error
 	defer func() {
+		// Handlers waiting on the loop give up first, so that the servers can close.
+		live.stop()
 		for _, c := range closers {
 			_ = c()
 		}
@@ -113,17 +154,19 @@ func RunFleet(ctx context.Context, cfg RunConfig, w *Workload, deps RunDeps) (*R
 			return nil, err
 		}
 		closers = append(closers, pub.Close)
-		ms, err := StartMetrics(net.JoinHostPort(cfg.Host, "0"), ec.Model, ec.BlockSize, ec.NumBlocks, 0)
+		ms := NewMetricsHandler(ec.Model, ec.BlockSize, ec.NumBlocks, 0)
+		es, err := startEngineServer(net.JoinHostPort(cfg.Host, "0"), f, e, live, ms, cfg.MaxBodyBytes, rj, log)
 		if err != nil {
 			return nil, err
 		}
-		closers = append(closers, ms.Close)
-		f.outs[e] = &engineOutputs{pub: pub, metrics: ms}
+		closers = append(closers, es.Close)
+		host, port := es.hostPort()
+		f.outs[e] = &engineOutputs{pub: pub, metrics: ms, host: host, port: port}
 		f.updateMetrics(e)
 		reg := WorkerRegistration{WorkerID: ec.ID, Pool: string(ec.Pool), Model: ec.Model, BlockSize: ec.BlockSize,
 			TotalKVBlocks: ec.NumBlocks, MaxNumBatchedTokens: ec.MaxBatchedTokens,
 			KVEventsEndpoint: pub.Endpoint(), KVReplayEndpoint: pub.ReplayEndpoint(), KVEventsTopic: cfg.Topic,
-			MetricsURL: ms.URL(), Engine: "sim"}
+			MetricsURL: es.URL() + "/metrics", HTTPURL: es.URL(), Engine: "sim"}
 		if err := hr.Register(ctx, reg); err != nil {
 			return nil, fmt.Errorf("register %s with %s: %w", ec.ID, cfg.RouterURL, err)
 		}
@@ -143,26 +186,29 @@ func RunFleet(ctx context.Context, cfg RunConfig, w *Workload, deps RunDeps) (*R
 		deps.OnReady(regs)
 	}
 	start := time.Now()
-	f.pace = func(ctx context.Context, t simTime) error {
-		due := start.Add(time.Duration(float64(t) / cfg.TimeScale))
-		d := time.Until(due)
-		if d <= 0 {
-			return ctx.Err()
-		}
-		tm := time.NewTimer(d)
-		defer tm.Stop()
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-tm.C:
-			return nil
-		}
-	}
+	// Simulated time 0 is now: requests that reached the engines while they
+	// registered waited on the loop, and enter at time 0.
+	live.start = start
 	f.wallTS = func() float64 { return float64(time.Now().UnixNano()) / 1e9 }
 	if cfg.Progress > 0 {
 		f.progress = cfg.Progress
 	}
-	rep, runErr := f.Run(ctx, w, cfg.Label)
+	var (
+		rep    *Report
+		runErr error
+	)
+	if cfg.OpenAIBaseURL != "" {
+		// The loop only serves the engines' API while the client drives.
+		lctx, lcancel := context.WithCancel(ctx)
+		loopDone := make(chan struct{})
+		go func() { defer close(loopDone); f.serve(lctx) }()
+		rep, runErr = RunViaOpenAI(ctx, OpenAIRunConfig{BaseURL: cfg.OpenAIBaseURL, Model: fc.Hardware.ModelName,
+			AuthToken: cfg.AuthToken, TimeScale: cfg.TimeScale, SLO: fc.SLO, Label: cfg.Label}, w, nil, log)
+		lcancel()
+		<-loopDone
+	} else {
+		rep, runErr = f.Run(ctx, w, cfg.Label)
+	}
 	hr.Close()
 	sent, failed := hr.LifecycleStats()
 	log.Info("sim run finished", "wall", time.Since(start).Round(time.Millisecond), "completed", rep.Completed,
@@ -174,8 +220,8 @@ func RunFleet(ctx context.Context, cfg RunConfig, w *Workload, deps RunDeps) (*R
 		return rep, runErr
 	}
 	if cfg.KeepServing && ctx.Err() == nil {
-		log.Info("sim engines idle and still serving their sockets; Ctrl-C to stop")
-		<-ctx.Done()
+		log.Info("sim engines idle and still serving their sockets and OpenAI API; Ctrl-C to stop")
+		f.serve(ctx)
 	}
 	return rep, nil
 }

@@ -132,6 +132,8 @@ func TestBadInputIsAPreciseError(t *testing.T) {
 		{map[string]string{"PDR_MAX_WORKERS": "0"}, []string{"serve", "--brokers", "127.0.0.1:1"}, "--max-workers 0: want at least 1"},
 		{nil, []string{"serve", "--brokers", "127.0.0.1:1", "--fetch-max-wait", "5ms"}, "--fetch-max-wait 5ms: want at least 1 byte and 10ms"},
 		{map[string]string{"PDR_FETCH_MIN_BYTES": "0"}, []string{"serve", "--brokers", "127.0.0.1:1"}, "--fetch-min-bytes 0, --fetch-max-wait 10ms: want at least 1 byte and 10ms"},
+		{map[string]string{"PDR_SIM_VIA": "carrier-pigeon"}, []string{"dev", "--sim"}, `--sim-via "carrier-pigeon": want route or door`},
+		{nil, []string{"sim", "--router", "http://127.0.0.1:1", "--max-requests", "1", "--kv-hold-timeout", "0s"}, "--kv-hold-timeout 0s: must be > 0"},
 	}
 	for _, c := range cases {
 		_, _, err := run(t, c.env, c.args...)

@@ -29,6 +29,7 @@ func newDevCmd(a *app) *cobra.Command {
 		sf        simFlags
 		withSim   bool
 		simExit   bool
+		simVia    string
 	)
 	cmd := &cobra.Command{
 		Use:   "dev",
@@ -44,6 +45,9 @@ everything listens. It is for development and demos, not production: point
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if !a.kafka.Embedded() {
 				return fmt.Errorf("dev runs its own broker: drop --brokers/PDR_BROKERS (%s), or use pdrouter serve for a real Kafka", strings.Join(a.kafka.Brokers, ","))
+			}
+			if simVia != simViaRoute && simVia != simViaDoor {
+				return fmt.Errorf("--sim-via %q: want %s or %s", simVia, simViaRoute, simViaDoor)
 			}
 			ctx := cmd.Context()
 			if exitAfter > 0 {
@@ -91,7 +95,7 @@ everything listens. It is for development and demos, not production: point
 				fmt.Fprintf(a.stdout, "  stop       Ctrl-C\n")
 				a.log.Info("dev ready", "kafka", b.Addrs()[0], "api", addr, "startup", time.Since(start).Round(time.Millisecond))
 				if withSim {
-					go runDevSim(ctx, a, &sf, workload, "http://"+addr, !simExit, stop)
+					go runDevSim(ctx, a, &sf, workload, "http://"+addr, simVia, !simExit, stop)
 				}
 			}}
 			return r.run(ctx)
@@ -101,15 +105,24 @@ everything listens. It is for development and demos, not production: point
 	cmd.Flags().DurationVar(&exitAfter, "exit-after", 0, "stop after this long (0: run until interrupted); for scripted demos")
 	cmd.Flags().BoolVar(&withSim, "sim", false, "also run a simulated fleet (2 prefill + 2 decode vLLM-like engines) against the router and print a report")
 	cmd.Flags().BoolVar(&simExit, "sim-exit", false, "with --sim: stop dev after the report (otherwise the idle fleet keeps serving)")
+	cmd.Flags().StringVar(&simVia, "sim-via", simViaRoute, "with --sim: how the workload reaches the engines: route (POST /v1/route, the engines obey) or door (streaming OpenAI completions at http://<http-addr>/v1)")
 	rf.bindFlags(cmd.Flags())
 	inf.bindFlags(cmd.Flags())
 	sf.bind(cmd.Flags(), "sim-")
 	return cmd
 }
 
+// The values of --sim-via.
+const (
+	simViaRoute = "route"
+	simViaDoor  = "door"
+)
+
 // runDevSim drives the simulated fleet through the router's API: its engines
-// publish real ZMQ KV events that ingest picks up from their registrations.
-func runDevSim(ctx context.Context, a *app, sf *simFlags, w *sim.Workload, url string, keep bool, stop func()) {
+// publish real ZMQ KV events that ingest picks up from their registrations, and
+// the workload goes through POST /v1/route (via route) or the router's OpenAI
+// door (via door).
+func runDevSim(ctx context.Context, a *app, sf *simFlags, w *sim.Workload, url, via string, keep bool, stop func()) {
 	cfg, err := sf.runConfig(url)
 	if err != nil {
 		a.log.Error("sim", "err", err)
@@ -117,7 +130,15 @@ func runDevSim(ctx context.Context, a *app, sf *simFlags, w *sim.Workload, url s
 		return
 	}
 	cfg.KeepServing = keep
-	_, err = sim.RunFleet(ctx, cfg, w, sim.RunDeps{Log: a.log, OnReport: func(r *sim.Report) { r.Format(a.stdout) }})
+	if via == simViaDoor {
+		cfg.OpenAIBaseURL = url + "/v1"
+	}
+	onReady := func(regs []sim.WorkerRegistration) {
+		for _, r := range regs {
+			fmt.Fprintf(a.stdout, "  sim engine %-10s OpenAI API %s/v1   metrics %s\n", r.WorkerID, r.HTTPURL, r.MetricsURL)
+		}
+	}
+	_, err = sim.RunFleet(ctx, cfg, w, sim.RunDeps{Log: a.log, OnReady: onReady, OnReport: func(r *sim.Report) { r.Format(a.stdout) }})
 	if err != nil && ctx.Err() == nil {
 		a.log.Error("sim", "err", err)
 	}

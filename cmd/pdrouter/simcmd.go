@@ -29,6 +29,8 @@ type simFlags struct {
 	maxRequests     int
 	maxDuration     time.Duration
 	wire            string
+	httpMaxBody     int64
+	kvHold          time.Duration
 }
 
 func (s *simFlags) bind(f *pflag.FlagSet, prefix string) {
@@ -47,6 +49,8 @@ func (s *simFlags) bind(f *pflag.FlagSet, prefix string) {
 	f.IntVar(&s.maxRequests, prefix+"max-requests", 0, "replay only the first N requests (0: all)")
 	f.DurationVar(&s.maxDuration, prefix+"max-duration", 0, "replay only requests arriving within this simulated time (0: all)")
 	f.StringVar(&s.wire, prefix+"wire", "map", "KV event encoding the engines publish: map (vLLM ≥ 0.24) or positional (≤ 0.23)")
+	f.Int64Var(&s.httpMaxBody, prefix+"http-max-body", sim.DefaultMaxBodyBytes, "live runs: largest request body the engines' OpenAI API reads (bytes; larger: 413)")
+	f.DurationVar(&s.kvHold, prefix+"kv-hold-timeout", sim.DefaultKVHoldTimeout, "live runs: how long (simulated) a prefill engine holds KV for a decode engine to pull, as vLLM's VLLM_NIXL_ABORT_REQUEST_TIMEOUT")
 }
 
 // workload loads the trace or generates the synthetic workload, then cuts it.
@@ -88,7 +92,11 @@ func (s *simFlags) runConfig(routerURL string) (sim.RunConfig, error) {
 	if s.timeScale <= 0 {
 		return sim.RunConfig{}, fmt.Errorf("--time-scale %v: must be > 0", s.timeScale)
 	}
-	return sim.RunConfig{RouterURL: routerURL, Fleet: s.fleet(), TimeScale: s.timeScale, Wire: wf}, nil
+	if s.httpMaxBody <= 0 || s.kvHold <= 0 {
+		return sim.RunConfig{}, fmt.Errorf("--http-max-body %d and --kv-hold-timeout %s: must be > 0", s.httpMaxBody, s.kvHold)
+	}
+	return sim.RunConfig{RouterURL: routerURL, Fleet: s.fleet(), TimeScale: s.timeScale, Wire: wf,
+		MaxBodyBytes: s.httpMaxBody, KVHoldTimeout: s.kvHold}, nil
 }
 
 // newSimCmd is `pdrouter sim …`: the fleet simulator.

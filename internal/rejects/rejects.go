@@ -48,6 +48,9 @@ const (
 	// the door trusts no more than a client (line lengths, chunk shapes,
 	// body sizes, timeouts).
 	DoorUpstream Entry = "door_upstream"
+	// SimHTTP is the OpenAI-compatible API of a simulated engine (package
+	// sim): a test fixture, but one that any local client can reach.
+	SimHTTP Entry = "sim_http"
 )
 
 // MetricName is the name of the series family.
@@ -75,7 +78,7 @@ func For(reg prometheus.Registerer) *Counter {
 	}
 	c := &Counter{vec: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: MetricName,
-		Help: "Input refused where it enters the process, by entry point (http, zmq_bind, zmq_dial, scrape, produce, registration, door, door_upstream) and reason.",
+		Help: "Input refused where it enters the process, by entry point (http, zmq_bind, zmq_dial, scrape, produce, registration, door, door_upstream, sim_http) and reason.",
 	}, []string{"entry", "reason"})}
 	if reg == nil {
 		return c

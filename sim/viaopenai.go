@@ -1,0 +1,220 @@
+package sim
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+)
+
+// OpenAIRunConfig configures RunViaOpenAI.
+type OpenAIRunConfig struct {
+	// BaseURL is an OpenAI base URL, /v1 included: pdrouter's door
+	// (http://127.0.0.1:8080/v1) or one engine (its http_url + "/v1").
+	BaseURL string
+	// Model is the model requests name.
+	Model string
+	// AuthToken is sent as a bearer token when set.
+	AuthToken string
+	// TimeScale is simulated seconds per wall second, as the fleet's: requests are
+	// sent at arrival ÷ TimeScale, and latencies measured on the wall clock are
+	// multiplied by it (see RunViaOpenAI).
+	TimeScale float64
+	SLO       SLO
+	// MaxInFlight bounds the requests open at once (default 1024); a request
+	// waiting for a slot is late, and its wait counts in its TTFT.
+	MaxInFlight int
+	// Label names the run in the report.
+	Label string
+}
+
+// RunViaOpenAI replays a workload as an OpenAI client would: each request is sent at
+// its scaled arrival time as a streaming POST /v1/completions whose prompt is the
+// request's token ids, with max_tokens and min_tokens both its output length (so the
+// length is exact, as vLLM honours min_tokens), X-Request-Id its id, and
+// stream_options.include_usage set. TTFT and inter-token latencies are measured by
+// the client, from the request's scheduled send time to each streamed chunk, and an
+// answer's x-pdrouter-decision-id header is counted when present.
+//
+// Time: the engines run on the simulated clock, TimeScale simulated seconds per wall
+// second, so a wall duration d measured by the client is d × TimeScale of simulated
+// time; the report is in simulated time like RunFleet's, and comparable with it. The
+// client-side figures include what the route-driven run does not see: HTTP, and
+// through a door the routing, both scaled as well (at scale 10, 1 ms of real overhead
+// reads as 10 ms). The placement of each request is not visible to a client; the
+// report counts those requests as Unplaced, and the fleet-side fields (cache hits,
+// transfers, prefill load, queue samples) stay zero: the engines' /metrics and KV
+// events hold them.
+func RunViaOpenAI(ctx context.Context, cfg OpenAIRunConfig, w *Workload, client *http.Client, log *slog.Logger) (*Report, error) {
+	u, err := url.Parse(cfg.BaseURL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("OpenAI base URL %q: want http://host:port/v1", cfg.BaseURL)
+	}
+	if cfg.TimeScale <= 0 {
+		cfg.TimeScale = 1
+	}
+	if cfg.SLO == (SLO{}) {
+		cfg.SLO = DefaultSLO()
+	}
+	if cfg.MaxInFlight <= 0 {
+		cfg.MaxInFlight = 1024
+	}
+	if cfg.Label == "" {
+		cfg.Label = "openai " + cfg.BaseURL
+	}
+	if client == nil {
+		client = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: cfg.MaxInFlight}}
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	endpoint := strings.TrimRight(cfg.BaseURL, "/") + "/completions"
+	results := make([]*result, len(w.Requests))
+	slots := make(chan struct{}, cfg.MaxInFlight)
+	var wg sync.WaitGroup
+	start := time.Now()
+	toSim := func(d time.Duration) simTime { return simTime(float64(d) * cfg.TimeScale) }
+	for i, r := range w.Requests {
+		res := &result{req: r, arrival: r.Arrival}
+		results[i] = res
+		due := start.Add(time.Duration(float64(r.Arrival) / cfg.TimeScale))
+		if d := time.Until(due); d > 0 {
+			tm := time.NewTimer(d)
+			select {
+			case <-ctx.Done():
+			case <-tm.C:
+			}
+			tm.Stop()
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		select {
+		case slots <- struct{}{}:
+		case <-ctx.Done():
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-slots }()
+			ob, err := streamCompletion(ctx, client, endpoint, cfg, r)
+			if err != nil {
+				if ctx.Err() == nil {
+					res.err = err
+					log.Warn("openai request failed", "request", r.ID, "err", err)
+				}
+				return
+			}
+			res.routed, res.decisionID = true, ob.decisionID
+			if ob.tokens == 0 {
+				res.err = fmt.Errorf("request %s: the answer streamed no token", r.ID)
+				return
+			}
+			res.firstToken = r.Arrival + toSim(ob.first.Sub(due))
+			res.done = r.Arrival + toSim(ob.last.Sub(due))
+			res.generated, res.finished = ob.tokens, true
+		}()
+	}
+	wg.Wait()
+	rep := summarizeResults(cfg.Label, cfg.SLO, results)
+	log.Info("openai run finished", "wall", time.Since(start).Round(time.Millisecond), "completed", rep.Completed, "failed", rep.Failed)
+	return rep, ctx.Err()
+}
+
+// streamed is what the client saw of one streamed answer.
+type streamed struct {
+	first, last time.Time
+	tokens      int
+	decisionID  bool
+}
+
+// maxSSELine bounds one line of an answer's stream.
+const maxSSELine = 1 << 20
+
+func streamCompletion(ctx context.Context, client *http.Client, endpoint string, cfg OpenAIRunConfig, r *Request) (*streamed, error) {
+	body, err := json.Marshal(map[string]any{"model": cfg.Model, "prompt": r.Tokens(), "max_tokens": r.OutputLen,
+		"min_tokens": r.OutputLen, "stream": true, "stream_options": map[string]any{"include_usage": true}})
+	if err != nil {
+		return nil, err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, endpoint, bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("X-Request-Id", r.ID)
+	if cfg.AuthToken != "" {
+		req.Header.Set("Authorization", "Bearer "+cfg.AuthToken)
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		return nil, fmt.Errorf("%s answered %d: %s", endpoint, resp.StatusCode, bytes.TrimSpace(msg))
+	}
+	out := &streamed{decisionID: resp.Header.Get("X-Pdrouter-Decision-Id") != ""}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 0, 64<<10), maxSSELine)
+	chunks, usageTokens := 0, -1
+	for sc.Scan() {
+		data, ok := strings.CutPrefix(sc.Text(), "data:")
+		if !ok {
+			continue // blank separators, comments, event names
+		}
+		data = strings.TrimSpace(data)
+		if data == "[DONE]" {
+			if usageTokens >= 0 {
+				out.tokens = usageTokens
+			} else {
+				out.tokens = chunks
+			}
+			return out, nil
+		}
+		var c struct {
+			Choices []struct {
+				Text string `json:"text"`
+			} `json:"choices"`
+			Usage *struct {
+				CompletionTokens int `json:"completion_tokens"`
+			} `json:"usage"`
+			Error *struct {
+				Message string `json:"message"`
+			} `json:"error"`
+		}
+		if err := json.Unmarshal([]byte(data), &c); err != nil {
+			return nil, fmt.Errorf("stream chunk: %w", err)
+		}
+		if c.Error != nil {
+			return nil, fmt.Errorf("stream error: %s", c.Error.Message)
+		}
+		if c.Usage != nil {
+			usageTokens = c.Usage.CompletionTokens
+		}
+		if len(c.Choices) > 0 && c.Choices[0].Text != "" {
+			now := time.Now()
+			if chunks == 0 {
+				out.first = now
+			}
+			out.last = now
+			chunks++
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, err
+	}
+	return nil, fmt.Errorf("the stream ended without [DONE]")
+}
