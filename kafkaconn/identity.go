@@ -4,7 +4,6 @@ import (
 	"log/slog"
 
 	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/plugin/kslog"
 )
 
 // ClientIDPrefix starts every client id pdrouter gives brokers.
@@ -15,10 +14,10 @@ const ClientIDPrefix = "pdrouter-"
 // "pdrouter-<command>" for tools), so a broker's request logs, quotas and
 // ACLs can tell pdrouter's roles apart; and franz-go's own logs through the
 // process's slog logger, at the level its handler enables, rather than
-// nowhere.
+// nowhere (per-flush lines at debug: logger.go).
 func ClientOpts(role string, log *slog.Logger) []kgo.Opt {
 	return []kgo.Opt{
 		kgo.ClientID(ClientIDPrefix + role),
-		kgo.WithLogger(kslog.New(log.With("component", "kafka", "role", role))),
+		kgo.WithLogger(newLogger(log.With("component", "kafka", "role", role))),
 	}
 }
