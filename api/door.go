@@ -40,7 +40,7 @@ func (a doorDeps) Decide(ctx context.Context, r door.DecideRequest) (door.Decisi
 		return door.Decision{}, doorError(err)
 	}
 	urls := a.httpURLs()
-	d := door.Decision{DecisionID: rec.GetDecisionId(), RequestID: rec.GetRequestId(), Remote: rec.GetMode() == "remote"}
+	d := door.Decision{DecisionID: rec.GetDecisionId(), RequestID: rec.GetRequestId(), Remote: rec.GetMode() == "remote", Reason: rec.GetReason()}
 	d.Decode = door.Worker{ID: rec.GetDecodeWorker().GetWorkerId(), HTTPURL: urls[rec.GetDecodeWorker().GetWorkerId()]}
 	if d.Remote {
 		d.Prefill = door.Worker{ID: rec.GetPrefillWorker().GetWorkerId(), HTTPURL: urls[rec.GetPrefillWorker().GetWorkerId()]}

@@ -84,7 +84,8 @@ func TestDoorOutcomeJoinsDecision(t *testing.T) {
 	id := resp.Header.Get(door.HeaderDecisionID)
 	var rec map[string]any
 	h.mustDo(http.StatusOK, "GET", "/v1/decisions/"+id, nil, &rec)
-	if rec["request_id"] != resp.Header.Get(door.HeaderRequestID) || rec["mode"] != "local" || rec["expected_output_tokens"] != 6.0 || eng.Tokenizes() != 1 {
+	if rec["request_id"] != resp.Header.Get(door.HeaderRequestID) || rec["mode"] != "local" || rec["expected_output_tokens"] != 6.0 || eng.Tokenizes() != 1 ||
+		resp.Header.Get(door.HeaderMode) != rec["mode"] || resp.Header.Get(door.HeaderReason) != rec["reason"] || rec["reason"] == "" {
 		t.Fatalf("decision %v", rec)
 	}
 	if got := eng.Headers()[0].Get("X-Request-Id"); got != rec["request_id"] {

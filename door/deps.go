@@ -33,7 +33,9 @@ type Decision struct {
 	RequestID  string
 	// Remote: prefill on Prefill, then decode on Decode; else Decode does
 	// both.
-	Remote  bool
+	Remote bool
+	// Reason is the decider's reason code (a fixed set, never input).
+	Reason  string
 	Decode  Worker
 	Prefill Worker
 }

@@ -68,9 +68,11 @@ func (r *rig) waitOutcomes(n int) []Outcome {
 	return r.outcomes.list()
 }
 
-func local(e *doortest.Engine) Decision { return Decision{Decode: Worker{ID: e.ID, HTTPURL: e.URL()}} }
+func local(e *doortest.Engine) Decision {
+	return Decision{Reason: "prefill_local_test", Decode: Worker{ID: e.ID, HTTPURL: e.URL()}}
+}
 func remote(p, d *doortest.Engine) Decision {
-	return Decision{Remote: true, Prefill: Worker{ID: p.ID, HTTPURL: p.URL()}, Decode: Worker{ID: d.ID, HTTPURL: d.URL()}}
+	return Decision{Remote: true, Reason: "prefill_remote_test", Prefill: Worker{ID: p.ID, HTTPURL: p.URL()}, Decode: Worker{ID: d.ID, HTTPURL: d.URL()}}
 }
 
 // events splits an SSE body into its data payloads.
@@ -114,7 +116,8 @@ func TestLocalStreamRelayAndMeasure(t *testing.T) {
 	eng.Tokens, eng.Gap = 5, 20*time.Millisecond
 	r := newRig(t, []Decision{local(eng)}, []string{eng.URL()})
 	resp, body := r.post("/v1/completions", `{"model":"m","prompt":[1,2,3],"max_tokens":5,"stream":true,"temperature":0.5}`)
-	if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "text/event-stream" || resp.Header.Get(HeaderDecisionID) != "dec-1" {
+	if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "text/event-stream" || resp.Header.Get(HeaderDecisionID) != "dec-1" ||
+		resp.Header.Get(HeaderMode) != "local" || resp.Header.Get(HeaderReason) != "prefill_local_test" {
 		t.Fatalf("got %d %v %s", resp.StatusCode, resp.Header, body)
 	}
 	ev := events(t, body)
@@ -152,7 +155,7 @@ func TestRemoteHandshake(t *testing.T) {
 	pre, dec := doortest.New(t, "p1"), doortest.New(t, "d1")
 	r := newRig(t, []Decision{remote(pre, dec)}, []string{dec.URL()})
 	resp, body := r.post("/v1/chat/completions", `{"model":"m","messages":[{"role":"user","content":"hi"}],"max_completion_tokens":9,"min_tokens":2,"stream":true,"stream_options":{"include_usage":true}}`)
-	if resp.StatusCode != 200 {
+	if resp.StatusCode != 200 || resp.Header.Get(HeaderMode) != "remote" || resp.Header.Get(HeaderReason) != "prefill_remote_test" {
 		t.Fatalf("%d %s", resp.StatusCode, body)
 	}
 	p := pre.Requests()[0]
@@ -240,9 +243,12 @@ func TestTokenCacheBound(t *testing.T) {
 func TestRetryOnAnotherWorker(t *testing.T) {
 	bad, good := doortest.New(t, "bad"), doortest.New(t, "good")
 	bad.Status = 500
-	r := newRig(t, []Decision{local(bad), local(good)}, []string{good.URL()})
+	// The retry's decision has no reason: the failed attempt's must not
+	// stay in the answer's headers.
+	r := newRig(t, []Decision{local(bad), {Decode: Worker{ID: good.ID, HTTPURL: good.URL()}}}, []string{good.URL()})
 	resp, body := r.post("/v1/completions", `{"model":"m","prompt":[1,2],"stream":true}`)
-	if resp.StatusCode != 200 || resp.Header.Get(HeaderDecisionID) != "dec-2" {
+	if resp.StatusCode != 200 || resp.Header.Get(HeaderDecisionID) != "dec-2" || resp.Header.Get(HeaderMode) != "local" ||
+		resp.Header.Values(HeaderReason) != nil {
 		t.Fatalf("%d %v %s", resp.StatusCode, resp.Header, body)
 	}
 	if len(r.dec.got) != 2 || r.dec.got[1].RetryOf != "dec-1" || len(r.dec.got[1].Exclude) != 1 || r.dec.got[1].Exclude[0] != "bad" ||

@@ -17,10 +17,15 @@ import (
 	"github.com/pdrouter/pdrouter/internal/rejects"
 )
 
-// The headers that name a request's decision for the client.
+// The headers that name a request's decision for the client. Mode and
+// reason say which path the request took (local or remote prefill, and
+// the decider's reason code), so that a client such as the simulator's
+// report can count placements without reading the decision log.
 const (
 	HeaderDecisionID = "x-pdrouter-decision-id"
 	HeaderRequestID  = "x-pdrouter-request-id"
+	HeaderMode       = "x-pdrouter-mode"
+	HeaderReason     = "x-pdrouter-reason"
 )
 
 func (d *Door) handle(k kind) gin.HandlerFunc {
@@ -120,6 +125,8 @@ func (d *Door) route(c *gin.Context, req *request, ids []uint32, m *measure) {
 		}
 		c.Header(HeaderDecisionID, dec.DecisionID)
 		c.Header(HeaderRequestID, dec.RequestID)
+		c.Header(HeaderMode, path)
+		c.Header(HeaderReason, dec.Reason) // "" removes a failed attempt's
 		prefillDone, f := d.forward(c, req, dec, m)
 		if prefillDone != nil {
 			<-prefillDone // the outcomes of a request stay in order on its partition
