@@ -196,10 +196,18 @@ func (f *Fleet) extPrefillDone(e *Engine, s *seq) {
 	x.sink.finish(kv, s.hitTokens, nil)
 }
 
+// externalCounts are the engines' counts of the requests their API served:
+// prompt tokens where they were prefilled (a decode leg that pulled its KV
+// prefilled nothing), of them the prefix cache hits, and KV pulled.
+type externalCounts struct {
+	promptTokens, hitTokens, transferTokens int64
+}
+
 // extTransferStart: a decode leg was admitted; its KV comes from the held prefill
 // over this engine's link, and the prefill engine frees it once it arrived.
 func (f *Fleet) extTransferStart(e *Engine, s *seq) {
 	x := s.ext
+	f.external.transferTokens += int64(s.transferTokens)
 	done := e.scheduleTransfer(f.timing.Transfer(s.transferTokens))
 	f.transfers++
 	f.q.at(done, func() {

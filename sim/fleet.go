@@ -141,9 +141,16 @@ type Fleet struct {
 	transfers int
 	pending   int // arrivals not yet routed
 	samples   sampleStats
-	progress  time.Duration // wall interval of progress logs (0: none)
-	label     string
-	ctx       context.Context
+	// driven: a client outside the loop sends the workload through the
+	// engines' API (RunViaOpenAI), so the loop samples the queues while it
+	// does, as it does while a workload of its own is pending.
+	driven bool
+	// external counts what the engines did for the requests their API
+	// served, for the report of a driven run.
+	external externalCounts
+	progress time.Duration // wall interval of progress logs (0: none)
+	label    string
+	ctx      context.Context
 }
 
 // offlineEpoch is the Unix time simulated time 0 maps to when batches are stamped with
@@ -160,9 +167,9 @@ type result struct {
 	done       simTime
 	finished   bool
 	// routed: the request was placed (a decision, or an answer from an OpenAI
-	// endpoint); decisionID: the answer named the router's decision.
+	// endpoint); decisionID: the router's decision id, when the answer named it.
 	routed       bool
-	decisionID   bool
+	decisionID   string
 	promptHit    int // prompt tokens found cached where the prefill ran
 	decodeHit    int // for remote: prompt tokens found cached on the decode worker
 	transfer     int
@@ -291,7 +298,7 @@ func (f *Fleet) arrive(res *result) {
 		f.log.Warn("route failed", "request", r.ID, "err", err)
 		return
 	}
-	res.dec, res.routed = d, true
+	res.dec, res.routed, res.decisionID = d, true, d.DecisionID
 	dec := f.byID[d.DecodeWorker]
 	if dec == nil || dec.cfg.Pool != PoolDecode {
 		res.err = fmt.Errorf("router chose decode worker %q, which is not a decode worker of this fleet", d.DecodeWorker)
@@ -395,6 +402,10 @@ func (f *Fleet) finished(e *Engine, s *seq) {
 }
 
 func (f *Fleet) countQuery(e *Engine, s *seq) {
+	if s.ext != nil {
+		f.external.promptTokens += int64(s.promptLen())
+		f.external.hitTokens += int64(s.hitTokens)
+	}
 	if o := f.outs[e]; o != nil {
 		o.queries += uint64(s.promptLen())
 		o.hits += uint64(s.hitTokens)
@@ -448,7 +459,7 @@ func (f *Fleet) sample() {
 	if f.pending == 0 && f.inflight > 0 && f.stalled() {
 		return
 	}
-	if f.pending > 0 || f.inflight > 0 {
+	if f.pending > 0 || f.inflight > 0 || f.driven {
 		f.q.after(f.cfg.SampleEvery, f.sample)
 	}
 }

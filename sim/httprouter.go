@@ -163,6 +163,7 @@ const routeAttempts = 5
 func (h *HTTPRouter) Route(ctx context.Context, r *Request, tokens []uint32) (Decision, error) {
 	body := map[string]any{"request_id": r.ID, "model": h.model, "token_ids": tokens, "expected_output_tokens": r.OutputLen}
 	var resp struct {
+		DecisionID    string  `json:"decision_id"`
 		Mode          string  `json:"mode"`
 		DecodeWorker  string  `json:"decode_worker"`
 		PrefillWorker *string `json:"prefill_worker"`
@@ -184,7 +185,7 @@ func (h *HTTPRouter) Route(ctx context.Context, r *Request, tokens []uint32) (De
 	if err != nil {
 		return Decision{}, err
 	}
-	d := Decision{Mode: resp.Mode, DecodeWorker: resp.DecodeWorker, Reason: resp.Reason,
+	d := Decision{Mode: resp.Mode, DecisionID: resp.DecisionID, DecodeWorker: resp.DecodeWorker, Reason: resp.Reason,
 		CachedTokens: resp.CachedTokens, EffectiveISL: resp.EffectiveISL}
 	if resp.PrefillWorker != nil {
 		d.PrefillWorker = *resp.PrefillWorker

@@ -39,9 +39,12 @@ type Report struct {
 	// Unplaced counts requests served whose placement the driver could not see
 	// (RunViaOpenAI: a router's door answers with the completion, not the decision).
 	Unplaced int
-	// DecisionIDs counts answers that named the router's decision
-	// (x-pdrouter-decision-id), RunViaOpenAI only.
+	// DecisionIDs counts answers that named the router's decision (the
+	// route's decision_id, or a door's x-pdrouter-decision-id header);
+	// Decisions are those ids, in the workload's order, so that a caller
+	// can check each decision's outcome on the log.
 	DecisionIDs int
+	Decisions   []string
 	// PromptTokens routed; CacheHitTokens of them were found in the prefix cache of
 	// the worker that prefilled (so not recomputed). HitRatio is their ratio.
 	PromptTokens, CacheHitTokens int64
@@ -66,6 +69,29 @@ type Report struct {
 
 func (f *Fleet) report(label string) *Report {
 	rep := summarizeResults(label, f.cfg.SLO, f.results)
+	f.engineFigures(rep)
+	return rep
+}
+
+// viaAPIReport completes the report of a workload a client sent through
+// the engines' HTTP API (RunViaOpenAI), which sees latencies but not what
+// the engines did: the prompt tokens, prefix cache hits and KV transfers
+// are the engines' own counts of the requests their API served, and the
+// prefill load and queues are the engines', as in a routed run's report.
+// Call it on the loop's goroutine, or once the loop has stopped.
+func (f *Fleet) viaAPIReport(rep *Report) {
+	x := f.external
+	rep.PromptTokens, rep.CacheHitTokens, rep.TransferTokens = x.promptTokens, x.hitTokens, x.transferTokens
+	rep.HitRatio = 0
+	if x.promptTokens > 0 {
+		rep.HitRatio = float64(x.hitTokens) / float64(x.promptTokens)
+	}
+	f.engineFigures(rep)
+}
+
+// engineFigures fills the part of a report that only the engines know: the
+// prompt tokens each pool computed, and the queue and KV usage samples.
+func (f *Fleet) engineFigures(rep *Report) {
 	nPrefill, nDecode := 0, 0
 	for _, e := range f.engines {
 		if e.cfg.Pool == PoolPrefill {
@@ -83,7 +109,6 @@ func (f *Fleet) report(label string) *Report {
 		rep.PrefillQueueMax, rep.PrefillTokensMax = s.prefillWaitMax, s.prefillTokMax
 		rep.DecodeKVMean, rep.DecodeKVMax = s.decodeUsageSum/float64(s.n*nDecode), s.decMax
 	}
-	return rep
 }
 
 // summarizeResults is the part of a report that the requests' fates alone give:
@@ -114,8 +139,9 @@ func summarizeResults(label string, slo SLO, results []*result) *Report {
 		default:
 			rep.Unplaced++
 		}
-		if r.decisionID {
+		if r.decisionID != "" {
 			rep.DecisionIDs++
+			rep.Decisions = append(rep.Decisions, r.decisionID)
 		}
 		rep.PromptTokens += int64(r.req.PromptLen)
 		rep.CacheHitTokens += int64(r.promptHit)

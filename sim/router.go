@@ -8,7 +8,9 @@ import (
 // Decision is what the driver needs from a routing decision.
 type Decision struct {
 	// Mode is "local" (prefill on the decode worker) or "remote".
-	Mode          string
+	Mode string
+	// DecisionID is the router's id of the decision, when it names one.
+	DecisionID    string
 	DecodeWorker  string
 	PrefillWorker string
 	Reason        string

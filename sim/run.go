@@ -198,7 +198,10 @@ func RunFleet(ctx context.Context, cfg RunConfig, w *Workload, deps RunDeps) (*R
 		runErr error
 	)
 	if cfg.OpenAIBaseURL != "" {
-		// The loop only serves the engines' API while the client drives.
+		// The loop only serves the engines' API while the client drives, and
+		// samples the queues meanwhile.
+		f.driven = true
+		f.q.at(0, f.sample)
 		lctx, lcancel := context.WithCancel(ctx)
 		loopDone := make(chan struct{})
 		go func() { defer close(loopDone); f.serve(lctx) }()
@@ -206,6 +209,11 @@ func RunFleet(ctx context.Context, cfg RunConfig, w *Workload, deps RunDeps) (*R
 			AuthToken: cfg.AuthToken, TimeScale: cfg.TimeScale, SLO: fc.SLO, Label: cfg.Label}, w, nil, log)
 		lcancel()
 		<-loopDone
+		// The loop has stopped: its state is this goroutine's to read.
+		f.driven = false
+		if rep != nil {
+			f.viaAPIReport(rep)
+		}
 	} else {
 		rep, runErr = f.Run(ctx, w, cfg.Label)
 	}

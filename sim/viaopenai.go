@@ -42,17 +42,18 @@ type OpenAIRunConfig struct {
 // length is exact, as vLLM honours min_tokens), X-Request-Id its id, and
 // stream_options.include_usage set. TTFT and inter-token latencies are measured by
 // the client, from the request's scheduled send time to each streamed chunk, and an
-// answer's x-pdrouter-decision-id header is counted when present.
+// answer's x-pdrouter-decision-id header is kept when present.
 //
 // Time: the engines run on the simulated clock, TimeScale simulated seconds per wall
 // second, so a wall duration d measured by the client is d × TimeScale of simulated
 // time; the report is in simulated time like RunFleet's, and comparable with it. The
 // client-side figures include what the route-driven run does not see: HTTP, and
 // through a door the routing, both scaled as well (at scale 10, 1 ms of real overhead
-// reads as 10 ms). The placement of each request is not visible to a client; the
-// report counts those requests as Unplaced, and the fleet-side fields (cache hits,
-// transfers, prefill load, queue samples) stay zero: the engines' /metrics and KV
-// events hold them.
+// reads as 10 ms). A request's placement is what pdrouter's door says in its
+// answer's headers (x-pdrouter-mode, x-pdrouter-reason); an answer without them
+// (an engine called directly, another proxy) counts as Unplaced. The fleet-side
+// fields (cache hits, transfers, prefill load, queue samples) are not visible to
+// a client: RunFleet fills them from its engines.
 func RunViaOpenAI(ctx context.Context, cfg OpenAIRunConfig, w *Workload, client *http.Client, log *slog.Logger) (*Report, error) {
 	u, err := url.Parse(cfg.BaseURL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
@@ -117,6 +118,7 @@ func RunViaOpenAI(ctx context.Context, cfg OpenAIRunConfig, w *Workload, client 
 				return
 			}
 			res.routed, res.decisionID = true, ob.decisionID
+			res.dec = Decision{Mode: ob.mode, Reason: ob.reason, DecisionID: ob.decisionID}
 			if ob.tokens == 0 {
 				res.err = fmt.Errorf("request %s: the answer streamed no token", r.ID)
 				return
@@ -132,12 +134,22 @@ func RunViaOpenAI(ctx context.Context, cfg OpenAIRunConfig, w *Workload, client 
 	return rep, ctx.Err()
 }
 
-// streamed is what the client saw of one streamed answer.
+// streamed is what the client saw of one streamed answer: its tokens, and
+// what a door's headers said of its routing.
 type streamed struct {
-	first, last time.Time
-	tokens      int
-	decisionID  bool
+	first, last              time.Time
+	tokens                   int
+	decisionID, mode, reason string
 }
+
+// The headers of pdrouter's door (door.HeaderDecisionID, HeaderMode,
+// HeaderReason): the simulator is a client of the door and does not import
+// it.
+const (
+	headerDecisionID = "X-Pdrouter-Decision-Id"
+	headerMode       = "X-Pdrouter-Mode"
+	headerReason     = "X-Pdrouter-Reason"
+)
 
 // maxSSELine bounds one line of an answer's stream.
 const maxSSELine = 1 << 20
@@ -166,7 +178,11 @@ func streamCompletion(ctx context.Context, client *http.Client, endpoint string,
 		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
 		return nil, fmt.Errorf("%s answered %d: %s", endpoint, resp.StatusCode, bytes.TrimSpace(msg))
 	}
-	out := &streamed{decisionID: resp.Header.Get("X-Pdrouter-Decision-Id") != ""}
+	out := &streamed{decisionID: resp.Header.Get(headerDecisionID), reason: resp.Header.Get(headerReason)}
+	// Only the modes the report knows: anything else counts as unplaced.
+	if m := resp.Header.Get(headerMode); m == ModeLocal || m == ModeRemote {
+		out.mode = m
+	}
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 0, 64<<10), maxSSELine)
 	chunks, usageTokens := 0, -1

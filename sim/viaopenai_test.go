@@ -1,10 +1,15 @@
 package sim
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
+	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -62,9 +67,14 @@ func TestRunViaOpenAIAgainstEngine(t *testing.T) {
 	}
 }
 
-// doorStub is the stub router plus a minimal door: POST /v1/completions is proxied
-// to decode-0's API, streamed, with a decision id header.
-type doorStub struct{ *stubRouter }
+// doorStub is the stub router plus a minimal door: POST /v1/completions goes to
+// decode-0 alone (local) or, every other request, through NixlConnector's
+// exchange with prefill-0 first (remote), as pdrouter's door drives it, and the
+// answer is streamed back with the door's decision headers.
+type doorStub struct {
+	*stubRouter
+	n *atomic.Int64
+}
 
 func (d doorStub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.URL.Path != "/v1/completions" {
@@ -72,16 +82,47 @@ func (d doorStub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	d.mu.Lock()
-	var target string
+	urls := map[string]string{}
 	for _, reg := range d.workers {
-		if reg.WorkerID == "decode-0" {
-			target = reg.HTTPURL
-		}
+		urls[reg.WorkerID] = reg.HTTPURL
 	}
 	d.mu.Unlock()
-	req, _ := http.NewRequestWithContext(r.Context(), http.MethodPost, target+"/v1/completions", r.Body)
-	req.Header = r.Header.Clone()
-	resp, err := http.DefaultClient.Do(req)
+	var body map[string]any
+	if err := json.NewDecoder(r.Body).Decode(&body); err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	post := func(url string, b map[string]any) (*http.Response, error) {
+		raw, _ := json.Marshal(b)
+		req, _ := http.NewRequestWithContext(r.Context(), http.MethodPost, url+"/v1/completions", bytes.NewReader(raw))
+		req.Header = r.Header.Clone()
+		return http.DefaultClient.Do(req)
+	}
+	mode := ModeLocal
+	if d.n.Add(1)%2 == 0 {
+		mode = ModeRemote
+		pre := maps.Clone(body)
+		pre["stream"], pre["max_tokens"] = false, 1
+		delete(pre, "stream_options")
+		delete(pre, "min_tokens")
+		pre["kv_transfer_params"] = map[string]any{"do_remote_decode": true, "do_remote_prefill": false}
+		resp, err := post(urls["prefill-0"], pre)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadGateway)
+			return
+		}
+		var ans struct {
+			KV map[string]any `json:"kv_transfer_params"`
+		}
+		err = json.NewDecoder(resp.Body).Decode(&ans)
+		resp.Body.Close()
+		if err != nil || ans.KV == nil {
+			http.Error(w, fmt.Sprintf("prefill answer: %v", err), http.StatusBadGateway)
+			return
+		}
+		body["kv_transfer_params"] = ans.KV
+	}
+	resp, err := post(urls["decode-0"], body)
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusBadGateway)
 		return
@@ -89,6 +130,8 @@ func (d doorStub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer resp.Body.Close()
 	w.Header().Set("Content-Type", resp.Header.Get("Content-Type"))
 	w.Header().Set("X-Pdrouter-Decision-Id", "dec-"+r.Header.Get("X-Request-Id"))
+	w.Header().Set("X-Pdrouter-Mode", mode)
+	w.Header().Set("X-Pdrouter-Reason", "stub_"+mode)
 	w.WriteHeader(resp.StatusCode)
 	buf := make([]byte, 4096)
 	for {
@@ -105,10 +148,13 @@ func (d doorStub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // TestRunFleetViaDoor: with OpenAIBaseURL, RunFleet registers the engines (with
 // their http_url), sends the workload through the URL instead of POST /v1/route,
-// and reports what the client saw, decision ids counted.
+// and reports what the client saw (latencies, decision ids, the placement the
+// door's headers named) and what the engines did, as a routed run's report does:
+// every prompt computed once (locally on the decode worker, or on the prefill
+// worker and pulled), KV transferred, the queues sampled.
 func TestRunFleetViaDoor(t *testing.T) {
 	stub := &stubRouter{events: map[string][]string{}}
-	srv := httptest.NewServer(doorStub{stub})
+	srv := httptest.NewServer(doorStub{stub, new(atomic.Int64)})
 	defer srv.Close()
 	w := shortSynthetic(t, 6)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -117,8 +163,17 @@ func TestRunFleetViaDoor(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rep.Completed != 6 || rep.DecisionIDs != 6 || rep.Unplaced != 6 {
+	var prompt int64
+	for _, r := range w.Requests {
+		prompt += int64(r.PromptLen)
+	}
+	if rep.Completed != 6 || rep.DecisionIDs != 6 || len(rep.Decisions) != 6 || rep.Decisions[0] != "dec-"+w.Requests[0].ID ||
+		rep.Unplaced != 0 || rep.Local != 3 || rep.Remote != 3 || rep.Reasons["stub_local"] != 3 || rep.Reasons["stub_remote"] != 3 {
 		t.Fatalf("report:\n%s", rep)
+	}
+	if rep.PromptTokens != prompt || rep.TransferTokens <= 0 || rep.PrefillComputedOnPrefill <= 0 || rep.PrefillComputedOnDecode <= 0 ||
+		rep.PrefillComputedOnPrefill+rep.PrefillComputedOnDecode+rep.CacheHitTokens != prompt || rep.DecodeKVMax <= 0 {
+		t.Fatalf("engine-side figures (%d prompt tokens sent):\n%s", prompt, rep)
 	}
 	stub.mu.Lock()
 	defer stub.mu.Unlock()
