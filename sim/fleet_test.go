@@ -78,6 +78,7 @@ func (s *stubRouter) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if len(req.Tokens) >= 2048 {
 			resp = map[string]any{"request_id": req.ID, "mode": "remote", "decode_worker": "decode-1", "prefill_worker": "prefill-0", "reason": "bypass_declined_by_policy"}
 		}
+		resp["decision_id"] = "dec-" + req.ID
 		_ = json.NewEncoder(w).Encode(resp)
 	case r.Method == http.MethodPost && strings.HasPrefix(r.URL.Path, "/v1/requests/"):
 		var body map[string]any
@@ -113,8 +114,9 @@ func TestRunFleetLive(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rep.Completed != len(w.Requests) || rep.Local == 0 || rep.Remote == 0 {
-		t.Fatalf("report:\n%s", rep)
+	if rep.Completed != len(w.Requests) || rep.Local == 0 || rep.Remote == 0 || len(rep.Decisions) != len(w.Requests) ||
+		rep.Decisions[0] != "dec-"+w.Requests[0].ID {
+		t.Fatalf("report (decisions %q):\n%s", rep.Decisions, rep)
 	}
 	stub.mu.Lock()
 	defer stub.mu.Unlock()
