@@ -10,9 +10,13 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/pdrouter/pdrouter/internal/rejects"
 	"github.com/pdrouter/pdrouter/kafkaconn"
 	"github.com/pdrouter/pdrouter/kafkaconn/devbroker"
 	"github.com/pdrouter/pdrouter/migrations"
+	"github.com/pdrouter/pdrouter/replay"
 	"github.com/pdrouter/pdrouter/sim"
 )
 
@@ -84,7 +88,9 @@ everything listens. It is for development and demos, not production: point
 			}
 			ctx, stop := context.WithCancel(ctx)
 			defer stop()
-			r := &routerRun{a: a, f: &rf, connOpts: conn, ingestCfg: &icfg, listening: func(addr string) {
+			var metrics prometheus.Registerer
+			simDone := make(chan error, 1)
+			r := &routerRun{a: a, f: &rf, connOpts: conn, ingestCfg: &icfg, registered: func(reg prometheus.Registerer) { metrics = reg }, listening: func(addr string) {
 				fmt.Fprintf(a.stdout, "pdrouter dev — %s\n", devbroker.Label)
 				fmt.Fprintf(a.stdout, "  kafka      %s   (log in %s)\n", strings.Join(b.Addrs(), ","), b.Dir())
 				fmt.Fprintf(a.stdout, "  topics     %d created, %d already there, prefix %q\n", res.Changed(), len(res.Topics)-res.Changed(), a.topicPrefix)
@@ -95,17 +101,27 @@ everything listens. It is for development and demos, not production: point
 				fmt.Fprintf(a.stdout, "  stop       Ctrl-C\n")
 				a.log.Info("dev ready", "kafka", b.Addrs()[0], "api", addr, "startup", time.Since(start).Round(time.Millisecond))
 				if withSim {
-					go runDevSim(ctx, a, &sf, workload, "http://"+addr, simVia, !simExit, stop)
+					ds := devSim{a: a, sf: &sf, w: workload, url: "http://" + addr, via: simVia, keep: !simExit,
+						log: &replay.KafkaLog{Client: conn, Names: a.names()}, rejects: rejects.For(metrics)}
+					go func() { simDone <- ds.run(ctx, stop) }()
 				}
 			}}
-			return r.run(ctx)
+			if err := r.run(ctx); err != nil {
+				return err
+			}
+			select {
+			case err := <-simDone:
+				return err
+			default: // stopped before the fleet was done (Ctrl-C, --exit-after)
+				return nil
+			}
 		},
 	}
 	cmd.Flags().IntVar(&port, "kafka-port", defaultDevKafkaPort, "port of the embedded broker on 127.0.0.1 (0: any free port)")
 	cmd.Flags().DurationVar(&exitAfter, "exit-after", 0, "stop after this long (0: run until interrupted); for scripted demos")
 	cmd.Flags().BoolVar(&withSim, "sim", false, "also run a simulated fleet (2 prefill + 2 decode vLLM-like engines) against the router and print a report")
-	cmd.Flags().BoolVar(&simExit, "sim-exit", false, "with --sim: stop dev after the report (otherwise the idle fleet keeps serving)")
-	cmd.Flags().StringVar(&simVia, "sim-via", simViaRoute, "with --sim: how the workload reaches the engines: route (POST /v1/route, the engines obey) or door (streaming OpenAI completions at http://<http-addr>/v1)")
+	cmd.Flags().BoolVar(&simExit, "sim-exit", false, "with --sim: stop dev after the report and the outcome check (otherwise the idle fleet keeps serving); exit status 1 when the run failed or a request's outcome is missing")
+	cmd.Flags().StringVar(&simVia, "sim-via", simViaDoor, "with --sim: how the workload reaches the engines: door (streaming OpenAI completions through the router's front door at http://<http-addr>/v1) or route (POST /v1/route, the engines obey)")
 	rf.bindFlags(cmd.Flags())
 	inf.bindFlags(cmd.Flags())
 	sf.bind(cmd.Flags(), "sim-")
@@ -118,31 +134,92 @@ const (
 	simViaDoor  = "door"
 )
 
-// runDevSim drives the simulated fleet through the router's API: its engines
-// publish real ZMQ KV events that ingest picks up from their registrations, and
-// the workload goes through POST /v1/route (via route) or the router's OpenAI
-// door (via door).
-func runDevSim(ctx context.Context, a *app, sf *simFlags, w *sim.Workload, url, via string, keep bool, stop func()) {
-	cfg, err := sf.runConfig(url)
+// devSim is dev's simulated fleet, driven through the router's API: its
+// engines publish real ZMQ KV events that ingest picks up from their
+// registrations, and the workload goes through the router's OpenAI door (via
+// door) or POST /v1/route (via route).
+type devSim struct {
+	a    *app
+	sf   *simFlags
+	w    *sim.Workload
+	url  string
+	via  string
+	keep bool
+	// log reads the dev broker, for the outcome check.
+	log *replay.KafkaLog
+	// rejects is the replica's pdrouter_rejected_total, where the engines
+	// count what their API refuses (entry sim_http).
+	rejects *rejects.Counter
+}
+
+// outcomeWait bounds the wait for the last outcomes after the report: the
+// door appends a request's outcome once the client has its answer.
+const outcomeWait = 15 * time.Second
+
+// run runs the fleet, prints its report, then checks that every request's
+// outcome reached the outcomes topic and joins its decision in an export.
+// Without keep it stops dev after the check; its error (the run failed, an
+// outcome is missing) is then dev's.
+func (d *devSim) run(ctx context.Context, stop func()) (err error) {
+	defer func() {
+		if err != nil {
+			d.a.log.Error("sim", "err", err)
+		}
+		if !d.keep {
+			stop()
+		}
+	}()
+	cfg, err := d.sf.runConfig(d.url)
 	if err != nil {
-		a.log.Error("sim", "err", err)
-		stop()
-		return
+		return err
 	}
-	cfg.KeepServing = keep
-	if via == simViaDoor {
-		cfg.OpenAIBaseURL = url + "/v1"
+	cfg.KeepServing = d.keep
+	if d.via == simViaDoor {
+		cfg.OpenAIBaseURL = d.url + "/v1"
 	}
 	onReady := func(regs []sim.WorkerRegistration) {
 		for _, r := range regs {
-			fmt.Fprintf(a.stdout, "  sim engine %-10s OpenAI API %s/v1   metrics %s\n", r.WorkerID, r.HTTPURL, r.MetricsURL)
+			fmt.Fprintf(d.a.stdout, "  sim engine %-10s OpenAI API %s/v1   metrics %s\n", r.WorkerID, r.HTTPURL, r.MetricsURL)
 		}
 	}
-	_, err = sim.RunFleet(ctx, cfg, w, sim.RunDeps{Log: a.log, OnReady: onReady, OnReport: func(r *sim.Report) { r.Format(a.stdout) }})
-	if err != nil && ctx.Err() == nil {
-		a.log.Error("sim", "err", err)
+	start := time.Now()
+	// The check runs beside the idle fleet, which keeps serving meanwhile.
+	checked := make(chan error, 1)
+	onReport := func(r *sim.Report) {
+		r.Format(d.a.stdout)
+		src := *d.log
+		src.Window = replay.Window{From: start}
+		go func() { checked <- d.check(ctx, &src, r) }()
 	}
-	if !keep {
-		stop()
+	_, err = sim.RunFleet(ctx, cfg, d.w, sim.RunDeps{Log: d.a.log, OnReady: onReady, OnReport: onReport, Rejects: d.rejects})
+	if ctx.Err() != nil && d.keep {
+		return nil // Ctrl-C
 	}
+	if err != nil {
+		return err
+	}
+	select {
+	case err = <-checked:
+		return err
+	case <-ctx.Done():
+		return nil
+	}
+}
+
+// check prints how many of the run's requests have their outcome joined to
+// their decision; a missing one is an error.
+func (d *devSim) check(ctx context.Context, src *replay.KafkaLog, r *sim.Report) error {
+	c, err := checkOutcomes(ctx, src, r.Requests, r.Decisions, outcomeWait, 250*time.Millisecond)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		fmt.Fprintf(d.a.stdout, "outcomes     not checked: %v\n", err)
+		return err
+	}
+	fmt.Fprintf(d.a.stdout, "outcomes     %s\n", c)
+	if c.Missing() > 0 {
+		return fmt.Errorf("%d of %d requests have no outcome joined to a decision on the log", c.Missing(), c.Requests)
+	}
+	return nil
 }

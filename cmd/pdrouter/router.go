@@ -143,6 +143,10 @@ type routerRun struct {
 	ingestCfg *ingest.Config
 	// listening is called with the API's address once it accepts requests.
 	listening func(addr string)
+	// registered, when set, is called with the replica's metrics registry
+	// before listening, so that what runs beside the replica (dev's
+	// simulated fleet) exports its series with the replica's.
+	registered func(prometheus.Registerer)
 	// registerer, when set, wraps the metrics registry for the replica's
 	// parts, so a test sees every family they register, series or not.
 	registerer func(prometheus.Registerer) prometheus.Registerer
@@ -303,6 +307,9 @@ func (r *routerRun) run(ctx context.Context) error {
 	}
 	a.log.Info("router serving", "http_addr", ln.Addr().String(), "replica_id", f.replicaID, "policy", cfg.Disagg.Policy,
 		"conditional_disagg", cfg.ConditionalDisagg, "approximate", cfg.Approximate(), "config_hash", dec.ConfigHash())
+	if r.registered != nil {
+		r.registered(reg)
+	}
 	if r.listening != nil {
 		r.listening(ln.Addr().String())
 	}

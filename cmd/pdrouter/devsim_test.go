@@ -1,0 +1,102 @@
+package main
+
+import (
+	"context"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/pdrouter/pdrouter/events"
+	pb "github.com/pdrouter/pdrouter/events/eventspb"
+	"github.com/pdrouter/pdrouter/events/eventstest"
+	"github.com/pdrouter/pdrouter/internal/kafkatest"
+	"github.com/pdrouter/pdrouter/replay"
+)
+
+// TestDevSimThroughDoor: `pdrouter dev --sim` sends its workload through the
+// front door by default, and its report says where each request went (the
+// door's x-pdrouter-mode), what the engines did, and that every request's
+// outcome joins its decision in an export of the dev broker.
+func TestDevSimThroughDoor(t *testing.T) {
+	out, _, err := run(t, nil, "dev", "--data-dir", t.TempDir(), "--kafka-port", "0", "--http-addr", "127.0.0.1:0",
+		"--router-conditional-disagg", "--sim", "--sim-exit", "--sim-max-requests", "12", "--sim-time-scale", "10")
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	t.Log(out)
+	if !strings.Contains(out, "== live via http://") || !strings.Contains(out, "outcomes     12 of 12 requests have their outcome joined to their decision (0 missing)") {
+		t.Fatalf("the run did not go through the door, or outcomes are missing:\n%s", out)
+	}
+	m := regexp.MustCompile(`placement    local (\d+) \([^)]*\), remote (\d+)`).FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("no placement line:\n%s", out)
+	}
+	local, _ := strconv.Atoi(m[1])
+	remote, _ := strconv.Atoi(m[2])
+	if local+remote != 12 || strings.Contains(out, "not visible to the client") {
+		t.Fatalf("placement of %d requests counted, want 12:\n%s", local+remote, out)
+	}
+	if regexp.MustCompile(`prefill load 0 tokens computed on prefill workers, 0 on decode workers`).MatchString(out) {
+		t.Fatalf("the engines' figures are missing:\n%s", out)
+	}
+}
+
+// TestCheckOutcomes: the outcome check counts a decision as joined only when
+// its request has a terminal outcome on the log (a prefill_done alone, no
+// outcome, or no decision at all is missing), ignores decisions before the
+// window, and waits, bounded, for outcomes still being appended.
+func TestCheckOutcomes(t *testing.T) {
+	brokers := kafkatest.Fake(t)
+	prefix := kafkatest.Prefix(t)
+	kafkatest.Migrate(t, brokers, prefix)
+	names := events.Names{Prefix: prefix}
+	cl := kafkatest.Client(t, brokers)
+	start := time.Now()
+	produce := func(ms ...proto.Message) {
+		t.Helper()
+		for _, m := range ms {
+			r, err := events.NewRecord(names, events.WorkerKey("decode-1"), m)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := cl.ProduceSync(context.Background(), r).FirstErr(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	at := start.Add(time.Second).UnixNano()
+	decision := func(id string, at int64) *pb.DecisionRecord {
+		d := eventstest.Decision(2, 1, 4)
+		d.DecisionId, d.RequestId, d.DecidedAtUnixNano = id, "req-"+id, at
+		return d
+	}
+	outcome := func(id string, k pb.OutcomeEvent_Kind) *pb.OutcomeEvent {
+		return &pb.OutcomeEvent{RequestId: "req-" + id, DecisionId: id, Kind: k, DecodeWorker: &pb.WorkerRef{WorkerId: "decode-1"}, EventTimeUnixNano: at + 1e6}
+	}
+	produce(decision("old", start.Add(-time.Hour).UnixNano()), outcome("old", pb.OutcomeEvent_KIND_COMPLETED),
+		decision("a", at), outcome("a", pb.OutcomeEvent_KIND_COMPLETED),
+		decision("b", at), outcome("b", pb.OutcomeEvent_KIND_PREFILL_DONE),
+		decision("c", at), outcome("c", pb.OutcomeEvent_KIND_CANCELLED),
+		decision("d", at))
+	src := &replay.KafkaLog{Client: []kgo.Opt{kgo.SeedBrokers(brokers...)}, Names: names, Window: replay.Window{From: start}}
+	ctx := context.Background()
+	ids := []string{"a", "b", "c", "d", "old"}
+	c, err := checkOutcomes(ctx, src, 6, ids, 0, time.Millisecond)
+	if err != nil || c.Joined != 2 || c.Missing() != 4 || c.String() != "2 of 6 requests have their outcome joined to their decision (4 missing)" {
+		t.Fatalf("%v: %+v %s", err, c, c)
+	}
+	// Outcomes appended while the check waits are found.
+	go func() {
+		time.Sleep(300 * time.Millisecond)
+		produce(outcome("b", pb.OutcomeEvent_KIND_COMPLETED), outcome("d", pb.OutcomeEvent_KIND_COMPLETED))
+	}()
+	c, err = checkOutcomes(ctx, src, 4, ids[:4], 30*time.Second, 50*time.Millisecond)
+	if err != nil || c.Joined != 4 || c.Missing() != 0 {
+		t.Fatalf("%v: %+v", err, c)
+	}
+}
