@@ -154,15 +154,11 @@ func RunFleet(ctx context.Context, cfg RunConfig, w *Workload, deps RunDeps) (*R
 			return nil, err
 		}
 		closers = append(closers, pub.Close)
-		ms := NewMetricsHandler(ec.Model, ec.BlockSize, ec.NumBlocks, 0)
-		es, err := startEngineServer(net.JoinHostPort(cfg.Host, "0"), f, e, live, ms, cfg.MaxBodyBytes, rj, log)
+		es, err := f.serveAPI(e, pub, live, cfg.Host, cfg.MaxBodyBytes, rj, log)
 		if err != nil {
 			return nil, err
 		}
 		closers = append(closers, es.Close)
-		host, port := es.hostPort()
-		f.outs[e] = &engineOutputs{pub: pub, metrics: ms, host: host, port: port}
-		f.updateMetrics(e)
 		reg := WorkerRegistration{WorkerID: ec.ID, Pool: string(ec.Pool), Model: ec.Model, BlockSize: ec.BlockSize,
 			TotalKVBlocks: ec.NumBlocks, MaxNumBatchedTokens: ec.MaxBatchedTokens,
 			KVEventsEndpoint: pub.Endpoint(), KVReplayEndpoint: pub.ReplayEndpoint(), KVEventsTopic: cfg.Topic,

@@ -1,30 +1,72 @@
 package main
 
 import (
+	"fmt"
+	"os"
+	"runtime/pprof"
+
 	"github.com/spf13/cobra"
 
 	"github.com/pdrouter/pdrouter/door/doorbench"
 	"github.com/pdrouter/pdrouter/door/doortest"
 	"github.com/pdrouter/pdrouter/internal/benchtable"
+	"github.com/pdrouter/pdrouter/sim"
 )
 
 // newBenchDoorCmd is `pdrouter bench door`: what the OpenAI front door adds
 // to TTFT, against calling the engines directly.
 func newBenchDoorCmd(a *app) *cobra.Command {
 	cfg := doorbench.Config{Streams: 64, Requests: 2000, Workers: 4}
+	engines, scale, profile := "sim", 1.0, ""
 	cmd := &cobra.Command{
 		Use:   "door",
 		Short: "Measure what the OpenAI front door adds to TTFT at p50 and p99",
-		Long: `door starts --workers in-process OpenAI engines and a door in front of them
-(an in-memory decider picking the engines in turn, so the durable decision
-append, which ` + "`bench api`" + ` measures, is left out), then sends --requests
-streamed completions from --streams concurrent clients to the engines
-directly and the same through the door, and prints the TTFT p50 and p99 of
-both and their differences: the door's own cost (parsing, forwarding,
-relaying the stream, measuring).`,
+		Long: `door starts --workers simulated decode engines in-process (the engines of
+` + "`pdrouter dev --sim`" + `, serving vLLM's OpenAI API on loopback, timed by the
+simulator at --time-scale) and a door in front of them (an in-memory decider
+picking the engines in turn, so the durable decision append, which ` + "`bench api`" + `
+measures, is left out). --streams closed-loop clients, each sending its next
+streamed completion when the previous answer has ended, send --requests to
+the engines directly and as many through the door, in alternating rounds. It
+prints the TTFT p50 and p99 of both, their differences (the door's own cost:
+parsing, forwarding, relaying the stream, measuring) and the process's CPU
+time per request in each mode. --engines doortest uses a minimal in-test
+engine instead.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg.Start = func(id string) (doorbench.Upstream, error) { return doortest.Start(id), nil }
+			switch engines {
+			case "sim":
+				fc := sim.DefaultFleet()
+				fc.Prefill, fc.Decode = 1, cfg.Workers
+				es, err := sim.ServeEngines(fc, scale, a.log)
+				if err != nil {
+					return err
+				}
+				defer es.Close()
+				cfg.Model = es.Model
+				cfg.Start = func(id string) (doorbench.Upstream, error) {
+					var n int
+					if _, err := fmt.Sscanf(id, "bench-%d", &n); err != nil {
+						return nil, err
+					}
+					return simEngine(es.URLs[fmt.Sprintf("decode-%d", n)]), nil
+				}
+			case "doortest":
+				cfg.Start = func(id string) (doorbench.Upstream, error) { return doortest.Start(id), nil }
+			default:
+				return fmt.Errorf("--engines %q: want sim or doortest", engines)
+			}
+			if profile != "" {
+				pf, err := os.Create(profile)
+				if err != nil {
+					return err
+				}
+				defer pf.Close()
+				if err := pprof.StartCPUProfile(pf); err != nil {
+					return err
+				}
+				defer pprof.StopCPUProfile()
+			}
 			_, rows, err := doorbench.Run(cmd.Context(), cfg, a.stdout)
 			if err != nil {
 				return err
@@ -33,9 +75,20 @@ relaying the stream, measuring).`,
 		},
 	}
 	f := cmd.Flags()
-	f.IntVar(&cfg.Streams, "streams", cfg.Streams, "concurrent streaming clients")
+	f.IntVar(&cfg.Streams, "streams", cfg.Streams, "concurrent closed-loop streaming clients")
 	f.IntVar(&cfg.Requests, "requests", cfg.Requests, "requests per mode (direct, through the door)")
 	f.IntVar(&cfg.Workers, "workers", cfg.Workers, "engines")
+	f.IntVar(&cfg.Rounds, "rounds", 4, "alternating rounds per mode")
+	f.StringVar(&engines, "engines", engines, "sim (the simulated engines) or doortest (a minimal in-test engine)")
+	f.Float64Var(&scale, "time-scale", scale, "sim engines: simulated seconds per wall second")
+	f.StringVar(&profile, "cpuprofile", "", "write a CPU profile of the run (engines, clients and door) to this file")
 	f.DurationVar(&cfg.MaxAddedP99, "max-added-p99", 0, "fail when the door adds more than this to TTFT at p99 (0: report only)")
 	return cmd
 }
+
+// simEngine is a simulated engine as the bench's upstream; the fleet closes
+// its engines together.
+type simEngine string
+
+func (s simEngine) URL() string { return string(s) }
+func (simEngine) Close()        {}

@@ -1,8 +1,14 @@
 // Package doorbench measures what the OpenAI front door adds to time to
 // first token: the same streamed requests, at the same concurrency, sent
 // to an engine directly and through a door in front of it. The engines are
-// behind an interface (Upstream), so the bench runs against the in-process
-// doortest engines or, once they serve HTTP, the simulated engines.
+// behind an interface (Upstream), so the bench runs against the simulated
+// engines (`pdrouter bench door`) or the in-process doortest engines.
+//
+// Concurrency is closed-loop: each of the Streams clients keeps one
+// connection and sends its next request when the previous answer has
+// ended, as a serving client does, rather than all requests arriving at
+// once. The two modes run in alternating rounds, so that a change of the
+// machine's load during the run weighs on both alike.
 package doorbench
 
 import (
@@ -41,13 +47,20 @@ type Config struct {
 	// Engines are started by Start, Workers of them. Default 4.
 	Workers int
 	Start   func(id string) (Upstream, error)
+	// Model is the model requests name (default "bench").
+	Model string
+	// Rounds alternate the modes (default 4 per mode).
+	Rounds int
 	// MaxAddedP99 is the bar of the p99 difference; 0: report only.
 	MaxAddedP99 time.Duration
 }
 
-// Result holds the TTFT percentiles of both modes.
+// Result holds the TTFT percentiles of both modes, and the process's CPU
+// time per request in each (client, engines and, through the door, the
+// door: the difference is the door's).
 type Result struct {
-	Direct, Door [2]time.Duration // p50, p99
+	Direct, Door       [2]time.Duration // p50, p99
+	DirectCPU, DoorCPU time.Duration
 }
 
 // Run runs the bench and prints its table to out.
@@ -60,6 +73,12 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (Result, []benchtable.R
 	}
 	if cfg.Workers <= 0 {
 		cfg.Workers = 4
+	}
+	if cfg.Model == "" {
+		cfg.Model = "bench"
+	}
+	if cfg.Rounds <= 0 {
+		cfg.Rounds = 4
 	}
 	var ups []Upstream
 	defer func() {
@@ -74,7 +93,7 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (Result, []benchtable.R
 		}
 		ups = append(ups, u)
 	}
-	d, err := door.New(door.Deps{Decider: &roundRobin{ups: ups}, Fleet: fleet{ups}, Outcomes: discard{}},
+	d, err := door.New(door.Deps{Decider: &roundRobin{ups: ups}, Fleet: fleet{ups, cfg.Model}, Outcomes: discard{}},
 		door.WithMetrics(prometheus.NewRegistry()), door.WithMaxInFlight(4*cfg.Streams))
 	if err != nil {
 		return Result{}, nil, err
@@ -89,29 +108,48 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (Result, []benchtable.R
 	var rr atomic.Uint64
 	direct := func() string { return ups[rr.Add(1)%uint64(len(ups))].URL() }
 	viaDoor := func() string { return srv.URL }
+	body := fmt.Sprintf(`{"model":%q,"prompt":[1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17],"max_tokens":4,"stream":true}`, cfg.Model)
 	// Warm both paths' connections.
-	if _, err := measure(ctx, client, direct, cfg.Streams, cfg.Streams); err != nil {
+	if _, err := measure(ctx, client, direct, body, cfg.Streams, cfg.Streams); err != nil {
 		return Result{}, nil, err
 	}
-	if _, err := measure(ctx, client, viaDoor, cfg.Streams, cfg.Streams); err != nil {
+	if _, err := measure(ctx, client, viaDoor, body, cfg.Streams, cfg.Streams); err != nil {
 		return Result{}, nil, err
 	}
-	var res Result
-	dt, err := measure(ctx, client, direct, cfg.Streams, cfg.Requests)
-	if err != nil {
-		return res, nil, err
-	}
-	vt, err := measure(ctx, client, viaDoor, cfg.Streams, cfg.Requests)
-	if err != nil {
-		return res, nil, err
+	var (
+		res            Result
+		dt, vt         []time.Duration
+		dCPU, vCPU     time.Duration
+		perRound       = max(1, cfg.Requests/cfg.Rounds)
+		directN, doorN int
+	)
+	for range cfg.Rounds {
+		for _, m := range []struct {
+			base func() string
+			out  *[]time.Duration
+			cpu  *time.Duration
+			n    *int
+		}{{direct, &dt, &dCPU, &directN}, {viaDoor, &vt, &vCPU, &doorN}} {
+			c0 := cpuTime()
+			t, err := measure(ctx, client, m.base, body, cfg.Streams, perRound)
+			*m.cpu += cpuTime() - c0
+			if err != nil {
+				return res, nil, err
+			}
+			*m.out = append(*m.out, t...)
+			*m.n += len(t)
+		}
 	}
 	res.Direct = [2]time.Duration{pct(dt, 50), pct(dt, 99)}
 	res.Door = [2]time.Duration{pct(vt, 50), pct(vt, 99)}
+	res.DirectCPU, res.DoorCPU = dCPU/time.Duration(max(1, directN)), vCPU/time.Duration(max(1, doorN))
 	added50, added99 := res.Door[0]-res.Direct[0], res.Door[1]-res.Direct[1]
-	detail := fmt.Sprintf("%d streams, %d requests per mode, %d engines", cfg.Streams, cfg.Requests, cfg.Workers)
+	detail := fmt.Sprintf("%d closed-loop streams, %d requests per mode in %d alternating rounds, %d engines", cfg.Streams, len(dt), cfg.Rounds, cfg.Workers)
 	rows := []benchtable.Row{
 		benchtable.NewRow("ttft direct p50 / p99", fmt.Sprintf("%s / %s", res.Direct[0], res.Direct[1]), "", "", detail),
 		benchtable.NewRow("ttft via door p50 / p99", fmt.Sprintf("%s / %s", res.Door[0], res.Door[1]), "", "", detail),
+		benchtable.NewRow("cpu per request direct / via door", fmt.Sprintf("%s / %s", res.DirectCPU.Round(time.Microsecond), res.DoorCPU.Round(time.Microsecond)), "", "",
+			fmt.Sprintf("process CPU (client, engines, door) ÷ requests; the door's share: %s", (res.DoorCPU-res.DirectCPU).Round(time.Microsecond))),
 		benchtable.NewRow("door adds to ttft p50", added50.String(), "", "", "in-memory decider: the durable decision append is `bench api`'s"),
 	}
 	bar, verdict := "", ""
@@ -125,7 +163,7 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (Result, []benchtable.R
 
 // measure sends n streamed completions from streams clients and returns
 // each one's TTFT: from sending to the first token chunk read.
-func measure(ctx context.Context, client *http.Client, base func() string, streams, n int) ([]time.Duration, error) {
+func measure(ctx context.Context, client *http.Client, base func() string, body string, streams, n int) ([]time.Duration, error) {
 	var (
 		mu    sync.Mutex
 		out   = make([]time.Duration, 0, n)
@@ -139,7 +177,7 @@ func measure(ctx context.Context, client *http.Client, base func() string, strea
 		go func() {
 			defer wg.Done()
 			for left.Add(-1) >= 0 && ctx.Err() == nil {
-				t, err := once(ctx, client, base())
+				t, err := once(ctx, client, base(), body)
 				mu.Lock()
 				if err != nil && first == nil {
 					first = err
@@ -156,9 +194,7 @@ func measure(ctx context.Context, client *http.Client, base func() string, strea
 	return out, first
 }
 
-const body = `{"model":"bench","prompt":[1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17],"max_tokens":4,"stream":true}`
-
-func once(ctx context.Context, client *http.Client, base string) (time.Duration, error) {
+func once(ctx context.Context, client *http.Client, base, body string) (time.Duration, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/v1/completions", strings.NewReader(body))
 	if err != nil {
 		return 0, err
@@ -211,10 +247,13 @@ func (r *roundRobin) Decide(_ context.Context, q door.DecideRequest) (door.Decis
 	return door.Decision{DecisionID: "d-" + q.RequestID, RequestID: q.RequestID, Decode: door.Worker{ID: u.URL(), HTTPURL: u.URL()}}, nil
 }
 
-type fleet struct{ ups []Upstream }
+type fleet struct {
+	ups   []Upstream
+	model string
+}
 
 func (f fleet) Tokenizers(string) []string { return []string{f.ups[0].URL()} }
-func (f fleet) Models() []string           { return []string{"bench"} }
+func (f fleet) Models() []string           { return []string{f.model} }
 
 type discard struct{}
 
