@@ -113,6 +113,9 @@ func (f *Fleet) startExternal(x *extReq) {
 	}
 	g := x.g
 	r := &Request{ID: x.id, PromptLen: len(g.prompt), OutputLen: g.maxTokens, Output: promptSeed(g.prompt)}
+	if g.seed != nil {
+		r.Output = *g.seed
+	}
 	kind := kindLocal
 	switch {
 	case g.kv != nil && g.kv.DoRemoteDecode:

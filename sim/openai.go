@@ -83,6 +83,13 @@ type genRequest struct {
 	// kv is the request's kv_transfer_params; nil when absent or unreadable (vLLM
 	// then serves the request locally, and so does the simulator).
 	kv *KVTransferParams
+	// seed is the sampling seed (OpenAI's seed, a 64-bit integer), nil when
+	// absent. As with vLLM's seeded sampling, it makes the output reproducible:
+	// the output tokens are the seed's sequence (Request.Output), whatever the
+	// prompt, so a driver replaying a multi-turn workload gets the very tokens
+	// the workload's next turn resends. Without it the output is seeded by the
+	// prompt.
+	seed *uint64
 }
 
 // wireGenRequest is the union of the completion and chat bodies. Numbers are
@@ -103,6 +110,7 @@ type wireGenRequest struct {
 	} `json:"stream_options"`
 	AddGenerationPrompt *bool           `json:"add_generation_prompt"`
 	KVTransferParams    json.RawMessage `json:"kv_transfer_params"`
+	Seed                *json.Number    `json:"seed"`
 }
 
 // parseLimits are the engine's bounds on a request.
@@ -182,6 +190,14 @@ func parseGenRequest(body []byte, chat bool, lim parseLimits) (*genRequest, *api
 	g.stream = w.Stream != nil && *w.Stream
 	g.includeUsage = g.stream && w.StreamOptions != nil && w.StreamOptions.IncludeUsage != nil && *w.StreamOptions.IncludeUsage
 	g.kv = parseKVParams(w.KVTransferParams)
+	if w.Seed != nil {
+		v, perr := strconv.ParseInt(string(*w.Seed), 10, 64)
+		if perr != nil {
+			return nil, badRequest(rejectInvalidField, "seed", "seed must be a 64-bit integer, got %s.", truncate(string(*w.Seed), 40))
+		}
+		u := uint64(v)
+		g.seed = &u
+	}
 	return g, nil
 }
 

@@ -39,8 +39,10 @@ type OpenAIRunConfig struct {
 // RunViaOpenAI replays a workload as an OpenAI client would: each request is sent at
 // its scaled arrival time as a streaming POST /v1/completions whose prompt is the
 // request's token ids, with max_tokens and min_tokens both its output length (so the
-// length is exact, as vLLM honours min_tokens), X-Request-Id its id, and
-// stream_options.include_usage set. TTFT and inter-token latencies are measured by
+// length is exact, as vLLM honours min_tokens), seed the request's output seed (so
+// the engines generate the tokens the workload's next turn resends, and prefix
+// caching sees a conversation's history as in a routed run), X-Request-Id its id,
+// and stream_options.include_usage set. TTFT and inter-token latencies are measured by
 // the client, from the request's scheduled send time to each streamed chunk, and an
 // answer's x-pdrouter-decision-id header is kept when present.
 //
@@ -155,8 +157,10 @@ const (
 const maxSSELine = 1 << 20
 
 func streamCompletion(ctx context.Context, client *http.Client, endpoint string, cfg OpenAIRunConfig, r *Request) (*streamed, error) {
+	// The seed makes the engine generate the workload's own output tokens, which
+	// the conversation's next turn resends (int64 on the wire, as vLLM's seed).
 	body, err := json.Marshal(map[string]any{"model": cfg.Model, "prompt": r.Tokens(), "max_tokens": r.OutputLen,
-		"min_tokens": r.OutputLen, "stream": true, "stream_options": map[string]any{"include_usage": true}})
+		"min_tokens": r.OutputLen, "seed": int64(r.Output), "stream": true, "stream_options": map[string]any{"include_usage": true}})
 	if err != nil {
 		return nil, err
 	}
