@@ -137,16 +137,19 @@ func (gw *genWriter) data(b []byte) error {
 	return gw.rc.Flush()
 }
 
-// tokens streams generated tokens, one chunk each; with done the last carries the
-// finish reason.
+// tokens streams generated tokens, one chunk each. The chunk of the last token
+// carries the finish reason, as vLLM's does: the max_tokens-th token is the last
+// (the simulated model never stops early), whether or not the engine has
+// reported the end yet, which it does in an event of its own.
 func (gw *genWriter) tokens(toks []uint32, done bool) error {
 	if err := gw.startStream(); err != nil {
 		return err
 	}
+	before := len(gw.toks)
 	gw.toks = append(gw.toks, toks...)
 	for i, t := range toks {
 		var fin *string
-		if done && i == len(toks)-1 {
+		if (done && i == len(toks)-1) || before+i+1 == gw.g.maxTokens {
 			fin, gw.finished = &finishLength, true
 		}
 		if err := gw.event(chunkJSON{Choices: []choiceJSON{gw.choice(tokenText(t), fin)}}); err != nil {
