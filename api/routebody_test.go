@@ -17,6 +17,9 @@ import (
 // hard: duplicate keys (plain, escaped, nested), keys that match a field
 // only case-insensitively, oversized after vectors, deep nesting.
 var routeBodyAttacks = []string{
+	// Keys longer than an error's field may carry, unknown and repeated.
+	`{"` + strings.Repeat("x", 400) + `":null}`,
+	`{"` + strings.Repeat("y", 400) + `":1,"` + strings.Repeat("y", 400) + `":1}`,
 	`{"token_ids":[1],"token_ids":[2]}`,
 	`{"token_ids":[1],"token_\u0069ds":[2]}`,
 	`{"model":"a","Model":"b","token_ids":[1]}`,
