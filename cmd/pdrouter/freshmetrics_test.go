@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"io"
-	"log/slog"
 	"maps"
 	"net/http"
 	"regexp"
@@ -114,14 +112,8 @@ func TestFreshReplicaServesEveryLabelledFamily(t *testing.T) {
 	prefix := kafkatest.Prefix(t)
 	kafkatest.Migrate(t, brokers, prefix)
 
-	a := &app{env: func(string) (string, bool) { return "", false }, stdout: io.Discard, stderr: io.Discard,
-		topicPrefix: prefix, dataDir: t.TempDir(), httpAddr: "127.0.0.1:0", log: slog.New(slog.DiscardHandler)}
-	var rf routerFlags
-	fs := pflag.NewFlagSet("serve", pflag.ContinueOnError)
-	rf.bindFlags(fs)
-	if err := fs.Parse([]string{"--router-conditional-disagg"}); err != nil {
-		t.Fatal(err)
-	}
+	a := quietApp(t, prefix)
+	rf := parseRouterFlags(t, nil, "--router-conditional-disagg")
 	var inf ingestFlags
 	ifs := pflag.NewFlagSet("ingest", pflag.ContinueOnError)
 	inf.bindFlags(ifs)
@@ -135,23 +127,12 @@ func TestFreshReplicaServesEveryLabelledFamily(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	families := &labelledFamilies{names: map[string]bool{}}
-	ready := make(chan string, 1)
-	r := &routerRun{a: a, f: &rf, connOpts: []kgo.Opt{kgo.SeedBrokers(brokers...)}, ingestCfg: &icfg,
-		listening: func(addr string) { ready <- addr },
+	r := &routerRun{a: a, f: rf, connOpts: []kgo.Opt{kgo.SeedBrokers(brokers...)}, ingestCfg: &icfg,
 		registerer: func(reg prometheus.Registerer) prometheus.Registerer {
 			families.Registerer = reg
 			return families
 		}}
-	done := make(chan error, 1)
-	go func() { done <- r.run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
-	var url string
-	select {
-	case addr := <-ready:
-		url = "http://" + addr
-	case err := <-done:
-		t.Fatalf("router: %v", err)
-	}
+	url := runInProcess(t, ctx, r)
 	// Before any probe or request: every family whose label values are
 	// fixed. The parts register as they start (ingest in a goroutine of its
 	// own), so this looks a few times.
