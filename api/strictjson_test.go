@@ -107,17 +107,30 @@ func TestStrictBodyAgrees(t *testing.T) {
 	for _, body := range strictBodySeeds {
 		checkStrictBody(t, body)
 	}
-	for _, c := range []struct{ body, code, field string }{
+	checkRefusals(t, func(body []byte) error {
+		var b kvBody
+		return decodeJSON(body, defaultMaxMapMembers, &b)
+	}, []refusal{
 		{`{"worker_id":"w","worker_id":"v"}`, "duplicate_key", "worker_id"},
 		{`{"worker_id":"w","Worker_ID":"v"}`, "unknown_field", "Worker_ID"},
 		{`{"worker_id":"w","events":[{"type":"stored","Type":"removed"}]}`, "unknown_field", "events[0].Type"},
 		{`{"worker_id":"w","events":[{"parent_block_hash":{"a":1,"a":2}}]}`, "duplicate_key", "events[0].parent_block_hash.a"},
-	} {
-		var b kvBody
-		err := decodeJSON([]byte(c.body), defaultMaxMapMembers, &b)
+	})
+}
+
+// refusal is a body a decoder must refuse, with the code and field of the
+// *Error it must refuse it with.
+type refusal struct{ body, code, field string }
+
+// checkRefusals runs decode on each body and checks the refusal's code
+// and field.
+func checkRefusals(t *testing.T, decode func(body []byte) error, cases []refusal) {
+	t.Helper()
+	for _, c := range cases {
+		err := decode([]byte(c.body))
 		var e *Error
 		if !errors.As(err, &e) || e.Code != c.code || e.Field != c.field {
-			t.Errorf("%s: got %v, want %s at %s", c.body, err, c.code, c.field)
+			t.Errorf("%.80s: got %v, want %s at %s", c.body, err, c.code, c.field)
 		}
 	}
 }
