@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kadm"
 
 	"github.com/pdrouter/pdrouter/events"
@@ -178,7 +179,7 @@ func TestRouterFlagsReachTheStore(t *testing.T) {
 	if o.DecisionRetention != 90*time.Minute || o.ActiveExpiry != 7*time.Minute || o.MaxWorkers != 17 {
 		t.Fatalf("store options: decision retention %s, active expiry %s, max workers %d; want 90m, 7m and 17", o.DecisionRetention, o.ActiveExpiry, o.MaxWorkers)
 	}
-	if m := (&routerRun{a: a, f: rf}).materializerOptions(); m.FetchMinBytes != 4096 || m.FetchMaxWait != 25*time.Millisecond {
+	if m := (&routerRun{a: a, f: rf}).materializerOptions(prometheus.NewRegistry()); m.FetchMinBytes != 4096 || m.FetchMaxWait != 25*time.Millisecond {
 		t.Fatalf("materializer options: fetch min bytes %d, max wait %s; want 4096 and 25ms", m.FetchMinBytes, m.FetchMaxWait)
 	}
 }
