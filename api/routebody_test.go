@@ -75,55 +75,20 @@ func referenceRouteBody(raw []byte) (routeRequest, bool) {
 		return req, false
 	}
 	fields := structFields(reflectTypeOfRouteRequest)
-	toks := json.NewDecoder(bytes.NewReader(raw))
-	type frame struct {
-		object bool
-		keys   map[string]bool
-		next   bool // the next string token is a key
-	}
-	var stack []*frame
-	nested := 0
-	for {
-		tok, err := toks.Token()
-		if errors.Is(err, io.EOF) {
-			return req, true
+	nested, ok := 0, true
+	err := eachKey(json.NewDecoder(bytes.NewReader(raw)), func(depth int, key string, repeated bool) bool {
+		switch {
+		case repeated:
+			ok = false
+		case depth == 1:
+			_, ok = fields[key]
+		default:
+			nested++
+			ok = nested <= testMaxAfter
 		}
-		if err != nil {
-			return req, false
-		}
-		var top *frame
-		if len(stack) > 0 {
-			top = stack[len(stack)-1]
-		}
-		if key, isKey := tok.(string); isKey && top != nil && top.object && top.next {
-			if top.keys[key] {
-				return req, false
-			}
-			top.keys[key] = true
-			top.next = false
-			if len(stack) == 1 {
-				if _, ok := fields[key]; !ok {
-					return req, false
-				}
-			} else if nested++; nested > testMaxAfter {
-				return req, false
-			}
-			continue
-		}
-		switch tok {
-		case json.Delim('{'):
-			stack = append(stack, &frame{object: true, keys: map[string]bool{}, next: true})
-			continue
-		case json.Delim('['):
-			stack = append(stack, &frame{})
-			continue
-		case json.Delim('}'), json.Delim(']'):
-			stack = stack[:len(stack)-1]
-		}
-		if len(stack) > 0 && stack[len(stack)-1].object {
-			stack[len(stack)-1].next = true // a value ended: a key is next
-		}
-	}
+		return ok
+	})
+	return req, ok && errors.Is(err, io.EOF)
 }
 
 // checkRouteBody: the route body decoder (fast path, else decodeJSON)

@@ -12,26 +12,40 @@ import (
 // hasDuplicateKey reports whether some object of valid JSON raw repeats a
 // key (as decoded), by a token walk independent of checkKeys.
 func hasDuplicateKey(raw []byte) bool {
-	dec := json.NewDecoder(bytes.NewReader(raw))
+	dup := false
+	_ = eachKey(json.NewDecoder(bytes.NewReader(raw)), func(_ int, _ string, repeated bool) bool {
+		dup = repeated
+		return !repeated
+	})
+	return dup
+}
+
+// eachKey walks the tokens of dec and calls visit with each object key, its
+// depth (1: a member of the outermost object) and whether its object had it
+// already, until visit returns false (then nil) or the tokens end (then the
+// decoder's error: io.EOF after a whole value). It is the reference the
+// decoders' key checks are tested against, so it shares no code with them.
+func eachKey(dec *json.Decoder, visit func(depth int, key string, repeated bool) bool) error {
 	type frame struct {
-		keys map[string]bool
-		next bool
+		keys map[string]bool // nil for an array
+		next bool            // the next string token is a key
 	}
 	var stack []*frame
 	for {
 		tok, err := dec.Token()
 		if err != nil {
-			return false
+			return err
 		}
 		var top *frame
 		if len(stack) > 0 {
 			top = stack[len(stack)-1]
 		}
 		if key, ok := tok.(string); ok && top != nil && top.keys != nil && top.next {
-			if top.keys[key] {
-				return true
-			}
+			repeated := top.keys[key]
 			top.keys[key], top.next = true, false
+			if !visit(len(stack), key, repeated) {
+				return nil
+			}
 			continue
 		}
 		switch tok {
@@ -45,7 +59,7 @@ func hasDuplicateKey(raw []byte) bool {
 			stack = stack[:len(stack)-1]
 		}
 		if len(stack) > 0 && stack[len(stack)-1].keys != nil {
-			stack[len(stack)-1].next = true
+			stack[len(stack)-1].next = true // a value ended: a key is next
 		}
 	}
 }
