@@ -9,12 +9,16 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/pdrouter/pdrouter/internal/envflags"
+	"github.com/pdrouter/pdrouter/internal/kafkatest"
 )
 
 // quietApp is the app of a replica run inside the test process: no
-// environment, output and logs discarded, its topics under prefix and its
-// store in a temporary directory, its API on a free loopback port.
-func quietApp(t *testing.T, prefix string) *app {
+// environment, output and logs discarded, its topics under a prefix of its
+// own, migrated on brokers, its store in a temporary directory, its API on
+// a free loopback port.
+func quietApp(t *testing.T, brokers []string) *app {
+	prefix := kafkatest.Prefix(t)
+	kafkatest.Migrate(t, brokers, prefix)
 	return &app{env: func(string) (string, bool) { return "", false }, stdout: io.Discard, stderr: io.Discard,
 		topicPrefix: prefix, dataDir: t.TempDir(), httpAddr: "127.0.0.1:0", log: slog.New(slog.DiscardHandler)}
 }

@@ -20,10 +20,7 @@ import (
 // requests local; long first turns must go remote.
 func TestSimulatedFleetEndToEnd(t *testing.T) {
 	brokers := kafkatest.Brokers(t)
-	prefix := kafkatest.Prefix(t)
-	kafkatest.Migrate(t, brokers, prefix)
-
-	a := quietApp(t, prefix)
+	a := quietApp(t, brokers)
 	rf := parseRouterFlags(t, nil, "--router-conditional-disagg")
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
