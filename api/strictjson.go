@@ -39,6 +39,11 @@ type pathSeg struct {
 	index  int // -1 for a key
 }
 
+// field is the path as an error's field: cut to the bound every answer
+// keeps, here where it is built, because a key is as long as a client
+// makes it.
+func (p *pathSeg) field() string { return truncate(p.String(), maxFieldBytes) }
+
 func (p *pathSeg) String() string {
 	if p == nil {
 		return ""
@@ -137,7 +142,7 @@ func (w *keyWalker) object(t reflect.Type, path, inMap *pathSeg) error {
 		key := w.key()
 		member := &pathSeg{parent: path, key: key, index: -1}
 		if _, dup := seen[key]; dup {
-			return badRequest("duplicate_key", member.String(), fmt.Sprintf("the key %s appears twice in one object; send it once", quoted(key)))
+			return badRequest("duplicate_key", member.field(), fmt.Sprintf("the key %s appears twice in one object; send it once", quoted(key)))
 		}
 		if seen == nil {
 			seen = make(map[string]struct{}, 8)
@@ -148,12 +153,12 @@ func (w *keyWalker) object(t reflect.Type, path, inMap *pathSeg) error {
 		case fields != nil:
 			ft, ok := fields[key]
 			if !ok {
-				return badRequest("unknown_field", member.String(), fmt.Sprintf("unknown field %s (names are case-sensitive); see /openapi.json for the accepted fields", quoted(key)))
+				return badRequest("unknown_field", member.field(), fmt.Sprintf("unknown field %s (names are case-sensitive); see /openapi.json for the accepted fields", quoted(key)))
 			}
 			elem = ft
 		case isMap:
 			if w.mapMembers--; w.mapMembers < 0 {
-				return unprocessable("invalid_value", inMap.String(), fmt.Sprintf("more than %d entries; send at most %d", w.mapLimit, w.mapLimit))
+				return unprocessable("invalid_value", inMap.field(), fmt.Sprintf("more than %d entries; send at most %d", w.mapLimit, w.mapLimit))
 			}
 			elem = t.Elem()
 		}

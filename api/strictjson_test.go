@@ -12,26 +12,40 @@ import (
 // hasDuplicateKey reports whether some object of valid JSON raw repeats a
 // key (as decoded), by a token walk independent of checkKeys.
 func hasDuplicateKey(raw []byte) bool {
-	dec := json.NewDecoder(bytes.NewReader(raw))
+	dup := false
+	_ = eachKey(json.NewDecoder(bytes.NewReader(raw)), func(_ int, _ string, repeated bool) bool {
+		dup = repeated
+		return !repeated
+	})
+	return dup
+}
+
+// eachKey walks the tokens of dec and calls visit with each object key, its
+// depth (1: a member of the outermost object) and whether its object had it
+// already, until visit returns false (then nil) or the tokens end (then the
+// decoder's error: io.EOF after a whole value). It is the reference the
+// decoders' key checks are tested against, so it shares no code with them.
+func eachKey(dec *json.Decoder, visit func(depth int, key string, repeated bool) bool) error {
 	type frame struct {
-		keys map[string]bool
-		next bool
+		keys map[string]bool // nil for an array
+		next bool            // the next string token is a key
 	}
 	var stack []*frame
 	for {
 		tok, err := dec.Token()
 		if err != nil {
-			return false
+			return err
 		}
 		var top *frame
 		if len(stack) > 0 {
 			top = stack[len(stack)-1]
 		}
 		if key, ok := tok.(string); ok && top != nil && top.keys != nil && top.next {
-			if top.keys[key] {
-				return true
-			}
+			repeated := top.keys[key]
 			top.keys[key], top.next = true, false
+			if !visit(len(stack), key, repeated) {
+				return nil
+			}
 			continue
 		}
 		switch tok {
@@ -45,7 +59,7 @@ func hasDuplicateKey(raw []byte) bool {
 			stack = stack[:len(stack)-1]
 		}
 		if len(stack) > 0 && stack[len(stack)-1].keys != nil {
-			stack[len(stack)-1].next = true
+			stack[len(stack)-1].next = true // a value ended: a key is next
 		}
 	}
 }
@@ -107,17 +121,30 @@ func TestStrictBodyAgrees(t *testing.T) {
 	for _, body := range strictBodySeeds {
 		checkStrictBody(t, body)
 	}
-	for _, c := range []struct{ body, code, field string }{
+	checkRefusals(t, func(body []byte) error {
+		var b kvBody
+		return decodeJSON(body, defaultMaxMapMembers, &b)
+	}, []refusal{
 		{`{"worker_id":"w","worker_id":"v"}`, "duplicate_key", "worker_id"},
 		{`{"worker_id":"w","Worker_ID":"v"}`, "unknown_field", "Worker_ID"},
 		{`{"worker_id":"w","events":[{"type":"stored","Type":"removed"}]}`, "unknown_field", "events[0].Type"},
 		{`{"worker_id":"w","events":[{"parent_block_hash":{"a":1,"a":2}}]}`, "duplicate_key", "events[0].parent_block_hash.a"},
-	} {
-		var b kvBody
-		err := decodeJSON([]byte(c.body), defaultMaxMapMembers, &b)
+	})
+}
+
+// refusal is a body a decoder must refuse, with the code and field of the
+// *Error it must refuse it with.
+type refusal struct{ body, code, field string }
+
+// checkRefusals runs decode on each body and checks the refusal's code
+// and field.
+func checkRefusals(t *testing.T, decode func(body []byte) error, cases []refusal) {
+	t.Helper()
+	for _, c := range cases {
+		err := decode([]byte(c.body))
 		var e *Error
 		if !errors.As(err, &e) || e.Code != c.code || e.Field != c.field {
-			t.Errorf("%s: got %v, want %s at %s", c.body, err, c.code, c.field)
+			t.Errorf("%.80s: got %v, want %s at %s", c.body, err, c.code, c.field)
 		}
 	}
 }

@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"context"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -90,4 +92,35 @@ func (b *lockedBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()
+}
+
+// TestMetricsOptionOutlivesItsClient: one Metrics option serves a client
+// that replaces a closed one (the materializer restarts its consumer that
+// way): the first client's collectors leave the registry when it closes,
+// so the second registers its own, and its series are served.
+func TestMetricsOptionOutlivesItsClient(t *testing.T) {
+	fake, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "t"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fake.Close()
+	reg := prometheus.NewRegistry()
+	opts := []kgo.Opt{kgo.SeedBrokers(fake.ListenAddrs()...), kafkaconn.Metrics(reg, "materializer")}
+	for i := range 2 {
+		cl, err := kgo.NewClient(opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cl.ProduceSync(context.Background(), &kgo.Record{Topic: "t", Value: []byte("v")}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.ContainsFunc(mfs, func(mf *dto.MetricFamily) bool { return mf.GetName() == "pdrouter_kafka_connects_total" }) {
+			t.Fatalf("client %d: no pdrouter_kafka_connects_total", i)
+		}
+		cl.Close()
+	}
 }

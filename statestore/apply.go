@@ -95,8 +95,7 @@ func (s *Store) Apply(recs []*kgo.Record) error {
 		if st.viewDirty {
 			st.rebuildView()
 		}
-		s.checkKvEvents(false)
-		s.checkBlockSizes(false)
+		s.checkSlotFlags(false)
 		s.met.addStats(&st.stats)
 		st.wm.Store(nil) // offsets moved
 		s.notifyApplied()

@@ -73,30 +73,14 @@ func (v View) KvBlockSize(ref decider.WorkerRef) (eventsBlockSize int, mismatch 
 	return bs, true, v.st.blockSizeNote(slot)
 }
 
-// checkBlockSizes re-evaluates the flag of every slot of the view after a
-// chunk (mu held, after rebuildView), keeps the gauge's count, and logs a
-// warning when a worker enters the state and a note when it leaves it:
-// once per transition, not per apply. At Open (initial) every flagged
-// worker is logged once.
-func (s *Store) checkBlockSizes(initial bool) {
-	st := s.st
-	n := 0
-	for slot := range st.workers {
+// blockSizeFlag logs and counts the rule above (slotflag.go).
+var blockSizeFlag = slotFlag{
+	holds: (*state).blockSizeMismatch,
+	last:  func(ws *slotState) *bool { return &ws.bsMismatch },
+	enter: "statestore: KV block size mismatch",
+	leave: "statestore: KV block size no longer mismatched",
+	details: func(st *state, slot int32) []any {
 		ws := st.workers[slot]
-		m := slot < len(st.slotRef) && st.slotRef[slot] >= 0 && st.blockSizeMismatch(int32(slot))
-		if m {
-			n++
-		}
-		if m == ws.bsMismatch {
-			continue
-		}
-		ws.bsMismatch = m
-		if m {
-			s.log.Warn("statestore: KV block size mismatch", "worker", ws.wr.id, "dp_rank", ws.wr.rank,
-				"registered_block_size", st.regs[ws.wr.id].GetBlockSize(), "events_block_size", ws.eventBlockSize, "note", st.blockSizeNote(int32(slot)))
-		} else if !initial {
-			s.log.Info("statestore: KV block size no longer mismatched", "worker", ws.wr.id, "dp_rank", ws.wr.rank)
-		}
-	}
-	st.bsMismatch = n
+		return []any{"registered_block_size", st.regs[ws.wr.id].GetBlockSize(), "events_block_size", ws.eventBlockSize, "note", st.blockSizeNote(slot)}
+	},
 }

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -40,7 +41,51 @@ func TestCrashChild(t *testing.T) {
 		t.Fatal(err)
 	}
 	fmt.Println("child: consuming")
+	go reportFlushes(s)
 	_ = m.Run(context.Background()) // until SIGKILL
+}
+
+// reportFlushes prints a line each time Pebble has flushed a memtable since
+// the child opened the store: with the WAL off, a flush is what makes
+// applied records survive a kill, and the only writer is the materializer,
+// so it is the child's first durable progress the crash test waits for.
+func reportFlushes(s *Store) {
+	base := s.db.Metrics().Flush.Count
+	for n := base; ; time.Sleep(5 * time.Millisecond) {
+		if c := s.db.Metrics().Flush.Count; c > n {
+			n = c
+			fmt.Printf("%s %d\n", childFlushed, n-base)
+		}
+	}
+}
+
+// childFlushed starts the child's line for each flush.
+const childFlushed = "child: flushed"
+
+// childOutput collects a child's output and closes flushed once the child
+// has said it flushed (reportFlushes).
+type childOutput struct {
+	mu      sync.Mutex
+	b       strings.Builder
+	flushed chan struct{}
+	once    sync.Once
+}
+
+func (o *childOutput) Write(p []byte) (int, error) {
+	o.mu.Lock()
+	o.b.Write(p)
+	seen := strings.Contains(o.b.String(), childFlushed)
+	o.mu.Unlock()
+	if seen {
+		o.once.Do(func() { close(o.flushed) })
+	}
+	return len(p), nil
+}
+
+func (o *childOutput) String() string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.b.String()
 }
 
 // Invariant 2: a replica killed with SIGKILL at random points, many times,
@@ -72,14 +117,30 @@ func TestCrashRecovery(t *testing.T) {
 		}
 		cmd := exec.Command(os.Args[0], "-test.run=^TestCrashChild$", "-test.v")
 		cmd.Env = append(os.Environ(), crashChildEnv+"="+dir+"|"+strings.Join(brokers, ",")+"|"+prefix)
-		out := &strings.Builder{}
+		out := &childOutput{flushed: make(chan struct{})}
 		cmd.Stdout, cmd.Stderr = out, out
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(time.Duration(150+rng.IntN(500)) * time.Millisecond)
+		exited := make(chan struct{})
+		go func() { _ = cmd.Wait(); close(exited) }()
+		// Kill at a random point after the child's first durable progress,
+		// not after a fixed time from its start: a loaded machine (-race,
+		// other tests) can take longer than any fixed time to start the
+		// child, open the store and fetch, and a kill before any flush
+		// tests nothing.
+		select {
+		case <-out.flushed:
+		case <-exited:
+			t.Fatalf("kill %d: the child exited before it flushed:\n%s", i, out)
+		case <-time.After(2 * time.Minute):
+			_ = cmd.Process.Signal(syscall.SIGKILL)
+			<-exited
+			t.Fatalf("kill %d: the child flushed nothing in 2 minutes:\n%s", i, out)
+		}
+		time.Sleep(time.Duration(rng.IntN(500)) * time.Millisecond)
 		_ = cmd.Process.Signal(syscall.SIGKILL)
-		_ = cmd.Wait()
+		<-exited
 		if strings.Contains(out.String(), "FAIL") {
 			t.Fatalf("child failed:\n%s", out)
 		}

@@ -85,6 +85,12 @@ func (h *harness) record(key string, m proto.Message) *kgo.Record {
 		}
 	}
 	t, _ := events.Names{}.Logical(r.Topic)
+	return h.place(t, r)
+}
+
+// place gives r the partition its key chooses, the next offset of that
+// partition and the next log time, as a broker would.
+func (h *harness) place(t events.Topic, r *kgo.Record) *kgo.Record {
 	r.Partition = partitionOf(r.Key, h.parts)
 	tp := topicPartition{t, r.Partition}
 	r.Offset = h.next[tp]

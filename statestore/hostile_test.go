@@ -30,13 +30,7 @@ func (h *harness) raw(key string, m proto.Message) *kgo.Record {
 	}
 	r := &kgo.Record{Topic: events.Names{}.Physical(t), Key: []byte(key), Value: v,
 		Headers: []kgo.RecordHeader{{Key: events.HeaderSchema, Value: []byte(events.SchemaOf(t))}}}
-	r.Partition = partitionOf(r.Key, h.parts)
-	tp := topicPartition{t, r.Partition}
-	r.Offset = h.next[tp]
-	h.next[tp]++
-	h.clock++
-	r.Timestamp = time.UnixMilli(h.clock)
-	return r
+	return h.place(t, r)
 }
 
 // counter reads one series of the harness's registry (0 when absent).

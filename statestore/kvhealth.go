@@ -158,30 +158,11 @@ func (v View) KvEventsMissing(ref decider.WorkerRef) (missing bool, note string)
 	return true, v.st.kvEventsNote(slot)
 }
 
-// checkKvEvents re-evaluates the flag of every slot after a chunk (mu
-// held, after rebuildView), keeps the gauge's count, and logs a warning when a worker enters
-// the state and a note when it leaves it: once per transition, not per
-// apply. At Open (initial) every flagged worker is logged once.
-func (s *Store) checkKvEvents(initial bool) {
-	st := s.st
-	n := 0
-	for slot := range st.workers {
-		ws := st.workers[slot]
-		// Only the (worker, rank) pairs of the view: a rank beyond the
-		// registered dp_size is not a worker the decider sees.
-		m := slot < len(st.slotRef) && st.slotRef[slot] >= 0 && st.kvEventsMissing(int32(slot))
-		if m {
-			n++
-		}
-		if m == ws.kvMissing {
-			continue
-		}
-		ws.kvMissing = m
-		if m {
-			s.log.Warn("statestore: KV events missing", "worker", ws.wr.id, "dp_rank", ws.wr.rank, "note", st.kvEventsNote(int32(slot)))
-		} else if !initial {
-			s.log.Info("statestore: KV events no longer missing", "worker", ws.wr.id, "dp_rank", ws.wr.rank)
-		}
-	}
-	st.kvMissing = n
+// kvMissingFlag logs and counts the rule above (slotflag.go).
+var kvMissingFlag = slotFlag{
+	holds:   (*state).kvEventsMissing,
+	last:    func(ws *slotState) *bool { return &ws.kvMissing },
+	enter:   "statestore: KV events missing",
+	leave:   "statestore: KV events no longer missing",
+	details: func(st *state, slot int32) []any { return []any{"note", st.kvEventsNote(slot)} },
 }

@@ -19,6 +19,10 @@ type MaterializerOptions struct {
 	// Client holds the connection options (seed brokers, TLS, SASL), e.g.
 	// from kafkaconn.Config.Opts. Consumer options are the materializer's.
 	Client []kgo.Opt
+	// Consumer are options of the client that tails the log alone, not of
+	// the one that lists partitions: e.g. kafkaconn.Metrics, whose
+	// collectors belong to one client.
+	Consumer []kgo.Opt
 	// Logger; default: the store's.
 	Logger *slog.Logger
 	// ProgressEvery is the interval of progress logs and lag checks while
@@ -225,7 +229,7 @@ func (m *Materializer) run(ctx context.Context, done func() bool) error {
 			kgo.FetchMinBytes(m.o.FetchMinBytes),
 			kgo.FetchMaxWait(m.o.FetchMaxWait),
 		}, m.o.Client...)
-		cl, err := kgo.NewClient(opts...)
+		cl, err := kgo.NewClient(append(opts, m.o.Consumer...)...)
 		if err != nil {
 			return fmt.Errorf("statestore: kafka consumer: %w", err)
 		}

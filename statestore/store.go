@@ -258,8 +258,7 @@ func Open(dir string, o Options) (*Store, error) {
 	}
 	s.st = st
 	s.committed = st.sortedOffsets()
-	s.checkKvEvents(true)
-	s.checkBlockSizes(true)
+	s.checkSlotFlags(true)
 	s.met.observeState(st)
 	s.log.Info("statestore: ready", "dir", dir, "workers", len(st.workers), "blocks", st.tierBlocks[TierDevice]+st.tierBlocks[TierHost]+st.tierBlocks[TierDisk],
 		"active_requests", st.act.active, "took", time.Since(start).Round(time.Millisecond))

@@ -176,7 +176,6 @@ def errors(*codes, body=False):
              "413": "too large",
              "431": "the request line and headers are over the limit (headers_too_large)", "415": "not JSON", "422": "well-formed but invalid",
              "503": "not ready, or the log cannot take more (Retry-After)", "504": "a wait bound ran out",
-             "501": "not implemented in this build",
              "410": "the replica holds the decision, but the decisions topic no longer holds its record (its retention is shorter)",
              "500": "the decisions topic holds another record at the decision's position (see the router's log)"}
     return {c: resp(names[c], ERR) for c in sorted(codes)}
@@ -213,7 +212,7 @@ doc = {
             "200": resp("the record", ref("DecisionRecord")), **errors("401", "404", "410", "500", "503")},
             params=[ID("decision_id", "a decision id")])},
         "/v1/decisions/{decision_id}/explain": {"get": op("Replay explanation of a decision", {
-            "200": resp("the explanation", ref("Explanation")), **errors("401", "404", "410", "500", "501", "503")},
+            "200": resp("the explanation", ref("Explanation")), **errors("401", "404", "410", "500", "503")},
             params=[ID("decision_id", "a decision id")])},
         "/v1/requests/{request_id}/events": {"post": op("A request lifecycle event (frees accounting)", {
             "202": resp("written; the offsets it was written at", ref("IngestAccepted")), **errors("400", "401", "404", "413", "415", "422", "503", body=True)},

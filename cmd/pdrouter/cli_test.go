@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/spf13/pflag"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kadm"
 
 	"github.com/pdrouter/pdrouter/events"
@@ -171,22 +171,17 @@ func TestVersionListsSchemas(t *testing.T) {
 // TestRouterFlagsReachTheStore: the replica flags that shape the state
 // arrive in the statestore's options.
 func TestRouterFlagsReachTheStore(t *testing.T) {
-	var rf routerFlags
-	fs := pflag.NewFlagSet("serve", pflag.ContinueOnError)
-	rf.bindFlags(fs)
-	if err := fs.Parse([]string{"--decision-retention", "90m", "--router-active-request-expiry", "7m", "--fetch-min-bytes", "4096", "--fetch-max-wait", "25ms", "--max-workers", "17"}); err != nil {
-		t.Fatal(err)
-	}
+	rf := parseRouterFlags(t, nil, "--decision-retention", "90m", "--router-active-request-expiry", "7m", "--fetch-min-bytes", "4096", "--fetch-max-wait", "25ms", "--max-workers", "17")
 	a := &app{env: func(string) (string, bool) { return "", false }, log: slog.New(slog.DiscardHandler)}
 	cfg, err := rf.decider.Config(a.env)
 	if err != nil {
 		t.Fatal(err)
 	}
-	o := (&routerRun{a: a, f: &rf}).storeOptions(cfg, nil)
+	o := (&routerRun{a: a, f: rf}).storeOptions(cfg, nil)
 	if o.DecisionRetention != 90*time.Minute || o.ActiveExpiry != 7*time.Minute || o.MaxWorkers != 17 {
 		t.Fatalf("store options: decision retention %s, active expiry %s, max workers %d; want 90m, 7m and 17", o.DecisionRetention, o.ActiveExpiry, o.MaxWorkers)
 	}
-	if m := (&routerRun{a: a, f: &rf}).materializerOptions(); m.FetchMinBytes != 4096 || m.FetchMaxWait != 25*time.Millisecond {
+	if m := (&routerRun{a: a, f: rf}).materializerOptions(prometheus.NewRegistry()); m.FetchMinBytes != 4096 || m.FetchMaxWait != 25*time.Millisecond {
 		t.Fatalf("materializer options: fetch min bytes %d, max wait %s; want 4096 and 25ms", m.FetchMinBytes, m.FetchMaxWait)
 	}
 }

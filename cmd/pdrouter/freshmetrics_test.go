@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"io"
-	"log/slog"
 	"maps"
 	"net/http"
 	"regexp"
@@ -111,17 +109,8 @@ func (r *labelledFamilies) MustRegister(cs ...prometheus.Collector) {
 // whose label values come from traffic are listed above with the reason.
 func TestFreshReplicaServesEveryLabelledFamily(t *testing.T) {
 	brokers := kafkatest.Brokers(t)
-	prefix := kafkatest.Prefix(t)
-	kafkatest.Migrate(t, brokers, prefix)
-
-	a := &app{env: func(string) (string, bool) { return "", false }, stdout: io.Discard, stderr: io.Discard,
-		topicPrefix: prefix, dataDir: t.TempDir(), httpAddr: "127.0.0.1:0", log: slog.New(slog.DiscardHandler)}
-	var rf routerFlags
-	fs := pflag.NewFlagSet("serve", pflag.ContinueOnError)
-	rf.bindFlags(fs)
-	if err := fs.Parse([]string{"--router-conditional-disagg"}); err != nil {
-		t.Fatal(err)
-	}
+	a := quietApp(t, brokers)
+	rf := parseRouterFlags(t, nil, "--router-conditional-disagg")
 	var inf ingestFlags
 	ifs := pflag.NewFlagSet("ingest", pflag.ContinueOnError)
 	inf.bindFlags(ifs)
@@ -135,23 +124,12 @@ func TestFreshReplicaServesEveryLabelledFamily(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	families := &labelledFamilies{names: map[string]bool{}}
-	ready := make(chan string, 1)
-	r := &routerRun{a: a, f: &rf, connOpts: []kgo.Opt{kgo.SeedBrokers(brokers...)}, ingestCfg: &icfg,
-		listening: func(addr string) { ready <- addr },
+	r := &routerRun{a: a, f: rf, connOpts: []kgo.Opt{kgo.SeedBrokers(brokers...)}, ingestCfg: &icfg,
 		registerer: func(reg prometheus.Registerer) prometheus.Registerer {
 			families.Registerer = reg
 			return families
 		}}
-	done := make(chan error, 1)
-	go func() { done <- r.run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
-	var url string
-	select {
-	case addr := <-ready:
-		url = "http://" + addr
-	case err := <-done:
-		t.Fatalf("router: %v", err)
-	}
+	url := runInProcess(t, ctx, r)
 	// Before any probe or request: every family whose label values are
 	// fixed. The parts register as they start (ingest in a goroutine of its
 	// own), so this looks a few times.
@@ -225,6 +203,40 @@ func (r *labelledFamilies) sorted() []string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return slices.Sorted(maps.Keys(r.names))
+}
+
+// TestReplicaKafkaClientsReportMetrics: a replica serves franz-go's
+// pdrouter_kafka_* series for the client that tails the log (the
+// materializer's consumer, client="materializer") as for the one that
+// writes decisions, so a dashboard sees the fetch side of the replica's
+// Kafka traffic, not only the produce side.
+func TestReplicaKafkaClientsReportMetrics(t *testing.T) {
+	brokers := kafkatest.Fake(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	url := runInProcess(t, ctx, &routerRun{a: quietApp(t, brokers), f: parseRouterFlags(t, nil), connOpts: []kgo.Opt{kgo.SeedBrokers(brokers...)}})
+	want := []string{"decisions", "materializer"}
+	var clients []string
+	// The materializer creates its consumer once it has listed the
+	// partitions, and franz-go counts a connection once it is made: look a
+	// few times.
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		clients = clients[:0]
+		for _, m := range scrapeFamilies(t, url)["pdrouter_kafka_connects_total"].GetMetric() {
+			for _, lp := range m.GetLabel() {
+				if lp.GetName() == "client" && m.GetCounter().GetValue() > 0 && !slices.Contains(clients, lp.GetValue()) {
+					clients = append(clients, lp.GetValue())
+				}
+			}
+		}
+		slices.Sort(clients)
+		if slices.Equal(clients, want) || time.Now().After(deadline) {
+			break
+		}
+	}
+	if !slices.Equal(clients, want) {
+		t.Fatalf("pdrouter_kafka_connects_total has clients %v, want %v", clients, want)
+	}
 }
 
 // scrapeFamilies reads url's /metrics.

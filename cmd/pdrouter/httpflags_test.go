@@ -3,29 +3,13 @@ package main
 import (
 	"testing"
 	"time"
-
-	"github.com/spf13/pflag"
-
-	"github.com/pdrouter/pdrouter/internal/envflags"
 )
 
 // TestHTTPFlagsReachTheServer: the HTTP bounds have safe defaults, take
 // their PDR_ variables, and shape the http.Server (whose header bound is a
 // backstop above the API's own).
 func TestHTTPFlagsReachTheServer(t *testing.T) {
-	parse := func(env map[string]string, args ...string) *routerFlags {
-		var rf routerFlags
-		fs := pflag.NewFlagSet("serve", pflag.ContinueOnError)
-		rf.bindFlags(fs)
-		if err := fs.Parse(args); err != nil {
-			t.Fatal(err)
-		}
-		if err := envflags.Apply(fs, func(k string) (string, bool) { v, ok := env[k]; return v, ok }); err != nil {
-			t.Fatal(err)
-		}
-		return &rf
-	}
-	rf := parse(nil)
+	rf := parseRouterFlags(t, nil)
 	if err := rf.validate(); err != nil {
 		t.Fatalf("defaults: %v", err)
 	}
@@ -35,12 +19,12 @@ func TestHTTPFlagsReachTheServer(t *testing.T) {
 		t.Fatalf("defaults: read %s, header %s, idle %s, max header %d (server %d), after %d",
 			rf.httpReadTimeout, hs.ReadHeaderTimeout, hs.IdleTimeout, rf.httpMaxHeaderBytes, hs.MaxHeaderBytes, rf.maxAfterPartitions)
 	}
-	rf = parse(map[string]string{"PDR_HTTP_READ_HEADER_TIMEOUT": "3s", "PDR_HTTP_MAX_HEADER_BYTES": "8192"}, "--http-idle-timeout", "9s")
+	rf = parseRouterFlags(t, map[string]string{"PDR_HTTP_READ_HEADER_TIMEOUT": "3s", "PDR_HTTP_MAX_HEADER_BYTES": "8192"}, "--http-idle-timeout", "9s")
 	if hs := rf.httpServer(nil); hs.ReadHeaderTimeout != 3*time.Second || hs.MaxHeaderBytes != 16384 || hs.IdleTimeout != 9*time.Second {
 		t.Fatalf("from env and flags: %+v", hs)
 	}
 	for _, bad := range [][]string{{"--http-read-timeout", "0s"}, {"--http-max-header-bytes", "100"}, {"--max-after-partitions", "0"}} {
-		if err := parse(nil, bad...).validate(); err == nil {
+		if err := parseRouterFlags(t, nil, bad...).validate(); err == nil {
 			t.Errorf("%v: accepted", bad)
 		}
 	}

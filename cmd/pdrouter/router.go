@@ -167,9 +167,10 @@ func (r *routerRun) storeOptions(cfg decider.Config, reg prometheus.Registerer) 
 // appends answer 503 at once.
 const groupLogMaxQueued = 64 << 20
 
-// materializerOptions are the replica's materializer options.
-func (r *routerRun) materializerOptions() statestore.MaterializerOptions {
-	return statestore.MaterializerOptions{Client: r.connOpts, Logger: r.a.log,
+// materializerOptions are the replica's materializer options; its
+// consumer reports on reg as client="materializer".
+func (r *routerRun) materializerOptions(reg prometheus.Registerer) statestore.MaterializerOptions {
+	return statestore.MaterializerOptions{Client: r.connOpts, Consumer: []kgo.Opt{kafkaconn.Metrics(reg, "materializer")}, Logger: r.a.log,
 		FetchMinBytes: r.f.fetchMinBytes, FetchMaxWait: r.f.fetchMaxWait}
 }
 
@@ -205,7 +206,7 @@ func (r *routerRun) run(ctx context.Context) error {
 			a.log.Error("closing the store", "err", err)
 		}
 	}()
-	mat, err := statestore.NewMaterializer(store, r.materializerOptions())
+	mat, err := statestore.NewMaterializer(store, r.materializerOptions(reg))
 	if err != nil {
 		return err
 	}

@@ -2,12 +2,10 @@ package main
 
 import (
 	"context"
-	"io"
 	"log/slog"
 	"testing"
 	"time"
 
-	"github.com/spf13/pflag"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/pdrouter/pdrouter/ingest"
@@ -22,32 +20,12 @@ import (
 // requests local; long first turns must go remote.
 func TestSimulatedFleetEndToEnd(t *testing.T) {
 	brokers := kafkatest.Brokers(t)
-	prefix := kafkatest.Prefix(t)
-	kafkatest.Migrate(t, brokers, prefix)
-
-	a := &app{env: func(string) (string, bool) { return "", false }, stdout: io.Discard, stderr: io.Discard,
-		topicPrefix: prefix, dataDir: t.TempDir(), httpAddr: "127.0.0.1:0", log: slog.New(slog.DiscardHandler)}
-	var rf routerFlags
-	fs := pflag.NewFlagSet("serve", pflag.ContinueOnError)
-	rf.bindFlags(fs)
-	if err := fs.Parse([]string{"--router-conditional-disagg"}); err != nil {
-		t.Fatal(err)
-	}
+	a := quietApp(t, brokers)
+	rf := parseRouterFlags(t, nil, "--router-conditional-disagg")
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	ready := make(chan string, 1)
 	icfg := ingest.Config{Names: a.names(), WatchWorkers: true, ScrapeInterval: time.Second}
-	r := &routerRun{a: a, f: &rf, connOpts: []kgo.Opt{kgo.SeedBrokers(brokers...)}, ingestCfg: &icfg,
-		listening: func(addr string) { ready <- addr }}
-	done := make(chan error, 1)
-	go func() { done <- r.run(ctx) }()
-	var url string
-	select {
-	case addr := <-ready:
-		url = "http://" + addr
-	case err := <-done:
-		t.Fatalf("router: %v", err)
-	}
+	url := runInProcess(t, ctx, &routerRun{a: a, f: rf, connOpts: []kgo.Opt{kgo.SeedBrokers(brokers...)}, ingestCfg: &icfg})
 
 	syn := sim.DefaultSynthetic()
 	syn.Duration, syn.Seed = 40*time.Second, 3
@@ -68,6 +46,4 @@ func TestSimulatedFleetEndToEnd(t *testing.T) {
 	if rep.Reasons["bypass_allowed_decode_gate_disabled"] == 0 {
 		t.Fatalf("no request bypassed on a cached prefix: KV events did not reach the state (%v)", rep.Reasons)
 	}
-	cancel()
-	<-done
 }

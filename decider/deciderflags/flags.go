@@ -51,31 +51,31 @@ type Flags struct {
 }
 
 // Register adds the router flags to fs, with the spec's defaults, and returns a handle
-// to resolve them after fs.Parse.
+// to resolve them after fs.Parse. Their usage does not name the variables: the
+// binary annotates every flag of every command the same way (internal/envflags).
 func Register(fs *pflag.FlagSet) *Flags {
 	d := decider.DefaultConfig()
-	usage := func(flag, text string) string { return text + " (env " + EnvName(flag) + ")" }
 	fs.String(decider.FlagRouterMode, string(d.RouterMode),
-		usage(decider.FlagRouterMode, "routing mode: kv, round-robin or random; conditional disaggregation needs kv"))
+		"routing mode: kv, round-robin or random; conditional disaggregation needs kv")
 	fs.Bool(decider.FlagKVEvents, d.KVEvents,
-		usage(decider.FlagKVEvents, "read KV events from the workers; false is approximate mode, which predicts the cache from the router's own decisions"))
+		"read KV events from the workers; false is approximate mode, which predicts the cache from the router's own decisions")
 	fs.Bool(noKVEvents, false, "same as --router-kv-events=false")
 	_ = fs.MarkHidden(noKVEvents)
 	fs.Bool(decider.FlagConditionalDisagg, d.ConditionalDisagg,
-		usage(decider.FlagConditionalDisagg, "prefill short effective prompts locally on the decode worker instead of on a prefill worker"))
+		"prefill short effective prompts locally on the decode worker instead of on a prefill worker")
 	fs.String(decider.FlagConditionalDisaggCfg, "",
-		usage(decider.FlagConditionalDisaggCfg, `conditional disaggregation policy as JSON, e.g. '{"policy":"isl_bounding","eff_isl_threshold":2048,"eff_isl_ratio_threshold":0.7}'; policy: one of `+
-			strings.Join(decider.PolicyNames(), ", ")))
+		`conditional disaggregation policy as JSON, e.g. '{"policy":"isl_bounding","eff_isl_threshold":2048,"eff_isl_ratio_threshold":0.7}'; policy: one of `+
+			strings.Join(decider.PolicyNames(), ", "))
 	fs.Var(&optFloatValue{}, decider.FlagQueueThreshold,
-		usage(decider.FlagQueueThreshold, "prefill busy threshold as a fraction of max_num_batched_tokens; inherited by the load policies when their config sets none (≥ 0; default unset)"))
+		"prefill busy threshold as a fraction of max_num_batched_tokens; inherited by the load policies when their config sets none (≥ 0; default unset)")
 	fs.Float64(decider.FlagOverlapScoreCredit, d.OverlapScoreCredit,
-		usage(decider.FlagOverlapScoreCredit, "credit per device-cached block in the cost (≥ 0)"))
+		"credit per device-cached block in the cost (≥ 0)")
 	fs.Float64(decider.FlagPrefillLoadScale, d.PrefillLoadScale,
-		usage(decider.FlagPrefillLoadScale, "scale of the prefill term of the cost (≥ 0)"))
+		"scale of the prefill term of the cost (≥ 0)")
 	fs.Float64(decider.FlagTemperature, d.Temperature,
-		usage(decider.FlagTemperature, "softmax temperature of worker selection; 0 picks the lowest cost (≥ 0)"))
+		"softmax temperature of worker selection; 0 picks the lowest cost (≥ 0)")
 	fs.Var(&secondsValue{d: d.ActiveRequestExpiry}, decider.FlagActiveRequestExpiry,
-		usage(decider.FlagActiveRequestExpiry, "event-time expiry of router-side active request accounting, as seconds or a Go duration (> 0)"))
+		"event-time expiry of router-side active request accounting, as seconds or a Go duration (> 0)")
 	return &Flags{fs: fs}
 }
 
