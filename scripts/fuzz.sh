@@ -9,6 +9,10 @@
 # it took a whole short run. Targets whose code runs goroutines (Pebble in
 # FuzzApply) see coverage that varies from run to run, so they find "new"
 # inputs to minimize all the time.
+# With $1 = build, it only compiles each package's fuzzing build (the whole
+# dependency graph instrumented for coverage, a build configuration of its
+# own) into the build cache, so that `make test` can compile it while the
+# race tests leave the CPU partly idle.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 fuzztime=${1:-15s}
@@ -30,6 +34,11 @@ for f in $targets; do
     "$dir") pkg=. ;;
     *) pkg=./${dir#"$mod"/} ;;
   esac
+  if [ "$fuzztime" = build ]; then
+    fn=$(grep -oE '^func Fuzz[A-Za-z0-9_]*' "$f" | sed 's/^func //' | head -1)
+    (cd "$mod" && go test "$pkg" -vet=off -c -o /dev/null -fuzz "^${fn}\$")
+    continue
+  fi
   for fn in $(grep -oE '^func Fuzz[A-Za-z0-9_]*' "$f" | sed 's/^func //'); do
     echo "fuzz $dir $fn for $fuzztime"
     # -vet=off: fuzzing instruments every package, so go test's vet pass

@@ -29,15 +29,13 @@ command -v python3 >/dev/null || { echo "make test: python3 is not installed" >&
 go_modules=(. deployments)
 inmod() { (cd "$1" && shift && "$@"); }
 
-step "Go modules"
-for m in "${go_modules[@]}"; do inmod "$m" go mod download; done
-
-step "go.mod and go.sum tidy"
-for m in "${go_modules[@]}"; do
-  inmod "$m" go mod tidy -diff || { echo "make test: run 'go mod tidy' in $m" >&2; exit 1; }
-done
-
-step "Python test packages"
+# The downloads (Go modules, Python packages, the broker's jars) wait on the
+# network, not the CPU, so they run side by side: the Go modules in the
+# background while the rest installs.
+step "Go modules (in the background), Python test packages"
+gomod_log=$(mktemp)
+(for m in "${go_modules[@]}"; do inmod "$m" go mod download || exit 1; done) >"$gomod_log" 2>&1 &
+gomod_pid=$!
 [ -x .cache/venv/bin/python ] || python3 -m venv .cache/venv
 .cache/venv/bin/pip install -q --disable-pip-version-check -r tests/python/requirements.txt
 
@@ -60,6 +58,13 @@ if [ -z "${PDR_TEST_BROKERS:-}" ]; then
   ./scripts/kafka-local.sh start
   eval "export $(./scripts/kafka-local.sh env)"
 fi
+step "Go modules downloaded; go.mod and go.sum tidy"
+wait "$gomod_pid" || { cat "$gomod_log" >&2; echo "make test: go mod download failed" >&2; exit 1; }
+rm -f "$gomod_log"
+for m in "${go_modules[@]}"; do
+  inmod "$m" go mod tidy -diff || { echo "make test: run 'go mod tidy' in $m" >&2; exit 1; }
+done
+
 echo "PDR_TEST_BROKERS=$PDR_TEST_BROKERS"
 export PDR_TEST_BROKERS
 export PDR_KAFKA_SCRIPT="$root/scripts/kafka-local.sh"
@@ -82,7 +87,8 @@ if [ -n "$unformatted" ]; then echo "gofmt needed: $unformatted" >&2; exit 1; fi
 # the release builds them (the Dockerfile: CGO_ENABLED=0, -trimpath): the
 # deployment checks build the binary that way, and the Python tests run
 # those very builds (PDR_BIN, PDR_EXPORTFIXTURE), so no test compiles a
-# third configuration. None of it shares a package with the race build. The
+# third configuration. The fuzz smoke's instrumented builds (the last step)
+# are compiled then too. None of it shares a package with the race build. The
 # race tests leave the CPU partly idle while they wait on the broker, so
 # this build runs meanwhile at the lowest priority; should it fail, the
 # build before the Python tests reports why.
@@ -95,6 +101,7 @@ warm_builds() {
   renice -n 19 -p "$BASHPID" >/dev/null
   release_build "$bindir/pdrouter" ./cmd/pdrouter
   release_build "$bindir/exportfixture" ./replay/internal/exportfixture
+  ./scripts/fuzz.sh build
 }
 set -m # its own process group, so that cleanup can stop the go commands too
 warm_builds >/dev/null 2>&1 &
