@@ -1,0 +1,344 @@
+package events
+
+import (
+	"errors"
+	"unicode/utf8"
+
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+
+	pb "github.com/pdrouter/pdrouter/events/eventspb"
+)
+
+// Applying a decision record on a replica that did not make it.
+//
+// Every replica applies every decision of its group, so the CPU a replica
+// spends on a peer's decision caps the group (docs/scaling.md): a group
+// of N replicas spends a + (N−1)·p per decision, a on the replica that
+// answered and p on each other one. The candidate table is ~90% of a
+// record's bytes (a row per worker: 160 rows in a fleet of 128 decode and
+// 32 prefill workers) and decoding it into messages was most of p, yet the
+// apply rules read at most a few rows of it: the decode worker's (its
+// block size) and the prefill worker's (its device overlap), and one hash
+// chain, the one at that block size.
+//
+// UnmarshalDecisionForApply therefore decodes the header with the generic
+// decoder, walks the table at the wire level without allocating and
+// decodes only the rows the apply rules read, and decodes only the chain
+// they use. It accepts exactly the values proto.Unmarshal accepts: the
+// rows and chains it does not decode are still checked field by field
+// (well-formed wire data, valid UTF-8 in strings), so a record every
+// replica skips as malformed stays skipped, whichever decoder a replica
+// used. FuzzUnmarshalDecisionForApply holds both properties.
+
+// UnmarshalDecisionForApply decodes a DecisionRecord value as the state's
+// apply rules need it: every field but the candidate table and the hash
+// chains (field 19 and 20) as proto.Unmarshal decodes it; of the table,
+// the rows of the decode worker in the decode pool and of the prefill
+// worker in the prefill pool, in their order; of the chains, all of them
+// when keepChains, else the first at the block size of the first of those
+// decode rows that has one (the first chain when none has).
+func UnmarshalDecisionForApply(v []byte, keepChains bool) (*pb.DecisionRecord, error) {
+	var rows, chains [][]byte // the values of the top-level fields 19 and 20
+	header := make([]byte, 0, min(len(v), 2048))
+	for b := v; len(b) > 0; {
+		num, typ, n := consumeTag(b)
+		if n < 0 {
+			return nil, protowire.ParseError(n)
+		}
+		m := consumeValue(num, typ, b[n:])
+		if m < 0 {
+			return nil, protowire.ParseError(m)
+		}
+		switch {
+		case num == decisionCandidatesField && typ == protowire.BytesType:
+			val, _ := protowire.ConsumeBytes(b[n:])
+			rows = append(rows, val)
+		case num == decisionChainsField && typ == protowire.BytesType:
+			val, _ := protowire.ConsumeBytes(b[n:])
+			chains = append(chains, val)
+		default:
+			// Another field, or field 19/20 with a wire type the generic
+			// decoder keeps as an unknown field: the header decoder sees it
+			// as the generic one would.
+			header = append(header, b[:n+m]...)
+		}
+		b = b[n+m:]
+	}
+	d := &pb.DecisionRecord{}
+	if err := proto.Unmarshal(header, d); err != nil {
+		return nil, err
+	}
+	dw, pw := d.GetDecodeWorker(), d.GetPrefillWorker()
+	bs := uint32(0)
+	for _, row := range rows {
+		var who rowIdentity
+		if !wellFormed(row, candidateShape, &who) {
+			return nil, errBulkMalformed
+		}
+		decodeRow := who.pool == pb.Pool_POOL_DECODE && who.is(dw)
+		prefillRow := pw != nil && who.pool == pb.Pool_POOL_PREFILL && who.is(pw)
+		if !decodeRow && !prefillRow {
+			continue
+		}
+		c := &pb.Candidate{}
+		if err := proto.Unmarshal(row, c); err != nil {
+			return nil, err // unreachable: wellFormed checked it
+		}
+		if decodeRow && bs == 0 {
+			bs = c.GetBlockSize()
+		}
+		d.Candidates = append(d.Candidates, c)
+	}
+	picked := false
+	for _, val := range chains {
+		if !wellFormed(val, hashChainShape, nil) {
+			return nil, errBulkMalformed
+		}
+		if picked || (!keepChains && bs != 0 && hashChainBlockSize(val) != bs) {
+			continue
+		}
+		c := &pb.HashChain{}
+		if err := proto.Unmarshal(val, c); err != nil {
+			return nil, err // unreachable: wellFormed checked it
+		}
+		d.Chains = append(d.Chains, c)
+		picked = !keepChains
+	}
+	return d, nil
+}
+
+// rowIdentity is a Candidate's pool and worker, read from its encoding by
+// wellFormed with the generic decoder's rules: the last value of a scalar
+// wins, the occurrences of a message field merge.
+type rowIdentity struct {
+	pool pb.Pool
+	id   []byte
+	rank uint32
+}
+
+func (r *rowIdentity) is(w *pb.WorkerRef) bool {
+	return string(r.id) == w.GetWorkerId() && r.rank == w.GetDpRank()
+}
+
+// workerRef reads the fields of a well-formed WorkerRef into r.
+func (r *rowIdentity) workerRef(b []byte) {
+	for len(b) > 0 {
+		num, typ, n := consumeTag(b)
+		b = b[n:]
+		m := consumeValue(num, typ, b)
+		switch {
+		case num == 1 && typ == protowire.BytesType:
+			r.id, _ = protowire.ConsumeBytes(b)
+		case num == 2 && typ == protowire.VarintType:
+			x, _ := protowire.ConsumeVarint(b)
+			r.rank = uint32(x)
+		}
+		b = b[m:]
+	}
+}
+
+// consumeTag is protowire.ConsumeTag with a fast path for the one-byte
+// tags (field numbers below 16) that make up the table.
+func consumeTag(b []byte) (protowire.Number, protowire.Type, int) {
+	if len(b) > 0 && b[0] < 0x80 && b[0]>>3 != 0 {
+		return protowire.Number(b[0] >> 3), protowire.Type(b[0] & 7), 1
+	}
+	return protowire.ConsumeTag(b)
+}
+
+// consumeValue is protowire.ConsumeFieldValue with fast paths for the
+// common short values.
+func consumeValue(num protowire.Number, typ protowire.Type, b []byte) int {
+	switch typ {
+	case protowire.VarintType:
+		if len(b) > 0 && b[0] < 0x80 {
+			return 1
+		}
+	case protowire.Fixed64Type:
+		if len(b) >= 8 {
+			return 8
+		}
+	case protowire.Fixed32Type:
+		if len(b) >= 4 {
+			return 4
+		}
+	case protowire.BytesType:
+		if len(b) > 0 && b[0] < 0x80 && int(b[0]) < len(b) {
+			return 1 + int(b[0])
+		}
+	}
+	return protowire.ConsumeFieldValue(num, typ, b)
+}
+
+var (
+	candidateShape   = shapeOf((&pb.Candidate{}).ProtoReflect().Descriptor())
+	hashChainShape   = shapeOf((&pb.HashChain{}).ProtoReflect().Descriptor())
+	errBulkMalformed = errors.New("proto: the candidate table or the hash chains hold invalid wire-format data or invalid UTF-8")
+)
+
+// hashChainBlockSize reads a well-formed HashChain's block_size (field 1,
+// last value wins).
+func hashChainBlockSize(val []byte) uint32 {
+	bs := uint32(0)
+	for b := val; len(b) > 0; {
+		num, typ, n := protowire.ConsumeTag(b)
+		b = b[n:]
+		if num == 1 && typ == protowire.VarintType {
+			x, _ := protowire.ConsumeVarint(b)
+			bs = uint32(x)
+		}
+		b = b[protowire.ConsumeFieldValue(num, typ, b):]
+	}
+	return bs
+}
+
+// wellFormed reports whether proto.Unmarshal would accept b as a message
+// of shape sh, without building it: each field well-formed on the wire,
+// known fields of their expected wire type checked as their kind (strings
+// valid UTF-8, packed lists whole, nested messages recursively), others
+// skipped as unknown fields are.
+//
+// With who, it also reads a Candidate's identity: its field 2 (pool) and
+// the WorkerRef of its field 1.
+func wellFormed(b []byte, sh *wireShape, who *rowIdentity) bool {
+	for len(b) > 0 {
+		// consumeTag and consumeValue, by hand: the walk is most of the
+		// cost and they do not inline.
+		var num protowire.Number
+		var typ protowire.Type
+		if c := b[0]; c < 0x80 && c>>3 != 0 {
+			num, typ, b = protowire.Number(c>>3), protowire.Type(c&7), b[1:]
+		} else {
+			var n int
+			if num, typ, n = protowire.ConsumeTag(b); n < 0 {
+				return false
+			}
+			b = b[n:]
+		}
+		m := -1
+		switch {
+		case typ == protowire.VarintType:
+			// Up to 9 bytes a varint cannot overflow; past them, or cut
+			// short, protowire says how it fails.
+			for i := 0; i < len(b) && i < 9; i++ {
+				if b[i] < 0x80 {
+					m = i + 1
+					break
+				}
+			}
+			if m < 0 {
+				if m = protowire.ConsumeFieldValue(num, typ, b); m < 0 {
+					return false
+				}
+			}
+		case typ == protowire.Fixed64Type && len(b) >= 8:
+			m = 8
+		case typ == protowire.Fixed32Type && len(b) >= 4:
+			m = 4
+		case typ == protowire.BytesType && len(b) > 0 && b[0] < 0x80 && int(b[0]) < len(b):
+			m = 1 + int(b[0])
+		default:
+			if m = protowire.ConsumeFieldValue(num, typ, b); m < 0 {
+				return false
+			}
+		}
+		if typ == protowire.BytesType && int(num) < len(sh.fields) {
+			if f := &sh.fields[num]; f.check != checkNone {
+				val, _ := protowire.ConsumeBytes(b)
+				if !f.wellFormed(val) {
+					return false
+				}
+				if who != nil && num == 1 {
+					who.workerRef(val)
+				}
+			}
+		} else if who != nil && num == 2 && typ == protowire.VarintType {
+			x, _ := protowire.ConsumeVarint(b)
+			who.pool = pb.Pool(int32(x))
+		}
+		b = b[m:]
+	}
+	return true
+}
+
+// wireShape is what wellFormed needs of a message descriptor, indexed by
+// field number: resolved once, since a descriptor lookup per field cost
+// more than the walk itself.
+type wireShape struct {
+	fields []fieldShape
+}
+
+type fieldShape struct {
+	check fieldCheck
+	msg   *wireShape // checkMessage
+}
+
+type fieldCheck uint8
+
+const (
+	checkNone         fieldCheck = iota // bytes, or a scalar sent length-delimited: an unknown field
+	checkString                         // valid UTF-8
+	checkMessage                        // recursively
+	checkPacked32                       // whole fixed32 elements
+	checkPacked64                       // whole fixed64 elements
+	checkPackedVarint                   // whole varint elements
+)
+
+func (f *fieldShape) wellFormed(val []byte) bool {
+	switch f.check {
+	case checkString:
+		return utf8.Valid(val)
+	case checkMessage:
+		return wellFormed(val, f.msg, nil)
+	case checkPacked32:
+		return len(val)%4 == 0
+	case checkPacked64:
+		return len(val)%8 == 0
+	case checkPackedVarint:
+		for len(val) > 0 {
+			_, n := protowire.ConsumeVarint(val)
+			if n < 0 {
+				return false
+			}
+			val = val[n:]
+		}
+	}
+	return true
+}
+
+// shapeOf resolves md's shape. The schema has no recursive message, so the
+// recursion ends.
+func shapeOf(md protoreflect.MessageDescriptor) *wireShape {
+	fds := md.Fields()
+	maxNum := 0
+	for i := range fds.Len() {
+		maxNum = max(maxNum, int(fds.Get(i).Number()))
+	}
+	sh := &wireShape{fields: make([]fieldShape, maxNum+1)}
+	for i := range fds.Len() {
+		fd := fds.Get(i)
+		f := &sh.fields[fd.Number()]
+		switch fd.Kind() {
+		case protoreflect.MessageKind:
+			f.check, f.msg = checkMessage, shapeOf(fd.Message())
+		case protoreflect.StringKind:
+			f.check = checkString
+		case protoreflect.BytesKind, protoreflect.GroupKind:
+		case protoreflect.Fixed32Kind, protoreflect.Sfixed32Kind, protoreflect.FloatKind:
+			if fd.IsList() {
+				f.check = checkPacked32
+			}
+		case protoreflect.Fixed64Kind, protoreflect.Sfixed64Kind, protoreflect.DoubleKind:
+			if fd.IsList() {
+				f.check = checkPacked64
+			}
+		default:
+			if fd.IsList() {
+				f.check = checkPackedVarint
+			}
+		}
+	}
+	return sh
+}

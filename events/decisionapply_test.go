@@ -1,0 +1,218 @@
+package events
+
+import (
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+
+	pb "github.com/pdrouter/pdrouter/events/eventspb"
+	"github.com/pdrouter/pdrouter/events/eventstest"
+)
+
+// forApplyOf is the definition UnmarshalDecisionForApply must meet, written
+// over a whole decoded record: the header, the decode worker's decode rows
+// and the prefill worker's prefill rows, and the chains the apply rules
+// read.
+func forApplyOf(t *testing.T, v []byte, full *pb.DecisionRecord, keepChains bool) *pb.DecisionRecord {
+	t.Helper()
+	// A decoded copy, not proto.Clone: Clone turns a -0 double into +0.
+	w := &pb.DecisionRecord{}
+	if err := proto.Unmarshal(v, w); err != nil {
+		t.Fatal(err)
+	}
+	w.Candidates, w.Chains = nil, nil
+	dw, pw := full.GetDecodeWorker(), full.GetPrefillWorker()
+	bs := uint32(0)
+	for _, c := range full.GetCandidates() {
+		cw := c.GetWorker()
+		isDecode := c.GetPool() == pb.Pool_POOL_DECODE && cw.GetWorkerId() == dw.GetWorkerId() && cw.GetDpRank() == dw.GetDpRank()
+		isPrefill := pw != nil && c.GetPool() == pb.Pool_POOL_PREFILL && cw.GetWorkerId() == pw.GetWorkerId() && cw.GetDpRank() == pw.GetDpRank()
+		if isDecode && bs == 0 {
+			bs = c.GetBlockSize()
+		}
+		if isDecode || isPrefill {
+			w.Candidates = append(w.Candidates, c)
+		}
+	}
+	for _, c := range full.GetChains() {
+		if keepChains {
+			w.Chains = append(w.Chains, c)
+		} else if bs == 0 || c.GetBlockSize() == bs {
+			w.Chains = append(w.Chains, c)
+			break
+		}
+	}
+	return w
+}
+
+// checkForApply compares UnmarshalDecisionForApply with proto.Unmarshal
+// and forApplyOf on one value.
+func checkForApply(t *testing.T, v []byte) {
+	t.Helper()
+	full := &pb.DecisionRecord{}
+	errFull := proto.Unmarshal(v, full)
+	for _, keep := range []bool{false, true} {
+		got, err := UnmarshalDecisionForApply(v, keep)
+		if (err == nil) != (errFull == nil) {
+			t.Fatalf("keepChains %v: UnmarshalDecisionForApply err %v, proto.Unmarshal err %v, on %x", keep, err, errFull, v)
+		}
+		if err != nil {
+			continue
+		}
+		if want := forApplyOf(t, v, full, keep); !proto.Equal(got, want) {
+			t.Fatalf("keepChains %v: the partial record differs from the definition's on %x", keep, v)
+		}
+		// The stored header is the same whichever decoder read the record.
+		h1, err1 := MarshalDecisionHeader(got, keep)
+		h2, err2 := MarshalDecisionHeader(full, keep)
+		if (err1 == nil) != (err2 == nil) || string(h1) != string(h2) {
+			t.Fatalf("keepChains %v: headers differ: %x (%v) vs %x (%v)", keep, h1, err1, h2, err2)
+		}
+	}
+}
+
+// TestUnmarshalDecisionForApply: on the samples and random records (any
+// worker matching, several block sizes, rows of both pools), the partial
+// decode is the definition's.
+func TestUnmarshalDecisionForApply(t *testing.T) {
+	rng := rand.New(rand.NewPCG(11, 13))
+	records := decisionCorpus(rng, 3000)
+	// A fleet-sized record whose prefill worker is in the table, with a
+	// second chain at another block size ahead of the decode worker's.
+	big := eventstest.Decision(128, 32, 1000)
+	big.Mode, big.PrefillWorker = "remote", &pb.WorkerRef{WorkerId: big.GetCandidates()[140].GetWorker().GetWorkerId()}
+	big.DecodeWorker = big.GetCandidates()[77].GetWorker()
+	big.Chains = append([]*pb.HashChain{{BlockSize: 32, BlockHashes: []uint64{1, 2, 3}}}, big.Chains...)
+	records = append(records, big)
+	for _, d := range records {
+		v, err := marshal.Marshal(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkForApply(t, v)
+	}
+	got, err := UnmarshalDecisionForApply(mustMarshal(t, big), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got.GetCandidates()) != 2 || len(got.GetChains()) != 1 || got.GetChains()[0].GetBlockSize() != 16 {
+		t.Fatalf("kept %d rows and %d chains (block size %d): want 2 rows and the block-size-16 chain",
+			len(got.GetCandidates()), len(got.GetChains()), got.GetChains()[0].GetBlockSize())
+	}
+}
+
+func mustMarshal(t testing.TB, d *pb.DecisionRecord) []byte {
+	v, err := marshal.Marshal(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// TestUnmarshalDecisionForApplyRefusesWhatProtoRefuses: a record whose
+// bulk (which the partial decoder does not build) is malformed is refused
+// as proto.Unmarshal refuses it: invalid UTF-8 in a row's worker id or its
+// excluded reason, a cut packed chain, a cut nested message.
+func TestUnmarshalDecisionForApplyRefusesWhatProtoRefuses(t *testing.T) {
+	d := eventstest.Decision(4, 2, 8)
+	base := mustMarshal(t, d)
+	row := func(b []byte) []byte {
+		return protowire.AppendBytes(protowire.AppendTag(nil, decisionCandidatesField, protowire.BytesType), b)
+	}
+	chain := func(b []byte) []byte {
+		return protowire.AppendBytes(protowire.AppendTag(nil, decisionChainsField, protowire.BytesType), b)
+	}
+	badUTF8 := []byte{0xff, 0xfe}
+	ref := protowire.AppendBytes(protowire.AppendTag(nil, 1, protowire.BytesType), badUTF8)
+	cases := map[string][]byte{
+		"worker id":     row(protowire.AppendBytes(protowire.AppendTag(nil, 1, protowire.BytesType), ref)),
+		"excluded":      row(protowire.AppendBytes(protowire.AppendTag(nil, 4, protowire.BytesType), badUTF8)),
+		"packed chain":  chain(protowire.AppendBytes(protowire.AppendTag(nil, 2, protowire.BytesType), make([]byte, 12))),
+		"nested cut":    row(append(protowire.AppendTag(nil, 1, protowire.BytesType), 5, 0x0a)),
+		"varint in row": row(append(protowire.AppendTag(nil, 6, protowire.VarintType), 0xff)),
+	}
+	for name, tail := range cases {
+		v := append(append([]byte{}, base...), tail...)
+		if err := proto.Unmarshal(v, &pb.DecisionRecord{}); err == nil {
+			t.Fatalf("%s: the case is not malformed for proto.Unmarshal", name)
+		}
+		if _, err := UnmarshalDecisionForApply(v, false); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+		checkForApply(t, v)
+	}
+	// A row of the wrong wire type is an unknown field to both.
+	checkForApply(t, append(append([]byte{}, base...), protowire.AppendVarint(protowire.AppendTag(nil, decisionCandidatesField, protowire.VarintType), 3)...))
+}
+
+// TestDecodeForApply: the envelope checks are Decode's, and a decision is
+// Partial.
+func TestDecodeForApply(t *testing.T) {
+	d := eventstest.Decision(128, 32, 100)
+	d.DecodeWorker = d.GetCandidates()[5].GetWorker()
+	r, err := NewRecord(Names{}, []byte("decode-1"), d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	env, err := DecodeForApply(Names{}, r, false)
+	if err != nil || !env.Partial || len(env.Message.(*pb.DecisionRecord).GetCandidates()) != 1 {
+		t.Fatalf("env %+v err %v", env, err)
+	}
+	r.Headers = nil
+	if _, err := DecodeForApply(Names{}, r, false); err == nil {
+		t.Fatal("a record without its schema header was accepted")
+	}
+	o, err := NewRecord(Names{}, []byte("decode-1"), &pb.OutcomeEvent{RequestId: "r", Kind: pb.OutcomeEvent_KIND_COMPLETED, EventTimeUnixNano: time.Now().UnixNano()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if env, err := DecodeForApply(Names{}, o, false); err != nil || env.Partial {
+		t.Fatalf("outcome: env %+v err %v", env, err)
+	}
+}
+
+// FuzzUnmarshalDecisionForApply: on any value, the partial decoder accepts
+// exactly what proto.Unmarshal accepts, and gives the definition's record.
+func FuzzUnmarshalDecisionForApply(f *testing.F) {
+	rng := rand.New(rand.NewPCG(17, 19))
+	for _, d := range decisionCorpus(rng, 30) {
+		v, err := marshal.Marshal(d)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(v)
+	}
+	f.Add([]byte{0x9a, 0x01, 0x03, 0x0a, 0x01, 0xff})
+	f.Fuzz(func(t *testing.T, v []byte) {
+		checkForApply(t, v)
+	})
+}
+
+// BenchmarkDecodeDecision: a fleet-sized record (128 decode + 32 prefill
+// rows, a 1,000-block chain) decoded whole and for apply.
+func BenchmarkDecodeDecision(b *testing.B) {
+	r, err := NewRecord(Names{}, []byte("decode-1"), eventstest.Decision(128, 32, 1000))
+	if err != nil {
+		b.Fatal(err)
+	}
+	r.Topic = Names{}.Physical(TopicDecisions)
+	b.Run("whole", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := Decode(Names{}, r); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("apply", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := DecodeForApply(Names{}, r, false); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
