@@ -20,7 +20,7 @@ import (
 
 const perfDecode, perfPrefill = 128, 32
 
-func perfHarness(b *testing.B) *harness {
+func perfHarness(b testing.TB) *harness {
 	b.Helper()
 	h := newHarness(b, 16)
 	var recs []*kgo.Record

@@ -73,7 +73,10 @@ import (
 // lowest decision id (byte order) is the request's, on every replica.
 
 type decisionLog struct {
-	pending    map[string]*pb.DecisionRecord
+	// pending: whole records (this replica's own, read back) or, for a
+	// peer's decision decoded for apply (events.DecodeForApply), its header
+	// and position, as Pebble serves it after the commit.
+	pending    map[string]StoredDecision
 	pendingReq map[string][]string // request id → pending decision ids
 	pendingDue decisionHeap        // pending decisions by event time, for the sweep
 
@@ -97,7 +100,7 @@ type decisionLog struct {
 
 func newDecisionLog() *decisionLog {
 	return &decisionLog{
-		pending: map[string]*pb.DecisionRecord{}, pendingReq: map[string][]string{},
+		pending: map[string]StoredDecision{}, pendingReq: map[string][]string{},
 		local: map[string]*pb.DecisionRecord{}, localReq: map[string][]string{}, localValue: map[string][]byte{},
 		nextExpiry: math.MinInt64,
 	}
@@ -119,7 +122,10 @@ func (st *state) decisionPresent(d *pb.DecisionRecord) bool {
 // applyDecisionLog is the apply rule of a decision record for lookups
 // (and, in approximate mode, its predicted cache entries, approx.go).
 // partition and offset are the record's position on the decisions topic.
-func (st *state) applyDecisionLog(b *pebble.Batch, d *pb.DecisionRecord, partition int32, offset int64) {
+// partial: d was decoded for apply (events.DecodeForApply) and holds a
+// few rows and chains beyond its header; once applied it is cut to the
+// header, which is what lookups are then served.
+func (st *state) applyDecisionLog(b *pebble.Batch, d *pb.DecisionRecord, partition int32, offset int64, partial bool) {
 	dl := st.dec
 	id, req := d.GetDecisionId(), d.GetRequestId()
 	st.dropLocalDecision(id) // read back: the log copy serves from now on
@@ -138,10 +144,20 @@ func (st *state) applyDecisionLog(b *pebble.Batch, d *pb.DecisionRecord, partiti
 	if _, ok := dl.pending[id]; !ok {
 		dl.pendingReq[req] = append(dl.pendingReq[req], id)
 	}
-	dl.pending[id] = d
 	heap.Push(&dl.pendingDue, decisionDue{at: tD, id: id})
 	dl.nextExpiry = min(dl.nextExpiry, addSat(tD, st.act.cfg.decisionRetention))
 	st.predictDecision(d)
+	if !partial {
+		dl.pending[id] = inMemory(d)
+		return
+	}
+	// The apply rules are done with the rows; the chain active accounting
+	// keeps is its own slice.
+	d.Candidates = nil
+	if st.act.cfg.approxTTL <= 0 {
+		d.Chains = nil
+	}
+	dl.pending[id] = StoredDecision{Record: d, Partition: partition, Offset: offset}
 }
 
 func deleteDecisionKeys(b *pebble.Batch, tD int64, id, req string) {
@@ -158,7 +174,7 @@ func removeID(ids []string, id string) []string {
 }
 
 func (dl *decisionLog) dropPending(id string) {
-	d := dl.pending[id]
+	d := dl.pending[id].Record
 	if d == nil {
 		return
 	}
@@ -179,8 +195,8 @@ func (dl *decisionLog) dropPending(id string) {
 // committed.
 func (dl *decisionLog) committed(cache *decisionCache) {
 	for _, due := range dl.pendingDue {
-		if d := dl.pending[due.id]; d != nil {
-			cache.put(due.id, inMemory(d))
+		if sd := dl.pending[due.id]; sd.Record != nil {
+			cache.put(due.id, sd)
 		}
 	}
 	clear(dl.pending)
@@ -223,7 +239,7 @@ func (s *Store) sweepDecisions(b *pebble.Batch) {
 	}
 	for len(dl.pendingDue) > 0 && addSat(dl.pendingDue[0].at, ret) <= now {
 		it := heap.Pop(&dl.pendingDue).(decisionDue)
-		if d := dl.pending[it.id]; d != nil && d.GetDecidedAtUnixNano() == it.at {
+		if d := dl.pending[it.id].Record; d != nil && d.GetDecidedAtUnixNano() == it.at {
 			deleteDecisionKeys(b, it.at, it.id, d.GetRequestId())
 			dl.dropPending(it.id)
 		}
@@ -330,18 +346,18 @@ func (s *Store) decisionStored(id string) bool {
 func (s *Store) Decision(id string) (StoredDecision, bool) {
 	s.mu.RLock()
 	st := s.st
-	d := st.dec.local[id]
-	if d == nil {
-		d = st.dec.pending[id]
+	sd, ok := st.dec.pending[id]
+	if d := st.dec.local[id]; d != nil {
+		sd, ok = inMemory(d), true
 	}
-	if d != nil {
-		ok := st.decisionPresent(d)
+	if ok {
+		present := st.decisionPresent(sd.Record)
 		s.mu.RUnlock()
-		return inMemory(d), ok
+		return sd, present
 	}
 	now := st.reqNow
 	s.mu.RUnlock()
-	sd, ok := s.loadDecision(id)
+	sd, ok = s.loadDecision(id)
 	if !ok || addSat(sd.Record.GetDecidedAtUnixNano(), s.opts.DecisionRetention.Nanoseconds()) <= now {
 		return StoredDecision{}, false
 	}
@@ -360,15 +376,15 @@ func inMemory(d *pb.DecisionRecord) StoredDecision {
 // Decision, a committed decision comes back as its header and position.
 func (s *Store) DecisionForRequest(requestID string) (StoredDecision, bool) {
 	mem, stored, ok := s.forRequest(requestID)
-	if ok && (mem == nil || stored.DecisionID < mem.GetDecisionId()) {
+	if ok && (mem.Record == nil || stored.DecisionID < mem.Record.GetDecisionId()) {
 		if sd, ok := s.loadDecision(stored.DecisionID); ok {
 			return sd, true
 		}
 	}
-	if mem == nil {
+	if mem.Record == nil {
 		return StoredDecision{}, false
 	}
-	return inMemory(mem), true
+	return mem, true
 }
 
 // DecisionRef names a decision and the workers it chose: what a lifecycle
@@ -385,7 +401,8 @@ type DecisionRef struct {
 // left the records cache) costs one index seek, not a record read and
 // decode. The refs are shared and read-only.
 func (s *Store) DecisionRefForRequest(requestID string) (DecisionRef, bool) {
-	mem, stored, ok := s.forRequest(requestID)
+	sd, stored, ok := s.forRequest(requestID)
+	mem := sd.Record
 	if ok && (mem == nil || stored.DecisionID < mem.GetDecisionId()) {
 		return stored, true
 	}
@@ -399,16 +416,19 @@ func (s *Store) DecisionRefForRequest(requestID string) (DecisionRef, bool) {
 // lowest-id present decision in memory (this replica's own, and those
 // applied but not committed yet), and the first present entry of the
 // request index in Pebble.
-func (s *Store) forRequest(requestID string) (mem *pb.DecisionRecord, stored DecisionRef, storedOK bool) {
+func (s *Store) forRequest(requestID string) (mem StoredDecision, stored DecisionRef, storedOK bool) {
 	s.mu.RLock()
 	st := s.st
-	consider := func(d *pb.DecisionRecord) {
-		if d != nil && st.decisionPresent(d) && (mem == nil || d.GetDecisionId() < mem.GetDecisionId()) {
-			mem = d
+	consider := func(sd StoredDecision) {
+		d := sd.Record
+		if d != nil && st.decisionPresent(d) && (mem.Record == nil || d.GetDecisionId() < mem.Record.GetDecisionId()) {
+			mem = sd
 		}
 	}
 	for _, id := range st.dec.localReq[requestID] {
-		consider(st.dec.local[id])
+		if d := st.dec.local[id]; d != nil {
+			consider(inMemory(d))
+		}
 	}
 	for _, id := range st.dec.pendingReq[requestID] {
 		consider(st.dec.pending[id])
