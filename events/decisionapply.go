@@ -40,7 +40,8 @@ import (
 // when keepChains, else the first at the block size of the first of those
 // decode rows that has one (the first chain when none has).
 func UnmarshalDecisionForApply(v []byte, keepChains bool) (*pb.DecisionRecord, error) {
-	var rows, chains [][]byte // the values of the top-level fields 19 and 20
+	// First pass: the header, whose workers say which rows to keep (a
+	// hostile record may put them after the table).
 	header := make([]byte, 0, min(len(v), 2048))
 	for b := v; len(b) > 0; {
 		num, typ, n := consumeTag(b)
@@ -51,17 +52,9 @@ func UnmarshalDecisionForApply(v []byte, keepChains bool) (*pb.DecisionRecord, e
 		if m < 0 {
 			return nil, protowire.ParseError(m)
 		}
-		switch {
-		case num == decisionCandidatesField && typ == protowire.BytesType:
-			val, _ := protowire.ConsumeBytes(b[n:])
-			rows = append(rows, val)
-		case num == decisionChainsField && typ == protowire.BytesType:
-			val, _ := protowire.ConsumeBytes(b[n:])
-			chains = append(chains, val)
-		default:
-			// Another field, or field 19/20 with a wire type the generic
-			// decoder keeps as an unknown field: the header decoder sees it
-			// as the generic one would.
+		if !isBulk(num, typ) {
+			// Field 19/20 of another wire type is an unknown field to the
+			// generic decoder: the header decoder sees it as that one does.
 			header = append(header, b[:n+m]...)
 		}
 		b = b[n+m:]
@@ -70,11 +63,37 @@ func UnmarshalDecisionForApply(v []byte, keepChains bool) (*pb.DecisionRecord, e
 	if err := proto.Unmarshal(header, d); err != nil {
 		return nil, err
 	}
+	// Second pass: the table and the chains, well-formed (the first pass
+	// checked their framing), in their order.
 	dw, pw := d.GetDecodeWorker(), d.GetPrefillWorker()
 	bs := uint32(0)
-	for _, row := range rows {
+	var chains []byte // the chains field values, still framed, when !keepChains
+	for b := v; len(b) > 0; {
+		num, typ, n := consumeTag(b)
+		m := consumeValue(num, typ, b[n:])
+		field := b[:n+m]
+		b = b[n+m:]
+		if !isBulk(num, typ) {
+			continue
+		}
+		val, _ := protowire.ConsumeBytes(field[n:])
+		if num == decisionChainsField {
+			if !wellFormed(val, hashChainShape, nil) {
+				return nil, errBulkMalformed
+			}
+			if keepChains {
+				if err := appendChain(d, val); err != nil {
+					return nil, err
+				}
+			} else if chains == nil {
+				chains = field[:len(field):len(field)]
+			} else {
+				chains = append(chains, field...)
+			}
+			continue
+		}
 		var who rowIdentity
-		if !wellFormed(row, candidateShape, &who) {
+		if !wellFormed(val, candidateShape, &who) {
 			return nil, errBulkMalformed
 		}
 		decodeRow := who.pool == pb.Pool_POOL_DECODE && who.is(dw)
@@ -83,7 +102,7 @@ func UnmarshalDecisionForApply(v []byte, keepChains bool) (*pb.DecisionRecord, e
 			continue
 		}
 		c := &pb.Candidate{}
-		if err := proto.Unmarshal(row, c); err != nil {
+		if err := proto.Unmarshal(val, c); err != nil {
 			return nil, err // unreachable: wellFormed checked it
 		}
 		if decodeRow && bs == 0 {
@@ -91,22 +110,34 @@ func UnmarshalDecisionForApply(v []byte, keepChains bool) (*pb.DecisionRecord, e
 		}
 		d.Candidates = append(d.Candidates, c)
 	}
-	picked := false
-	for _, val := range chains {
-		if !wellFormed(val, hashChainShape, nil) {
-			return nil, errBulkMalformed
+	// The chain the apply rules read: the first at bs (the first of all
+	// when bs is 0). Chains were collected until the rows were all seen,
+	// since a row may follow them.
+	for b := chains; len(b) > 0; {
+		_, _, n := consumeTag(b)
+		val, m := protowire.ConsumeBytes(b[n:])
+		b = b[n+m:]
+		if bs == 0 || hashChainBlockSize(val) == bs {
+			return d, appendChain(d, val)
 		}
-		if picked || (!keepChains && bs != 0 && hashChainBlockSize(val) != bs) {
-			continue
-		}
-		c := &pb.HashChain{}
-		if err := proto.Unmarshal(val, c); err != nil {
-			return nil, err // unreachable: wellFormed checked it
-		}
-		d.Chains = append(d.Chains, c)
-		picked = !keepChains
 	}
 	return d, nil
+}
+
+// isBulk reports whether a top-level field is a row of the table or a
+// chain, as the generic decoder reads them.
+func isBulk(num protowire.Number, typ protowire.Type) bool {
+	return (num == decisionCandidatesField || num == decisionChainsField) && typ == protowire.BytesType
+}
+
+// appendChain decodes a well-formed HashChain into d's chains.
+func appendChain(d *pb.DecisionRecord, val []byte) error {
+	c := &pb.HashChain{}
+	if err := proto.Unmarshal(val, c); err != nil {
+		return err // unreachable: wellFormed checked it
+	}
+	d.Chains = append(d.Chains, c)
+	return nil
 }
 
 // rowIdentity is a Candidate's pool and worker, read from its encoding by
