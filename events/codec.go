@@ -129,8 +129,10 @@ type Envelope struct {
 	// Message is the decoded value; nil for a tombstone.
 	Message proto.Message
 	// Partial: Message is a DecisionRecord decoded by DecodeForApply, which
-	// leaves out the candidate rows and hash chains no apply rule reads.
+	// holds only what the apply rules read (UnmarshalDecisionForApply), and
+	// Header is the record's header, encoded.
 	Partial bool
+	Header  []byte
 }
 
 // Tombstone reports whether the record deregisters a worker.
@@ -145,14 +147,15 @@ func Decode(names Names, r *kgo.Record) (*Envelope, error) {
 
 // DecodeForApply is Decode for a replica that applies the record to its
 // state and keeps no more of it than its header: a DecisionRecord is
-// decoded by UnmarshalDecisionForApply (keepChains as there), without the
-// rows and chains the apply rules never read, and its Envelope is Partial.
-// It accepts and refuses exactly the records Decode does.
+// decoded by UnmarshalDecisionForApply (keepChains as there), only as far
+// as the apply rules read it, and its Envelope is Partial, with the
+// record's header as bytes. It accepts and refuses exactly the records
+// Decode does.
 func DecodeForApply(names Names, r *kgo.Record, keepChains bool) (*Envelope, error) {
-	return decode(names, r, func(v []byte) (*pb.DecisionRecord, error) { return UnmarshalDecisionForApply(v, keepChains) })
+	return decode(names, r, func(v []byte) (*pb.DecisionRecord, []byte, error) { return UnmarshalDecisionForApply(v, keepChains) })
 }
 
-func decode(names Names, r *kgo.Record, decision func([]byte) (*pb.DecisionRecord, error)) (*Envelope, error) {
+func decode(names Names, r *kgo.Record, decision func([]byte) (*pb.DecisionRecord, []byte, error)) (*Envelope, error) {
 	t, ok := names.Logical(r.Topic)
 	if !ok {
 		return nil, &DecodeError{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Kind: ErrWrongTopic,
@@ -193,11 +196,11 @@ func decode(names Names, r *kgo.Record, decision func([]byte) (*pb.DecisionRecor
 	}
 	var m proto.Message
 	if decision != nil && name == decisionRecordName {
-		d, err := decision(r.Value)
+		d, header, err := decision(r.Value)
 		if err != nil {
 			return fail(ErrMalformed, string(schema), err)
 		}
-		m, env.Partial = d, true
+		m, env.Partial, env.Header = d, true, header
 	} else {
 		m = newMessage(name)
 		if err := proto.Unmarshal(r.Value, m); err != nil {

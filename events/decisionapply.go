@@ -18,50 +18,63 @@ import (
 // of N replicas spends a + (N−1)·p per decision, a on the replica that
 // answered and p on each other one. The candidate table is ~90% of a
 // record's bytes (a row per worker: 160 rows in a fleet of 128 decode and
-// 32 prefill workers) and decoding it into messages was most of p, yet the
-// apply rules read at most a few rows of it: the decode worker's (its
-// block size) and the prefill worker's (its device overlap), and one hash
-// chain, the one at that block size.
+// 32 prefill workers), the header holds a watermark of every partition,
+// and decoding both into messages was most of p; yet the apply rules read
+// ten scalar fields, at most a few rows (the decode worker's, for its
+// block size, and the prefill worker's, for its device overlap) and one
+// hash chain, the one at that block size. What a replica stores of the
+// record, its header, it can take from the record's bytes as they are.
 //
-// UnmarshalDecisionForApply therefore decodes the header with the generic
-// decoder, walks the table at the wire level without allocating and
-// decodes only the rows the apply rules read, and decodes only the chain
-// they use. It accepts exactly the values proto.Unmarshal accepts: the
-// rows and chains it does not decode are still checked field by field
-// (well-formed wire data, valid UTF-8 in strings), so a record every
-// replica skips as malformed stays skipped, whichever decoder a replica
-// used. FuzzUnmarshalDecisionForApply holds both properties.
+// UnmarshalDecisionForApply therefore decodes those fields, rows and chain
+// only, and returns the header as bytes. It accepts exactly the values
+// proto.Unmarshal accepts: what it does not decode is still checked field
+// by field (well-formed wire data, valid UTF-8 in strings), so a record
+// every replica skips as malformed stays skipped, whichever decoder a
+// replica used. FuzzUnmarshalDecisionForApply holds these properties.
 
 // UnmarshalDecisionForApply decodes a DecisionRecord value as the state's
-// apply rules need it: every field but the candidate table and the hash
-// chains (field 19 and 20) as proto.Unmarshal decodes it; of the table,
-// the rows of the decode worker in the decode pool and of the prefill
-// worker in the prefill pool, in their order; of the chains, all of them
-// when keepChains, else the first at the block size of the first of those
-// decode rows that has one (the first chain when none has).
-func UnmarshalDecisionForApply(v []byte, keepChains bool) (*pb.DecisionRecord, error) {
-	// First pass: the header, whose workers say which rows to keep (a
-	// hostile record may put them after the table).
-	header := make([]byte, 0, min(len(v), 2048))
+// apply rules need it. The record it returns holds:
+//
+//   - the fields the apply rules and validation read (ApplyFields), as
+//     proto.Unmarshal decodes them;
+//   - of the table, the rows of the decode worker in the decode pool and of
+//     the prefill worker in the prefill pool, in their order;
+//   - of the chains, all of them when keepChains, else the first at the
+//     block size of the first of those decode rows that has one (the first
+//     chain when none has).
+//
+// header is the value without its table and, unless keepChains, its chains
+// (field 19 and 20): for a record pdrouter wrote, exactly
+// MarshalDecisionHeader of the whole record.
+func UnmarshalDecisionForApply(v []byte, keepChains bool) (d *pb.DecisionRecord, header []byte, err error) {
+	// First pass: check every field but the table and the chains, and
+	// decode the few the apply rules read, whose workers say which rows
+	// to keep (a hostile record may put them after the table).
+	apply := make([]byte, 0, 256)
 	for b := v; len(b) > 0; {
 		num, typ, n := consumeTag(b)
 		if n < 0 {
-			return nil, protowire.ParseError(n)
+			return nil, nil, protowire.ParseError(n)
 		}
 		m := consumeValue(num, typ, b[n:])
 		if m < 0 {
-			return nil, protowire.ParseError(m)
+			return nil, nil, protowire.ParseError(m)
 		}
-		if !isBulk(num, typ) {
-			// Field 19/20 of another wire type is an unknown field to the
-			// generic decoder: the header decoder sees it as that one does.
-			header = append(header, b[:n+m]...)
-		}
+		field := b[:n+m]
 		b = b[n+m:]
+		if isBulk(num, typ) {
+			continue
+		}
+		if !wellFormed(field, decisionShape, nil) {
+			return nil, nil, errHeaderMalformed
+		}
+		if isApplyField(num, typ) {
+			apply = append(apply, field...)
+		}
 	}
-	d := &pb.DecisionRecord{}
-	if err := proto.Unmarshal(header, d); err != nil {
-		return nil, err
+	d = &pb.DecisionRecord{}
+	if err := proto.Unmarshal(apply, d); err != nil {
+		return nil, nil, err // unreachable: wellFormed checked it
 	}
 	// Second pass: the table and the chains, well-formed (the first pass
 	// checked their framing), in their order.
@@ -79,11 +92,11 @@ func UnmarshalDecisionForApply(v []byte, keepChains bool) (*pb.DecisionRecord, e
 		val, _ := protowire.ConsumeBytes(field[n:])
 		if num == decisionChainsField {
 			if !wellFormed(val, hashChainShape, nil) {
-				return nil, errBulkMalformed
+				return nil, nil, errBulkMalformed
 			}
 			if keepChains {
 				if err := appendChain(d, val); err != nil {
-					return nil, err
+					return nil, nil, err
 				}
 			} else if chains == nil {
 				chains = field[:len(field):len(field)]
@@ -94,7 +107,7 @@ func UnmarshalDecisionForApply(v []byte, keepChains bool) (*pb.DecisionRecord, e
 		}
 		var who rowIdentity
 		if !wellFormed(val, candidateShape, &who) {
-			return nil, errBulkMalformed
+			return nil, nil, errBulkMalformed
 		}
 		decodeRow := who.pool == pb.Pool_POOL_DECODE && who.is(dw)
 		prefillRow := pw != nil && who.pool == pb.Pool_POOL_PREFILL && who.is(pw)
@@ -103,7 +116,7 @@ func UnmarshalDecisionForApply(v []byte, keepChains bool) (*pb.DecisionRecord, e
 		}
 		c := &pb.Candidate{}
 		if err := proto.Unmarshal(val, c); err != nil {
-			return nil, err // unreachable: wellFormed checked it
+			return nil, nil, err // unreachable: wellFormed checked it
 		}
 		if decodeRow && bs == 0 {
 			bs = c.GetBlockSize()
@@ -118,10 +131,49 @@ func UnmarshalDecisionForApply(v []byte, keepChains bool) (*pb.DecisionRecord, e
 		val, m := protowire.ConsumeBytes(b[n:])
 		b = b[n+m:]
 		if bs == 0 || hashChainBlockSize(val) == bs {
-			return d, appendChain(d, val)
+			if err := appendChain(d, val); err != nil {
+				return nil, nil, err
+			}
+			break
 		}
 	}
-	return d, nil
+	parts := decisionParts(0)
+	if keepChains {
+		parts = partChains
+	}
+	header, err = appendStrippedDecision(make([]byte, 0, 1024), v, parts)
+	if err != nil {
+		return nil, nil, err // unreachable: the first pass walked v
+	}
+	return d, header, nil
+}
+
+// ApplyFields are the DecisionRecord fields UnmarshalDecisionForApply
+// decodes: what the state's apply rules and the record's validation read.
+var ApplyFields = []protoreflect.Name{"decision_id", "request_id", "prompt_tokens", "mode", "decode_worker",
+	"prefill_worker", "effective_isl", "block_size", "decided_at_unix_nano", "replica_id"}
+
+// applyFieldKinds maps the numbers of ApplyFields to the wire type the
+// generic decoder reads them with; another wire type is an unknown field,
+// which the partial record leaves out.
+var applyFieldKinds = func() map[protowire.Number]protowire.Type {
+	fds := (&pb.DecisionRecord{}).ProtoReflect().Descriptor().Fields()
+	m := map[protowire.Number]protowire.Type{}
+	for _, name := range ApplyFields {
+		fd := fds.ByName(name)
+		switch fd.Kind() {
+		case protoreflect.StringKind, protoreflect.MessageKind:
+			m[fd.Number()] = protowire.BytesType
+		default:
+			m[fd.Number()] = protowire.VarintType
+		}
+	}
+	return m
+}()
+
+func isApplyField(num protowire.Number, typ protowire.Type) bool {
+	want, ok := applyFieldKinds[num]
+	return ok && want == typ
 }
 
 // isBulk reports whether a top-level field is a row of the table or a
@@ -204,9 +256,11 @@ func consumeValue(num protowire.Number, typ protowire.Type, b []byte) int {
 }
 
 var (
-	candidateShape   = shapeOf((&pb.Candidate{}).ProtoReflect().Descriptor())
-	hashChainShape   = shapeOf((&pb.HashChain{}).ProtoReflect().Descriptor())
-	errBulkMalformed = errors.New("proto: the candidate table or the hash chains hold invalid wire-format data or invalid UTF-8")
+	decisionShape      = shapeOf((&pb.DecisionRecord{}).ProtoReflect().Descriptor())
+	candidateShape     = shapeOf((&pb.Candidate{}).ProtoReflect().Descriptor())
+	hashChainShape     = shapeOf((&pb.HashChain{}).ProtoReflect().Descriptor())
+	errHeaderMalformed = errors.New("proto: the decision record holds invalid wire-format data or invalid UTF-8")
+	errBulkMalformed   = errors.New("proto: the candidate table or the hash chains hold invalid wire-format data or invalid UTF-8")
 )
 
 // hashChainBlockSize reads a well-formed HashChain's block_size (field 1,

@@ -13,17 +13,18 @@ import (
 )
 
 // forApplyOf is the definition UnmarshalDecisionForApply must meet, written
-// over a whole decoded record: the header, the decode worker's decode rows
-// and the prefill worker's prefill rows, and the chains the apply rules
-// read.
-func forApplyOf(t *testing.T, v []byte, full *pb.DecisionRecord, keepChains bool) *pb.DecisionRecord {
-	t.Helper()
-	// A decoded copy, not proto.Clone: Clone turns a -0 double into +0.
+// over a whole decoded record: the apply fields, the decode worker's decode
+// rows and the prefill worker's prefill rows, and the chains the apply
+// rules read.
+func forApplyOf(full *pb.DecisionRecord, keepChains bool) *pb.DecisionRecord {
 	w := &pb.DecisionRecord{}
-	if err := proto.Unmarshal(v, w); err != nil {
-		t.Fatal(err)
+	src, dst := full.ProtoReflect(), w.ProtoReflect()
+	for _, name := range ApplyFields {
+		fd := src.Descriptor().Fields().ByName(name)
+		if src.Has(fd) {
+			dst.Set(fd, src.Get(fd))
+		}
 	}
-	w.Candidates, w.Chains = nil, nil
 	dw, pw := full.GetDecodeWorker(), full.GetPrefillWorker()
 	bs := uint32(0)
 	for _, c := range full.GetCandidates() {
@@ -48,28 +49,38 @@ func forApplyOf(t *testing.T, v []byte, full *pb.DecisionRecord, keepChains bool
 	return w
 }
 
-// checkForApply compares UnmarshalDecisionForApply with proto.Unmarshal
-// and forApplyOf on one value.
-func checkForApply(t *testing.T, v []byte) {
+// checkForApply compares UnmarshalDecisionForApply with proto.Unmarshal,
+// forApplyOf and the header definition on one value; canonical says v is
+// the deterministic encoding of a record, whose header must then be
+// MarshalDecisionHeader's.
+func checkForApply(t *testing.T, v []byte, canonical bool) {
 	t.Helper()
 	full := &pb.DecisionRecord{}
 	errFull := proto.Unmarshal(v, full)
 	for _, keep := range []bool{false, true} {
-		got, err := UnmarshalDecisionForApply(v, keep)
+		got, header, err := UnmarshalDecisionForApply(v, keep)
 		if (err == nil) != (errFull == nil) {
 			t.Fatalf("keepChains %v: UnmarshalDecisionForApply err %v, proto.Unmarshal err %v, on %x", keep, err, errFull, v)
 		}
 		if err != nil {
 			continue
 		}
-		if want := forApplyOf(t, v, full, keep); !proto.Equal(got, want) {
+		if want := forApplyOf(full, keep); !proto.Equal(got, want) {
 			t.Fatalf("keepChains %v: the partial record differs from the definition's on %x", keep, v)
 		}
-		// The stored header is the same whichever decoder read the record.
-		h1, err1 := MarshalDecisionHeader(got, keep)
-		h2, err2 := MarshalDecisionHeader(full, keep)
-		if (err1 == nil) != (err2 == nil) || string(h1) != string(h2) {
-			t.Fatalf("keepChains %v: headers differ: %x (%v) vs %x (%v)", keep, h1, err1, h2, err2)
+		parts := decisionParts(0)
+		if keep {
+			parts = partChains
+		}
+		want, err := appendStrippedDecision(nil, v, parts)
+		if err != nil || string(header) != string(want) {
+			t.Fatalf("keepChains %v: header %x, want the value without its bulk %x (%v)", keep, header, want, err)
+		}
+		if canonical {
+			h, err := MarshalDecisionHeader(full, keep)
+			if err != nil || string(h) != string(header) {
+				t.Fatalf("keepChains %v: header %x, MarshalDecisionHeader %x (%v)", keep, header, h, err)
+			}
 		}
 	}
 }
@@ -92,9 +103,9 @@ func TestUnmarshalDecisionForApply(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		checkForApply(t, v)
+		checkForApply(t, v, true)
 	}
-	got, err := UnmarshalDecisionForApply(mustMarshal(t, big), false)
+	got, _, err := UnmarshalDecisionForApply(mustMarshal(t, big), false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,13 +150,19 @@ func TestUnmarshalDecisionForApplyRefusesWhatProtoRefuses(t *testing.T) {
 		if err := proto.Unmarshal(v, &pb.DecisionRecord{}); err == nil {
 			t.Fatalf("%s: the case is not malformed for proto.Unmarshal", name)
 		}
-		if _, err := UnmarshalDecisionForApply(v, false); err == nil {
+		if _, _, err := UnmarshalDecisionForApply(v, false); err == nil {
 			t.Errorf("%s: accepted", name)
 		}
-		checkForApply(t, v)
+		checkForApply(t, v, false)
 	}
 	// A row of the wrong wire type is an unknown field to both.
-	checkForApply(t, append(append([]byte{}, base...), protowire.AppendVarint(protowire.AppendTag(nil, decisionCandidatesField, protowire.VarintType), 3)...))
+	checkForApply(t, append(append([]byte{}, base...), protowire.AppendVarint(protowire.AppendTag(nil, decisionCandidatesField, protowire.VarintType), 3)...), false)
+	// Invalid UTF-8 in a header field the partial record does not hold.
+	v := append(append([]byte{}, base...), protowire.AppendBytes(protowire.AppendTag(nil, 17, protowire.BytesType), badUTF8)...)
+	if _, _, err := UnmarshalDecisionForApply(v, false); err == nil {
+		t.Error("invalid UTF-8 in config_json: accepted")
+	}
+	checkForApply(t, v, false)
 }
 
 // TestDecodeForApply: the envelope checks are Decode's, and a decision is
@@ -158,7 +175,7 @@ func TestDecodeForApply(t *testing.T) {
 		t.Fatal(err)
 	}
 	env, err := DecodeForApply(Names{}, r, false)
-	if err != nil || !env.Partial || len(env.Message.(*pb.DecisionRecord).GetCandidates()) != 1 {
+	if err != nil || !env.Partial || len(env.Message.(*pb.DecisionRecord).GetCandidates()) != 1 || len(env.Header) == 0 {
 		t.Fatalf("env %+v err %v", env, err)
 	}
 	r.Headers = nil
@@ -187,7 +204,7 @@ func FuzzUnmarshalDecisionForApply(f *testing.F) {
 	}
 	f.Add([]byte{0x9a, 0x01, 0x03, 0x0a, 0x01, 0xff})
 	f.Fuzz(func(t *testing.T, v []byte) {
-		checkForApply(t, v)
+		checkForApply(t, v, false)
 	})
 }
 

@@ -66,6 +66,9 @@ func perfDecisions(n int, seed uint64, t0 int64) []*pb.DecisionRecord {
 			Model: "bench", Mode: "local", DecodeWorker: &pb.WorkerRef{WorkerId: fmt.Sprintf("decode-%03d", dw)},
 			DecidedAtUnixNano: t0 + int64(i)*1000, BlockSize: 16, Reason: "bypass", Policy: "isl_bounding",
 		}
+		d.Watermark, d.ConfigJson = perfWatermark(rng), `{"policy":"isl_bounding","eff_isl_threshold":2048,"eff_isl_ratio_threshold":0.7}`
+		d.EffIslCheck = &pb.Check{Name: "eff_isl_threshold", Evaluated: true, Known: true, Value: 904, Limit: 2048, Hit: true}
+		d.RatioCheck = &pb.Check{Name: "eff_isl_ratio_threshold", Evaluated: true, Known: true, Value: 0.18, Limit: 0.7, Hit: true}
 		hs := bodies[rng.IntN(len(bodies))]
 		tokens := len(hs)*16 + rng.IntN(16)
 		d.PromptTokens = uint32(tokens)
@@ -89,6 +92,23 @@ func perfDecisions(n int, seed uint64, t0 int64) []*pb.DecisionRecord {
 		out[i] = d
 	}
 	return out
+}
+
+// perfWatermark is a decision's watermark in a log of the default
+// partition counts (migrations/topics.go): every partition of every topic.
+func perfWatermark(rng *rand.Rand) *pb.Watermark {
+	w := &pb.Watermark{}
+	for _, t := range []struct {
+		name  string
+		parts int
+	}{{"kv-events", 16}, {"load", 8}, {"workers", 4}, {"decisions", 16}, {"outcomes", 16}} {
+		to := &pb.TopicOffsets{Topic: t.name}
+		for p := range t.parts {
+			to.Partitions = append(to.Partitions, &pb.PartitionOffset{Partition: int32(p), Offset: rng.Int64N(1 << 30)})
+		}
+		w.Topics = append(w.Topics, to)
+	}
+	return w
 }
 
 // BenchmarkLocalDecisionRoundTrip: this replica's decision counted at once

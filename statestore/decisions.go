@@ -73,10 +73,7 @@ import (
 // lowest decision id (byte order) is the request's, on every replica.
 
 type decisionLog struct {
-	// pending: whole records (this replica's own, read back) or, for a
-	// peer's decision decoded for apply (events.DecodeForApply), its header
-	// and position, as Pebble serves it after the commit.
-	pending    map[string]StoredDecision
+	pending    map[string]pendingDecision
 	pendingReq map[string][]string // request id → pending decision ids
 	pendingDue decisionHeap        // pending decisions by event time, for the sweep
 
@@ -100,7 +97,7 @@ type decisionLog struct {
 
 func newDecisionLog() *decisionLog {
 	return &decisionLog{
-		pending: map[string]StoredDecision{}, pendingReq: map[string][]string{},
+		pending: map[string]pendingDecision{}, pendingReq: map[string][]string{},
 		local: map[string]*pb.DecisionRecord{}, localReq: map[string][]string{}, localValue: map[string][]byte{},
 		nextExpiry: math.MinInt64,
 	}
@@ -122,19 +119,24 @@ func (st *state) decisionPresent(d *pb.DecisionRecord) bool {
 // applyDecisionLog is the apply rule of a decision record for lookups
 // (and, in approximate mode, its predicted cache entries, approx.go).
 // partition and offset are the record's position on the decisions topic.
-// partial: d was decoded for apply (events.DecodeForApply) and holds a
-// few rows and chains beyond its header; once applied it is cut to the
-// header, which is what lookups are then served.
-func (st *state) applyDecisionLog(b *pebble.Batch, d *pb.DecisionRecord, partition int32, offset int64, partial bool) {
+// header, when not nil, is the record's header as events.DecodeForApply
+// gives it (d then holds only what the apply rules read): it is stored as
+// it is, and lookups decode it.
+func (st *state) applyDecisionLog(b *pebble.Batch, d *pb.DecisionRecord, partition int32, offset int64, header []byte) {
 	dl := st.dec
 	id, req := d.GetDecisionId(), d.GetRequestId()
 	st.dropLocalDecision(id) // read back: the log copy serves from now on
 	if !st.decisionPresent(d) {
 		return // already absent: the same as seen, then swept
 	}
-	v, err := appendStoredDecision(st.dbuf[:0], partition, offset, d, st.act.cfg.approxTTL > 0)
-	if err != nil {
-		return // unreachable: a decoded message has valid UTF-8
+	var v []byte
+	if header != nil {
+		v = append(appendStoredPosition(st.dbuf[:0], partition, offset), header...)
+	} else {
+		var err error
+		if v, err = appendStoredDecision(st.dbuf[:0], partition, offset, d, st.act.cfg.approxTTL > 0); err != nil {
+			return // unreachable: a decoded message has valid UTF-8
+		}
 	}
 	st.dbuf = v // Set copies it
 	tD := d.GetDecidedAtUnixNano()
@@ -147,17 +149,40 @@ func (st *state) applyDecisionLog(b *pebble.Batch, d *pb.DecisionRecord, partiti
 	heap.Push(&dl.pendingDue, decisionDue{at: tD, id: id})
 	dl.nextExpiry = min(dl.nextExpiry, addSat(tD, st.act.cfg.decisionRetention))
 	st.predictDecision(d)
-	if !partial {
-		dl.pending[id] = inMemory(d)
+	if header == nil {
+		dl.pending[id] = pendingDecision{sd: inMemory(d)}
 		return
 	}
-	// The apply rules are done with the rows; the chain active accounting
-	// keeps is its own slice.
-	d.Candidates = nil
-	if st.act.cfg.approxTTL <= 0 {
-		d.Chains = nil
+	// The chain active accounting keeps is its own slice: the rest of d
+	// can go.
+	dl.pending[id] = pendingDecision{
+		sd:     StoredDecision{Record: &pb.DecisionRecord{DecisionId: id, RequestId: req, DecidedAtUnixNano: tD}, Partition: partition, Offset: offset},
+		header: header,
 	}
-	dl.pending[id] = StoredDecision{Record: d, Partition: partition, Offset: offset}
+}
+
+// pendingDecision is a decision applied and not committed yet: this
+// replica's own, whole record, or another replica's, whose header is
+// decoded when a lookup needs it: most are never looked up on this
+// replica.
+type pendingDecision struct {
+	// sd is the whole record, or (with header) a record of the decision
+	// id, request id and decided_at only, and the position.
+	sd     StoredDecision
+	header []byte
+}
+
+// lookup returns what a lookup serves: the whole record, or the header
+// and position, as Pebble serves them after the commit.
+func (p pendingDecision) lookup() (StoredDecision, bool) {
+	if p.header == nil {
+		return p.sd, p.sd.Record != nil
+	}
+	d := &pb.DecisionRecord{}
+	if err := proto.Unmarshal(p.header, d); err != nil {
+		return StoredDecision{}, false // unreachable: the header was checked when applied
+	}
+	return StoredDecision{Record: d, Partition: p.sd.Partition, Offset: p.sd.Offset}, true
 }
 
 func deleteDecisionKeys(b *pebble.Batch, tD int64, id, req string) {
@@ -174,7 +199,7 @@ func removeID(ids []string, id string) []string {
 }
 
 func (dl *decisionLog) dropPending(id string) {
-	d := dl.pending[id].Record
+	d := dl.pending[id].sd.Record
 	if d == nil {
 		return
 	}
@@ -195,8 +220,8 @@ func (dl *decisionLog) dropPending(id string) {
 // committed.
 func (dl *decisionLog) committed(cache *decisionCache) {
 	for _, due := range dl.pendingDue {
-		if sd := dl.pending[due.id]; sd.Record != nil {
-			cache.put(due.id, sd)
+		if p := dl.pending[due.id]; p.sd.Record != nil {
+			cache.putPending(due.id, p)
 		}
 	}
 	clear(dl.pending)
@@ -239,7 +264,7 @@ func (s *Store) sweepDecisions(b *pebble.Batch) {
 	}
 	for len(dl.pendingDue) > 0 && addSat(dl.pendingDue[0].at, ret) <= now {
 		it := heap.Pop(&dl.pendingDue).(decisionDue)
-		if d := dl.pending[it.id].Record; d != nil && d.GetDecidedAtUnixNano() == it.at {
+		if d := dl.pending[it.id].sd.Record; d != nil && d.GetDecidedAtUnixNano() == it.at {
 			deleteDecisionKeys(b, it.at, it.id, d.GetRequestId())
 			dl.dropPending(it.id)
 		}
@@ -346,18 +371,19 @@ func (s *Store) decisionStored(id string) bool {
 func (s *Store) Decision(id string) (StoredDecision, bool) {
 	s.mu.RLock()
 	st := s.st
-	sd, ok := st.dec.pending[id]
+	p, ok := st.dec.pending[id]
 	if d := st.dec.local[id]; d != nil {
-		sd, ok = inMemory(d), true
+		p, ok = pendingDecision{sd: inMemory(d)}, true
 	}
 	if ok {
-		present := st.decisionPresent(sd.Record)
+		present := st.decisionPresent(p.sd.Record)
 		s.mu.RUnlock()
-		return sd, present
+		sd, ok := p.lookup()
+		return sd, ok && present
 	}
 	now := st.reqNow
 	s.mu.RUnlock()
-	sd, ok = s.loadDecision(id)
+	sd, ok := s.loadDecision(id)
 	if !ok || addSat(sd.Record.GetDecidedAtUnixNano(), s.opts.DecisionRetention.Nanoseconds()) <= now {
 		return StoredDecision{}, false
 	}
@@ -419,15 +445,16 @@ func (s *Store) DecisionRefForRequest(requestID string) (DecisionRef, bool) {
 func (s *Store) forRequest(requestID string) (mem StoredDecision, stored DecisionRef, storedOK bool) {
 	s.mu.RLock()
 	st := s.st
-	consider := func(sd StoredDecision) {
-		d := sd.Record
-		if d != nil && st.decisionPresent(d) && (mem.Record == nil || d.GetDecisionId() < mem.Record.GetDecisionId()) {
-			mem = sd
+	var memP pendingDecision
+	consider := func(p pendingDecision) {
+		d := p.sd.Record
+		if d != nil && st.decisionPresent(d) && (memP.sd.Record == nil || d.GetDecisionId() < memP.sd.Record.GetDecisionId()) {
+			memP = p
 		}
 	}
 	for _, id := range st.dec.localReq[requestID] {
 		if d := st.dec.local[id]; d != nil {
-			consider(inMemory(d))
+			consider(pendingDecision{sd: inMemory(d)})
 		}
 	}
 	for _, id := range st.dec.pendingReq[requestID] {
@@ -435,6 +462,11 @@ func (s *Store) forRequest(requestID string) (mem StoredDecision, stored Decisio
 	}
 	now := st.reqNow
 	s.mu.RUnlock()
+	if memP.sd.Record != nil {
+		if sd, ok := memP.lookup(); ok {
+			mem = sd
+		}
+	}
 	// Committed decisions: the first present key of the request's span is
 	// the lowest decision id. Read after the memory sources: a decision
 	// committed in between was either seen pending or is found here.
@@ -547,13 +579,14 @@ func (s *Store) loadDecision(id string) (StoredDecision, bool) {
 	return sd, true
 }
 
-// decisionCache is a small LRU of decoded headers read from Pebble.
-// Decisions are immutable per id, so it is never invalidated; lookups apply
-// the retention test to what it returns.
+// decisionCache is a small LRU of decoded headers read from Pebble, and of
+// the decisions of the last commits (another replica's as its header,
+// decoded on its first lookup). Decisions are immutable per id, so it is
+// never invalidated; lookups apply the retention test to what it returns.
 type decisionCache struct {
 	mu  sync.Mutex
 	cap int
-	ll  *list.List // front: most recently used; values StoredDecision
+	ll  *list.List // front: most recently used; values *pendingDecision
 	m   map[string]*list.Element
 }
 
@@ -564,25 +597,35 @@ func newDecisionCache(n int) *decisionCache {
 func (c *decisionCache) get(id string) (StoredDecision, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if e := c.m[id]; e != nil {
-		c.ll.MoveToFront(e)
-		return e.Value.(StoredDecision), true
+	e := c.m[id]
+	if e == nil {
+		return StoredDecision{}, false
 	}
-	return StoredDecision{}, false
+	c.ll.MoveToFront(e)
+	p := e.Value.(*pendingDecision)
+	sd, ok := p.lookup()
+	if ok && p.header != nil {
+		*p = pendingDecision{sd: sd} // decoded once
+	}
+	return sd, ok
 }
 
 func (c *decisionCache) put(id string, sd StoredDecision) {
+	c.putPending(id, pendingDecision{sd: sd})
+}
+
+func (c *decisionCache) putPending(id string, p pendingDecision) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if e := c.m[id]; e != nil {
 		c.ll.MoveToFront(e)
 		return
 	}
-	c.m[id] = c.ll.PushFront(sd)
+	c.m[id] = c.ll.PushFront(&p)
 	for c.ll.Len() > c.cap {
 		e := c.ll.Back()
 		c.ll.Remove(e)
-		delete(c.m, e.Value.(StoredDecision).Record.GetDecisionId())
+		delete(c.m, e.Value.(*pendingDecision).sd.Record.GetDecisionId())
 	}
 }
 
@@ -628,10 +671,15 @@ type StoredDecision struct {
 //
 //	u8 format (1) | uvarint partition | uvarint offset | header
 func appendStoredDecision(v []byte, partition int32, offset int64, d *pb.DecisionRecord, keepChains bool) ([]byte, error) {
+	return events.AppendDecisionHeader(appendStoredPosition(v, partition, offset), d, keepChains)
+}
+
+// appendStoredPosition appends the front of a decision key's value, up to
+// the header.
+func appendStoredPosition(v []byte, partition int32, offset int64) []byte {
 	v = append(v, storedDecisionFormat)
 	v = binary.AppendUvarint(v, uint64(partition))
-	v = binary.AppendUvarint(v, uint64(offset))
-	return events.AppendDecisionHeader(v, d, keepChains)
+	return binary.AppendUvarint(v, uint64(offset))
 }
 
 const storedDecisionFormat = 1

@@ -76,7 +76,7 @@ func TestPeerDecisionServedAsHeader(t *testing.T) {
 		}
 	}
 	var pending bool
-	testHookBeforeCommit = func() { pending = h.s.st.dec.pending[d.GetDecisionId()].Record != nil; check("pending") }
+	testHookBeforeCommit = func() { pending = h.s.st.dec.pending[d.GetDecisionId()].sd.Record != nil; check("pending") }
 	h.apply(r)
 	testHookBeforeCommit = nil
 	if !pending {
