@@ -26,11 +26,16 @@ import (
 // record, its header, it can take from the record's bytes as they are.
 //
 // UnmarshalDecisionForApply therefore decodes those fields, rows and chain
-// only, and returns the header as bytes. It accepts exactly the values
-// proto.Unmarshal accepts: what it does not decode is still checked field
-// by field (well-formed wire data, valid UTF-8 in strings), so a record
-// every replica skips as malformed stays skipped, whichever decoder a
-// replica used. FuzzUnmarshalDecisionForApply holds these properties.
+// only, finds the rows by their first two fields without decoding the
+// rest, and returns the header as bytes. The header it checks field by
+// field as proto.Unmarshal would (well-formed wire data, valid UTF-8), and
+// the rows and chain it decodes are decoded by proto.Unmarshal; the other
+// rows and chains it only frames. So it accepts every value proto.Unmarshal
+// accepts, with the same header and fields, and may accept a record whose
+// unread rows are malformed: every replica reads such a record (never one
+// pdrouter writes) by this same rule, and explain, which decodes the whole
+// record, reports it. FuzzUnmarshalDecisionForApply holds these
+// properties.
 
 // UnmarshalDecisionForApply decodes a DecisionRecord value as the state's
 // apply rules need it. The record it returns holds:
@@ -65,7 +70,7 @@ func UnmarshalDecisionForApply(v []byte, keepChains bool) (d *pb.DecisionRecord,
 		if isBulk(num, typ) {
 			continue
 		}
-		if !wellFormed(field, decisionShape, nil) {
+		if !wellFormed(field, decisionShape) {
 			return nil, nil, errHeaderMalformed
 		}
 		if isApplyField(num, typ) {
@@ -76,8 +81,9 @@ func UnmarshalDecisionForApply(v []byte, keepChains bool) (d *pb.DecisionRecord,
 	if err := proto.Unmarshal(apply, d); err != nil {
 		return nil, nil, err // unreachable: wellFormed checked it
 	}
-	// Second pass: the table and the chains, well-formed (the first pass
-	// checked their framing), in their order.
+	// Second pass: the table and the chains (the first pass checked their
+	// framing), in their order. A row is decoded, and so checked, only if
+	// it is one the apply rules read; a chain only if it is the one.
 	dw, pw := d.GetDecodeWorker(), d.GetPrefillWorker()
 	bs := uint32(0)
 	var chains []byte // the chains field values, still framed, when !keepChains
@@ -91,9 +97,6 @@ func UnmarshalDecisionForApply(v []byte, keepChains bool) (d *pb.DecisionRecord,
 		}
 		val, _ := protowire.ConsumeBytes(field[n:])
 		if num == decisionChainsField {
-			if !wellFormed(val, hashChainShape, nil) {
-				return nil, nil, errBulkMalformed
-			}
 			if keepChains {
 				if err := appendChain(d, val); err != nil {
 					return nil, nil, err
@@ -105,8 +108,8 @@ func UnmarshalDecisionForApply(v []byte, keepChains bool) (d *pb.DecisionRecord,
 			}
 			continue
 		}
-		var who rowIdentity
-		if !wellFormed(val, candidateShape, &who) {
+		who, ok := rowIdentityOf(val)
+		if !ok {
 			return nil, nil, errBulkMalformed
 		}
 		decodeRow := who.pool == pb.Pool_POOL_DECODE && who.is(dw)
@@ -116,7 +119,7 @@ func UnmarshalDecisionForApply(v []byte, keepChains bool) (d *pb.DecisionRecord,
 		}
 		c := &pb.Candidate{}
 		if err := proto.Unmarshal(val, c); err != nil {
-			return nil, nil, err // unreachable: wellFormed checked it
+			return nil, nil, err
 		}
 		if decodeRow && bs == 0 {
 			bs = c.GetBlockSize()
@@ -130,7 +133,9 @@ func UnmarshalDecisionForApply(v []byte, keepChains bool) (d *pb.DecisionRecord,
 		_, _, n := consumeTag(b)
 		val, m := protowire.ConsumeBytes(b[n:])
 		b = b[n+m:]
-		if bs == 0 || hashChainBlockSize(val) == bs {
+		if cbs, ok := hashChainBlockSize(val); !ok {
+			return nil, nil, errBulkMalformed
+		} else if bs == 0 || cbs == bs {
 			if err := appendChain(d, val); err != nil {
 				return nil, nil, err
 			}
@@ -192,9 +197,7 @@ func appendChain(d *pb.DecisionRecord, val []byte) error {
 	return nil
 }
 
-// rowIdentity is a Candidate's pool and worker, read from its encoding by
-// wellFormed with the generic decoder's rules: the last value of a scalar
-// wins, the occurrences of a message field merge.
+// rowIdentity is a Candidate's pool and worker (rowIdentityOf).
 type rowIdentity struct {
 	pool pb.Pool
 	id   []byte
@@ -257,26 +260,67 @@ func consumeValue(num protowire.Number, typ protowire.Type, b []byte) int {
 
 var (
 	decisionShape      = shapeOf((&pb.DecisionRecord{}).ProtoReflect().Descriptor())
-	candidateShape     = shapeOf((&pb.Candidate{}).ProtoReflect().Descriptor())
-	hashChainShape     = shapeOf((&pb.HashChain{}).ProtoReflect().Descriptor())
+	workerRefShape     = shapeOf((&pb.WorkerRef{}).ProtoReflect().Descriptor())
 	errHeaderMalformed = errors.New("proto: the decision record holds invalid wire-format data or invalid UTF-8")
 	errBulkMalformed   = errors.New("proto: the candidate table or the hash chains hold invalid wire-format data or invalid UTF-8")
 )
 
-// hashChainBlockSize reads a well-formed HashChain's block_size (field 1,
-// last value wins).
-func hashChainBlockSize(val []byte) uint32 {
-	bs := uint32(0)
+// hashChainBlockSize reads a HashChain's block_size (field 1, last value
+// wins); ok is false when its encoding is malformed.
+func hashChainBlockSize(val []byte) (bs uint32, ok bool) {
 	for b := val; len(b) > 0; {
-		num, typ, n := protowire.ConsumeTag(b)
+		num, typ, n := consumeTag(b)
+		if n < 0 {
+			return 0, false
+		}
 		b = b[n:]
 		if num == 1 && typ == protowire.VarintType {
 			x, _ := protowire.ConsumeVarint(b)
 			bs = uint32(x)
 		}
-		b = b[protowire.ConsumeFieldValue(num, typ, b):]
+		m := consumeValue(num, typ, b)
+		if m < 0 {
+			return 0, false
+		}
+		b = b[m:]
 	}
-	return bs
+	return bs, true
+}
+
+// rowIdentityOf reads a Candidate's pool (field 2) and worker (field 1)
+// from its first occurrences, and stops there: a row pdrouter writes
+// starts with them, so telling the rows the apply rules read from the
+// others costs two fields a row, whatever the row holds. (The generic
+// decoder would let a later occurrence win; a record with two is not one
+// pdrouter writes, and every replica reads it by this same rule.) ok is
+// false when the fields it walks are malformed.
+func rowIdentityOf(row []byte) (who rowIdentity, ok bool) {
+	seenWorker, seenPool := false, false
+	for b := row; len(b) > 0 && !(seenWorker && seenPool); {
+		num, typ, n := consumeTag(b)
+		if n < 0 {
+			return who, false
+		}
+		b = b[n:]
+		m := consumeValue(num, typ, b)
+		if m < 0 {
+			return who, false
+		}
+		switch {
+		case num == 1 && typ == protowire.BytesType && !seenWorker:
+			ref, _ := protowire.ConsumeBytes(b)
+			if !wellFormed(ref, workerRefShape) {
+				return who, false
+			}
+			who.workerRef(ref)
+			seenWorker = true
+		case num == 2 && typ == protowire.VarintType && !seenPool:
+			x, _ := protowire.ConsumeVarint(b)
+			who.pool, seenPool = pb.Pool(int32(x)), true
+		}
+		b = b[m:]
+	}
+	return who, true
 }
 
 // wellFormed reports whether proto.Unmarshal would accept b as a message
@@ -284,10 +328,7 @@ func hashChainBlockSize(val []byte) uint32 {
 // known fields of their expected wire type checked as their kind (strings
 // valid UTF-8, packed lists whole, nested messages recursively), others
 // skipped as unknown fields are.
-//
-// With who, it also reads a Candidate's identity: its field 2 (pool) and
-// the WorkerRef of its field 1.
-func wellFormed(b []byte, sh *wireShape, who *rowIdentity) bool {
+func wellFormed(b []byte, sh *wireShape) bool {
 	for len(b) > 0 {
 		// consumeTag and consumeValue, by hand: the walk is most of the
 		// cost and they do not inline.
@@ -335,13 +376,7 @@ func wellFormed(b []byte, sh *wireShape, who *rowIdentity) bool {
 				if !f.wellFormed(val) {
 					return false
 				}
-				if who != nil && num == 1 {
-					who.workerRef(val)
-				}
 			}
-		} else if who != nil && num == 2 && typ == protowire.VarintType {
-			x, _ := protowire.ConsumeVarint(b)
-			who.pool = pb.Pool(int32(x))
 		}
 		b = b[m:]
 	}
@@ -376,7 +411,7 @@ func (f *fieldShape) wellFormed(val []byte) bool {
 	case checkString:
 		return utf8.Valid(val)
 	case checkMessage:
-		return wellFormed(val, f.msg, nil)
+		return wellFormed(val, f.msg)
 	case checkPacked32:
 		return len(val)%4 == 0
 	case checkPacked64:
