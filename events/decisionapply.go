@@ -1,6 +1,7 @@
 package events
 
 import (
+	"encoding/binary"
 	"errors"
 	"unicode/utf8"
 
@@ -187,14 +188,68 @@ func isBulk(num protowire.Number, typ protowire.Type) bool {
 	return (num == decisionCandidatesField || num == decisionChainsField) && typ == protowire.BytesType
 }
 
-// appendChain decodes a well-formed HashChain into d's chains.
+// appendChain decodes a HashChain into d's chains. By hand: the generic
+// decoder grows the hashes a few at a time, and a chain is thousands of
+// them. It decodes block_size, block_hashes (packed or not) and
+// omitted_blocks as the generic decoder does, the last value of a scalar
+// winning, and refuses what it would refuse; other fields it skips
+// (the generic decoder would keep them as unknown fields, which no apply
+// rule reads).
 func appendChain(d *pb.DecisionRecord, val []byte) error {
-	c := &pb.HashChain{}
-	if err := proto.Unmarshal(val, c); err != nil {
-		return err // unreachable: wellFormed checked it
+	n, ok := walkChain(val, nil, nil)
+	if !ok {
+		return errBulkMalformed
 	}
+	c := &pb.HashChain{}
+	if n > 0 {
+		c.BlockHashes = make([]uint64, 0, n)
+	}
+	walkChain(val, c, &c.BlockHashes)
 	d.Chains = append(d.Chains, c)
 	return nil
+}
+
+// walkChain walks a HashChain's encoding: it counts the hashes and, with
+// c, fills c's scalars and appends the hashes to hs.
+func walkChain(b []byte, c *pb.HashChain, hs *[]uint64) (int, bool) {
+	count := 0
+	for len(b) > 0 {
+		num, typ, n := consumeTag(b)
+		if n < 0 {
+			return 0, false
+		}
+		b = b[n:]
+		m := consumeValue(num, typ, b)
+		if m < 0 {
+			return 0, false
+		}
+		switch {
+		case num == 2 && typ == protowire.BytesType:
+			packed, _ := protowire.ConsumeBytes(b)
+			if len(packed)%8 != 0 {
+				return 0, false
+			}
+			count += len(packed) / 8
+			for hs != nil && len(packed) > 0 {
+				*hs = append(*hs, binary.LittleEndian.Uint64(packed))
+				packed = packed[8:]
+			}
+		case num == 2 && typ == protowire.Fixed64Type:
+			count++
+			if hs != nil {
+				*hs = append(*hs, binary.LittleEndian.Uint64(b))
+			}
+		case (num == 1 || num == 3) && typ == protowire.VarintType && c != nil:
+			x, _ := protowire.ConsumeVarint(b)
+			if num == 1 {
+				c.BlockSize = uint32(x)
+			} else {
+				c.OmittedBlocks = uint32(x)
+			}
+		}
+		b = b[m:]
+	}
+	return count, true
 }
 
 // rowIdentity is a Candidate's pool and worker (rowIdentityOf).
@@ -208,12 +263,19 @@ func (r *rowIdentity) is(w *pb.WorkerRef) bool {
 	return string(r.id) == w.GetWorkerId() && r.rank == w.GetDpRank()
 }
 
-// workerRef reads the fields of a well-formed WorkerRef into r.
-func (r *rowIdentity) workerRef(b []byte) {
+// workerRef reads the fields of a WorkerRef into r, the last value of
+// each winning; false when its encoding is malformed.
+func (r *rowIdentity) workerRef(b []byte) bool {
 	for len(b) > 0 {
 		num, typ, n := consumeTag(b)
+		if n < 0 {
+			return false
+		}
 		b = b[n:]
 		m := consumeValue(num, typ, b)
+		if m < 0 {
+			return false
+		}
 		switch {
 		case num == 1 && typ == protowire.BytesType:
 			r.id, _ = protowire.ConsumeBytes(b)
@@ -223,6 +285,7 @@ func (r *rowIdentity) workerRef(b []byte) {
 		}
 		b = b[m:]
 	}
+	return true
 }
 
 // consumeTag is protowire.ConsumeTag with a fast path for the one-byte
@@ -260,7 +323,6 @@ func consumeValue(num protowire.Number, typ protowire.Type, b []byte) int {
 
 var (
 	decisionShape      = shapeOf((&pb.DecisionRecord{}).ProtoReflect().Descriptor())
-	workerRefShape     = shapeOf((&pb.WorkerRef{}).ProtoReflect().Descriptor())
 	errHeaderMalformed = errors.New("proto: the decision record holds invalid wire-format data or invalid UTF-8")
 	errBulkMalformed   = errors.New("proto: the candidate table or the hash chains hold invalid wire-format data or invalid UTF-8")
 )
@@ -308,11 +370,13 @@ func rowIdentityOf(row []byte) (who rowIdentity, ok bool) {
 		}
 		switch {
 		case num == 1 && typ == protowire.BytesType && !seenWorker:
+			// The worker id needs no UTF-8 check: it is compared with the
+			// decision's workers, valid strings, and the row is decoded
+			// (and checked) only if it is equal.
 			ref, _ := protowire.ConsumeBytes(b)
-			if !wellFormed(ref, workerRefShape) {
+			if !who.workerRef(ref) {
 				return who, false
 			}
-			who.workerRef(ref)
 			seenWorker = true
 		case num == 2 && typ == protowire.VarintType && !seenPool:
 			x, _ := protowire.ConsumeVarint(b)

@@ -140,9 +140,11 @@ func mustMarshal(t testing.TB, d *pb.DecisionRecord) []byte {
 // TestUnmarshalDecisionForApplyMalformed: what the partial decoder reads
 // is checked as proto.Unmarshal checks it, so a record malformed there is
 // refused: the header (invalid UTF-8 in config_json, a field it does not
-// even decode), a row's identity, a row it reads, the chain it reads. A
-// malformed row it does not read is not looked at: the record is applied
-// as if the row were not there.
+// even decode), the framing of a row's first fields, a row it reads, the
+// chain it reads. A malformed row it does not read (invalid UTF-8 in
+// another worker's row, or in a worker id, which then matches no worker
+// of the decision) is not looked at: the record is applied as if the row
+// were not there.
 func TestUnmarshalDecisionForApplyMalformed(t *testing.T) {
 	d := eventstest.Decision(4, 2, 0)
 	d.DecodeWorker = d.GetCandidates()[1].GetWorker()
@@ -154,10 +156,10 @@ func TestUnmarshalDecisionForApplyMalformed(t *testing.T) {
 	decodeRef := field(1, []byte(d.GetDecodeWorker().GetWorkerId()))
 	poolDecode := protowire.AppendVarint(protowire.AppendTag(nil, 2, protowire.VarintType), uint64(pb.Pool_POOL_DECODE))
 	refused := map[string][]byte{
-		"header":       field(17, badUTF8),
-		"row identity": field(decisionCandidatesField, field(1, field(1, badUTF8))),
-		"read row":     field(decisionCandidatesField, append(append(field(1, decodeRef), poolDecode...), field(4, badUTF8)...)),
-		"read chain":   field(decisionChainsField, append(protowire.AppendVarint(protowire.AppendTag(nil, 1, protowire.VarintType), 16), field(2, make([]byte, 12))...)),
+		"header":      field(17, badUTF8),
+		"row framing": field(decisionCandidatesField, append(protowire.AppendTag(nil, 1, protowire.BytesType), 5, 0x0a)),
+		"read row":    field(decisionCandidatesField, append(append(field(1, decodeRef), poolDecode...), field(4, badUTF8)...)),
+		"read chain":  field(decisionChainsField, append(protowire.AppendVarint(protowire.AppendTag(nil, 1, protowire.VarintType), 16), field(2, make([]byte, 12))...)),
 	}
 	for name, tail := range refused {
 		v := append(append([]byte{}, base...), tail...)
@@ -169,12 +171,16 @@ func TestUnmarshalDecisionForApplyMalformed(t *testing.T) {
 		}
 		checkForApply(t, v)
 	}
-	unread := field(decisionCandidatesField, append(append(field(1, field(1, []byte("prefill-z9"))), poolDecode...), field(4, badUTF8)...))
-	v := append(append([]byte{}, base...), unread...)
-	got, header, err := UnmarshalDecisionForApply(v, false)
 	want, wantHeader, wantErr := UnmarshalDecisionForApply(base, false)
-	if err != nil || wantErr != nil || !proto.Equal(got, want) || string(header) != string(wantHeader) {
-		t.Fatalf("a malformed row of another worker: %v, want the record without it (%v)", err, wantErr)
+	for name, unread := range map[string][]byte{
+		"another worker's row": field(decisionCandidatesField, append(append(field(1, field(1, []byte("prefill-z9"))), poolDecode...), field(4, badUTF8)...)),
+		"worker id":            field(decisionCandidatesField, field(1, field(1, badUTF8))),
+	} {
+		v := append(append([]byte{}, base...), unread...)
+		got, header, err := UnmarshalDecisionForApply(v, false)
+		if err != nil || wantErr != nil || !proto.Equal(got, want) || string(header) != string(wantHeader) {
+			t.Fatalf("%s: %v, want the record without it (%v)", name, err, wantErr)
+		}
 	}
 	// A row of the wrong wire type is an unknown field to both.
 	checkForApply(t, append(append([]byte{}, base...), protowire.AppendVarint(protowire.AppendTag(nil, decisionCandidatesField, protowire.VarintType), 3)...))
