@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"text/tabwriter"
 	"time"
@@ -299,6 +300,32 @@ type scaleReplica struct {
 	cmd  *exec.Cmd
 	url  string
 	done chan error
+	out  *tailBuffer // its stdout and stderr, for the error when it fails
+}
+
+// tailBuffer keeps the last max bytes written to it. A replica's output
+// goes there rather than to this process's stderr: several processes'
+// copies would interleave with each other and with this process's log.
+type tailBuffer struct {
+	mu  sync.Mutex
+	max int
+	b   []byte
+}
+
+func (t *tailBuffer) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.b = append(t.b, p...)
+	if over := len(t.b) - t.max; over > 0 {
+		t.b = append(t.b[:0], t.b[over:]...)
+	}
+	return len(p), nil
+}
+
+func (t *tailBuffer) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return string(t.b)
 }
 
 func (b *scaleBench) startReplica(ctx context.Context, prefix, dir string) (*scaleReplica, error) {
@@ -314,13 +341,14 @@ func (b *scaleBench) startReplica(ctx context.Context, prefix, dir string) (*sca
 	cmd := exec.CommandContext(ctx, b.binary, "serve", "--brokers", strings.Join(b.brokers, ","), "--topic-prefix", prefix,
 		"--data-dir", dir, "--http-addr", addr, "--router-conditional-disagg", "--log-level", "warn",
 		"--log-format", b.a.logFormat)
-	cmd.Stdout, cmd.Stderr = b.a.stderr, b.a.stderr
+	out := &tailBuffer{max: 16 << 10}
+	cmd.Stdout, cmd.Stderr = out, out
 	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
 	cmd.WaitDelay = 30 * time.Second
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("bench scale: starting a replica (%s): %w", b.binary, err)
 	}
-	r := &scaleReplica{cmd: cmd, url: "http://" + addr, done: make(chan error, 1)}
+	r := &scaleReplica{cmd: cmd, url: "http://" + addr, done: make(chan error, 1), out: out}
 	go func() { r.done <- cmd.Wait() }()
 	return r, nil
 }
@@ -331,7 +359,7 @@ func (r *scaleReplica) waitReady(ctx context.Context, timeout time.Duration) err
 		select {
 		case err := <-r.done:
 			r.done <- err
-			return fmt.Errorf("bench scale: replica %s exited before it was ready: %v", r.url, err)
+			return fmt.Errorf("bench scale: replica %s exited before it was ready: %v; its output ends with:\n%s", r.url, err, r.out)
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-time.After(100 * time.Millisecond):
@@ -344,7 +372,7 @@ func (r *scaleReplica) waitReady(ctx context.Context, timeout time.Duration) err
 			}
 		}
 	}
-	return fmt.Errorf("bench scale: replica %s not ready after %s", r.url, timeout)
+	return fmt.Errorf("bench scale: replica %s not ready after %s; its output ends with:\n%s", r.url, timeout, r.out)
 }
 
 // cpuSeconds reads the replica's process_cpu_seconds_total.
