@@ -31,19 +31,25 @@ import (
 //     only when the whole Apply batch commits, so these bridge the gap: a
 //     caller that waited for an offset (WaitApplied) finds every decision
 //     below it. Cleared after each commit; bounded by the batch, whose
-//     records the caller holds in memory anyway.
-//  3. the cache: Options.DecisionCacheSize records read from Pebble, least
-//     recently used out first.
+//     records the caller holds in memory anyway. Another replica's
+//     decision is held as its header's bytes (events.DecodeForApply),
+//     decoded only if a lookup asks for it.
+//  3. the cache: Options.DecisionCacheSize records read from Pebble or
+//     committed last (another replica's still as bytes until asked for),
+//     least recently used out first.
 //  4. Pebble, keys 'd' (the record's header and its position on the
 //     decisions topic), 'q' (request → decision ids) and 'e' (time →
 //     decision id, for the sweep), written in the same batch as the
 //     offsets (invariant 2). They are part of the state and the digest:
-//     they are a function of the log (the header is re-marshalled
-//     deterministically, the position is the record's) and two replicas
+//     they are a function of the log (the header is this replica's own
+//     record re-marshalled deterministically, or another replica's record
+//     less its table and chains, the same bytes for any record pdrouter
+//     writes; the position is the record's) and two replicas
 //     must agree on which requests already have a decision, or a retried
 //     request would be decided twice on one of them.
 //
-// Only the first two sources hold whole records. Pebble keeps the header
+// Only the first two sources hold whole records, and only of this
+// replica's own decisions. Pebble keeps the header
 // (events.MarshalDecisionHeader: no candidate table, and hash chains only
 // in approximate mode, whose predictions are rebuilt from them at Open):
 // the table and chains are ~97% of a record's bytes, and storing them made
