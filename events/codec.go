@@ -70,6 +70,8 @@ func TopicOf(m proto.Message) (Topic, error) {
 
 var marshal = proto.MarshalOptions{Deterministic: true}
 
+var decisionRecordName = (&pb.DecisionRecord{}).ProtoReflect().Descriptor().FullName()
+
 // Marshal encodes a message with deterministic field order, so a replay
 // that re-encodes a record produces the same bytes. Decision records take
 // the hand-written encoder (decisionwire.go), which yields the same bytes.
@@ -126,6 +128,11 @@ type Envelope struct {
 	Schema string
 	// Message is the decoded value; nil for a tombstone.
 	Message proto.Message
+	// Partial: Message is a DecisionRecord decoded by DecodeForApply, which
+	// holds only what the apply rules read (UnmarshalDecisionForApply), and
+	// Header is the record's header, encoded.
+	Partial bool
+	Header  []byte
 }
 
 // Tombstone reports whether the record deregisters a worker.
@@ -135,6 +142,20 @@ func (e *Envelope) Tombstone() bool { return e.Message == nil }
 // a *DecodeError that names where the record sits, so an operator can find
 // it with `pdrouter log tail --from-offset`.
 func Decode(names Names, r *kgo.Record) (*Envelope, error) {
+	return decode(names, r, nil)
+}
+
+// DecodeForApply is Decode for a replica that applies the record to its
+// state and keeps no more of it than its header: a DecisionRecord is
+// decoded by UnmarshalDecisionForApply (keepChains as there), only as far
+// as the apply rules read it, and its Envelope is Partial, with the
+// record's header as bytes. It accepts and refuses exactly the records
+// Decode does.
+func DecodeForApply(names Names, r *kgo.Record, keepChains bool) (*Envelope, error) {
+	return decode(names, r, func(v []byte) (*pb.DecisionRecord, []byte, error) { return UnmarshalDecisionForApply(v, keepChains) })
+}
+
+func decode(names Names, r *kgo.Record, decision func([]byte) (*pb.DecisionRecord, []byte, error)) (*Envelope, error) {
 	t, ok := names.Logical(r.Topic)
 	if !ok {
 		return nil, &DecodeError{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Kind: ErrWrongTopic,
@@ -173,9 +194,18 @@ func Decode(names Names, r *kgo.Record) (*Envelope, error) {
 	if len(r.Value) > MaxValueBytes {
 		return fail(ErrTooLarge, string(schema), fmt.Errorf("value is %d bytes, over the %d-byte limit", len(r.Value), MaxValueBytes))
 	}
-	m := newMessage(name)
-	if err := proto.Unmarshal(r.Value, m); err != nil {
-		return fail(ErrMalformed, string(schema), err)
+	var m proto.Message
+	if decision != nil && name == decisionRecordName {
+		d, header, err := decision(r.Value)
+		if err != nil {
+			return fail(ErrMalformed, string(schema), err)
+		}
+		m, env.Partial, env.Header = d, true, header
+	} else {
+		m = newMessage(name)
+		if err := proto.Unmarshal(r.Value, m); err != nil {
+			return fail(ErrMalformed, string(schema), err)
+		}
 	}
 	if err := ValidateAt(m, r.Timestamp); err != nil {
 		return fail(ErrInvalid, string(schema), err)

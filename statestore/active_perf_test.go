@@ -20,7 +20,7 @@ import (
 
 const perfDecode, perfPrefill = 128, 32
 
-func perfHarness(b *testing.B) *harness {
+func perfHarness(b testing.TB) *harness {
 	b.Helper()
 	h := newHarness(b, 16)
 	var recs []*kgo.Record
@@ -66,6 +66,9 @@ func perfDecisions(n int, seed uint64, t0 int64) []*pb.DecisionRecord {
 			Model: "bench", Mode: "local", DecodeWorker: &pb.WorkerRef{WorkerId: fmt.Sprintf("decode-%03d", dw)},
 			DecidedAtUnixNano: t0 + int64(i)*1000, BlockSize: 16, Reason: "bypass", Policy: "isl_bounding",
 		}
+		d.Watermark, d.ConfigJson = perfWatermark(rng), `{"policy":"isl_bounding","eff_isl_threshold":2048,"eff_isl_ratio_threshold":0.7}`
+		d.EffIslCheck = &pb.Check{Name: "eff_isl_threshold", Evaluated: true, Known: true, Value: 904, Limit: 2048, Hit: true}
+		d.RatioCheck = &pb.Check{Name: "eff_isl_ratio_threshold", Evaluated: true, Known: true, Value: 0.18, Limit: 0.7, Hit: true}
 		hs := bodies[rng.IntN(len(bodies))]
 		tokens := len(hs)*16 + rng.IntN(16)
 		d.PromptTokens = uint32(tokens)
@@ -89,6 +92,23 @@ func perfDecisions(n int, seed uint64, t0 int64) []*pb.DecisionRecord {
 		out[i] = d
 	}
 	return out
+}
+
+// perfWatermark is a decision's watermark in a log of the default
+// partition counts (migrations/topics.go): every partition of every topic.
+func perfWatermark(rng *rand.Rand) *pb.Watermark {
+	w := &pb.Watermark{}
+	for _, t := range []struct {
+		name  string
+		parts int
+	}{{"kv-events", 16}, {"load", 8}, {"workers", 4}, {"decisions", 16}, {"outcomes", 16}} {
+		to := &pb.TopicOffsets{Topic: t.name}
+		for p := range t.parts {
+			to.Partitions = append(to.Partitions, &pb.PartitionOffset{Partition: int32(p), Offset: rng.Int64N(1 << 30)})
+		}
+		w.Topics = append(w.Topics, to)
+	}
+	return w
 }
 
 // BenchmarkLocalDecisionRoundTrip: this replica's decision counted at once
@@ -141,7 +161,9 @@ func BenchmarkRecordLocalDecision(b *testing.B) {
 }
 
 // BenchmarkApplyForeignDecisions: decisions of another replica, from the
-// log (the whole accounting on apply).
+// log (the whole accounting on apply). cpu-ns/op is the process's CPU time,
+// Pebble's flushes included: the p of a replica group's capacity model
+// (docs/scaling.md), less the fetch.
 func BenchmarkApplyForeignDecisions(b *testing.B) {
 	h := perfHarness(b)
 	ds := perfDecisions(b.N, 3, 1e18)
@@ -149,12 +171,18 @@ func BenchmarkApplyForeignDecisions(b *testing.B) {
 	for i, d := range ds {
 		recs[i] = h.record(d.GetDecodeWorker().GetWorkerId(), d)
 	}
+	cpu0 := processCPU()
 	b.ResetTimer()
 	for lo := 0; lo < len(recs); lo += 64 {
 		if err := h.s.Apply(recs[lo:min(lo+64, len(recs))]); err != nil {
 			b.Fatal(err)
 		}
 	}
+	if err := h.s.db.Flush(); err != nil {
+		b.Fatal(err)
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(processCPU()-cpu0)/float64(b.N), "cpu-ns/op")
 }
 
 // BenchmarkMatchActive: the active run of a prompt on every decode worker,

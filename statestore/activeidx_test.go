@@ -287,7 +287,7 @@ func TestOwnDecisionReadBackWithoutDecoding(t *testing.T) {
 			t.Fatal(err)
 		}
 		var applied *pb.DecisionRecord
-		testHookBeforeCommit = func() { applied = h.s.st.dec.pending[id] }
+		testHookBeforeCommit = func() { applied = h.s.st.dec.pending[id].sd.Record }
 		h.apply(r)
 		testHookBeforeCommit = nil
 		if applied == nil {
@@ -309,7 +309,7 @@ func TestOwnDecisionReadBackWithoutDecoding(t *testing.T) {
 	r := h.record("d1", d)
 	h.s.ExpectLocalDecision(d, r.Value)
 	var applied *pb.DecisionRecord
-	testHookBeforeCommit = func() { applied = h.s.st.dec.pending["own-early"] }
+	testHookBeforeCommit = func() { applied = h.s.st.dec.pending["own-early"].sd.Record }
 	h.apply(r)
 	testHookBeforeCommit = nil
 	if applied != d {

@@ -31,19 +31,25 @@ import (
 //     only when the whole Apply batch commits, so these bridge the gap: a
 //     caller that waited for an offset (WaitApplied) finds every decision
 //     below it. Cleared after each commit; bounded by the batch, whose
-//     records the caller holds in memory anyway.
-//  3. the cache: Options.DecisionCacheSize records read from Pebble, least
-//     recently used out first.
+//     records the caller holds in memory anyway. Another replica's
+//     decision is held as its header's bytes (events.DecodeForApply),
+//     decoded only if a lookup asks for it.
+//  3. the cache: Options.DecisionCacheSize records read from Pebble or
+//     committed last (another replica's still as bytes until asked for),
+//     least recently used out first.
 //  4. Pebble, keys 'd' (the record's header and its position on the
 //     decisions topic), 'q' (request → decision ids) and 'e' (time →
 //     decision id, for the sweep), written in the same batch as the
 //     offsets (invariant 2). They are part of the state and the digest:
-//     they are a function of the log (the header is re-marshalled
-//     deterministically, the position is the record's) and two replicas
+//     they are a function of the log (the header is this replica's own
+//     record re-marshalled deterministically, or another replica's record
+//     less its table and chains, the same bytes for any record pdrouter
+//     writes; the position is the record's) and two replicas
 //     must agree on which requests already have a decision, or a retried
 //     request would be decided twice on one of them.
 //
-// Only the first two sources hold whole records. Pebble keeps the header
+// Only the first two sources hold whole records, and only of this
+// replica's own decisions. Pebble keeps the header
 // (events.MarshalDecisionHeader: no candidate table, and hash chains only
 // in approximate mode, whose predictions are rebuilt from them at Open):
 // the table and chains are ~97% of a record's bytes, and storing them made
@@ -73,7 +79,7 @@ import (
 // lowest decision id (byte order) is the request's, on every replica.
 
 type decisionLog struct {
-	pending    map[string]*pb.DecisionRecord
+	pending    map[string]pendingDecision
 	pendingReq map[string][]string // request id → pending decision ids
 	pendingDue decisionHeap        // pending decisions by event time, for the sweep
 
@@ -97,7 +103,7 @@ type decisionLog struct {
 
 func newDecisionLog() *decisionLog {
 	return &decisionLog{
-		pending: map[string]*pb.DecisionRecord{}, pendingReq: map[string][]string{},
+		pending: map[string]pendingDecision{}, pendingReq: map[string][]string{},
 		local: map[string]*pb.DecisionRecord{}, localReq: map[string][]string{}, localValue: map[string][]byte{},
 		nextExpiry: math.MinInt64,
 	}
@@ -119,16 +125,24 @@ func (st *state) decisionPresent(d *pb.DecisionRecord) bool {
 // applyDecisionLog is the apply rule of a decision record for lookups
 // (and, in approximate mode, its predicted cache entries, approx.go).
 // partition and offset are the record's position on the decisions topic.
-func (st *state) applyDecisionLog(b *pebble.Batch, d *pb.DecisionRecord, partition int32, offset int64) {
+// header, when not nil, is the record's header as events.DecodeForApply
+// gives it (d then holds only what the apply rules read): it is stored as
+// it is, and lookups decode it.
+func (st *state) applyDecisionLog(b *pebble.Batch, d *pb.DecisionRecord, partition int32, offset int64, header []byte) {
 	dl := st.dec
 	id, req := d.GetDecisionId(), d.GetRequestId()
 	st.dropLocalDecision(id) // read back: the log copy serves from now on
 	if !st.decisionPresent(d) {
 		return // already absent: the same as seen, then swept
 	}
-	v, err := appendStoredDecision(st.dbuf[:0], partition, offset, d, st.act.cfg.approxTTL > 0)
-	if err != nil {
-		return // unreachable: a decoded message has valid UTF-8
+	var v []byte
+	if header != nil {
+		v = append(appendStoredPosition(st.dbuf[:0], partition, offset), header...)
+	} else {
+		var err error
+		if v, err = appendStoredDecision(st.dbuf[:0], partition, offset, d, st.act.cfg.approxTTL > 0); err != nil {
+			return // unreachable: a decoded message has valid UTF-8
+		}
 	}
 	st.dbuf = v // Set copies it
 	tD := d.GetDecidedAtUnixNano()
@@ -138,10 +152,43 @@ func (st *state) applyDecisionLog(b *pebble.Batch, d *pb.DecisionRecord, partiti
 	if _, ok := dl.pending[id]; !ok {
 		dl.pendingReq[req] = append(dl.pendingReq[req], id)
 	}
-	dl.pending[id] = d
 	heap.Push(&dl.pendingDue, decisionDue{at: tD, id: id})
 	dl.nextExpiry = min(dl.nextExpiry, addSat(tD, st.act.cfg.decisionRetention))
 	st.predictDecision(d)
+	if header == nil {
+		dl.pending[id] = pendingDecision{sd: inMemory(d)}
+		return
+	}
+	// The chain active accounting keeps is its own slice: the rest of d
+	// can go.
+	dl.pending[id] = pendingDecision{
+		sd:     StoredDecision{Record: &pb.DecisionRecord{DecisionId: id, RequestId: req, DecidedAtUnixNano: tD}, Partition: partition, Offset: offset},
+		header: header,
+	}
+}
+
+// pendingDecision is a decision applied and not committed yet: this
+// replica's own, whole record, or another replica's, whose header is
+// decoded when a lookup needs it: most are never looked up on this
+// replica.
+type pendingDecision struct {
+	// sd is the whole record, or (with header) a record of the decision
+	// id, request id and decided_at only, and the position.
+	sd     StoredDecision
+	header []byte
+}
+
+// lookup returns what a lookup serves: the whole record, or the header
+// and position, as Pebble serves them after the commit.
+func (p pendingDecision) lookup() (StoredDecision, bool) {
+	if p.header == nil {
+		return p.sd, p.sd.Record != nil
+	}
+	d := &pb.DecisionRecord{}
+	if err := proto.Unmarshal(p.header, d); err != nil {
+		return StoredDecision{}, false // unreachable: the header was checked when applied
+	}
+	return StoredDecision{Record: d, Partition: p.sd.Partition, Offset: p.sd.Offset}, true
 }
 
 func deleteDecisionKeys(b *pebble.Batch, tD int64, id, req string) {
@@ -158,7 +205,7 @@ func removeID(ids []string, id string) []string {
 }
 
 func (dl *decisionLog) dropPending(id string) {
-	d := dl.pending[id]
+	d := dl.pending[id].sd.Record
 	if d == nil {
 		return
 	}
@@ -179,8 +226,8 @@ func (dl *decisionLog) dropPending(id string) {
 // committed.
 func (dl *decisionLog) committed(cache *decisionCache) {
 	for _, due := range dl.pendingDue {
-		if d := dl.pending[due.id]; d != nil {
-			cache.put(due.id, inMemory(d))
+		if p := dl.pending[due.id]; p.sd.Record != nil {
+			cache.putPending(due.id, p)
 		}
 	}
 	clear(dl.pending)
@@ -223,7 +270,7 @@ func (s *Store) sweepDecisions(b *pebble.Batch) {
 	}
 	for len(dl.pendingDue) > 0 && addSat(dl.pendingDue[0].at, ret) <= now {
 		it := heap.Pop(&dl.pendingDue).(decisionDue)
-		if d := dl.pending[it.id]; d != nil && d.GetDecidedAtUnixNano() == it.at {
+		if d := dl.pending[it.id].sd.Record; d != nil && d.GetDecidedAtUnixNano() == it.at {
 			deleteDecisionKeys(b, it.at, it.id, d.GetRequestId())
 			dl.dropPending(it.id)
 		}
@@ -330,14 +377,15 @@ func (s *Store) decisionStored(id string) bool {
 func (s *Store) Decision(id string) (StoredDecision, bool) {
 	s.mu.RLock()
 	st := s.st
-	d := st.dec.local[id]
-	if d == nil {
-		d = st.dec.pending[id]
+	p, ok := st.dec.pending[id]
+	if d := st.dec.local[id]; d != nil {
+		p, ok = pendingDecision{sd: inMemory(d)}, true
 	}
-	if d != nil {
-		ok := st.decisionPresent(d)
+	if ok {
+		present := st.decisionPresent(p.sd.Record)
 		s.mu.RUnlock()
-		return inMemory(d), ok
+		sd, ok := p.lookup()
+		return sd, ok && present
 	}
 	now := st.reqNow
 	s.mu.RUnlock()
@@ -360,15 +408,15 @@ func inMemory(d *pb.DecisionRecord) StoredDecision {
 // Decision, a committed decision comes back as its header and position.
 func (s *Store) DecisionForRequest(requestID string) (StoredDecision, bool) {
 	mem, stored, ok := s.forRequest(requestID)
-	if ok && (mem == nil || stored.DecisionID < mem.GetDecisionId()) {
+	if ok && (mem.Record == nil || stored.DecisionID < mem.Record.GetDecisionId()) {
 		if sd, ok := s.loadDecision(stored.DecisionID); ok {
 			return sd, true
 		}
 	}
-	if mem == nil {
+	if mem.Record == nil {
 		return StoredDecision{}, false
 	}
-	return inMemory(mem), true
+	return mem, true
 }
 
 // DecisionRef names a decision and the workers it chose: what a lifecycle
@@ -385,7 +433,8 @@ type DecisionRef struct {
 // left the records cache) costs one index seek, not a record read and
 // decode. The refs are shared and read-only.
 func (s *Store) DecisionRefForRequest(requestID string) (DecisionRef, bool) {
-	mem, stored, ok := s.forRequest(requestID)
+	sd, stored, ok := s.forRequest(requestID)
+	mem := sd.Record
 	if ok && (mem == nil || stored.DecisionID < mem.GetDecisionId()) {
 		return stored, true
 	}
@@ -399,22 +448,31 @@ func (s *Store) DecisionRefForRequest(requestID string) (DecisionRef, bool) {
 // lowest-id present decision in memory (this replica's own, and those
 // applied but not committed yet), and the first present entry of the
 // request index in Pebble.
-func (s *Store) forRequest(requestID string) (mem *pb.DecisionRecord, stored DecisionRef, storedOK bool) {
+func (s *Store) forRequest(requestID string) (mem StoredDecision, stored DecisionRef, storedOK bool) {
 	s.mu.RLock()
 	st := s.st
-	consider := func(d *pb.DecisionRecord) {
-		if d != nil && st.decisionPresent(d) && (mem == nil || d.GetDecisionId() < mem.GetDecisionId()) {
-			mem = d
+	var memP pendingDecision
+	consider := func(p pendingDecision) {
+		d := p.sd.Record
+		if d != nil && st.decisionPresent(d) && (memP.sd.Record == nil || d.GetDecisionId() < memP.sd.Record.GetDecisionId()) {
+			memP = p
 		}
 	}
 	for _, id := range st.dec.localReq[requestID] {
-		consider(st.dec.local[id])
+		if d := st.dec.local[id]; d != nil {
+			consider(pendingDecision{sd: inMemory(d)})
+		}
 	}
 	for _, id := range st.dec.pendingReq[requestID] {
 		consider(st.dec.pending[id])
 	}
 	now := st.reqNow
 	s.mu.RUnlock()
+	if memP.sd.Record != nil {
+		if sd, ok := memP.lookup(); ok {
+			mem = sd
+		}
+	}
 	// Committed decisions: the first present key of the request's span is
 	// the lowest decision id. Read after the memory sources: a decision
 	// committed in between was either seen pending or is found here.
@@ -527,13 +585,14 @@ func (s *Store) loadDecision(id string) (StoredDecision, bool) {
 	return sd, true
 }
 
-// decisionCache is a small LRU of decoded headers read from Pebble.
-// Decisions are immutable per id, so it is never invalidated; lookups apply
-// the retention test to what it returns.
+// decisionCache is a small LRU of decoded headers read from Pebble, and of
+// the decisions of the last commits (another replica's as its header,
+// decoded on its first lookup). Decisions are immutable per id, so it is
+// never invalidated; lookups apply the retention test to what it returns.
 type decisionCache struct {
 	mu  sync.Mutex
 	cap int
-	ll  *list.List // front: most recently used; values StoredDecision
+	ll  *list.List // front: most recently used; values *pendingDecision
 	m   map[string]*list.Element
 }
 
@@ -544,25 +603,35 @@ func newDecisionCache(n int) *decisionCache {
 func (c *decisionCache) get(id string) (StoredDecision, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if e := c.m[id]; e != nil {
-		c.ll.MoveToFront(e)
-		return e.Value.(StoredDecision), true
+	e := c.m[id]
+	if e == nil {
+		return StoredDecision{}, false
 	}
-	return StoredDecision{}, false
+	c.ll.MoveToFront(e)
+	p := e.Value.(*pendingDecision)
+	sd, ok := p.lookup()
+	if ok && p.header != nil {
+		*p = pendingDecision{sd: sd} // decoded once
+	}
+	return sd, ok
 }
 
 func (c *decisionCache) put(id string, sd StoredDecision) {
+	c.putPending(id, pendingDecision{sd: sd})
+}
+
+func (c *decisionCache) putPending(id string, p pendingDecision) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if e := c.m[id]; e != nil {
 		c.ll.MoveToFront(e)
 		return
 	}
-	c.m[id] = c.ll.PushFront(sd)
+	c.m[id] = c.ll.PushFront(&p)
 	for c.ll.Len() > c.cap {
 		e := c.ll.Back()
 		c.ll.Remove(e)
-		delete(c.m, e.Value.(StoredDecision).Record.GetDecisionId())
+		delete(c.m, e.Value.(*pendingDecision).sd.Record.GetDecisionId())
 	}
 }
 
@@ -608,10 +677,15 @@ type StoredDecision struct {
 //
 //	u8 format (1) | uvarint partition | uvarint offset | header
 func appendStoredDecision(v []byte, partition int32, offset int64, d *pb.DecisionRecord, keepChains bool) ([]byte, error) {
+	return events.AppendDecisionHeader(appendStoredPosition(v, partition, offset), d, keepChains)
+}
+
+// appendStoredPosition appends the front of a decision key's value, up to
+// the header.
+func appendStoredPosition(v []byte, partition int32, offset int64) []byte {
 	v = append(v, storedDecisionFormat)
 	v = binary.AppendUvarint(v, uint64(partition))
-	v = binary.AppendUvarint(v, uint64(offset))
-	return events.AppendDecisionHeader(v, d, keepChains)
+	return binary.AppendUvarint(v, uint64(offset))
 }
 
 const storedDecisionFormat = 1

@@ -156,7 +156,7 @@ func (st *state) applyEnvelope(b *pebble.Batch, env *events.Envelope, logTime in
 	case *pb.DecisionRecord:
 		st.observe(m.GetDecidedAtUnixNano(), true)
 		st.applyDecision(b, m)
-		st.applyDecisionLog(b, m, env.Partition, env.Offset)
+		st.applyDecisionLog(b, m, env.Partition, env.Offset, env.Header)
 	case *pb.OutcomeEvent:
 		st.observe(m.GetEventTimeUnixNano(), true)
 		st.applyOutcome(b, m)

@@ -60,6 +60,16 @@ type Config struct {
 	// in (Result.Windows and the progress log); default 5 s.
 	Window time.Duration
 	Log    *slog.Logger
+	// Spread lists more routers of the same group (base URLs like URL):
+	// client c then sends its requests and lifecycle events to the c-th
+	// of URL and Spread, in turn, so that a group's replicas all answer.
+	// The fleet is registered through URL; the others reach its state
+	// through the log (every request waits for the setup's offsets).
+	Spread []string
+	// OnMeasure, when set, is called when the measured time begins (true)
+	// and when it ends (false), so a caller can read other processes'
+	// counters over exactly that time.
+	OnMeasure func(measuring bool)
 }
 
 // Result is a run's outcome.
@@ -81,6 +91,8 @@ type Result struct {
 	CompletionErrors map[int]int
 	// CPU is this process's CPU time over the measured time.
 	CPU time.Duration
+	// ByTarget counts Requests by router: URL first, then Spread's.
+	ByTarget []int
 	// Windows are the measured time's consecutive Config.Window windows
 	// (the last may be shorter; one under a fifth of a window is left
 	// out), so a rate that does not hold shows.
@@ -134,9 +146,13 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	// setup uses net/http; the measured loop uses one conn per client
 	// (client.go).
 	cl := &http.Client{Timeout: 30 * time.Second}
-	target, err := newConn(cfg.URL, 30*time.Second)
-	if err != nil {
-		return Result{}, err
+	targets := make([]*conn, 0, 1+len(cfg.Spread))
+	for _, u := range append([]string{cfg.URL}, cfg.Spread...) {
+		k, err := newConn(u, 30*time.Second)
+		if err != nil {
+			return Result{}, err
+		}
+		targets = append(targets, k)
 	}
 	rng := rand.New(rand.NewPCG(cfg.Seed, 7))
 	prefixes := make([][]uint32, cfg.SharedPrefixes)
@@ -179,6 +195,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		measure atomic.Bool
 		replays int
 		window  windowLatencies
+		byConn  = make([]int, len(targets))
 	)
 	if cfg.RunID == "" {
 		var b [4]byte
@@ -196,7 +213,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 			myErrs, myCErrs := map[int]int{}, map[int]int{}
 			myLocal, myDone, myReplays := 0, 0, 0
 			var running []int64 // routed, not yet completed: oldest first
-			k := target.clone()
+			k := targets[c%len(targets)].clone()
 			defer k.close()
 			var head, path []byte
 			for i := c; ; i++ {
@@ -213,6 +230,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 					local += myLocal
 					done += myDone
 					replays += myReplays
+					byConn[c%len(targets)] += len(mine)
 					mu.Unlock()
 					return
 				default:
@@ -257,6 +275,9 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		}(c)
 	}
 	time.Sleep(cfg.Warmup)
+	if cfg.OnMeasure != nil {
+		cfg.OnMeasure(true)
+	}
 	measure.Store(true)
 	begin, cpu0 := time.Now(), cpuTime()
 	if cfg.Window <= 0 {
@@ -291,9 +312,12 @@ loop:
 		windows = append(windows, last)
 	}
 	elapsed, cpu := time.Since(begin), cpuTime()-cpu0
+	if cfg.OnMeasure != nil {
+		cfg.OnMeasure(false)
+	}
 	close(stop)
 	wg.Wait()
-	res := Result{Requests: len(lat), Errors: errs, Elapsed: elapsed, Local: local, Replays: replays, Completions: done, CompletionErrors: cerrs, CPU: cpu, Windows: windows}
+	res := Result{Requests: len(lat), Errors: errs, Elapsed: elapsed, Local: local, Replays: replays, Completions: done, CompletionErrors: cerrs, CPU: cpu, Windows: windows, ByTarget: byConn}
 	if len(lat) == 0 {
 		if replays > 0 {
 			return res, fmt.Errorf("bench api: all %d answers replayed earlier decisions: request ids bench-%s-<n> were used before on this router", replays, cfg.RunID)

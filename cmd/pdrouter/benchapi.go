@@ -112,20 +112,7 @@ func startBenchRouter(ctx context.Context, a *app, rf *routerFlags) (string, fun
 		case <-time.After(30 * time.Second):
 		}
 		removeAll(dir)
-		cl, err := kgo.NewClient(opts...)
-		if err != nil {
-			return
-		}
-		defer cl.Close()
-		dctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		names := make([]string, len(specs))
-		for i, s := range specs {
-			names[i] = s.Name
-		}
-		if _, err := kadm.NewClient(cl).DeleteTopics(dctx, names...); err != nil {
-			a.log.Warn("bench api: deleting the bench topics", "prefix", a.topicPrefix, "err", err)
-		}
+		deleteBenchTopics(a, opts, specs)
 	}
 	if _, err := runMigrate(ctx, opts, specs, false); err != nil {
 		cleanup()
@@ -186,4 +173,23 @@ func printBenchAPI(a *app, cfg loadgen.Config, r loadgen.Result, inProcess bool)
 	fmt.Fprintf(w, "cpu\t%.2f cores over the measured time (this process%s)\n", r.CPU.Seconds()/r.Elapsed.Seconds(), map[bool]string{true: ": router and load generator", false: ": load generator only"}[inProcess])
 	_ = w.Flush()
 	_ = os.Stdout.Sync()
+}
+
+// deleteBenchTopics deletes the topics a bench created under its fresh
+// prefix, so a run leaves nothing behind on the broker.
+func deleteBenchTopics(a *app, opts []kgo.Opt, specs []migrations.TopicSpec) {
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return
+	}
+	defer cl.Close()
+	dctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	names := make([]string, len(specs))
+	for i, s := range specs {
+		names[i] = s.Name
+	}
+	if _, err := kadm.NewClient(cl).DeleteTopics(dctx, names...); err != nil {
+		a.log.Warn("bench: deleting the bench topics", "topics", names, "err", err)
+	}
 }

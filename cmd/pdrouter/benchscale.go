@@ -1,0 +1,407 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/pdrouter/pdrouter/api/loadgen"
+	"github.com/pdrouter/pdrouter/internal/scalemodel"
+	"github.com/pdrouter/pdrouter/migrations"
+)
+
+// scaleBench is `pdrouter bench scale`: the CPU a replica group spends per
+// decision, measured on real replica processes, and the group capacity it
+// implies (internal/scalemodel).
+type scaleBench struct {
+	a        *app
+	cfg      loadgen.Config
+	cores    float64
+	json     bool
+	validate bool
+	binary   string
+	brokers  []string
+	opts     []kgo.Opt
+}
+
+func newBenchScaleCmd(a *app) *cobra.Command {
+	b := &scaleBench{a: a, cfg: loadgen.Config{DecodeWorkers: 128, PrefillWorkers: 32, BlockSize: 16, MinTokens: 1024,
+		MaxTokens: 32768, SharedPrefixes: 16, Clients: 16, Duration: 20 * time.Second, Warmup: 5 * time.Second, Seed: 1,
+		Hashes: true, InFlight: 8}}
+	cmd := &cobra.Command{
+		Use:   "scale",
+		Short: "Measure CPU per answered and per applied decision, and model a replica group's capacity",
+		Long: `scale starts two 'pdrouter serve' replicas (this binary, --replica-binary) on
+fresh topics of --brokers (a real Kafka; default PDR_BROKERS, else
+PDR_TEST_BROKERS), registers 128 decode and 32 prefill workers, and loads
+the first replica with --clients closed-loop clients sending prompts of
+1k-32k tokens (as bench api does, lifecycle events included). Over the
+measured time it reads each replica's process CPU (its
+process_cpu_seconds_total) and gives:
+
+  a  CPU µs per answered decision, on the replica that answered it;
+  p  CPU µs per applied peer decision, on the replica that only applied it.
+
+A group of N replicas of --cores cores then answers at most
+N·C / (a + (N−1)·p) decisions/s, with a scaling efficiency of
+a / (a + (N−1)·p); the table gives N = 1, 2, 4, 8, 16, and --json prints
+only {"cpu_us_per_answered", "cpu_us_per_applied", "capacity", "efficiency"}.
+
+--validate then checks the model on groups of 2 and 3 replica processes
+loaded evenly (--clients per replica): each replica's measured CPU against a·(decisions it
+answered) + p·(decisions the others answered), within 20%. CPU per
+decision does not depend on how busy the machine is, unlike a rate; the
+replicas, the load generator and the broker share this machine.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return b.run(cmd.Context()) },
+	}
+	f := cmd.Flags()
+	f.Float64Var(&b.cores, "cores", 2, "cores per replica, for the modelled capacity")
+	f.BoolVar(&b.json, "json", false, "print the model as one JSON object")
+	f.BoolVar(&b.validate, "validate", false, "also run groups of 2 and 3 replicas, and compare their CPU with the model's")
+	f.StringVar(&b.binary, "replica-binary", "", "pdrouter binary the replicas run (default: this one)")
+	f.IntVar(&b.cfg.Clients, "clients", b.cfg.Clients, "concurrent closed-loop clients")
+	f.DurationVar(&b.cfg.Duration, "duration", b.cfg.Duration, "measured time of each group")
+	f.DurationVar(&b.cfg.Warmup, "warmup", b.cfg.Warmup, "unmeasured time before it")
+	f.IntVar(&b.cfg.DecodeWorkers, "decode-workers", b.cfg.DecodeWorkers, "decode workers to register")
+	f.IntVar(&b.cfg.PrefillWorkers, "prefill-workers", b.cfg.PrefillWorkers, "prefill workers to register")
+	f.IntVar(&b.cfg.MinTokens, "min-tokens", b.cfg.MinTokens, "shortest prompt, in tokens")
+	f.IntVar(&b.cfg.MaxTokens, "max-tokens", b.cfg.MaxTokens, "longest prompt, in tokens")
+	return cmd
+}
+
+// testBrokersEnv is the variable the test broker is announced in
+// (internal/kafkatest.EnvBrokers, which the binary does not import).
+const testBrokersEnv = "PDR_TEST_BROKERS"
+
+// scaleTolerance is how far a replica's measured CPU may be from the
+// model's for --validate to pass.
+const scaleTolerance = 0.20
+
+func (b *scaleBench) run(ctx context.Context) error {
+	if b.cores <= 0 || b.cfg.Clients < 1 || b.cfg.MinTokens < 1 || b.cfg.MaxTokens < b.cfg.MinTokens || b.cfg.DecodeWorkers < 1 {
+		return errors.New("bench scale: need --cores > 0, --clients ≥ 1, 1 ≤ --min-tokens ≤ --max-tokens, --decode-workers ≥ 1")
+	}
+	b.brokers = b.a.kafka.Brokers
+	if len(b.brokers) == 0 {
+		if v, ok := b.a.env(testBrokersEnv); ok && strings.TrimSpace(v) != "" {
+			b.brokers = strings.Split(strings.TrimSpace(v), ",")
+			b.a.kafka.Brokers = b.brokers
+		}
+	}
+	if len(b.brokers) == 0 {
+		return fmt.Errorf("bench scale needs a Kafka broker: --brokers, PDR_BROKERS or %s", testBrokersEnv)
+	}
+	opts, err := b.a.kafkaOpts("bench-scale")
+	if err != nil {
+		return err
+	}
+	b.opts = opts
+	if b.binary == "" {
+		if b.binary, err = os.Executable(); err != nil {
+			return fmt.Errorf("bench scale: finding this binary to run the replicas: %w", err)
+		}
+	}
+	b.cfg.Log = b.a.log
+	// The model: one replica answers, one applies.
+	g, err := b.runGroup(ctx, 2, false)
+	if err != nil {
+		return err
+	}
+	m := scalemodel.Model{AnsweredUS: g.cpu[0] * 1e6 / float64(g.decisions), AppliedUS: g.cpu[1] * 1e6 / float64(g.decisions)}
+	if b.json {
+		fmt.Fprintln(b.a.stdout, m.JSON(b.cores))
+	} else {
+		b.printModel(g, m)
+	}
+	if !b.validate {
+		return nil
+	}
+	out := b.a.stdout
+	if b.json {
+		out = b.a.stderr // stdout holds the JSON object alone
+	}
+	missed := false
+	for _, n := range []int{2, 3} {
+		g, err := b.runGroup(ctx, n, true)
+		if err != nil {
+			return err
+		}
+		missed = b.printValidation(out, g, m) || missed
+	}
+	if missed {
+		return fmt.Errorf("bench scale: a replica's CPU is more than %.0f%% from the model's", scaleTolerance*100)
+	}
+	return nil
+}
+
+// groupRun is one measured run of a replica group.
+type groupRun struct {
+	n         int
+	res       loadgen.Result
+	decisions int       // answered over the measured time, whole group
+	answered  []int     // by replica
+	cpu       []float64 // CPU seconds over the measured time, by replica
+}
+
+// runGroup runs n replicas on fresh topics; spread sends the load to all
+// of them, else to the first only.
+func (b *scaleBench) runGroup(ctx context.Context, n int, spread bool) (groupRun, error) {
+	prefix := fmt.Sprintf("bench-scale-%d.", time.Now().UnixNano())
+	specs, err := migrations.Declarations(migrations.SingleNodeOptions(prefix))
+	if err != nil {
+		return groupRun{}, err
+	}
+	defer deleteBenchTopics(b.a, b.opts, specs)
+	if _, err := runMigrate(ctx, b.opts, specs, false); err != nil {
+		return groupRun{}, err
+	}
+	dir, err := mkdirTempUnder(filepath.Join(b.a.dataDir, "bench"))
+	if err != nil {
+		return groupRun{}, err
+	}
+	defer removeAll(dir)
+	reps := make([]*scaleReplica, 0, n)
+	defer func() {
+		for _, r := range reps {
+			r.stop()
+		}
+	}()
+	for i := range n {
+		r, err := b.startReplica(ctx, prefix, filepath.Join(dir, strconv.Itoa(i)))
+		if err != nil {
+			return groupRun{}, err
+		}
+		reps = append(reps, r)
+	}
+	for _, r := range reps {
+		if err := r.waitReady(ctx, 60*time.Second); err != nil {
+			return groupRun{}, err
+		}
+	}
+	cfg := b.cfg
+	cfg.URL = reps[0].url
+	if spread {
+		for _, r := range reps[1:] {
+			cfg.Spread = append(cfg.Spread, r.url)
+		}
+		// --clients per replica, as the answering replica of the model's
+		// run had: fewer concurrent requests per replica would put fewer
+		// appends in each group commit and fewer records in each fetch,
+		// and cost more CPU per decision than the model measured.
+		cfg.Clients *= n
+	}
+	g := groupRun{n: n, cpu: make([]float64, n)}
+	var readErr error
+	read := func(sign float64) {
+		for i, r := range reps {
+			c, err := r.cpuSeconds(ctx)
+			if err != nil {
+				readErr = err
+			}
+			g.cpu[i] += sign * c
+		}
+	}
+	cfg.OnMeasure = func(measuring bool) {
+		if measuring {
+			read(-1)
+		} else {
+			read(+1)
+		}
+	}
+	b.a.log.Info("bench scale: group", "replicas", n, "load_on", map[bool]string{true: "every replica", false: "the first replica"}[spread])
+	res, err := loadgen.Run(ctx, cfg)
+	if err != nil {
+		return groupRun{}, err
+	}
+	if readErr != nil {
+		return groupRun{}, fmt.Errorf("bench scale: reading a replica's CPU: %w", readErr)
+	}
+	g.res, g.decisions = res, res.Requests
+	g.answered = make([]int, n)
+	copy(g.answered, res.ByTarget)
+	return g, nil
+}
+
+func (b *scaleBench) printModel(g groupRun, m scalemodel.Model) {
+	w := tabwriter.NewWriter(b.a.stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(w, "bench scale\t2 replica processes on %s; the first answers, the second applies\n", strings.Join(b.brokers, ","))
+	fmt.Fprintf(w, "fleet\t%d decode + %d prefill workers, prompts %d–%d tokens\n", b.cfg.DecodeWorkers, b.cfg.PrefillWorkers, b.cfg.MinTokens, b.cfg.MaxTokens)
+	fmt.Fprintf(w, "decisions\t%d in %s (%.0f/s; p50 %s, p99 %s, p99.9 %s), %d completions\n", g.decisions, g.res.Elapsed.Round(time.Millisecond),
+		g.res.Throughput, g.res.P50.Round(time.Microsecond), g.res.P99.Round(time.Microsecond), g.res.P999.Round(time.Microsecond), g.res.Completions)
+	fmt.Fprintf(w, "cpu per answered decision\t%.1f µs\t(a: the answering replica, %.2f cores)\n", m.AnsweredUS, g.cpu[0]/g.res.Elapsed.Seconds())
+	fmt.Fprintf(w, "cpu per applied peer decision\t%.1f µs\t(p: the other replica, %.2f cores)\n", m.AppliedUS, g.cpu[1]/g.res.Elapsed.Seconds())
+	fmt.Fprintf(w, "load average\t%s\n", loadAverage())
+	_ = w.Flush()
+	fmt.Fprintf(b.a.stdout, "\ngroup of N replicas × %g cores: capacity N·C/(a+(N−1)·p), efficiency a/(a+(N−1)·p)\n", b.cores)
+	w = tabwriter.NewWriter(b.a.stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(w, "replicas\tdecisions/s\tefficiency\t\n")
+	for _, n := range scalemodel.Sizes {
+		fmt.Fprintf(w, "%d\t%.0f\t%.3f\t\n", n, m.Capacity(n, b.cores), m.Efficiency(n))
+	}
+	_ = w.Flush()
+}
+
+// printValidation prints a group's measured CPU against the model's and
+// reports whether a replica missed the tolerance.
+func (b *scaleBench) printValidation(out io.Writer, g groupRun, m scalemodel.Model) bool {
+	fmt.Fprintf(out, "\nvalidate: %d replicas, load spread over all (%d clients each); %d decisions in %s (%.0f/s), load average %s\n",
+		g.n, b.cfg.Clients, g.decisions, g.res.Elapsed.Round(time.Millisecond), g.res.Throughput, loadAverage())
+	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(w, "replica\tanswered\tapplied\tmeasured cpu s\tmodelled cpu s\tmeasured/modelled\t\n")
+	missed := false
+	var sumM, sumP float64
+	for i := range g.n {
+		modelled := m.ReplicaCPU(g.answered[i], g.decisions)
+		ratio := g.cpu[i] / modelled
+		if math.IsNaN(ratio) || math.Abs(ratio-1) > scaleTolerance {
+			missed = true
+		}
+		sumM, sumP = sumM+g.cpu[i], sumP+modelled
+		fmt.Fprintf(w, "%d\t%d\t%d\t%.2f\t%.2f\t%.3f\t\n", i, g.answered[i], g.decisions-g.answered[i], g.cpu[i], modelled, ratio)
+	}
+	fmt.Fprintf(w, "group\t%d\t\t%.2f\t%.2f\t%.3f\t\n", g.decisions, sumM, sumP, sumM/sumP)
+	_ = w.Flush()
+	fmt.Fprintf(out, "verdict\t%s (each replica within %.0f%%)\n", map[bool]string{true: "MISSED", false: "ok"}[missed], scaleTolerance*100)
+	return missed
+}
+
+// loadAverage is the 1-minute load average, or "unknown".
+func loadAverage() string {
+	raw, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	if f := strings.Fields(string(raw)); len(f) > 0 {
+		return f[0]
+	}
+	return "unknown"
+}
+
+// scaleReplica is one `pdrouter serve` process of a bench group.
+type scaleReplica struct {
+	cmd  *exec.Cmd
+	url  string
+	done chan error
+	out  *tailBuffer // its stdout and stderr, for the error when it fails
+}
+
+// tailBuffer keeps the last max bytes written to it. A replica's output
+// goes there rather than to this process's stderr: several processes'
+// copies would interleave with each other and with this process's log.
+type tailBuffer struct {
+	mu  sync.Mutex
+	max int
+	b   []byte
+}
+
+func (t *tailBuffer) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.b = append(t.b, p...)
+	if over := len(t.b) - t.max; over > 0 {
+		t.b = append(t.b[:0], t.b[over:]...)
+	}
+	return len(p), nil
+}
+
+func (t *tailBuffer) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return string(t.b)
+}
+
+func (b *scaleBench) startReplica(ctx context.Context, prefix, dir string) (*scaleReplica, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	addr := l.Addr().String()
+	_ = l.Close()
+	// Every flag that shapes the run is given, so no PDR_ variable of this
+	// environment changes it; Kafka's TLS and SASL settings reach the
+	// replicas through the environment.
+	cmd := exec.CommandContext(ctx, b.binary, "serve", "--brokers", strings.Join(b.brokers, ","), "--topic-prefix", prefix,
+		"--data-dir", dir, "--http-addr", addr, "--router-conditional-disagg", "--log-level", "warn",
+		"--log-format", b.a.logFormat)
+	out := &tailBuffer{max: 16 << 10}
+	cmd.Stdout, cmd.Stderr = out, out
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
+	cmd.WaitDelay = 30 * time.Second
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("bench scale: starting a replica (%s): %w", b.binary, err)
+	}
+	r := &scaleReplica{cmd: cmd, url: "http://" + addr, done: make(chan error, 1), out: out}
+	go func() { r.done <- cmd.Wait() }()
+	return r, nil
+}
+
+func (r *scaleReplica) waitReady(ctx context.Context, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		select {
+		case err := <-r.done:
+			r.done <- err
+			return fmt.Errorf("bench scale: replica %s exited before it was ready: %v; its output ends with:\n%s", r.url, err, r.out)
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+		resp, err := http.Get(r.url + "/readyz")
+		if err == nil {
+			_ = resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+	}
+	return fmt.Errorf("bench scale: replica %s not ready after %s; its output ends with:\n%s", r.url, timeout, r.out)
+}
+
+// cpuSeconds reads the replica's process_cpu_seconds_total.
+func (r *scaleReplica) cpuSeconds(ctx context.Context) (float64, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, r.url+"/metrics", nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "process_cpu_seconds_total "); ok {
+			return strconv.ParseFloat(v, 64)
+		}
+	}
+	return 0, fmt.Errorf("%s/metrics has no process_cpu_seconds_total", r.url)
+}
+
+func (r *scaleReplica) stop() {
+	_ = r.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-r.done:
+	case <-time.After(30 * time.Second):
+		_ = r.cmd.Process.Kill()
+		<-r.done
+	}
+}
