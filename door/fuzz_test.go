@@ -2,6 +2,7 @@ package door
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"io"
 	"testing"
@@ -44,6 +45,7 @@ func FuzzParseRequest(f *testing.F) {
 	f.Add([]byte(`{"model":"m","prompt":[1,2,3],"stream":true}`), false)
 	f.Add([]byte(`{"model":"m","messages":[{"role":"user","content":"x"}],"max_completion_tokens":3}`), true)
 	f.Add([]byte(`{"model":"m","prompt":"x","stream_options":{"include_usage":true}}`), false)
+	f.Add([]byte(`{"model":"m","prompt":"x","kv_transfer_params":null}`), false)
 	f.Fuzz(func(t *testing.T, body []byte, isChat bool) {
 		k := completions
 		if isChat {
@@ -64,6 +66,15 @@ func FuzzParseRequest(f *testing.F) {
 		}
 		if _, err := decodeBody(r, []byte(`{"x":1}`)); err != nil {
 			t.Fatal(err)
+		}
+		// The local path never carries kv_transfer_params of the client's.
+		b, err := decodeBody(r, nil)
+		var out map[string]json.RawMessage
+		if err != nil || json.Unmarshal(b, &out) != nil {
+			t.Fatalf("decode body %s: %v", b, err)
+		}
+		if _, ok := out[fieldKVTransfer]; ok {
+			t.Fatalf("the local body carries kv_transfer_params: %s", b)
 		}
 	})
 }

@@ -63,6 +63,16 @@ type parseError struct {
 
 func refuse(reason string, e *Error) *parseError { return &parseError{Error: e, reason: reason} }
 
+// fieldKVTransfer is the one field of a body only the router sets: an
+// engine given kv_transfer_params with do_remote_prefill pulls KV blocks
+// from the remote_host and remote_port they name, so a client's own would
+// make an engine connect wherever the client says. The door's other
+// changes (stream, max_tokens, stream_options, min_tokens on the prefill
+// leg; include_usage on the decode leg) overwrite the client's value or
+// only bound its request, and X-Request-Id is a header the door sets, not
+// one it forwards.
+const fieldKVTransfer = "kv_transfer_params"
+
 // maxModelLen bounds the model name, as registrations do.
 const maxModelLen = 512
 
@@ -73,6 +83,10 @@ func parseRequest(k kind, body []byte, lim limits) (*request, *parseError) {
 		return nil, refuse(reasonInvalidJSON, invalid("invalid_json", "", "the body is not a JSON object: "+jsonError(err)))
 	}
 	r := &request{kind: k, fields: fields}
+	if _, ok := present(fields, fieldKVTransfer); ok {
+		return nil, refuse(reasonRouterOwned, invalid("router_owned_field", fieldKVTransfer,
+			"kv_transfer_params are set by the router (they tell an engine where to pull KV blocks from); a request must not carry them"))
+	}
 	if err := unmarshalField(fields, "model", &r.model); err != nil {
 		return nil, err
 	}
