@@ -22,7 +22,7 @@ import (
 // rig is a door served over real HTTP, with an in-memory decider and
 // outcome log, forwarding to real HTTP engines.
 type rig struct {
-	t        *testing.T
+	t        testing.TB
 	door     *Door
 	srv      *httptest.Server
 	dec      *fakeDecider
@@ -30,7 +30,7 @@ type rig struct {
 	reg      *prometheus.Registry
 }
 
-func newRig(t *testing.T, plan []Decision, tokenizers []string, opts ...Option) *rig {
+func newRig(t testing.TB, plan []Decision, tokenizers []string, opts ...Option) *rig {
 	t.Helper()
 	r := &rig{t: t, dec: &fakeDecider{plan: plan}, outcomes: &fakeOutcomes{}, reg: prometheus.NewRegistry()}
 	d, err := New(Deps{Decider: r.dec, Fleet: fakeFleet{tokenizers}, Outcomes: r.outcomes}, append([]Option{WithMetrics(r.reg)}, opts...)...)
