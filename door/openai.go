@@ -175,37 +175,6 @@ func (r *request) parsePrompt(lim limits) *parseError {
 	return refuse(reasonInvalidRequest, invalid("invalid_type", "prompt", "must be a string or a list of token ids"))
 }
 
-// tokenIDs decodes a prompt given as token ids, counting as it goes so a
-// huge list is refused at the bound, never decoded whole first.
-func tokenIDs(raw json.RawMessage, maxTokens int) ([]uint32, *parseError) {
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.UseNumber()
-	if _, err := dec.Token(); err != nil { // '['
-		return nil, refuse(reasonInvalidRequest, invalid("invalid_type", "prompt", "is not a JSON array"))
-	}
-	var ids []uint32
-	for dec.More() {
-		t, err := dec.Token()
-		n, isNum := t.(json.Number)
-		if err != nil || !isNum {
-			return nil, refuse(reasonInvalidRequest, invalid("invalid_type", "prompt",
-				"a list prompt must hold token ids (integers); batched prompts (lists of strings or of lists) are not supported: send one request per prompt"))
-		}
-		v, perr := n.Int64()
-		if perr != nil || v < 0 || v > math.MaxUint32 {
-			return nil, refuse(reasonInvalidRequest, invalid("invalid_value", fmt.Sprintf("prompt[%d]", len(ids)), "token ids are integers in [0, 4294967295]"))
-		}
-		if len(ids) == maxTokens {
-			return nil, refuse(reasonTooManyTokens, invalid("too_many_tokens", "prompt", fmt.Sprintf("more than %d token ids (--max-prompt-tokens)", maxTokens)))
-		}
-		ids = append(ids, uint32(v))
-	}
-	if len(ids) == 0 {
-		return nil, refuse(reasonInvalidRequest, invalid("invalid_value", "prompt", "is empty"))
-	}
-	return ids, nil
-}
-
 // present returns a field that is there and not null.
 func present(fields map[string]json.RawMessage, name string) (json.RawMessage, bool) {
 	raw, ok := fields[name]
