@@ -17,13 +17,14 @@ import (
 // unmarshalChunk (ok false), so what it accepts it reads as encoding/json
 // does (FuzzChunkScan checks it on every input).
 func scanChunk(data []byte) (c chunk, ok bool) {
-	if !json.Valid(data) {
+	start := skipSpace(data, 0)
+	if !json.Valid(data) || data[start] != '{' {
 		return c, false
 	}
 	c.completionTokens = -1
 	var hasChoices, hasUsage bool
 	seen, nChoices := 0, 0
-	okAll := objectFields(data, skipSpace(data, 0), func(key []byte, v []byte) bool {
+	okAll := objectFields(data, start, func(key []byte, v []byte) bool {
 		name, known := fieldOf(key, chunkFields)
 		if !known {
 			return name == "" // an unrelated key; a near miss is left
