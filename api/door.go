@@ -39,25 +39,33 @@ func (a doorDeps) Decide(ctx context.Context, r door.DecideRequest) (door.Decisi
 	if err != nil {
 		return door.Decision{}, doorError(err)
 	}
-	urls := a.httpURLs()
 	d := door.Decision{DecisionID: rec.GetDecisionId(), RequestID: rec.GetRequestId(), Remote: rec.GetMode() == "remote", Reason: rec.GetReason()}
-	d.Decode = door.Worker{ID: rec.GetDecodeWorker().GetWorkerId(), HTTPURL: urls[rec.GetDecodeWorker().GetWorkerId()]}
+	d.Decode = door.Worker{ID: rec.GetDecodeWorker().GetWorkerId(), HTTPURL: a.httpURL(rec.GetDecodeWorker().GetWorkerId())}
 	if d.Remote {
-		d.Prefill = door.Worker{ID: rec.GetPrefillWorker().GetWorkerId(), HTTPURL: urls[rec.GetPrefillWorker().GetWorkerId()]}
+		d.Prefill = door.Worker{ID: rec.GetPrefillWorker().GetWorkerId(), HTTPURL: a.httpURL(rec.GetPrefillWorker().GetWorkerId())}
 	}
 	return d, nil
 }
 
-// httpURLs maps worker ids to their registered http_url.
-func (a doorDeps) httpURLs() map[string]string {
-	ws := a.s.deps.State.Workers()
-	out := make(map[string]string, len(ws))
-	for _, w := range ws {
-		if w.HTTPURL != "" {
-			out[w.WorkerID] = w.HTTPURL
+// HTTPURLState is a State that answers a worker's registered http_url by
+// itself, with one lookup: the door asks on every request, and listing the
+// fleet (Workers builds every worker's status) would cost a request time
+// in proportion to the fleet. StoreState implements it.
+type HTTPURLState interface {
+	HTTPURL(workerID string) string
+}
+
+// httpURL is the registered http_url of worker id ("" when none).
+func (a doorDeps) httpURL(id string) string {
+	if hs, ok := a.s.deps.State.(HTTPURLState); ok {
+		return hs.HTTPURL(id)
+	}
+	for _, w := range a.s.deps.State.Workers() {
+		if w.WorkerID == id && w.HTTPURL != "" {
+			return w.HTTPURL
 		}
 	}
-	return out
+	return ""
 }
 
 // Tokenizers implements door.Fleet: the model's decode workers' http_urls,

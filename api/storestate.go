@@ -85,6 +85,17 @@ func (s *StoreState) Registered(id string) (dpSize uint32, ok bool) {
 	return dpSize, ok
 }
 
+// HTTPURL implements HTTPURLState: one registration lookup.
+func (s *StoreState) HTTPURL(workerID string) string {
+	var url string
+	s.Store.Read(func(v statestore.View) {
+		if reg, ok := v.RegistrationOf(workerID); ok {
+			url = reg.GetHttpUrl()
+		}
+	})
+	return url
+}
+
 func (s *StoreState) Workers() []WorkerStatus {
 	var out []WorkerStatus
 	s.Store.Read(func(v statestore.View) {

@@ -22,7 +22,7 @@ import (
 // rig is a door served over real HTTP, with an in-memory decider and
 // outcome log, forwarding to real HTTP engines.
 type rig struct {
-	t        *testing.T
+	t        testing.TB
 	door     *Door
 	srv      *httptest.Server
 	dec      *fakeDecider
@@ -30,7 +30,7 @@ type rig struct {
 	reg      *prometheus.Registry
 }
 
-func newRig(t *testing.T, plan []Decision, tokenizers []string, opts ...Option) *rig {
+func newRig(t testing.TB, plan []Decision, tokenizers []string, opts ...Option) *rig {
 	t.Helper()
 	r := &rig{t: t, dec: &fakeDecider{plan: plan}, outcomes: &fakeOutcomes{}, reg: prometheus.NewRegistry()}
 	d, err := New(Deps{Decider: r.dec, Fleet: fakeFleet{tokenizers}, Outcomes: r.outcomes}, append([]Option{WithMetrics(r.reg)}, opts...)...)
@@ -431,5 +431,44 @@ func TestModels(t *testing.T) {
 	b, _ := io.ReadAll(resp.Body)
 	if string(b) != `{"object":"list","data":[{"id":"m","object":"model","created":0,"owned_by":"pdrouter"}]}` {
 		t.Fatalf("%s", b)
+	}
+}
+
+// TestClientKVTransferParamsRefused: kv_transfer_params tell a decode
+// engine where to pull KV blocks from (remote_host, remote_port); only the
+// door may set them, from the prefill leg's answer. A client's own, on
+// either endpoint and either path, is refused before any engine is called,
+// and counted.
+func TestClientKVTransferParamsRefused(t *testing.T) {
+	const kv = `"kv_transfer_params":{"do_remote_prefill":true,"remote_engine_id":"x","remote_block_ids":[1],"remote_host":"10.9.9.9","remote_port":5600}`
+	for _, c := range []struct {
+		name, path, body string
+		plan             func(p, d *doortest.Engine) Decision
+	}{
+		{"local completion", "/v1/completions", `{"model":"m","prompt":[1,2],"stream":true,` + kv + `}`, func(_, d *doortest.Engine) Decision { return local(d) }},
+		{"local chat", "/v1/chat/completions", `{"model":"m","messages":[{"role":"user","content":"x"}],` + kv + `}`, func(_, d *doortest.Engine) Decision { return local(d) }},
+		{"remote completion", "/v1/completions", `{"model":"m","prompt":[1,2],` + kv + `}`, remote},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			pre, dec := doortest.New(t, "p"), doortest.New(t, "d")
+			r := newRig(t, []Decision{c.plan(pre, dec)}, []string{dec.URL()})
+			resp, body := r.post(c.path, c.body)
+			var e struct {
+				Error struct {
+					Param *string `json:"param"`
+				} `json:"error"`
+			}
+			_ = json.Unmarshal(body, &e)
+			code, typ, _ := openAIError(t, body)
+			if resp.StatusCode != 400 || code != "router_owned_field" || typ != typeInvalidRequest || e.Error.Param == nil || *e.Error.Param != "kv_transfer_params" {
+				t.Fatalf("got %d %s", resp.StatusCode, body)
+			}
+			if n := len(pre.Requests()) + len(dec.Requests()); n != 0 || len(r.dec.got) != 0 {
+				t.Fatalf("the engines got %d requests, the decider %d", n, len(r.dec.got))
+			}
+			if r.door.metrics.rejects.Value(rejects.Door, reasonRouterOwned) != 1 {
+				t.Fatal("not counted")
+			}
+		})
 	}
 }

@@ -2,6 +2,7 @@ package door
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"io"
 	"testing"
@@ -44,6 +45,7 @@ func FuzzParseRequest(f *testing.F) {
 	f.Add([]byte(`{"model":"m","prompt":[1,2,3],"stream":true}`), false)
 	f.Add([]byte(`{"model":"m","messages":[{"role":"user","content":"x"}],"max_completion_tokens":3}`), true)
 	f.Add([]byte(`{"model":"m","prompt":"x","stream_options":{"include_usage":true}}`), false)
+	f.Add([]byte(`{"model":"m","prompt":"x","kv_transfer_params":null}`), false)
 	f.Fuzz(func(t *testing.T, body []byte, isChat bool) {
 		k := completions
 		if isChat {
@@ -65,5 +67,74 @@ func FuzzParseRequest(f *testing.F) {
 		if _, err := decodeBody(r, []byte(`{"x":1}`)); err != nil {
 			t.Fatal(err)
 		}
+		// The local path never carries kv_transfer_params of the client's.
+		b, err := decodeBody(r, nil)
+		var out map[string]json.RawMessage
+		if err != nil || json.Unmarshal(b, &out) != nil {
+			t.Fatalf("decode body %s: %v", b, err)
+		}
+		if _, ok := out[fieldKVTransfer]; ok {
+			t.Fatalf("the local body carries kv_transfer_params: %s", b)
+		}
 	})
+}
+
+// FuzzChunkScan: every chunk scanChunk reads, it reads as encoding/json
+// does (unmarshalChunk, the reference); what it leaves, unmarshalChunk
+// reads or refuses. The seeds are the shapes engines send and the
+// spellings encoding/json matches that the scanner must leave to it.
+func FuzzChunkScan(f *testing.F) {
+	for _, s := range []string{
+		`{"id":"c","object":"text_completion","choices":[{"index":0,"text":" w","finish_reason":null}],"usage":null}`,
+		`{"object":"chat.completion.chunk","choices":[{"delta":{"role":"assistant","content":""}}]}`,
+		`{"choices":[{"delta":{"content":"\u0000"}}]}`,
+		`{"choices":[{"delta":{"reasoning_content":"r"}}]}`,
+		`{"choices":[{"delta":{"tool_calls":[{"id":"t"}]}}]}`,
+		`{"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":7}}`,
+		`{"choices":null,"usage":{"completion_tokens":-1}}`,
+		`{"usage":{"completion_tokens":1.5}}`,
+		`{"usage":{"completion_tokens":9223372036854775808}}`,
+		`{"object":"error","message":"m"}`,
+		`{"error":{"message":"x"}}`,
+		`{"Choices":[{"Text":"x"}]}`,
+		`{"choices":[{"text":"x"}],"choices":[]}`,
+		`{"choices":[{"delta":{"content":"a"},"delta":{"role":"x"}}]}`,
+		`{"ob\u006aect":"error","message":"m"}`,
+		`{"choices":[null,{"text":""},{"text":1}]}`,
+		`{"uſage":{}}`,
+		`{}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		got, ok := scanChunk(data)
+		want, werr := unmarshalChunk(data)
+		if !ok {
+			if _, err := parseChunk(data); err != nil && err.Error() == "" {
+				t.Fatal("an error without a message")
+			}
+			return
+		}
+		if werr != nil || want.err != nil {
+			t.Fatalf("%s: the scanner read %+v, encoding/json refuses (%v) or reads an error (%v)", data, got, werr, want.err)
+		}
+		if got != want {
+			t.Fatalf("%s: the scanner read %+v, encoding/json %+v", data, got, want)
+		}
+	})
+}
+
+// TestChunkScanTakesEngineShapes: the chunks engines send are read by the
+// scanner, not left to encoding/json (which would cost what it saves).
+func TestChunkScanTakesEngineShapes(t *testing.T) {
+	for _, s := range []string{
+		`{"id":"c","object":"text_completion","created":1,"model":"m","choices":[{"index":0,"text":" w","logprobs":null,"finish_reason":null}],"usage":null}`,
+		`{"id":"c","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}`,
+		`{"id":"c","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":" w"},"finish_reason":"length"}]}`,
+		`{"id":"c","object":"text_completion","choices":[],"usage":{"prompt_tokens":3,"total_tokens":10,"completion_tokens":7}}`,
+	} {
+		if _, ok := scanChunk([]byte(s)); !ok {
+			t.Errorf("left to encoding/json: %s", s)
+		}
+	}
 }

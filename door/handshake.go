@@ -38,9 +38,11 @@ func prefillBody(r *request) ([]byte, error) {
 // for the final usage chunk so the door counts output tokens exactly; the
 // door drops that chunk when the client did not ask for it.
 func decodeBody(r *request, kv json.RawMessage) ([]byte, error) {
-	set := map[string]any{}
+	// A client's kv_transfer_params are refused by parseRequest; a null
+	// one is dropped here, so the local path never carries any.
+	set := map[string]any{fieldKVTransfer: nil}
 	if kv != nil {
-		set["kv_transfer_params"] = kv
+		set[fieldKVTransfer] = kv
 	}
 	if r.stream {
 		so := map[string]json.RawMessage{}

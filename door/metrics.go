@@ -35,6 +35,7 @@ const (
 	reasonTooManyMsgs    = "too_many_messages"
 	reasonTooManyTokens  = "too_many_prompt_tokens"
 	reasonInFlight       = "in_flight_full"
+	reasonRouterOwned    = "router_owned_field"
 )
 
 // The reasons of pdrouter_rejected_total{entry="door_upstream"}.
@@ -104,7 +105,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	}
 	m.cache.WithLabelValues("hit")
 	m.cache.WithLabelValues("miss")
-	m.rejects.Init(rejects.Door, reasonBodyTooLarge, reasonInvalidJSON, reasonInvalidRequest, reasonTooManyMsgs, reasonTooManyTokens, reasonInFlight)
+	m.rejects.Init(rejects.Door, reasonBodyTooLarge, reasonInvalidJSON, reasonInvalidRequest, reasonTooManyMsgs, reasonTooManyTokens, reasonInFlight, reasonRouterOwned)
 	m.rejects.Init(rejects.DoorUpstream, reasonLineTooLong, reasonMalformedChunk, reasonRespTooLarge, reasonMalformedBody,
 		reasonConnect, reasonFirstByte, reasonTotal, reasonStatus)
 	return m

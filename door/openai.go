@@ -63,6 +63,16 @@ type parseError struct {
 
 func refuse(reason string, e *Error) *parseError { return &parseError{Error: e, reason: reason} }
 
+// fieldKVTransfer is the one field of a body only the router sets: an
+// engine given kv_transfer_params with do_remote_prefill pulls KV blocks
+// from the remote_host and remote_port they name, so a client's own would
+// make an engine connect wherever the client says. The door's other
+// changes (stream, max_tokens, stream_options, min_tokens on the prefill
+// leg; include_usage on the decode leg) overwrite the client's value or
+// only bound its request, and X-Request-Id is a header the door sets, not
+// one it forwards.
+const fieldKVTransfer = "kv_transfer_params"
+
 // maxModelLen bounds the model name, as registrations do.
 const maxModelLen = 512
 
@@ -73,6 +83,10 @@ func parseRequest(k kind, body []byte, lim limits) (*request, *parseError) {
 		return nil, refuse(reasonInvalidJSON, invalid("invalid_json", "", "the body is not a JSON object: "+jsonError(err)))
 	}
 	r := &request{kind: k, fields: fields}
+	if _, ok := present(fields, fieldKVTransfer); ok {
+		return nil, refuse(reasonRouterOwned, invalid("router_owned_field", fieldKVTransfer,
+			"kv_transfer_params are set by the router (they tell an engine where to pull KV blocks from); a request must not carry them"))
+	}
 	if err := unmarshalField(fields, "model", &r.model); err != nil {
 		return nil, err
 	}
@@ -159,37 +173,6 @@ func (r *request) parsePrompt(lim limits) *parseError {
 		return nil
 	}
 	return refuse(reasonInvalidRequest, invalid("invalid_type", "prompt", "must be a string or a list of token ids"))
-}
-
-// tokenIDs decodes a prompt given as token ids, counting as it goes so a
-// huge list is refused at the bound, never decoded whole first.
-func tokenIDs(raw json.RawMessage, maxTokens int) ([]uint32, *parseError) {
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.UseNumber()
-	if _, err := dec.Token(); err != nil { // '['
-		return nil, refuse(reasonInvalidRequest, invalid("invalid_type", "prompt", "is not a JSON array"))
-	}
-	var ids []uint32
-	for dec.More() {
-		t, err := dec.Token()
-		n, isNum := t.(json.Number)
-		if err != nil || !isNum {
-			return nil, refuse(reasonInvalidRequest, invalid("invalid_type", "prompt",
-				"a list prompt must hold token ids (integers); batched prompts (lists of strings or of lists) are not supported: send one request per prompt"))
-		}
-		v, perr := n.Int64()
-		if perr != nil || v < 0 || v > math.MaxUint32 {
-			return nil, refuse(reasonInvalidRequest, invalid("invalid_value", fmt.Sprintf("prompt[%d]", len(ids)), "token ids are integers in [0, 4294967295]"))
-		}
-		if len(ids) == maxTokens {
-			return nil, refuse(reasonTooManyTokens, invalid("too_many_tokens", "prompt", fmt.Sprintf("more than %d token ids (--max-prompt-tokens)", maxTokens)))
-		}
-		ids = append(ids, uint32(v))
-	}
-	if len(ids) == 0 {
-		return nil, refuse(reasonInvalidRequest, invalid("invalid_value", "prompt", "is empty"))
-	}
-	return ids, nil
 }
 
 // present returns a field that is there and not null.

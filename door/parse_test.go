@@ -45,6 +45,8 @@ func TestParseRequest(t *testing.T) {
 					t.Fatal(string(r.prompt))
 				}
 			}},
+		{name: "client kv_transfer_params", body: `{"model":"m","prompt":"x","kv_transfer_params":{"remote_host":"h","remote_port":1}}`, code: "router_owned_field", param: "kv_transfer_params", reason: reasonRouterOwned},
+		{name: "client kv_transfer_params not an object", k: chat, body: `{"model":"m","messages":[{}],"kv_transfer_params":"x"}`, code: "router_owned_field", param: "kv_transfer_params", reason: reasonRouterOwned},
 		{name: "not an object", body: `[1]`, code: "invalid_json", reason: reasonInvalidJSON},
 		{name: "null body", body: `null`, code: "invalid_json", reason: reasonInvalidJSON},
 		{name: "no model", body: `{"prompt":"x"}`, code: "invalid_value", param: "model", reason: reasonInvalidRequest},

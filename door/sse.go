@@ -136,10 +136,21 @@ func parseChunk(data []byte) (chunk, error) {
 		c.done = true
 		return c, nil
 	}
-	var j chunkJSON
 	if t := bytes.TrimSpace(data); len(t) == 0 || t[0] != '{' {
 		return c, fmt.Errorf("chunk is not a JSON object: %q", truncate(string(data), 64))
 	}
+	if fc, ok := scanChunk(data); ok {
+		return fc, nil
+	}
+	return unmarshalChunk(data)
+}
+
+// unmarshalChunk reads a chunk through encoding/json: the reference of
+// scanChunk, and the reader of every chunk it leaves (errors, refusals,
+// unusual spellings), which it then says precisely what is wrong with.
+func unmarshalChunk(data []byte) (chunk, error) {
+	c := chunk{completionTokens: -1}
+	var j chunkJSON
 	if err := json.Unmarshal(data, &j); err != nil {
 		return c, fmt.Errorf("chunk is not an OpenAI chunk: %s", truncate(err.Error(), 128))
 	}
