@@ -78,6 +78,8 @@ engine instead.`,
 	f.IntVar(&cfg.Streams, "streams", cfg.Streams, "concurrent closed-loop streaming clients")
 	f.IntVar(&cfg.Requests, "requests", cfg.Requests, "requests per mode (direct, through the door)")
 	f.IntVar(&cfg.Workers, "workers", cfg.Workers, "engines")
+	f.IntVar(&cfg.PromptTokens, "prompt-tokens", 1024, "prompt length of every request, in tokens")
+	f.IntVar(&cfg.OutputTokens, "output-tokens", 128, "output length of every request, in tokens")
 	f.IntVar(&cfg.Rounds, "rounds", 4, "alternating rounds per mode")
 	f.StringVar(&engines, "engines", engines, "sim (the simulated engines) or doortest (a minimal in-test engine)")
 	f.Float64Var(&scale, "time-scale", scale, "sim engines: simulated seconds per wall second")

@@ -53,6 +53,12 @@ type Config struct {
 	Rounds int
 	// MaxAddedP99 is the bar of the p99 difference; 0: report only.
 	MaxAddedP99 time.Duration
+	// PromptTokens and OutputTokens shape every request (defaults 1024 and
+	// 128, a chat turn). They set the request rate of the closed loop: with
+	// a few output tokens each, 64 streams would ask more requests a second
+	// than two cores serve at all, and the bench would measure the queue
+	// for the CPU rather than the door.
+	PromptTokens, OutputTokens int
 }
 
 // Result holds the TTFT percentiles of both modes, and the process's CPU
@@ -79,6 +85,12 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (Result, []benchtable.R
 	}
 	if cfg.Rounds <= 0 {
 		cfg.Rounds = 4
+	}
+	if cfg.PromptTokens <= 0 {
+		cfg.PromptTokens = 1024
+	}
+	if cfg.OutputTokens <= 0 {
+		cfg.OutputTokens = 128
 	}
 	var ups []Upstream
 	defer func() {
@@ -108,7 +120,7 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (Result, []benchtable.R
 	var rr atomic.Uint64
 	direct := func() string { return ups[rr.Add(1)%uint64(len(ups))].URL() }
 	viaDoor := func() string { return srv.URL }
-	body := fmt.Sprintf(`{"model":%q,"prompt":[1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17],"max_tokens":4,"stream":true}`, cfg.Model)
+	body := requestBody(cfg)
 	// Warm both paths' connections.
 	if _, err := measure(ctx, client, direct, body, cfg.Streams, cfg.Streams); err != nil {
 		return Result{}, nil, err
@@ -144,7 +156,7 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (Result, []benchtable.R
 	res.Door = [2]time.Duration{pct(vt, 50), pct(vt, 99)}
 	res.DirectCPU, res.DoorCPU = dCPU/time.Duration(max(1, directN)), vCPU/time.Duration(max(1, doorN))
 	added50, added99 := res.Door[0]-res.Direct[0], res.Door[1]-res.Direct[1]
-	detail := fmt.Sprintf("%d closed-loop streams, %d requests per mode in %d alternating rounds, %d engines", cfg.Streams, len(dt), cfg.Rounds, cfg.Workers)
+	detail := fmt.Sprintf("%d closed-loop streams of %d prompt and %d output tokens, %d requests per mode in %d alternating rounds, %d engines", cfg.Streams, cfg.PromptTokens, cfg.OutputTokens, len(dt), cfg.Rounds, cfg.Workers)
 	rows := []benchtable.Row{
 		benchtable.NewRow("ttft direct p50 / p99", fmt.Sprintf("%s / %s", res.Direct[0], res.Direct[1]), "", "", detail),
 		benchtable.NewRow("ttft via door p50 / p99", fmt.Sprintf("%s / %s", res.Door[0], res.Door[1]), "", "", detail),
@@ -258,3 +270,18 @@ func (f fleet) Models() []string           { return []string{f.model} }
 type discard struct{}
 
 func (discard) AppendOutcome(context.Context, door.Outcome) error { return nil }
+
+// requestBody is the streamed completion every request sends: token ids
+// 1..PromptTokens as the prompt, exactly OutputTokens out.
+func requestBody(cfg Config) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, `{"model":%q,"prompt":[`, cfg.Model)
+	for i := 1; i <= cfg.PromptTokens; i++ {
+		if i > 1 {
+			b.WriteByte(',')
+		}
+		fmt.Fprint(&b, i)
+	}
+	fmt.Fprintf(&b, `],"max_tokens":%d,"min_tokens":%d,"stream":true}`, cfg.OutputTokens, cfg.OutputTokens)
+	return b.String()
+}
