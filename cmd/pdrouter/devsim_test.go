@@ -104,12 +104,13 @@ func TestCheckOutcomes(t *testing.T) {
 // TestBenchDoorSimEngines: `pdrouter bench door` runs against the simulated
 // engines and prints both modes' TTFT and CPU per request.
 func TestBenchDoorSimEngines(t *testing.T) {
-	out, _, err := run(t, nil, "bench", "door", "--requests", "64", "--streams", "8", "--workers", "2", "--rounds", "2")
+	out, _, err := run(t, nil, "bench", "door", "--requests", "64", "--streams", "8", "--workers", "2", "--rounds", "2",
+		"--prompt-tokens", "64", "--output-tokens", "8")
 	if err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
 	for _, want := range []string{"ttft direct p50 / p99", "ttft via door p50 / p99", "cpu per request direct / via door", "door adds to ttft p99",
-		"8 closed-loop streams, 64 requests per mode in 2 alternating rounds, 2 engines"} {
+		"8 closed-loop streams of 64 prompt and 8 output tokens, 64 requests per mode in 2 alternating rounds, 2 engines"} {
 		if !strings.Contains(out, want) {
 			t.Fatalf("no %q in:\n%s", want, out)
 		}
