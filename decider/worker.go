@@ -64,6 +64,9 @@ type ActiveLoad struct {
 	DecodeBlocks int64
 	// PrefillTokens is the number of prompt tokens the worker still has to prefill.
 	PrefillTokens int64
+	// Requests is the number of requests in flight on the worker as decode worker: a
+	// feature of the latency model (docs/slo-policy.md).
+	Requests int64
 }
 
 // TierOverlap says how many leading complete blocks of a request's chain a worker holds,

@@ -81,7 +81,7 @@ func candidateOf(c *pb.Candidate) decider.Candidate {
 		RequestBlocks: c.GetRequestBlocks(), SharedActiveBlocks: c.GetSharedActiveBlocks(), PotentialDecodeBlocks: c.GetPotentialDecodeBlocks(),
 		Cost: c.GetCost(), TieHash: decider.Hash64(c.GetTieHash()), Probability: c.GetProbability(), TotalKVBlocks: c.GetTotalKvBlocks(),
 		MaxNumBatchedTokens: c.GetMaxNumBatchedTokens(), LoadKnown: c.GetLoadKnown(), LoadKVUsedBlocks: c.GetLoadKvUsedBlocks(),
-		LoadPrefillTokens: c.GetLoadPrefillTokens(), Picked: c.GetPicked(),
+		LoadPrefillTokens: c.GetLoadPrefillTokens(), Picked: c.GetPicked(), ActiveRequests: c.GetActiveRequests(),
 	}
 }
 
@@ -106,7 +106,7 @@ func fillCandidate(dst *pb.Candidate, ref *pb.WorkerRef, c *decider.Candidate) {
 		RequestBlocks: c.RequestBlocks, SharedActiveBlocks: c.SharedActiveBlocks, PotentialDecodeBlocks: c.PotentialDecodeBlocks,
 		Cost: c.Cost, TieHash: uint64(c.TieHash), Probability: c.Probability, TotalKvBlocks: c.TotalKVBlocks,
 		MaxNumBatchedTokens: c.MaxNumBatchedTokens, LoadKnown: c.LoadKnown, LoadKvUsedBlocks: c.LoadKVUsedBlocks,
-		LoadPrefillTokens: c.LoadPrefillTokens, Picked: c.Picked,
+		LoadPrefillTokens: c.LoadPrefillTokens, Picked: c.Picked, ActiveRequests: c.ActiveRequests,
 	}
 }
 
@@ -124,6 +124,7 @@ func DecisionOf(rec *pb.DecisionRecord) *decider.Decision {
 		EffISLCheck: checkOf(rec.GetEffIslCheck()), RatioCheck: checkOf(rec.GetRatioCheck()),
 		PrefillBusy: checkOf(rec.GetPrefillBusyCheck()), DecodeBusy: checkOf(rec.GetDecodeBusyCheck()),
 		Candidates: make([]decider.Candidate, len(rec.GetCandidates())),
+		SLO:        sloOf(rec.GetSlo()),
 	}
 	for i, c := range rec.GetCandidates() {
 		d.Candidates[i] = candidateOf(c)
@@ -173,6 +174,7 @@ func RecordOf(d *decider.Decision, orig *pb.DecisionRecord) *pb.DecisionRecord {
 		DeciderVersion:       orig.GetDeciderVersion(),
 		OmittedCandidates:    orig.GetOmittedCandidates(),
 		Candidates:           make([]*pb.Candidate, len(d.Candidates)),
+		Slo:                  sloPB(&d.SLO),
 	}
 	rows := make([]pb.Candidate, len(d.Candidates))
 	refs := make([]pb.WorkerRef, len(d.Candidates))

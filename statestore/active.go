@@ -9,6 +9,7 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 
 	pb "github.com/pdrouter/pdrouter/events/eventspb"
+	"github.com/pdrouter/pdrouter/latmodel"
 )
 
 // Router-side active accounting (conditional-disagg.md, "Router-side active
@@ -63,6 +64,7 @@ type activeConfig struct {
 	approxTTL         int64 // ns, Options.ApproximateTTL; 0 when approximate mode is off
 	kvMissingAfter    int64 // ns, Options.KvEventsMissingAfter
 	maxWorkers        int   // Options.MaxWorkers
+	latency           latmodel.Config
 }
 
 const (
@@ -449,6 +451,7 @@ func (st *state) setContribution(e *reqEntry, decode, prefill bool) {
 			ws.activeDistinct -= a.idx.removeChain(e.chain, e.decodeSlot)
 		}
 		ws.activeExtra += sign * e.extra
+		ws.activeRequests += sign
 		a.active += int(sign)
 		e.onDecode = decode
 	}
