@@ -47,7 +47,7 @@ func TestCanonicalJSONRoundTrip(t *testing.T) {
 func TestCanonicalJSONCoversEveryField(t *testing.T) {
 	var d decider.Decision
 	d.Candidates = []decider.Candidate{{ActiveRequests: 1}} // encoded only when not 0
-	d.SLO.Evaluated = true                                   // encoded only under slo
+	d.SLO.Evaluated = true                                  // encoded only under slo
 	var m map[string]any
 	if err := json.Unmarshal(d.AppendCanonicalJSON(nil), &m); err != nil {
 		t.Fatal(err)
