@@ -42,11 +42,13 @@ const (
 	// UnknownMaxNumBatchedTokens is what an unknown max_num_batched_tokens is taken as:
 	// large enough that the worker is practically never prefill-busy.
 	UnknownMaxNumBatchedTokens = 10_000_000
-	// The slo policy's defaults: TTFT ≤ 2 s and mean ITL ≤ 50 ms, and 200 samples per
-	// path and target before the model is trusted.
+	// The slo policy's defaults: TTFT ≤ 2 s and mean ITL ≤ 50 ms, and 50 samples per
+	// path and target before the model is trusted (fewer chose badly in the
+	// simulator's grid; more keep the cold start's rule, isl_or_load, in charge for
+	// longer, and it collapses where decode workers are scarce).
 	DefaultSLOTTFTMs     = 2000.0
 	DefaultSLOITLMs      = 50.0
-	DefaultSLOMinSamples = 200
+	DefaultSLOMinSamples = 50
 )
 
 // DisaggConfig is the JSON of --router-conditional-disagg-config.

@@ -15,7 +15,7 @@ func TestParseDisaggConfigDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := decider.DisaggConfig{Policy: "isl_bounding", EffISLThreshold: 2048, EffISLRatioThreshold: 0.7, DecodeBusySource: "router",
-		SLOTTFTMs: 2000, SLOITLMs: 50, SLOMinSamples: 200, SLOITLGuard: true}
+		SLOTTFTMs: 2000, SLOITLMs: 50, SLOMinSamples: 50, SLOITLGuard: true}
 	if got != want {
 		t.Fatalf("defaults %+v, want %+v", got, want)
 	}

@@ -137,6 +137,9 @@ type Candidate struct {
 	// ActiveRequests is the router-side count of requests in flight on the worker (a
 	// feature of the latency model; encoded only when not zero).
 	ActiveRequests int64 `json:"active_requests,omitempty"`
+	// RecentLocalPrefill is ActiveLoad.RecentLocalPrefill (decode rows; encoded only
+	// when not zero).
+	RecentLocalPrefill int64 `json:"recent_local_prefill,omitempty"`
 	// Picked marks the worker selection chose in this pool. A picked prefill row in a
 	// local decision is the worker the load policy asked about.
 	Picked bool `json:"picked"`

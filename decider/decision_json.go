@@ -110,6 +110,9 @@ func (c *Candidate) appendJSON(b []byte) []byte {
 		// Left out at 0, so that tables without the count keep their bytes.
 		o.int("active_requests", c.ActiveRequests)
 	}
+	if c.RecentLocalPrefill != 0 {
+		o.int("recent_local_prefill", c.RecentLocalPrefill)
+	}
 	o.bool("picked", c.Picked)
 	return o.close()
 }

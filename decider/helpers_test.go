@@ -136,6 +136,7 @@ func randomFit(s1, s2 uint64) *decider.LatencyFit {
 				// Prompts queued on the decode worker slow its steps: what the ITL
 				// guard is about.
 				f.Coef[p][t][6] = rng.Float64() * 0.02
+				f.Coef[p][t][9] = rng.Float64() * 0.02
 			}
 		}
 	}

@@ -34,7 +34,7 @@ const (
 )
 
 // LatencyK is the length of the feature vector (LatencyInputs.Vector).
-const LatencyK = 8
+const LatencyK = 10
 
 // MaxLatencyFeature bounds every feature: a larger input is clamped to it, so that the
 // model's integer sums cannot overflow whatever a record claims (docs/slo-policy.md).
@@ -62,6 +62,14 @@ type LatencyInputs struct {
 	// only): the KV bytes to transfer, in tokens, since bytes per token is one constant
 	// of the model served.
 	Transfer int64
+	// DecodeFill is the decode worker's KV cache in use, in per-mille of its blocks
+	// (its load sample's used blocks, else the router's potential blocks; 0 when its
+	// capacity is unknown): near 1000 a request waits for blocks to be admitted.
+	DecodeFill int64
+	// DecodeRecentLocal is the prompt tokens prefilled locally on the decode worker in
+	// the last RecentLocalWindow: how much of its time prefills have been taking from
+	// the requests it decodes, which a snapshot of its queue does not show.
+	DecodeRecentLocal int64
 }
 
 // Vector writes the feature vector: 1, then each input clamped to [0, MaxLatencyFeature].
@@ -74,13 +82,20 @@ func (in *LatencyInputs) Vector(x *[LatencyK]int64) {
 	x[5] = clampFeature(in.DecodeBlocks)
 	x[6] = clampFeature(in.DecodePrefill)
 	x[7] = clampFeature(in.Transfer)
+	x[8] = clampFeature(in.DecodeFill)
+	x[9] = clampFeature(in.DecodeRecentLocal)
 }
 
 func clampFeature(v int64) int64 { return min(max(v, 0), MaxLatencyFeature) }
 
 // LatencyFit is a fitted model: per path and target, the coefficients of a linear
-// predictor over the feature vector (in ms), the residual standard deviation (ms) and
-// the number of samples it was fitted on. A zero Samples means no fit.
+// predictor over the feature vector (ms), the residual standard deviation (ms) and the
+// number of samples it was fitted on. A zero Samples means no fit.
+//
+// Why linear in the raw latency: a request waits behind the work queued ahead of it,
+// so its TTFT grows linearly with the queue, and a linear model extrapolates that
+// correctly beyond the queues it has seen (a log-linear one, tried, grows too fast or
+// too slow there and chose worse in the simulator's grid).
 type LatencyFit struct {
 	Samples [NumPaths][NumTargets]int64
 	Coef    [NumPaths][NumTargets][LatencyK]float64
@@ -118,9 +133,9 @@ func (f *LatencyFit) Warm(min int64) bool {
 	return true
 }
 
-// meetProbability is the probability that a value predicted as pred with residual
-// standard deviation sigma stays within limit, under a normal residual. A sigma of 0
-// makes it a step.
+// meetProbability is the probability that a value predicted as pred ms, with residual
+// standard deviation sigma ms, stays within limit ms, under a normal residual. A sigma
+// of 0 makes it a step.
 func meetProbability(pred, sigma, limit float64) float64 {
 	if !(sigma > 0) {
 		if pred <= limit {
@@ -137,7 +152,7 @@ func meetProbability(pred, sigma, limit float64) float64 {
 // (from the rows of the decision record), so both read the same definition.
 func PathInputs(path LatencyPath, prompt, eff int64, d, p *Candidate) LatencyInputs {
 	in := LatencyInputs{DecodeRequests: d.ActiveRequests, DecodeBlocks: d.ActiveDecodeBlocks,
-		DecodePrefill: d.ActivePrefillTokens}
+		DecodePrefill: d.ActivePrefillTokens, DecodeFill: decodeFill(d), DecodeRecentLocal: d.RecentLocalPrefill}
 	B := int64(d.BlockSize)
 	if path == PathLocal || p == nil {
 		in.Uncached, in.Tier, in.Queued = eff, int64(d.HostBlocks+d.DiskBlocks)*B, d.ActivePrefillTokens
@@ -149,4 +164,18 @@ func PathInputs(path LatencyPath, prompt, eff int64, d, p *Candidate) LatencyInp
 	in.Queued = p.ActivePrefillTokens
 	in.Transfer = prompt - min(int64(d.OverlapBlocks)*B, prompt)
 	return in
+}
+
+// decodeFill is the decode row's KV fill in per-mille: the load sample's used blocks
+// when there is one, else the router's potential decode blocks; 0 with an unknown
+// capacity.
+func decodeFill(d *Candidate) int64 {
+	if d.TotalKVBlocks <= 0 {
+		return 0
+	}
+	used := d.PotentialDecodeBlocks
+	if d.LoadKnown {
+		used = d.LoadKVUsedBlocks
+	}
+	return min(max(used, 0), d.TotalKVBlocks) * 1000 / d.TotalKVBlocks
 }

@@ -1,5 +1,7 @@
 package decider
 
+import "math"
+
 // The slo policy (docs/slo-policy.md): predict TTFT and mean ITL for the local path and
 // for each prefill candidate with the online latency model the view serves, and take
 // the path with the best expected goodput under slo_ttft_ms and slo_itl_ms, counting
@@ -8,11 +10,12 @@ package decider
 // isl_or_load with the decode guard.
 
 // Fallback thresholds of the cold start, used when the config leaves them unset: the
-// prefill busy threshold of `sim compare`'s load policies, and a decode guard at 90% of
-// the decode worker's KV blocks.
+// prefill busy threshold of `sim compare`'s load policies, and a decode guard at 50% of
+// the decode worker's KV blocks, tight because a cold start that overloads scarce
+// decode workers leaves a backlog the learned policy inherits.
 const (
 	SLOFallbackPrefillBusy = 2.0
-	SLOFallbackDecodeBusy  = 0.9
+	SLOFallbackDecodeBusy  = 0.5
 	// SLOTieMargin is how much expected goodput remote prefill must gain over local
 	// prefill to be chosen: below it the paths tie and the cheaper one, local, wins.
 	SLOTieMargin = 0.01
@@ -71,9 +74,10 @@ func sloMode(dc *Decider, dst *Decision, d, p *Candidate) *Candidate {
 	// Others: the decode worker's running requests, with this request joining them,
 	// with and without its prompt prefilled there.
 	others := LatencyInputs{DecodeRequests: d.ActiveRequests + 1, DecodeBlocks: d.PotentialDecodeBlocks,
-		DecodePrefill: d.ActivePrefillTokens}
+		DecodePrefill: d.ActivePrefillTokens, DecodeFill: decodeFill(d), DecodeRecentLocal: d.RecentLocalPrefill}
 	s.OthersBaseITLMs = fit.Predict(PathRemote, TargetITL, &others)
 	others.DecodePrefill += dst.EffectiveISL
+	others.DecodeRecentLocal += dst.EffectiveISL
 	s.OthersITLMs = fit.Predict(PathRemote, TargetITL, &others)
 	sigma := fit.Sigma[PathRemote][TargetITL]
 	loss := float64(d.ActiveRequests) * (meetProbability(s.OthersBaseITLMs, sigma, cfg.SLOITLMs) -
@@ -82,6 +86,15 @@ func sloMode(dc *Decider, dst *Decision, d, p *Candidate) *Candidate {
 	s.Margin = s.LocalGoodput - s.RemoteGoodput
 
 	local2 := s.Margin >= -SLOTieMargin
+	if math.Abs(s.Margin) <= SLOTieMargin && max(s.LocalGoodput, s.RemoteGoodput) < 0.5 {
+		// Both paths are expected to miss the SLO: goodput cannot choose, and the
+		// cheaper path is not the better one when it is the overloaded one. The path
+		// predicted to miss by less (the larger of TTFT and ITL over their SLOs) wins,
+		// so that the miss is as small as it can be and the backlog drains where it
+		// can.
+		local2 = max(s.LocalTTFTMs/cfg.SLOTTFTMs, s.LocalITLMs/cfg.SLOITLMs) <=
+			max(s.RemoteTTFTMs/cfg.SLOTTFTMs, s.RemoteITLMs/cfg.SLOITLMs)
+	}
 	dst.PolicyBypass = local2
 	dst.DecidedBy, dst.Distance = CheckSLOGoodput, s.Margin
 	switch {

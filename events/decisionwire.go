@@ -170,7 +170,8 @@ func appendCandidate(b []byte, c *pb.Candidate) []byte {
 	b = appendUvarint(b, 23, uint64(c.LoadKvUsedBlocks))
 	b = appendUvarint(b, 24, uint64(c.LoadPrefillTokens))
 	b = appendBool(b, 25, c.Picked)
-	return appendUvarint(b, 26, uint64(c.ActiveRequests))
+	b = appendUvarint(b, 26, uint64(c.ActiveRequests))
+	return appendUvarint(b, 27, uint64(c.RecentLocalPrefill))
 }
 
 func appendSloPrediction(b []byte, s *pb.SloPrediction) []byte {

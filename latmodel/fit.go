@@ -2,7 +2,6 @@ package latmodel
 
 import (
 	"math"
-	"time"
 
 	"github.com/pdrouter/pdrouter/decider"
 )
@@ -54,10 +53,7 @@ func (m *Model) computeFit() *decider.LatencyFit {
 				}
 			}
 			beta, rss := solveRidge(&A, &b, yy)
-			unit := float64(ttftUnit) / float64(time.Millisecond)
-			if t == int(decider.TargetITL) {
-				unit = float64(itlUnit) / float64(time.Millisecond)
-			}
+			const unit = 1.0 / targetScale
 			f.Samples[p][t] = int64(n)
 			for i := range beta {
 				f.Coef[p][t][i] = beta[i] * unit

@@ -36,12 +36,9 @@ const (
 	maxAccSamples = 1 << 22
 )
 
-// Target units: the integers the sums hold. TTFT in 100 µs (clamped at 104.8 s), ITL in
-// 10 µs (clamped at 10.48 s).
-const (
-	ttftUnit = 100 * time.Microsecond
-	itlUnit  = 10 * time.Microsecond
-)
+// targetScale is the fixed point of the targets: the sums hold latencies in units of
+// 1/targetScale ms (100 µs), clamped at 2^20 units (104.8 s).
+const targetScale = 10
 
 func (c *Config) defaults() {
 	if c.BucketWidth <= 0 {
@@ -269,7 +266,7 @@ func (m *Model) Outcome(id string, t int64, ttftMs, itlMs float64) {
 	}
 	changed := false
 	if hasT {
-		v := toUnits(ttftMs, ttftUnit)
+		v := toUnits(ttftMs)
 		if e.flags&fTTFT == 0 || t > e.tT || (t == e.tT && v < e.ttft) {
 			e.flags |= fTTFT
 			e.tT, e.ttft = t, v
@@ -277,7 +274,7 @@ func (m *Model) Outcome(id string, t int64, ttftMs, itlMs float64) {
 		}
 	}
 	if hasI {
-		v := toUnits(itlMs, itlUnit)
+		v := toUnits(itlMs)
 		if e.flags&fITL == 0 || t > e.tI || (t == e.tI && v < e.itl) {
 			e.flags |= fITL
 			e.tI, e.itl = t, v
@@ -367,9 +364,9 @@ func (m *Model) add(e *entry, target decider.LatencyTarget, sign int64) bool {
 	return true
 }
 
-// toUnits converts ms to the integer unit, rounded and clamped to [0, 2^20].
-func toUnits(ms float64, unit time.Duration) int64 {
-	v := math.Round(ms * float64(time.Millisecond) / float64(unit))
+// toUnits converts ms to the fixed point, rounded and clamped to [0, 2^20].
+func toUnits(ms float64) int64 {
+	v := math.Round(ms * targetScale)
 	if !(v > 0) {
 		return 0
 	}

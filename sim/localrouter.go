@@ -55,7 +55,7 @@ type activeEntry struct {
 }
 
 func (lr *LocalRouter) attach(f *Fleet) {
-	v := &fleetView{lat: lr.lat}
+	v := &fleetView{lat: lr.lat, q: &f.q}
 	lr.fleet = f
 	for _, e := range f.engines {
 		if lr.hidePrefill && e.cfg.Pool == PoolPrefill {
@@ -107,6 +107,7 @@ func (lr *LocalRouter) Route(_ context.Context, r *Request, tokens []uint32) (De
 		}
 	} else {
 		ent.prefillAt, ent.prefillTok = ent.decode, d.EffectiveISL
+		v.active[ent.decode].noteLocal(v.q.now, d.EffectiveISL)
 	}
 	v.active[ent.prefillAt].prefillTok += ent.prefillTok
 	lr.inflight[r.ID] = ent
@@ -179,6 +180,7 @@ type fleetView struct {
 	workers []decider.WorkerInfo
 	active  []workerActive
 	lat     *latmodel.Model
+	q       *eventQueue // the clock of RecentLocalPrefill
 }
 
 type workerActive struct {
@@ -187,6 +189,31 @@ type workerActive struct {
 	extra      int64
 	prefillTok int64
 	requests   int64
+	// recent holds the local prefills decided here, oldest first, until they leave
+	// decider.RecentLocalWindow; recentTok sums them.
+	recent    []localPrefill
+	recentTok int64
+}
+
+type localPrefill struct {
+	at  simTime
+	tok int64
+}
+
+func (a *workerActive) noteLocal(now simTime, tok int64) {
+	a.recent = append(a.recent, localPrefill{now, tok})
+	a.recentTok += tok
+}
+
+// recentLocal is the sum of the local prefills of the window ending at now.
+func (a *workerActive) recentLocal(now simTime) int64 {
+	n := 0
+	for n < len(a.recent) && a.recent[n].at+decider.RecentLocalWindow <= now {
+		a.recentTok -= a.recent[n].tok
+		n++
+	}
+	a.recent = a.recent[n:]
+	return a.recentTok
 }
 
 func (a *workerActive) add(chain []uint64, extra int64) {
@@ -236,7 +263,8 @@ func (v *fleetView) Load(w decider.WorkerRef) (decider.LoadSample, bool) {
 
 func (v *fleetView) Active(w decider.WorkerRef) decider.ActiveLoad {
 	a := &v.active[w]
-	return decider.ActiveLoad{DecodeBlocks: a.distinct + a.extra, PrefillTokens: a.prefillTok, Requests: a.requests}
+	return decider.ActiveLoad{DecodeBlocks: a.distinct + a.extra, PrefillTokens: a.prefillTok, Requests: a.requests,
+		RecentLocalPrefill: a.recentLocal(v.q.now)}
 }
 
 // LatencyFit implements decider.LatencyModel: the model learned so far in this run.

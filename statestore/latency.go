@@ -61,7 +61,9 @@ func latencyRow(c *pb.Candidate) decider.Candidate {
 	return decider.Candidate{BlockSize: int(c.GetBlockSize()), OverlapBlocks: int(c.GetOverlapBlocks()),
 		HostBlocks: int(c.GetHostBlocks()), DiskBlocks: int(c.GetDiskBlocks()),
 		ActivePrefillTokens: c.GetActivePrefillTokens(), ActiveDecodeBlocks: c.GetActiveDecodeBlocks(),
-		ActiveRequests: c.GetActiveRequests()}
+		ActiveRequests: c.GetActiveRequests(), RecentLocalPrefill: c.GetRecentLocalPrefill(),
+		TotalKVBlocks: c.GetTotalKvBlocks(), PotentialDecodeBlocks: c.GetPotentialDecodeBlocks(),
+		LoadKnown: c.GetLoadKnown(), LoadKVUsedBlocks: c.GetLoadKvUsedBlocks()}
 }
 
 // learnOutcome joins what an outcome measured: a TTFT when it carries one, a mean ITL

@@ -34,6 +34,9 @@ type slotState struct {
 
 	// activeRequests counts the requests carrying decode blocks here (active.go).
 	activeRequests int64
+	// recentLocal is the prompt tokens of local prefills decided here in the
+	// last decider.RecentLocalWindow (active.go setRecent).
+	recentLocal int64
 
 	load     *pb.LoadSample
 	hasLoad  bool

@@ -761,8 +761,11 @@ type Candidate struct {
 	// Decode rows: the router-side count of requests in flight (0: none or
 	// not counted by the writer).
 	ActiveRequests int64 `protobuf:"varint,26,opt,name=active_requests,json=activeRequests,proto3" json:"active_requests,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Decode rows: the prompt tokens of the local prefills decided onto the
+	// worker in the last 30 s of event time (docs/slo-policy.md).
+	RecentLocalPrefill int64 `protobuf:"varint,27,opt,name=recent_local_prefill,json=recentLocalPrefill,proto3" json:"recent_local_prefill,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *Candidate) Reset() {
@@ -977,6 +980,13 @@ func (x *Candidate) GetActiveRequests() int64 {
 	return 0
 }
 
+func (x *Candidate) GetRecentLocalPrefill() int64 {
+	if x != nil {
+		return x.RecentLocalPrefill
+	}
+	return 0
+}
+
 // Check is one comparison of the policy or the guard, with both sides. For
 // the ISL checks hit means value < limit (bypass allowed by that check); for
 // the busy checks hit means value > limit (busy).
@@ -1157,7 +1167,7 @@ const file_pdrouter_events_v1_decisions_proto_rawDesc = "" +
 	"\n" +
 	"block_size\x18\x01 \x01(\rR\tblockSize\x12!\n" +
 	"\fblock_hashes\x18\x02 \x03(\x06R\vblockHashes\x12%\n" +
-	"\x0eomitted_blocks\x18\x03 \x01(\rR\romittedBlocks\"\x8c\b\n" +
+	"\x0eomitted_blocks\x18\x03 \x01(\rR\romittedBlocks\"\xbe\b\n" +
 	"\tCandidate\x125\n" +
 	"\x06worker\x18\x01 \x01(\v2\x1d.pdrouter.events.v1.WorkerRefR\x06worker\x12,\n" +
 	"\x04pool\x18\x02 \x01(\x0e2\x18.pdrouter.events.v1.PoolR\x04pool\x12\x1a\n" +
@@ -1189,7 +1199,8 @@ const file_pdrouter_events_v1_decisions_proto_rawDesc = "" +
 	"\x13load_kv_used_blocks\x18\x17 \x01(\x03R\x10loadKvUsedBlocks\x12.\n" +
 	"\x13load_prefill_tokens\x18\x18 \x01(\x03R\x11loadPrefillTokens\x12\x16\n" +
 	"\x06picked\x18\x19 \x01(\bR\x06picked\x12'\n" +
-	"\x0factive_requests\x18\x1a \x01(\x03R\x0eactiveRequests\"\xa1\x01\n" +
+	"\x0factive_requests\x18\x1a \x01(\x03R\x0eactiveRequests\x120\n" +
+	"\x14recent_local_prefill\x18\x1b \x01(\x03R\x12recentLocalPrefill\"\xa1\x01\n" +
 	"\x05Check\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1c\n" +
 	"\tevaluated\x18\x02 \x01(\bR\tevaluated\x12\x14\n" +
