@@ -268,6 +268,7 @@ func (m *Model) Outcome(id string, t int64, ttftMs, itlMs float64) {
 	if hasT {
 		v := toUnits(ttftMs)
 		if e.flags&fTTFT == 0 || t > e.tT || (t == e.tT && v < e.ttft) {
+			m.remove(e, fTTFT, decider.TargetTTFT) // the sample of the fact it replaces
 			e.flags |= fTTFT
 			e.tT, e.ttft = t, v
 			changed = true
@@ -276,6 +277,7 @@ func (m *Model) Outcome(id string, t int64, ttftMs, itlMs float64) {
 	if hasI {
 		v := toUnits(itlMs)
 		if e.flags&fITL == 0 || t > e.tI || (t == e.tI && v < e.itl) {
+			m.remove(e, fITL, decider.TargetITL)
 			e.flags |= fITL
 			e.tI, e.itl = t, v
 			changed = true
@@ -303,7 +305,8 @@ func (m *Model) entry(id string) *entry {
 
 // contribute makes the sums hold exactly e's samples: a target's sample is in the sums
 // iff the decision and that target's fact are present. A sample already in is taken
-// out first, so a replaced fact counts once.
+// out first, so a fact counts once; a caller replacing a fact's value removes its old
+// sample (remove) before it changes the value.
 func (m *Model) contribute(e *entry) {
 	for _, tg := range [...]struct {
 		flag   uint8

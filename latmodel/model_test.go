@@ -30,11 +30,12 @@ func (f fact) apply(m *Model) {
 	}
 }
 
-// synthFacts draws n requests whose latencies follow a known linear law plus noise:
+// synthFacts draws n requests whose latencies follow a known linear law plus noise
+// (with replace, some get a second, later TTFT 50 ms higher):
 // TTFT = 50 + 0.5·uncached + 0.25·queued ms, ITL = 8 + 0.1·decode requests ms, with
 // outcomes some seconds after their decisions, a few stamped before them (skew), some
 // missing and some duplicated.
-func synthFacts(rng *rand.Rand, n int, span time.Duration) []fact {
+func synthFacts(rng *rand.Rand, n int, span time.Duration, replace bool) []fact {
 	var out []fact
 	for i := range n {
 		id := fmt.Sprintf("d%05d", i)
@@ -52,6 +53,10 @@ func synthFacts(rng *rand.Rand, n int, span time.Duration) []fact {
 			out = append(out, fact{id: id, t: tc, ttft: -1, itl: itl})
 			if rng.IntN(8) == 0 {
 				out = append(out, fact{id: id, t: tc, ttft: -1, itl: itl}) // a duplicate
+			}
+			if replace && rng.IntN(8) == 0 {
+				// Another measurement of the same kind: the later one is kept.
+				out = append(out, fact{id: id, t: tp + int64(time.Second), ttft: ttft + 50, itl: -1})
 			}
 		}
 		if rng.IntN(20) == 0 {
@@ -78,7 +83,7 @@ func modelBytes(m *Model) []byte {
 // two replicas read two topics, gives byte-identical sums and entries and the same fit.
 func TestOrderIndependence(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
-	facts := synthFacts(rng, 3000, 20*time.Minute)
+	facts := synthFacts(rng, 3000, 20*time.Minute, true)
 	cfg := Config{BucketWidth: 30 * time.Second, Buckets: 10}
 	var ref []byte
 	var refFit *decider.LatencyFit
@@ -119,7 +124,7 @@ func TestOrderIndependence(t *testing.T) {
 func TestFitRecoversTheLaw(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
 	m := New(Config{BucketWidth: time.Minute, Buckets: 60})
-	for _, f := range synthFacts(rng, 4000, 30*time.Minute) {
+	for _, f := range synthFacts(rng, 4000, 30*time.Minute, false) {
 		f.apply(m)
 	}
 	fit := m.Fit()
@@ -169,7 +174,7 @@ func TestRebuildGivesTheSameModel(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 6))
 	m := New(Config{})
 	var now int64
-	for _, f := range synthFacts(rng, 500, 5*time.Minute) {
+	for _, f := range synthFacts(rng, 500, 5*time.Minute, true) {
 		f.apply(m)
 		now = max(now, f.t)
 	}
