@@ -172,6 +172,7 @@ func (m *Model) Advance(now int64) {
 		return
 	}
 	m.cur, m.clocked = b, true
+	m.sumsDty = true // the window's position is part of the sums' bytes
 	edge := m.cur - int64(m.cfg.Buckets)
 	for k := range m.buckets {
 		if k <= edge {
