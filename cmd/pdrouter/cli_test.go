@@ -130,6 +130,10 @@ func TestBadInputIsAPreciseError(t *testing.T) {
 		{nil, []string{"bench", "api", "--router", "http://127.0.0.1:1", "--in-flight", "-1"}, "--in-flight ≥ 0"},
 		{nil, []string{"serve", "--brokers", "127.0.0.1:1", "--decision-retention", "0s"}, "--decision-retention 0s: want at least 1s"},
 		{map[string]string{"PDR_MAX_WORKERS": "0"}, []string{"serve", "--brokers", "127.0.0.1:1"}, "--max-workers 0: want at least 1"},
+		{nil, []string{"serve", "--brokers", "127.0.0.1:1", "--latency-model-window", "45s"}, "--latency-model-window 45s: want a multiple of 30s"},
+		{map[string]string{"PDR_LATENCY_MODEL_MAX_ENTRIES": "0"}, []string{"serve", "--brokers", "127.0.0.1:1"}, "--latency-model-max-entries 0"},
+		{nil, []string{"sim", "compare", "--load-scale", "0"}, "--load-scale 0: must be in (0, 100]"},
+		{nil, []string{"sim", "compare", "--shapes", "2P6D,3P6D"}, "a sweep splits one fleet"},
 		{nil, []string{"serve", "--brokers", "127.0.0.1:1", "--fetch-max-wait", "5ms"}, "--fetch-max-wait 5ms: want at least 1 byte and 10ms"},
 		{map[string]string{"PDR_FETCH_MIN_BYTES": "0"}, []string{"serve", "--brokers", "127.0.0.1:1"}, "--fetch-min-bytes 0, --fetch-max-wait 10ms: want at least 1 byte and 10ms"},
 	}
