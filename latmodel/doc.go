@@ -20,6 +20,8 @@
 //   - the fit (ridge-regularized least squares on the window's sums) is recomputed from
 //     the sums, deterministically, when they change.
 //
+// Targets are held in 100 µs units; the fit predicts ms (decider.LatencyFit).
+//
 // Files: model.go (the join and the sums), fit.go (the least-squares fit), codec.go
 // (the canonical encodings the state stores and digests).
 package latmodel
