@@ -19,6 +19,12 @@ const (
 	// SLOTieMargin is how much expected goodput remote prefill must gain over local
 	// prefill to be chosen: below it the paths tie and the cheaper one, local, wins.
 	SLOTieMargin = 0.01
+	// SLOMissFactor: when both paths are predicted to miss, local prefill must miss by
+	// at most this fraction of remote's miss to be taken. A local prefill adds work to
+	// a decode worker that is, when both paths miss, usually the fleet's bottleneck,
+	// and what that costs the requests decoding there is not in this request's
+	// prediction.
+	SLOMissFactor = 0.5
 )
 
 // latencyFitOf returns the view's latency model fit, or nil when the view has none.
@@ -90,10 +96,10 @@ func sloMode(dc *Decider, dst *Decision, d, p *Candidate) *Candidate {
 		// Both paths are expected to miss the SLO: goodput cannot choose, and the
 		// cheaper path is not the better one when it is the overloaded one. The path
 		// predicted to miss by less (the larger of TTFT and ITL over their SLOs) wins,
-		// so that the miss is as small as it can be and the backlog drains where it
-		// can.
+		// local only by SLOMissFactor, so that the miss is as small as it can be and
+		// the backlog drains where it can.
 		local2 = max(s.LocalTTFTMs/cfg.SLOTTFTMs, s.LocalITLMs/cfg.SLOITLMs) <=
-			max(s.RemoteTTFTMs/cfg.SLOTTFTMs, s.RemoteITLMs/cfg.SLOITLMs)
+			SLOMissFactor*max(s.RemoteTTFTMs/cfg.SLOTTFTMs, s.RemoteITLMs/cfg.SLOITLMs)
 	}
 	dst.PolicyBypass = local2
 	dst.DecidedBy, dst.Distance = CheckSLOGoodput, s.Margin
