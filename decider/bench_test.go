@@ -86,6 +86,24 @@ func benchConfig() decider.Config {
 	return cfg
 }
 
+// benchSLO is benchConfig under the slo policy, with a warm latency model on v, so that
+// the policy predicts for the local path and all 32 prefill candidates.
+func benchSLO(v *memview.View) decider.Config {
+	cfg := benchConfig()
+	cfg.Disagg.Policy = decider.PolicySLO
+	f := &decider.LatencyFit{}
+	for p := range f.Samples {
+		for t := range f.Samples[p] {
+			f.Samples[p][t], f.Sigma[p][t] = 1000, 100
+			for i := range f.Coef[p][t] {
+				f.Coef[p][t][i] = 0.01 * float64(i+1)
+			}
+		}
+	}
+	v.SetLatencyFit(f)
+	return cfg
+}
+
 // BenchmarkDecide measures one decision in steady state (the Decision is reused, so it
 // should not allocate) and reports the p50 and p99 of the per-decision latency. The bar
 // of the acceptance criteria is p99 ≤ 30 µs.
@@ -93,10 +111,15 @@ func BenchmarkDecide(b *testing.B) {
 	for _, bc := range []struct {
 		name string
 		full bool
-	}{{"mixed", false}, {"every-worker-holds-full-chain", true}} {
+		slo  bool
+	}{{"mixed", false, false}, {"every-worker-holds-full-chain", true, false}, {"slo-warm-mixed", false, true}} {
 		b.Run(bc.name, func(b *testing.B) {
 			v, req := benchFleet(bc.full)
-			dc, err := decider.New(benchConfig())
+			cfg := benchConfig()
+			if bc.slo {
+				cfg = benchSLO(v)
+			}
+			dc, err := decider.New(cfg)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -144,6 +167,18 @@ func TestDecideDoesNotAllocate(t *testing.T) {
 	})
 	if allocs != 0 {
 		t.Fatalf("DecideInto allocates %v times per decision in steady state", allocs)
+	}
+	dcSLO := mustNew(t, benchSLO(v))
+	if err := dcSLO.DecideInto(&d, v, &req); err != nil || !d.SLO.Warm {
+		t.Fatalf("slo: %v, warm %v", err, d.SLO.Warm)
+	}
+	allocs = testing.AllocsPerRun(50, func() {
+		if err := dcSLO.DecideInto(&d, v, &req); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if allocs != 0 {
+		t.Fatalf("DecideInto under slo allocates %v times per decision in steady state", allocs)
 	}
 	var buf []byte
 	allocs = testing.AllocsPerRun(50, func() { buf = d.AppendCanonicalJSON(buf[:0]) })

@@ -42,6 +42,13 @@ const (
 	// UnknownMaxNumBatchedTokens is what an unknown max_num_batched_tokens is taken as:
 	// large enough that the worker is practically never prefill-busy.
 	UnknownMaxNumBatchedTokens = 10_000_000
+	// The slo policy's defaults: TTFT ≤ 2 s and mean ITL ≤ 50 ms, and 50 samples per
+	// path and target before the model is trusted (fewer chose badly in the
+	// simulator's grid; more keep the cold start's rule, isl_or_load, in charge for
+	// longer, and it collapses where decode workers are scarce).
+	DefaultSLOTTFTMs     = 2000.0
+	DefaultSLOITLMs      = 50.0
+	DefaultSLOMinSamples = 50
 )
 
 // DisaggConfig is the JSON of --router-conditional-disagg-config.
@@ -54,6 +61,12 @@ type DisaggConfig struct {
 	// DecodeBusyThreshold, when unset, switches the decode busy guard off.
 	DecodeBusyThreshold OptFloat
 	DecodeBusySource    BusySource
+	// The slo policy's SLOs and model settings (docs/slo-policy.md). Other policies do
+	// not read them, and the config hash includes them only under slo.
+	SLOTTFTMs     float64
+	SLOITLMs      float64
+	SLOMinSamples int64
+	SLOITLGuard   bool
 }
 
 // Config is everything that changes a decision. Its canonical encoding is hashed into
@@ -81,6 +94,10 @@ func DefaultDisaggConfig() DisaggConfig {
 		EffISLThreshold:      DefaultEffISLThreshold,
 		EffISLRatioThreshold: DefaultEffISLRatioThreshold,
 		DecodeBusySource:     BusySourceRouter,
+		SLOTTFTMs:            DefaultSLOTTFTMs,
+		SLOITLMs:             DefaultSLOITLMs,
+		SLOMinSamples:        DefaultSLOMinSamples,
+		SLOITLGuard:          true,
 	}
 }
 

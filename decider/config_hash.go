@@ -11,7 +11,8 @@ import (
 // present; an unset optional is null; floats as strconv 'g' with the shortest
 // round-tripping precision; durations as integer nanoseconds; "v" is the version of this
 // encoding and changes whenever a key is added, so that old and new hashes never collide
-// by accident. prefill_busy_threshold is the effective value, after inheriting
+// by accident; the slo policy's keys are present only under that policy, so that adding
+// them changed no other config's hash. prefill_busy_threshold is the effective value, after inheriting
 // --router-queue-threshold, since that is what decisions read.
 func (c *Config) CanonicalJSON() []byte {
 	o := openObject(make([]byte, 0, 512))
@@ -29,6 +30,14 @@ func (c *Config) CanonicalJSON() []byte {
 	o.float("prefill_load_scale", c.PrefillLoadScale)
 	o.optFloat("queue_threshold", c.QueueThreshold)
 	o.str("router_mode", string(c.RouterMode))
+	if c.Disagg.Policy == PolicySLO {
+		// Only the slo policy reads these, and leaving them out otherwise keeps the
+		// hashes of every other config as they were.
+		o.bool("slo_itl_guard", c.Disagg.SLOITLGuard)
+		o.float("slo_itl_ms", c.Disagg.SLOITLMs)
+		o.int("slo_min_samples", c.Disagg.SLOMinSamples)
+		o.float("slo_ttft_ms", c.Disagg.SLOTTFTMs)
+	}
 	o.float("temperature", c.Temperature)
 	o.int("v", 1)
 	return o.close()

@@ -14,10 +14,11 @@ import (
 // disaggFields lists the keys of --router-conditional-disagg-config, in the order the
 // error messages print them. It is a function, not a package variable, so that no code
 // can change the accepted keys at run time.
-func disaggFields() [6]string {
-	return [6]string{
+func disaggFields() [10]string {
+	return [10]string{
 		FieldPolicy, FieldEffISLThreshold, FieldEffISLRatioThreshold,
 		FieldPrefillBusyThreshold, FieldDecodeBusyThreshold, FieldDecodeBusySource,
+		FieldSLOTTFTMs, FieldSLOITLMs, FieldSLOMinSamples, FieldSLOITLGuard,
 	}
 }
 
@@ -95,7 +96,13 @@ func setDisaggField(cfg *DisaggConfig, key string, raw json.RawMessage) error {
 		} else {
 			cfg.DecodeBusySource = BusySource(s)
 		}
-	case FieldEffISLThreshold:
+	case FieldSLOITLGuard:
+		var v bool
+		if err := json.Unmarshal(raw, &v); err != nil {
+			return cfgErr(key, "must be true or false, got %s", clip(raw))
+		}
+		cfg.SLOITLGuard = v
+	case FieldEffISLThreshold, FieldSLOMinSamples:
 		n, ok := jsonNumber(raw)
 		if !ok {
 			return cfgErr(key, "must be a number, got %s; %s", clip(raw), validRangeNonNegativeInt64)
@@ -104,8 +111,12 @@ func setDisaggField(cfg *DisaggConfig, key string, raw json.RawMessage) error {
 		if err != nil {
 			return cfgErr(key, "is %s; %s", n, validRangeNonNegativeInt64)
 		}
-		cfg.EffISLThreshold = v
-	case FieldEffISLRatioThreshold, FieldPrefillBusyThreshold, FieldDecodeBusyThreshold:
+		if key == FieldSLOMinSamples {
+			cfg.SLOMinSamples = v
+		} else {
+			cfg.EffISLThreshold = v
+		}
+	case FieldEffISLRatioThreshold, FieldPrefillBusyThreshold, FieldDecodeBusyThreshold, FieldSLOTTFTMs, FieldSLOITLMs:
 		n, ok := jsonNumber(raw)
 		if !ok {
 			return cfgErr(key, "must be a number, got %s", clip(raw))
@@ -119,6 +130,10 @@ func setDisaggField(cfg *DisaggConfig, key string, raw json.RawMessage) error {
 			cfg.EffISLRatioThreshold = v
 		case FieldPrefillBusyThreshold:
 			cfg.PrefillBusyThreshold = Some(v)
+		case FieldSLOTTFTMs:
+			cfg.SLOTTFTMs = v
+		case FieldSLOITLMs:
+			cfg.SLOITLMs = v
 		default:
 			cfg.DecodeBusyThreshold = Some(v)
 		}

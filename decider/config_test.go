@@ -14,7 +14,8 @@ func TestParseDisaggConfigDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := decider.DisaggConfig{Policy: "isl_bounding", EffISLThreshold: 2048, EffISLRatioThreshold: 0.7, DecodeBusySource: "router"}
+	want := decider.DisaggConfig{Policy: "isl_bounding", EffISLThreshold: 2048, EffISLRatioThreshold: 0.7, DecodeBusySource: "router",
+		SLOTTFTMs: 2000, SLOITLMs: 50, SLOMinSamples: 50, SLOITLGuard: true}
 	if got != want {
 		t.Fatalf("defaults %+v, want %+v", got, want)
 	}
@@ -22,12 +23,14 @@ func TestParseDisaggConfigDefaults(t *testing.T) {
 
 func TestParseDisaggConfigAllFields(t *testing.T) {
 	got, err := decider.ParseDisaggConfig([]byte(`{"policy":"isl_or_load","eff_isl_threshold":4096,
-		"eff_isl_ratio_threshold":0.5,"prefill_busy_threshold":0.8,"decode_busy_threshold":0.95,"decode_busy_source":"max"}`))
+		"eff_isl_ratio_threshold":0.5,"prefill_busy_threshold":0.8,"decode_busy_threshold":0.95,"decode_busy_source":"max",
+		"slo_ttft_ms":1500,"slo_itl_ms":40,"slo_min_samples":7,"slo_itl_guard":false}`))
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := decider.DisaggConfig{Policy: "isl_or_load", EffISLThreshold: 4096, EffISLRatioThreshold: 0.5,
-		PrefillBusyThreshold: decider.Some(0.8), DecodeBusyThreshold: decider.Some(0.95), DecodeBusySource: "max"}
+		PrefillBusyThreshold: decider.Some(0.8), DecodeBusyThreshold: decider.Some(0.95), DecodeBusySource: "max",
+		SLOTTFTMs: 1500, SLOITLMs: 40, SLOMinSamples: 7}
 	if got != want {
 		t.Fatalf("got %+v, want %+v", got, want)
 	}
@@ -89,14 +92,15 @@ func TestParseDisaggConfigErrors(t *testing.T) {
 }
 
 // TestValidateLoadPolicyNeedsThreshold: a policy that reads prefill_busy_threshold
-// needs one, set or inherited from --router-queue-threshold; any other policy does not.
+// needs one, set or inherited from --router-queue-threshold; any other policy does not,
+// nor does slo, which reads it only for its cold start and has a fallback.
 func TestValidateLoadPolicyNeedsThreshold(t *testing.T) {
 	loads := 0
 	for _, spec := range decider.Policies() {
 		cfg := decider.DefaultConfig()
 		cfg.Disagg.Policy = spec.Name
 		err := cfg.Validate()
-		if !spec.ReadsField(decider.FieldPrefillBusyThreshold) {
+		if !spec.NeedsPrefillBusyThreshold() {
 			if err != nil {
 				t.Fatalf("%s reads no prefill busy threshold but is refused without one: %v", spec.Name, err)
 			}

@@ -31,6 +31,10 @@ const (
 	FieldPrefillBusyThreshold = "prefill_busy_threshold"
 	FieldDecodeBusyThreshold  = "decode_busy_threshold"
 	FieldDecodeBusySource     = "decode_busy_source"
+	FieldSLOTTFTMs            = "slo_ttft_ms"
+	FieldSLOITLMs             = "slo_itl_ms"
+	FieldSLOMinSamples        = "slo_min_samples"
+	FieldSLOITLGuard          = "slo_itl_guard"
 )
 
 const (
@@ -79,7 +83,7 @@ func (c *Config) Validate() error {
 	if c.ActiveRequestExpiry <= 0 {
 		add(&ConfigError{Flag: FlagActiveRequestExpiry, Msg: fmt.Sprintf("is %s; valid range is (0s, +Inf)", c.ActiveRequestExpiry)})
 	}
-	if spec, ok := LookupPolicy(c.Disagg.Policy); ok && spec.ReadsField(FieldPrefillBusyThreshold) {
+	if spec, ok := LookupPolicy(c.Disagg.Policy); ok && spec.NeedsPrefillBusyThreshold() {
 		if _, ok := c.PrefillBusyThreshold(); !ok {
 			add(&ConfigError{Flag: FlagConditionalDisaggCfg, Field: FieldPrefillBusyThreshold, Msg: fmt.Sprintf(
 				"is unset and --%s is unset, but policy %s needs a prefill busy threshold; set one of them (%s)",
@@ -121,6 +125,19 @@ func (d *DisaggConfig) Validate() error {
 	}
 	if err := checkNonNegative(FlagConditionalDisaggCfg, FieldDecodeBusyThreshold, d.DecodeBusyThreshold); err != nil {
 		errs = append(errs, err)
+	}
+	for _, f := range []struct {
+		field string
+		v     float64
+	}{{FieldSLOTTFTMs, d.SLOTTFTMs}, {FieldSLOITLMs, d.SLOITLMs}} {
+		if !(f.v > 0) || math.IsInf(f.v, 0) {
+			errs = append(errs, &ConfigError{Flag: FlagConditionalDisaggCfg, Field: f.field,
+				Msg: fmt.Sprintf("is %s; valid range is (0, +Inf)", fmtFloat(f.v))})
+		}
+	}
+	if d.SLOMinSamples < 1 {
+		errs = append(errs, &ConfigError{Flag: FlagConditionalDisaggCfg, Field: FieldSLOMinSamples,
+			Msg: fmt.Sprintf("is %d; valid range is integers in [1, 9223372036854775807]", d.SLOMinSamples)})
 	}
 	switch d.DecodeBusySource {
 	case BusySourceRouter, BusySourceWorker, BusySourceMax:

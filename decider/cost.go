@@ -54,6 +54,8 @@ func scoreRow(row *Candidate, in *costInputs) {
 	blocks := row.PrefillTerm
 	if in.decode {
 		row.ActiveDecodeBlocks = in.active.DecodeBlocks
+		row.ActiveRequests = in.active.Requests
+		row.RecentLocalPrefill = in.active.RecentLocalPrefill
 		row.RequestBlocks = ceilDiv(in.prompt, int64(in.blockSize))
 		row.SharedActiveBlocks = in.sharedActive
 		row.PotentialDecodeBlocks = in.active.DecodeBlocks + row.RequestBlocks - in.sharedActive

@@ -14,6 +14,7 @@ type Decider struct {
 	prefillThreshold float64
 	tokenCost        bool       // Version ≥ 2 (version.go)
 	rule             policyRule // of cfg.Disagg.Policy
+	mode             modeRule   // of cfg.Disagg.Policy, when it has one
 }
 
 // New validates cfg (Config.Validate) and returns a Decider for it. The registry check
@@ -25,7 +26,7 @@ func New(cfg Config) (*Decider, error) {
 	}
 	thr, _ := cfg.PrefillBusyThreshold()
 	spec, _ := LookupPolicy(cfg.Disagg.Policy) // Validate accepts only registered policies
-	return &Decider{cfg: cfg, hash: cfg.Hash(), prefillThreshold: thr, tokenCost: true, rule: spec.rule}, nil
+	return &Decider{cfg: cfg, hash: cfg.Hash(), prefillThreshold: thr, tokenCost: true, rule: spec.rule, mode: spec.mode}, nil
 }
 
 // Config returns the config the Decider runs with.
@@ -86,7 +87,12 @@ func (dc *Decider) DecideInto(dst *Decision, v View, r *Request) error {
 	dst.DecodeWorker, dst.BlockSize = d.Worker, d.BlockSize
 	dst.CachedTokens = cachedTokens(TierOverlap{Device: d.OverlapBlocks, Host: d.HostBlocks, Disk: d.DiskBlocks}, d.BlockSize)
 	dst.EffectiveISL, dst.Ratio = effectiveISL(r.PromptTokens, dst.CachedTokens)
-	dc.decideMode(dst, d, p)
+	if dc.mode != nil && p != nil && dc.cfg.ConditionalDisagg {
+		dst.scratch.fit = latencyFitOf(v)
+		p = dc.mode(dc, dst, d, p)
+	} else {
+		dc.decideMode(dst, d, p)
+	}
 	if dst.Mode == ModeRemote {
 		dst.PrefillWorker = p.Worker
 	}

@@ -21,7 +21,13 @@ const (
 	ReasonDeniedDecodeBusy        Reason = "bypass_denied_decode_busy"
 	ReasonDeniedDecodeBusyUnknown Reason = "bypass_denied_decode_busy_unknown"
 	ReasonAggregatedNoPrefill     Reason = "aggregated_no_prefill_workers"
-	ReasonDisabled                Reason = "conditional_disagg_disabled"
+	// The slo policy's codes (docs/slo-policy.md).
+	ReasonSLOColdLocal      Reason = "slo_cold_start_local"
+	ReasonSLOColdRemote     Reason = "slo_cold_start_remote"
+	ReasonSLOLocalBetter    Reason = "slo_local_predicted_better"
+	ReasonSLORemoteBetter   Reason = "slo_remote_predicted_better"
+	ReasonSLODeniedITLGuard Reason = "slo_local_denied_itl_guard"
+	ReasonDisabled          Reason = "conditional_disagg_disabled"
 )
 
 // CheckName names the rule that decided, for explain and what-if tooling.
@@ -45,6 +51,12 @@ const (
 	// CheckPolicyRule: the policy's rule compares no threshold; it settled the mode by
 	// itself (Distance is then 0).
 	CheckPolicyRule CheckName = "policy_rule"
+	// CheckSLOGoodput: the slo policy's expected goodput of local minus remote
+	// (Distance is that margin).
+	CheckSLOGoodput CheckName = "slo_goodput"
+	// CheckSLOITLGuard: the predicted ITL of the decode worker's running requests after
+	// a local prefill, against slo_itl_ms (Distance is value − limit).
+	CheckSLOITLGuard CheckName = "slo_itl_guard"
 )
 
 // Notes explain a Check whose inputs were missing or substituted. They are constants so
@@ -122,6 +134,12 @@ type Candidate struct {
 	LoadKnown         bool  `json:"load_known"`
 	LoadKVUsedBlocks  int64 `json:"load_kv_used_blocks"`
 	LoadPrefillTokens int64 `json:"load_prefill_tokens"`
+	// ActiveRequests is the router-side count of requests in flight on the worker (a
+	// feature of the latency model; encoded only when not zero).
+	ActiveRequests int64 `json:"active_requests,omitempty"`
+	// RecentLocalPrefill is ActiveLoad.RecentLocalPrefill (decode rows; encoded only
+	// when not zero).
+	RecentLocalPrefill int64 `json:"recent_local_prefill,omitempty"`
 	// Picked marks the worker selection chose in this pool. A picked prefill row in a
 	// local decision is the worker the load policy asked about.
 	Picked bool `json:"picked"`
@@ -161,6 +179,9 @@ type Decision struct {
 	RatioCheck  Check     `json:"ratio_check"`
 	PrefillBusy Check     `json:"prefill_busy_check"`
 	DecodeBusy  Check     `json:"decode_busy_check"`
+	// SLO holds the slo policy's predictions; it is evaluated only under that policy
+	// (and encoded only then, so other policies' records keep their bytes).
+	SLO SLOPrediction `json:"slo,omitzero"`
 	// Candidates is the full candidate table: the model's decode workers, then its
 	// prefill workers, each group in worker id order.
 	Candidates []Candidate `json:"candidates"`
@@ -174,4 +195,34 @@ type scratch struct {
 	overlap []TierOverlap
 	shared  []int
 	sizes   []int
+	fit     *LatencyFit // the view's latency model, for the slo policy
+}
+
+// SLOPrediction is what the slo policy predicted and compared (docs/slo-policy.md).
+// Times are in ms; goodputs are expected fractions of requests meeting both SLOs.
+type SLOPrediction struct {
+	Evaluated bool `json:"evaluated"`
+	// Warm is false while the model has fewer than slo_min_samples samples on some
+	// path and target: the policy then fell back to isl_or_load.
+	Warm bool `json:"warm"`
+	// Samples is the least sample count over paths and targets.
+	Samples      int64   `json:"samples"`
+	TTFTLimitMs  float64 `json:"slo_ttft_ms"`
+	ITLLimitMs   float64 `json:"slo_itl_ms"`
+	LocalTTFTMs  float64 `json:"local_ttft_ms"`
+	LocalITLMs   float64 `json:"local_itl_ms"`
+	RemoteTTFTMs float64 `json:"remote_ttft_ms"`
+	RemoteITLMs  float64 `json:"remote_itl_ms"`
+	// RunningRequests are the decode worker's requests in flight; OthersITLMs is their
+	// predicted ITL if this prompt is prefilled there, OthersBaseITLMs if it is not.
+	RunningRequests int64   `json:"running_requests"`
+	OthersITLMs     float64 `json:"others_itl_ms"`
+	OthersBaseITLMs float64 `json:"others_base_itl_ms"`
+	LocalGoodput    float64 `json:"local_goodput"`
+	RemoteGoodput   float64 `json:"remote_goodput"`
+	// Margin is LocalGoodput − RemoteGoodput: local wins at or above −SLOTieMargin.
+	Margin float64 `json:"margin"`
+	// Fit is the model the predictions came from, so that a recompute from the record
+	// predicts the same.
+	Fit LatencyFit `json:"-"`
 }

@@ -45,6 +45,11 @@ func (d *Decision) AppendCanonicalJSON(b []byte) []byte {
 	o.b = d.PrefillBusy.appendJSON(o.b)
 	o.key("decode_busy_check")
 	o.b = d.DecodeBusy.appendJSON(o.b)
+	if d.SLO.Evaluated {
+		// Only under the slo policy, so that the other policies' bytes are unchanged.
+		o.key("slo")
+		o.b = d.SLO.appendJSON(o.b)
+	}
 	o.key("candidates")
 	o.b = append(o.b, '[')
 	for i := range d.Candidates {
@@ -101,7 +106,34 @@ func (c *Candidate) appendJSON(b []byte) []byte {
 	o.bool("load_known", c.LoadKnown)
 	o.int("load_kv_used_blocks", c.LoadKVUsedBlocks)
 	o.int("load_prefill_tokens", c.LoadPrefillTokens)
+	if c.ActiveRequests != 0 {
+		// Left out at 0, so that tables without the count keep their bytes.
+		o.int("active_requests", c.ActiveRequests)
+	}
+	if c.RecentLocalPrefill != 0 {
+		o.int("recent_local_prefill", c.RecentLocalPrefill)
+	}
 	o.bool("picked", c.Picked)
+	return o.close()
+}
+
+func (s *SLOPrediction) appendJSON(b []byte) []byte {
+	o := openObject(b)
+	o.bool("evaluated", s.Evaluated)
+	o.bool("warm", s.Warm)
+	o.int("samples", s.Samples)
+	o.float("slo_ttft_ms", s.TTFTLimitMs)
+	o.float("slo_itl_ms", s.ITLLimitMs)
+	o.float("local_ttft_ms", s.LocalTTFTMs)
+	o.float("local_itl_ms", s.LocalITLMs)
+	o.float("remote_ttft_ms", s.RemoteTTFTMs)
+	o.float("remote_itl_ms", s.RemoteITLMs)
+	o.int("running_requests", s.RunningRequests)
+	o.float("others_itl_ms", s.OthersITLMs)
+	o.float("others_base_itl_ms", s.OthersBaseITLMs)
+	o.float("local_goodput", s.LocalGoodput)
+	o.float("remote_goodput", s.RemoteGoodput)
+	o.float("margin", s.Margin)
 	return o.close()
 }
 

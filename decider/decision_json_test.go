@@ -46,7 +46,8 @@ func TestCanonicalJSONRoundTrip(t *testing.T) {
 // from the record without anyone noticing.
 func TestCanonicalJSONCoversEveryField(t *testing.T) {
 	var d decider.Decision
-	d.Candidates = []decider.Candidate{{}}
+	d.Candidates = []decider.Candidate{{ActiveRequests: 1, RecentLocalPrefill: 1}} // encoded only when not 0
+	d.SLO.Evaluated = true                                                         // encoded only under slo
 	var m map[string]any
 	if err := json.Unmarshal(d.AppendCanonicalJSON(nil), &m); err != nil {
 		t.Fatal(err)
@@ -54,7 +55,7 @@ func TestCanonicalJSONCoversEveryField(t *testing.T) {
 	check := func(typ reflect.Type, obj map[string]any) {
 		for i := range typ.NumField() {
 			f := typ.Field(i)
-			if !f.IsExported() {
+			if !f.IsExported() || f.Tag.Get("json") == "-" {
 				continue
 			}
 			tag, _, _ := strings.Cut(f.Tag.Get("json"), ",")
@@ -68,13 +69,14 @@ func TestCanonicalJSONCoversEveryField(t *testing.T) {
 	}
 	check(reflect.TypeOf(decider.Decision{}), m)
 	check(reflect.TypeOf(decider.Candidate{}), m["candidates"].([]any)[0].(map[string]any))
+	check(reflect.TypeOf(decider.SLOPrediction{}), m["slo"].(map[string]any))
 	check(reflect.TypeOf(decider.Check{}), m["eff_isl_check"].(map[string]any))
 }
 
 func countExported(t reflect.Type) int {
 	n := 0
 	for i := range t.NumField() {
-		if t.Field(i).IsExported() {
+		if t.Field(i).IsExported() && t.Field(i).Tag.Get("json") != "-" {
 			n++
 		}
 	}

@@ -66,6 +66,13 @@
 //     with an unknown max_num_batched_tokens taken as 10,000,000 and a missing sample
 //     counted as not busy. prefill_busy_threshold inherits --router-queue-threshold.
 //   - isl_or_load: bypass iff either says so (a missing sample leaves the ISL condition).
+//   - slo (policy_slo.go, latency.go; docs/slo-policy.md): predict TTFT and ITL of the
+//     local path and of each prefill candidate with the latency model the view serves
+//     (LatencyModel), and take the path with the best expected goodput under
+//     slo_ttft_ms and slo_itl_ms, charging a local prefill what it costs the decode
+//     worker's running requests; its own ITL guard; cold, isl_or_load with the decode
+//     guard under its own reasons. It decides mode, reason and prefill worker itself (a
+//     modeRule), since it may pick another prefill worker than the cost did.
 //   - Guard, when decode_busy_threshold is set: a bypass is denied when
 //     blocks(d) > decode_busy_threshold × total_kv_blocks(d), where blocks(d) is read from
 //     decode_busy_source (router: potential decode blocks including this request;

@@ -21,6 +21,7 @@ type workerState struct {
 type fleet struct {
 	workers []workerState
 	req     decider.Request
+	fit     *decider.LatencyFit
 }
 
 // chainFor returns a chained-looking hash sequence for a block size.
@@ -59,6 +60,7 @@ func (f *fleet) view(order []int) *memview.View {
 			v.SetLoad(w.info.ID, *w.load)
 		}
 	}
+	v.SetLatencyFit(f.fit)
 	return v
 }
 
@@ -105,6 +107,38 @@ func randomFleet(rng *rand.Rand, nDecode, nPrefill int) *fleet {
 	}
 	for _, bs := range []int{16, 32} {
 		f.req.Chains = append(f.req.Chains, decider.Chain{BlockSize: bs, Hashes: testChain(bs, f.req.PromptTokens)})
+	}
+	f.fit = randomFit(uint64(f.req.PromptTokens), uint64(nDecode*8+nPrefill))
+	for i := range f.workers {
+		f.workers[i].active.Requests = int64(f.workers[i].active.DecodeBlocks / 40)
+	}
+	return f
+}
+
+// randomFit draws a latency model fit, or nil, from its own generator, so that the
+// draws of the fleet stay what they were before fits existed.
+func randomFit(s1, s2 uint64) *decider.LatencyFit {
+	rng := rand.New(rand.NewPCG(s1, s2))
+	if rng.IntN(3) == 0 {
+		return nil
+	}
+	f := &decider.LatencyFit{}
+	for p := range f.Samples {
+		for t := range f.Samples[p] {
+			f.Samples[p][t] = 100 + rng.Int64N(600)
+			f.Sigma[p][t] = rng.Float64() * []float64{500, 300}[t] * float64(rng.IntN(2))
+			scale := []float64{1500, 60}[t] // TTFT, ITL: around their default SLOs
+			f.Coef[p][t][0] = rng.Float64() * scale
+			for i := 1; i < decider.LatencyK; i++ {
+				f.Coef[p][t][i] = rng.Float64() * scale / 10000
+			}
+			if t == int(decider.TargetITL) {
+				// Prompts queued on the decode worker slow its steps: what the ITL
+				// guard is about.
+				f.Coef[p][t][6] = rng.Float64() * 0.02
+				f.Coef[p][t][9] = rng.Float64() * 0.02
+			}
+		}
 	}
 	return f
 }

@@ -21,5 +21,10 @@ func Outcomes() []Outcome {
 		{ModeRemote, ReasonDeniedDecodeBusyUnknown},
 		{ModeLocal, ReasonAggregatedNoPrefill},
 		{ModeRemote, ReasonDisabled},
+		{ModeLocal, ReasonSLOColdLocal},
+		{ModeRemote, ReasonSLOColdRemote},
+		{ModeLocal, ReasonSLOLocalBetter},
+		{ModeRemote, ReasonSLORemoteBetter},
+		{ModeRemote, ReasonSLODeniedITLGuard},
 	}
 }

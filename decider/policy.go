@@ -9,6 +9,7 @@ const (
 	PolicyISLBounding Policy = "isl_bounding"
 	PolicyPrefillLoad Policy = "prefill_load"
 	PolicyISLOrLoad   Policy = "isl_or_load"
+	PolicySLO         Policy = "slo"
 )
 
 // PolicySpec describes one policy. The table of policyTable is the one place a policy
@@ -28,7 +29,15 @@ type PolicySpec struct {
 	// policy has run; TestPolicyReasonsDeclared holds the rule to it.
 	Reasons []Reason
 	rule    policyRule
+	// mode, when set, replaces Steps 2 and 3 as a whole: the policy decides the mode,
+	// the reason and the prefill worker itself (the slo policy has its own guard).
+	mode modeRule
 }
+
+// modeRule decides the mode of dst on decode row d and picked prefill row p (never
+// nil), sets Mode, Reason, PolicyBypass, DecidedBy and Distance, and returns the
+// prefill row a remote decision uses. It must not allocate.
+type modeRule func(dc *Decider, dst *Decision, d, p *Candidate) *Candidate
 
 // policyRule is Step 2 of a policy: whether it asks for the bypass (local prefill) of
 // the request in dst, on chosen prefill row p (never nil), and which of dst's checks
@@ -44,6 +53,12 @@ type ruleResult struct {
 	// emptyPrompt is set when the bypass came from the rule that an empty prompt
 	// always bypasses, which no threshold decided.
 	emptyPrompt bool
+}
+
+// NeedsPrefillBusyThreshold reports whether config validation must find a prefill busy
+// threshold for the policy: it reads one and has no fallback for it (slo has one).
+func (s *PolicySpec) NeedsPrefillBusyThreshold() bool {
+	return s.ReadsField(FieldPrefillBusyThreshold) && s.mode == nil
 }
 
 // ReadsField reports whether the policy reads the config key field.
@@ -81,6 +96,16 @@ func policyTable() []PolicySpec {
 			Reads:   []string{FieldEffISLThreshold, FieldEffISLRatioThreshold, FieldPrefillBusyThreshold},
 			Reasons: guardReasons(),
 			rule:    islOrLoadRule,
+		},
+		{
+			Name: PolicySLO,
+			Summary: "bypass iff the online latency model predicts at least the goodput of remote prefill under slo_ttft_ms and slo_itl_ms " +
+				"(cold: isl_or_load with the decode guard)",
+			Reads: []string{FieldEffISLThreshold, FieldEffISLRatioThreshold, FieldPrefillBusyThreshold,
+				FieldSLOTTFTMs, FieldSLOITLMs, FieldSLOMinSamples, FieldSLOITLGuard},
+			Reasons: []Reason{ReasonSLOColdLocal, ReasonSLOColdRemote, ReasonSLOLocalBetter, ReasonSLORemoteBetter,
+				ReasonSLODeniedITLGuard},
+			mode: sloMode,
 		},
 	}
 }

@@ -182,6 +182,7 @@ func runSpecCase(t *testing.T, c specCase) {
 	version := decider.Version
 	blockSizes := map[string]int{}
 	var expects, errorsWant []specLine
+	var fit *decider.LatencyFit
 
 	// Cache, active and load lines refer to the request's chain, so they run after the
 	// request line is known.
@@ -257,6 +258,12 @@ func runSpecCase(t *testing.T, c specCase) {
 			}
 		case "cache", "active", "load":
 			deferred = append(deferred, l)
+		case "fit":
+			if fit == nil {
+				fit = &decider.LatencyFit{}
+				view.SetLatencyFit(fit)
+			}
+			specFit(t, l, fit)
 		case "expect":
 			expects = append(expects, l)
 		case "error":
@@ -298,6 +305,7 @@ func runSpecCase(t *testing.T, c specCase) {
 			view.SetActive(id, decider.ActiveLoad{
 				DecodeBlocks:  atoi(t, l, or(m["decode_blocks"], "0")),
 				PrefillTokens: atoi(t, l, or(m["prefill_tokens"], "0")),
+				Requests:      atoi(t, l, or(m["requests"], "0")),
 			})
 			view.MarkActive(id, take(0, atoi(t, l, or(m["shared"], "0")))...)
 		case "load":
@@ -396,6 +404,20 @@ func specField(d *decider.Decision, key string) (string, error) {
 	case "rows":
 		return strconv.Itoa(len(d.Candidates)), nil
 	}
+	if rest, ok := strings.CutPrefix(key, "slo."); ok {
+		s := &d.SLO
+		v := map[string]string{
+			"evaluated": strconv.FormatBool(s.Evaluated), "warm": strconv.FormatBool(s.Warm),
+			"samples": strconv.FormatInt(s.Samples, 10), "local_ttft": fmtF(s.LocalTTFTMs), "local_itl": fmtF(s.LocalITLMs),
+			"remote_ttft": fmtF(s.RemoteTTFTMs), "remote_itl": fmtF(s.RemoteITLMs), "others_itl": fmtF(s.OthersITLMs),
+			"others_base_itl": fmtF(s.OthersBaseITLMs), "local_goodput": fmtF(s.LocalGoodput),
+			"remote_goodput": fmtF(s.RemoteGoodput), "margin": fmtF(s.Margin), "running": strconv.FormatInt(s.RunningRequests, 10),
+		}
+		if got, ok := v[rest]; ok {
+			return got, nil
+		}
+		return "", fmt.Errorf("unknown slo field %q", rest)
+	}
 	if rest, ok := strings.CutPrefix(key, "check."); ok {
 		name, field, _ := strings.Cut(rest, ".")
 		var c decider.Check
@@ -476,4 +498,38 @@ func specField(d *decider.Decision, key string) (string, error) {
 		return fmtF(row.Probability), nil
 	}
 	return "", fmt.Errorf("unknown candidate field %q", field)
+}
+
+// specFit reads "fit PATH TARGET samples=N sigma=S c=c0,c1,...": one path and target of
+// the latency model fit the view serves (coefficients in the order of
+// decider.LatencyInputs.Vector, missing ones 0).
+func specFit(t *testing.T, l specLine, fit *decider.LatencyFit) {
+	t.Helper()
+	if len(l.args) < 2 {
+		t.Fatalf("line %d: fit needs PATH TARGET", l.line)
+	}
+	path := map[string]decider.LatencyPath{"local": decider.PathLocal, "remote": decider.PathRemote}
+	target := map[string]decider.LatencyTarget{"ttft": decider.TargetTTFT, "itl": decider.TargetITL}
+	p, ok1 := path[l.args[0]]
+	tg, ok2 := target[l.args[1]]
+	if !ok1 || !ok2 {
+		t.Fatalf("line %d: fit %s %s: want local|remote ttft|itl", l.line, l.args[0], l.args[1])
+	}
+	for k, v := range kv(t, l, l.args[2:]) {
+		switch k {
+		case "samples":
+			fit.Samples[p][tg] = atoi(t, l, v)
+		case "sigma":
+			fit.Sigma[p][tg] = atof(t, l, v)
+		case "c":
+			for i, c := range strings.Split(v, ",") {
+				if i >= decider.LatencyK {
+					t.Fatalf("line %d: more than %d coefficients", l.line, decider.LatencyK)
+				}
+				fit.Coef[p][tg][i] = atof(t, l, c)
+			}
+		default:
+			t.Fatalf("line %d: unknown fit key %q", l.line, k)
+		}
+	}
 }

@@ -14,6 +14,7 @@ type View interface {
 	PrefixIndex
 	LoadSource
 	ActiveAccounting
+	LatencyModel
 }
 
 // Registry lists the registered workers.

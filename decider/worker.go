@@ -1,5 +1,7 @@
 package decider
 
+import "time"
+
 // WorkerID names one routable engine instance. When an engine runs several data-parallel
 // ranks, the state layer folds the rank into the id, so the decider never needs to know.
 type WorkerID = string
@@ -64,7 +66,17 @@ type ActiveLoad struct {
 	DecodeBlocks int64
 	// PrefillTokens is the number of prompt tokens the worker still has to prefill.
 	PrefillTokens int64
+	// Requests is the number of requests in flight on the worker as decode worker: a
+	// feature of the latency model (docs/slo-policy.md).
+	Requests int64
+	// RecentLocalPrefill is the prompt tokens of the local prefills decided onto the
+	// worker in the last RecentLocalWindow of event time: the rate at which prefills
+	// take its steps from its decoding requests, a feature of the latency model.
+	RecentLocalPrefill int64
 }
+
+// RecentLocalWindow is the event-time window of ActiveLoad.RecentLocalPrefill.
+const RecentLocalWindow = 30 * time.Second
 
 // TierOverlap says how many leading complete blocks of a request's chain a worker holds,
 // split by cache tier (the `medium` of the KV events). Device counts first; Host and Disk

@@ -89,6 +89,7 @@ func appendDecision(b []byte, d *pb.DecisionRecord, parts decisionParts) (_ []by
 	b = appendMessage(b, 31, d.DecodeBusyCheck, appendCheck)
 	b = appendMessage(b, 32, d.OmittedCandidates, appendOmittedCandidates)
 	b = appendString(b, 33, d.RetryOfDecisionId)
+	b = appendMessage(b, 40, d.Slo, appendSloPrediction)
 	return b, true
 }
 
@@ -169,7 +170,53 @@ func appendCandidate(b []byte, c *pb.Candidate) []byte {
 	b = appendBool(b, 22, c.LoadKnown)
 	b = appendUvarint(b, 23, uint64(c.LoadKvUsedBlocks))
 	b = appendUvarint(b, 24, uint64(c.LoadPrefillTokens))
-	return appendBool(b, 25, c.Picked)
+	b = appendBool(b, 25, c.Picked)
+	b = appendUvarint(b, 26, uint64(c.ActiveRequests))
+	return appendUvarint(b, 27, uint64(c.RecentLocalPrefill))
+}
+
+func appendSloPrediction(b []byte, s *pb.SloPrediction) []byte {
+	b = appendBool(b, 1, s.Evaluated)
+	b = appendBool(b, 2, s.Warm)
+	b = appendUvarint(b, 3, uint64(s.Samples))
+	b = appendDouble(b, 4, s.SloTtftMs)
+	b = appendDouble(b, 5, s.SloItlMs)
+	b = appendDouble(b, 6, s.LocalTtftMs)
+	b = appendDouble(b, 7, s.LocalItlMs)
+	b = appendDouble(b, 8, s.RemoteTtftMs)
+	b = appendDouble(b, 9, s.RemoteItlMs)
+	b = appendUvarint(b, 10, uint64(s.RunningRequests))
+	b = appendDouble(b, 11, s.OthersItlMs)
+	b = appendDouble(b, 12, s.OthersBaseItlMs)
+	b = appendDouble(b, 13, s.LocalGoodput)
+	b = appendDouble(b, 14, s.RemoteGoodput)
+	b = appendDouble(b, 15, s.Margin)
+	return appendMessage(b, 16, s.Fit, appendLatencyFit)
+}
+
+func appendLatencyFit(b []byte, f *pb.LatencyFit) []byte {
+	if len(f.Samples) > 0 {
+		n := 0
+		for _, v := range f.Samples {
+			n += protowire.SizeVarint(uint64(v))
+		}
+		b = appendVarint(appendTag(b, 1, protowire.BytesType), uint64(n))
+		for _, v := range f.Samples {
+			b = protowire.AppendVarint(b, uint64(v))
+		}
+	}
+	for _, x := range []struct {
+		num protowire.Number
+		vs  []float64
+	}{{2, f.Sigma}, {3, f.Coef}} {
+		if len(x.vs) > 0 {
+			b = appendVarint(appendTag(b, x.num, protowire.BytesType), uint64(8*len(x.vs)))
+			for _, v := range x.vs {
+				b = binary.LittleEndian.AppendUint64(b, math.Float64bits(v))
+			}
+		}
+	}
+	return b
 }
 
 func appendCheck(b []byte, c *pb.Check) []byte {
@@ -296,6 +343,9 @@ func decisionEncodable(d *pb.DecisionRecord, parts decisionParts) bool {
 		}
 	}
 	if o := d.OmittedCandidates; o != nil && !plain(o) {
+		return false
+	}
+	if s := d.Slo; s != nil && (!plain(s) || (s.Fit != nil && !plain(s.Fit))) {
 		return false
 	}
 	for _, c := range []*pb.Check{d.EffIslCheck, d.RatioCheck, d.PrefillBusyCheck, d.DecodeBusyCheck} {

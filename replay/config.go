@@ -22,6 +22,9 @@ var canonicalKeys = []string{
 	"prefill_busy_threshold", "prefill_load_scale", "queue_threshold", "router_mode", "temperature", "v",
 }
 
+// sloKeys are the keys CanonicalJSON adds under the slo policy only.
+var sloKeys = []string{"slo_itl_guard", "slo_itl_ms", "slo_min_samples", "slo_ttft_ms"}
+
 // ParseConfig is the inverse of decider.Config.CanonicalJSON: it rebuilds the
 // config a decision was made under from the config_json of its record.
 //
@@ -47,7 +50,7 @@ func ParseConfig(configJSON string) (decider.Config, error) {
 		return cfg, fmt.Errorf("replay: config_json is not a JSON object: %w", err)
 	}
 	for k := range raw {
-		if !slices.Contains(canonicalKeys, k) {
+		if !slices.Contains(canonicalKeys, k) && !slices.Contains(sloKeys, k) {
 			return cfg, fmt.Errorf("replay: config_json has key %q, which canonical config v1 does not have", k)
 		}
 	}
@@ -74,6 +77,16 @@ func ParseConfig(configJSON string) (decider.Config, error) {
 	cfg.QueueThreshold = p.opt("queue_threshold")
 	cfg.RouterMode = decider.RouterMode(p.str("router_mode"))
 	cfg.Temperature = p.float("temperature")
+	cfg.Disagg.SLOTTFTMs, cfg.Disagg.SLOITLMs = decider.DefaultSLOTTFTMs, decider.DefaultSLOITLMs
+	cfg.Disagg.SLOMinSamples, cfg.Disagg.SLOITLGuard = decider.DefaultSLOMinSamples, true
+	if _, ok := raw["slo_ttft_ms"]; ok {
+		// Present only under the slo policy; the canonical check below rejects
+		// them under any other.
+		cfg.Disagg.SLOITLGuard = p.bool("slo_itl_guard")
+		cfg.Disagg.SLOITLMs = p.float("slo_itl_ms")
+		cfg.Disagg.SLOMinSamples = p.int("slo_min_samples")
+		cfg.Disagg.SLOTTFTMs = p.float("slo_ttft_ms")
+	}
 	if p.err != nil {
 		return cfg, p.err
 	}

@@ -115,6 +115,9 @@ type ModeDecision struct {
 	Summary  string  `json:"summary"`
 	// Checks are all four checks as recorded, evaluated or not.
 	Checks []decider.Check `json:"checks"`
+	// SLO is the slo policy's predictions, SLOs and margin (absent under other
+	// policies).
+	SLO *decider.SLOPrediction `json:"slo,omitempty"`
 }
 
 // modeOf explains the mode of a decision.
@@ -141,9 +144,25 @@ func modeOf(d *decider.Decision) ModeDecision {
 	case decider.CheckEmptyPrompt:
 		m.Rule = "prompt_tokens == 0 always bypasses"
 		m.Summary = "the prompt is empty, which always bypasses remote prefill"
+	case decider.CheckSLOGoodput:
+		m.Rule = "local prefill iff its expected goodput ≥ remote's − " + num(decider.SLOTieMargin) + " (both missing: the smaller miss)"
+		m.Summary = sloSummary(&d.SLO)
+	case decider.CheckSLOITLGuard:
+		m.Rule = "local prefill vetoed when it pushes the running requests' predicted ITL past slo_itl_ms"
+		m.Summary = sloSummary(&d.SLO)
 	case decider.CheckPolicyRule:
 		m.Rule = "policy " + string(d.Policy) + " compares no threshold"
 		m.Summary = fmt.Sprintf("policy %s settled the mode by its rule alone: %s", d.Policy, d.Reason)
+	}
+	if d.SLO.Evaluated {
+		s := d.SLO
+		m.SLO = &s
+		if d.DecidedBy == decider.CheckSLOGoodput || d.DecidedBy == decider.CheckSLOITLGuard {
+			m.Value, m.Limit, m.Known = s.LocalGoodput, s.RemoteGoodput, true
+			if d.DecidedBy == decider.CheckSLOITLGuard {
+				m.Value, m.Limit = s.OthersITLMs, s.ITLLimitMs
+			}
+		}
 	}
 	if c == nil {
 		if m.Summary == "" {
@@ -190,3 +209,11 @@ func modeOf(d *decider.Decision) ModeDecision {
 // num prints a float with the fewest digits that keep it exact, as the
 // canonical encodings do.
 func num(f float64) string { return strings.TrimSuffix(fmt.Sprintf("%.10g", f), ".0") }
+
+// sloSummary states the slo policy's predictions in one line.
+func sloSummary(s *decider.SLOPrediction) string {
+	return fmt.Sprintf("predicted local TTFT %s ms, ITL %s ms (goodput %.3f) against remote TTFT %s ms, ITL %s ms (goodput %.3f) "+
+		"under SLOs TTFT ≤ %s ms, ITL ≤ %s ms; margin %.3f; the %d running requests' ITL %s → %s ms with a local prefill",
+		num(s.LocalTTFTMs), num(s.LocalITLMs), s.LocalGoodput, num(s.RemoteTTFTMs), num(s.RemoteITLMs), s.RemoteGoodput,
+		num(s.TTFTLimitMs), num(s.ITLLimitMs), s.Margin, s.RunningRequests, num(s.OthersBaseITLMs), num(s.OthersITLMs))
+}

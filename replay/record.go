@@ -81,7 +81,8 @@ func candidateOf(c *pb.Candidate) decider.Candidate {
 		RequestBlocks: c.GetRequestBlocks(), SharedActiveBlocks: c.GetSharedActiveBlocks(), PotentialDecodeBlocks: c.GetPotentialDecodeBlocks(),
 		Cost: c.GetCost(), TieHash: decider.Hash64(c.GetTieHash()), Probability: c.GetProbability(), TotalKVBlocks: c.GetTotalKvBlocks(),
 		MaxNumBatchedTokens: c.GetMaxNumBatchedTokens(), LoadKnown: c.GetLoadKnown(), LoadKVUsedBlocks: c.GetLoadKvUsedBlocks(),
-		LoadPrefillTokens: c.GetLoadPrefillTokens(), Picked: c.GetPicked(),
+		LoadPrefillTokens: c.GetLoadPrefillTokens(), Picked: c.GetPicked(), ActiveRequests: c.GetActiveRequests(),
+		RecentLocalPrefill: c.GetRecentLocalPrefill(),
 	}
 }
 
@@ -106,7 +107,8 @@ func fillCandidate(dst *pb.Candidate, ref *pb.WorkerRef, c *decider.Candidate) {
 		RequestBlocks: c.RequestBlocks, SharedActiveBlocks: c.SharedActiveBlocks, PotentialDecodeBlocks: c.PotentialDecodeBlocks,
 		Cost: c.Cost, TieHash: uint64(c.TieHash), Probability: c.Probability, TotalKvBlocks: c.TotalKVBlocks,
 		MaxNumBatchedTokens: c.MaxNumBatchedTokens, LoadKnown: c.LoadKnown, LoadKvUsedBlocks: c.LoadKVUsedBlocks,
-		LoadPrefillTokens: c.LoadPrefillTokens, Picked: c.Picked,
+		LoadPrefillTokens: c.LoadPrefillTokens, Picked: c.Picked, ActiveRequests: c.ActiveRequests,
+		RecentLocalPrefill: c.RecentLocalPrefill,
 	}
 }
 
@@ -124,6 +126,7 @@ func DecisionOf(rec *pb.DecisionRecord) *decider.Decision {
 		EffISLCheck: checkOf(rec.GetEffIslCheck()), RatioCheck: checkOf(rec.GetRatioCheck()),
 		PrefillBusy: checkOf(rec.GetPrefillBusyCheck()), DecodeBusy: checkOf(rec.GetDecodeBusyCheck()),
 		Candidates: make([]decider.Candidate, len(rec.GetCandidates())),
+		SLO:        sloOf(rec.GetSlo()),
 	}
 	for i, c := range rec.GetCandidates() {
 		d.Candidates[i] = candidateOf(c)
@@ -174,6 +177,7 @@ func RecordOf(d *decider.Decision, orig *pb.DecisionRecord) *pb.DecisionRecord {
 		OmittedCandidates:    orig.GetOmittedCandidates(),
 		RetryOfDecisionId:    orig.GetRetryOfDecisionId(),
 		Candidates:           make([]*pb.Candidate, len(d.Candidates)),
+		Slo:                  sloPB(&d.SLO),
 	}
 	rows := make([]pb.Candidate, len(d.Candidates))
 	refs := make([]pb.WorkerRef, len(d.Candidates))

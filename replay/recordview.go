@@ -22,6 +22,7 @@ import (
 type RecordView struct {
 	workers []decider.WorkerInfo
 	rows    []*pb.Candidate
+	fit     *decider.LatencyFit
 }
 
 var _ decider.View = (*RecordView)(nil)
@@ -29,6 +30,9 @@ var _ decider.View = (*RecordView)(nil)
 // NewRecordView builds the view of a record's candidate table.
 func NewRecordView(rec *pb.DecisionRecord) *RecordView {
 	v := &RecordView{rows: rec.GetCandidates(), workers: make([]decider.WorkerInfo, len(rec.GetCandidates()))}
+	if f := fitOf(rec.GetSlo().GetFit()); f != (decider.LatencyFit{}) {
+		v.fit = &f
+	}
 	for i, c := range v.rows {
 		v.workers[i] = decider.WorkerInfo{
 			ID: workerID(c.GetWorker()), Pool: poolOf(c.GetPool()), Model: rec.GetModel(),
@@ -64,7 +68,8 @@ func (v *RecordView) Load(ref decider.WorkerRef) (decider.LoadSample, bool) {
 // Active implements decider.ActiveAccounting from the recorded active load.
 func (v *RecordView) Active(ref decider.WorkerRef) decider.ActiveLoad {
 	c := v.rows[ref]
-	return decider.ActiveLoad{DecodeBlocks: c.GetActiveDecodeBlocks(), PrefillTokens: c.GetActivePrefillTokens()}
+	return decider.ActiveLoad{DecodeBlocks: c.GetActiveDecodeBlocks(), PrefillTokens: c.GetActivePrefillTokens(),
+		Requests: c.GetActiveRequests(), RecentLocalPrefill: c.GetRecentLocalPrefill()}
 }
 
 // MatchActive implements decider.ActiveAccounting from the recorded shared

@@ -75,6 +75,11 @@ func (e *Explanation) WriteText(w io.Writer) error {
 		}
 		p.f(")\n")
 	}
+	if s := m.SLO; s != nil {
+		p.f("  slo: warm %v (%d samples), local TTFT %s ms / ITL %s ms, remote TTFT %s ms / ITL %s ms, SLOs %s / %s ms, margin %.3f\n",
+			s.Warm, s.Samples, num(s.LocalTTFTMs), num(s.LocalITLMs), num(s.RemoteTTFTMs), num(s.RemoteITLMs),
+			num(s.TTFTLimitMs), num(s.ITLLimitMs), s.Margin)
+	}
 	for _, c := range m.Checks {
 		if !c.Evaluated {
 			continue

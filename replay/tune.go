@@ -378,8 +378,13 @@ func disaggJSON(d decider.DisaggConfig) string {
 		}
 		return exact(o.Value)
 	}
-	return fmt.Sprintf(`{"policy":%q,"eff_isl_threshold":%d,"eff_isl_ratio_threshold":%s,"prefill_busy_threshold":%s,"decode_busy_threshold":%s,"decode_busy_source":%q}`,
+	s := fmt.Sprintf(`{"policy":%q,"eff_isl_threshold":%d,"eff_isl_ratio_threshold":%s,"prefill_busy_threshold":%s,"decode_busy_threshold":%s,"decode_busy_source":%q`,
 		d.Policy, d.EffISLThreshold, exact(d.EffISLRatioThreshold), opt(d.PrefillBusyThreshold), opt(d.DecodeBusyThreshold), d.DecodeBusySource)
+	if d.Policy == decider.PolicySLO {
+		s += fmt.Sprintf(`,"slo_ttft_ms":%s,"slo_itl_ms":%s,"slo_min_samples":%d,"slo_itl_guard":%t`,
+			exact(d.SLOTTFTMs), exact(d.SLOITLMs), d.SLOMinSamples, d.SLOITLGuard)
+	}
+	return s + "}"
 }
 
 // exact prints a float with the shortest digits that read back to it, so a

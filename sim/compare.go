@@ -46,7 +46,7 @@ func Policies() []Policy {
 		c := base
 		c.ConditionalDisagg = true
 		c.Disagg.Policy = spec.Name
-		if spec.ReadsField(decider.FieldPrefillBusyThreshold) {
+		if spec.NeedsPrefillBusyThreshold() {
 			c.Disagg.PrefillBusyThreshold = decider.Some(LoadPolicyBusyThreshold)
 		}
 		out = append(out, Policy{Name: CondPrefix + string(spec.Name), Config: c})

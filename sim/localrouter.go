@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/pdrouter/pdrouter/decider"
+	"github.com/pdrouter/pdrouter/latmodel"
 )
 
 // LocalRouter runs pdrouter's decider in-process against an exact view of the
@@ -29,6 +30,11 @@ type LocalRouter struct {
 	view        *fleetView
 	dec         decider.Decision
 	inflight    map[string]*activeEntry
+	// lat is the online latency model, fed as the product's state feeds it: each
+	// decision's features, then its outcomes' TTFT and ITL, stamped with simulated
+	// time (docs/slo-policy.md). The slo policy reads its fit.
+	lat   *latmodel.Model
+	fleet *Fleet
 }
 
 // NewLocalRouter builds the decider for cfg. hidePrefill makes every decision local.
@@ -37,7 +43,8 @@ func NewLocalRouter(cfg decider.Config, hidePrefill bool) (*LocalRouter, error) 
 	if err != nil {
 		return nil, err
 	}
-	return &LocalRouter{dc: dc, hidePrefill: hidePrefill, inflight: map[string]*activeEntry{}}, nil
+	return &LocalRouter{dc: dc, hidePrefill: hidePrefill, inflight: map[string]*activeEntry{},
+		lat: latmodel.New(latmodel.Config{})}, nil
 }
 
 type activeEntry struct {
@@ -48,7 +55,8 @@ type activeEntry struct {
 }
 
 func (lr *LocalRouter) attach(f *Fleet) {
-	v := &fleetView{}
+	v := &fleetView{lat: lr.lat, q: &f.q}
+	lr.fleet = f
 	for _, e := range f.engines {
 		if lr.hidePrefill && e.cfg.Pool == PoolPrefill {
 			continue
@@ -99,14 +107,47 @@ func (lr *LocalRouter) Route(_ context.Context, r *Request, tokens []uint32) (De
 		}
 	} else {
 		ent.prefillAt, ent.prefillTok = ent.decode, d.EffectiveISL
+		v.active[ent.decode].noteLocal(v.q.now, d.EffectiveISL)
 	}
 	v.active[ent.prefillAt].prefillTok += ent.prefillTok
 	lr.inflight[r.ID] = ent
+	lr.learnDecision(r.ID, d)
 	return out, nil
 }
 
+// eventTime is the simulated clock as Unix ns, the event time of the model's facts.
+func (lr *LocalRouter) eventTime() int64 {
+	return int64(offlineEpoch*float64(time.Second)) + int64(lr.fleet.q.now)
+}
+
+// learnDecision gives the model the decision's features, read from its rows as the
+// state reads them from the record.
+func (lr *LocalRouter) learnDecision(id string, d *decider.Decision) {
+	var drow, prow *decider.Candidate
+	for i := range d.Candidates {
+		c := &d.Candidates[i]
+		switch {
+		case c.Pool == decider.PoolDecode && c.Worker == d.DecodeWorker:
+			drow = c
+		case c.Pool == decider.PoolPrefill && c.Worker == d.PrefillWorker:
+			prow = c
+		}
+	}
+	path := decider.PathLocal
+	if d.Mode == decider.ModeRemote {
+		path = decider.PathRemote
+	}
+	in := decider.PathInputs(path, d.PromptTokens, d.EffectiveISL, drow, prow)
+	now := lr.eventTime()
+	lr.lat.Advance(now)
+	lr.lat.Decision(id, now, path, &in)
+}
+
 // PrefillDone implements Router: the prefilling worker stops carrying the prompt.
-func (lr *LocalRouter) PrefillDone(_ context.Context, r *Request, _ time.Duration) {
+func (lr *LocalRouter) PrefillDone(_ context.Context, r *Request, ttft time.Duration) {
+	if ttft > 0 {
+		lr.learnOutcome(r.ID, float64(ttft)/float64(time.Millisecond), -1)
+	}
 	if ent := lr.inflight[r.ID]; ent != nil && ent.prefillAt >= 0 {
 		lr.view.active[ent.prefillAt].prefillTok -= ent.prefillTok
 		ent.prefillAt = -1
@@ -114,7 +155,10 @@ func (lr *LocalRouter) PrefillDone(_ context.Context, r *Request, _ time.Duratio
 }
 
 // Completed implements Router: the decode worker's blocks are freed.
-func (lr *LocalRouter) Completed(ctx context.Context, r *Request, _ int, _ time.Duration) {
+func (lr *LocalRouter) Completed(ctx context.Context, r *Request, outputTokens int, itl time.Duration) {
+	if outputTokens >= 2 {
+		lr.learnOutcome(r.ID, -1, float64(itl)/float64(time.Millisecond))
+	}
 	ent := lr.inflight[r.ID]
 	if ent == nil {
 		return
@@ -124,11 +168,19 @@ func (lr *LocalRouter) Completed(ctx context.Context, r *Request, _ int, _ time.
 	delete(lr.inflight, r.ID)
 }
 
+func (lr *LocalRouter) learnOutcome(id string, ttftMs, itlMs float64) {
+	now := lr.eventTime()
+	lr.lat.Advance(now)
+	lr.lat.Outcome(id, now, ttftMs, itlMs)
+}
+
 // fleetView is the decider.View of the fleet.
 type fleetView struct {
 	engines []*Engine
 	workers []decider.WorkerInfo
 	active  []workerActive
+	lat     *latmodel.Model
+	q       *eventQueue // the clock of RecentLocalPrefill
 }
 
 type workerActive struct {
@@ -136,9 +188,36 @@ type workerActive struct {
 	distinct   int64
 	extra      int64
 	prefillTok int64
+	requests   int64
+	// recent holds the local prefills decided here, oldest first, until they leave
+	// decider.RecentLocalWindow; recentTok sums them.
+	recent    []localPrefill
+	recentTok int64
+}
+
+type localPrefill struct {
+	at  simTime
+	tok int64
+}
+
+func (a *workerActive) noteLocal(now simTime, tok int64) {
+	a.recent = append(a.recent, localPrefill{now, tok})
+	a.recentTok += tok
+}
+
+// recentLocal is the sum of the local prefills of the window ending at now.
+func (a *workerActive) recentLocal(now simTime) int64 {
+	n := 0
+	for n < len(a.recent) && a.recent[n].at+decider.RecentLocalWindow <= now {
+		a.recentTok -= a.recent[n].tok
+		n++
+	}
+	a.recent = a.recent[n:]
+	return a.recentTok
 }
 
 func (a *workerActive) add(chain []uint64, extra int64) {
+	a.requests++
 	for _, h := range chain {
 		if a.blocks[h]++; a.blocks[h] == 1 {
 			a.distinct++
@@ -148,6 +227,7 @@ func (a *workerActive) add(chain []uint64, extra int64) {
 }
 
 func (a *workerActive) remove(chain []uint64, extra int64) {
+	a.requests--
 	for _, h := range chain {
 		if a.blocks[h]--; a.blocks[h] == 0 {
 			delete(a.blocks, h)
@@ -183,8 +263,12 @@ func (v *fleetView) Load(w decider.WorkerRef) (decider.LoadSample, bool) {
 
 func (v *fleetView) Active(w decider.WorkerRef) decider.ActiveLoad {
 	a := &v.active[w]
-	return decider.ActiveLoad{DecodeBlocks: a.distinct + a.extra, PrefillTokens: a.prefillTok}
+	return decider.ActiveLoad{DecodeBlocks: a.distinct + a.extra, PrefillTokens: a.prefillTok, Requests: a.requests,
+		RecentLocalPrefill: a.recentLocal(v.q.now)}
 }
+
+// LatencyFit implements decider.LatencyModel: the model learned so far in this run.
+func (v *fleetView) LatencyFit() *decider.LatencyFit { return v.lat.Fit() }
 
 func (v *fleetView) MatchActive(blockSize int, chain []uint64, dst []int) {
 	for i := range v.workers {

@@ -87,6 +87,22 @@ func (w *Workload) Until(d time.Duration) *Workload {
 	return &Workload{Name: w.Name, Requests: w.Requests[:n]}
 }
 
+// Scale returns the workload with its arrival rate multiplied by x (x > 0): every
+// arrival time divided by x, the requests themselves unchanged. x = 1.5 replays a
+// trace at one and a half times its load.
+func (w *Workload) Scale(x float64) *Workload {
+	if x == 1 || !(x > 0) {
+		return w
+	}
+	out := &Workload{Name: w.Name, Requests: make([]*Request, len(w.Requests))}
+	for i, r := range w.Requests {
+		c := *r
+		c.Arrival = time.Duration(float64(r.Arrival) / x)
+		out.Requests[i] = &c
+	}
+	return out
+}
+
 // Duration is the arrival time of the last request.
 func (w *Workload) Duration() time.Duration {
 	if len(w.Requests) == 0 {

@@ -8,7 +8,9 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 
+	"github.com/pdrouter/pdrouter/decider"
 	pb "github.com/pdrouter/pdrouter/events/eventspb"
+	"github.com/pdrouter/pdrouter/latmodel"
 )
 
 // Router-side active accounting (conditional-disagg.md, "Router-side active
@@ -63,6 +65,7 @@ type activeConfig struct {
 	approxTTL         int64 // ns, Options.ApproximateTTL; 0 when approximate mode is off
 	kvMissingAfter    int64 // ns, Options.KvEventsMissingAfter
 	maxWorkers        int   // Options.MaxWorkers
+	latency           latmodel.Config
 }
 
 const (
@@ -94,6 +97,7 @@ type reqEntry struct {
 	onPrefill   bool
 	local       bool  // a RecordLocalDecision entry
 	effLast     int64 // last event time of the effective facts
+	recentOn    bool  // counted in its decode slot's recentLocal
 }
 
 type activeTable struct {
@@ -322,6 +326,7 @@ func (st *state) refresh(b *pebble.Batch, e *reqEntry, write bool) {
 		last = tP
 	}
 	e.effLast = last
+	st.setRecent(e, flags&fLocalMode != 0 && flags&fDecision != 0 && !e.local && e.tD+recentWindow > now)
 	alive := eff&fDecision != 0 && eff&fTerminal == 0 && last+a.cfg.expiry > now
 	// Remove the old share before the facts it was computed from go.
 	st.setContribution(e, alive, alive && eff&fPrefillDone == 0 && e.prefillTok > 0)
@@ -365,6 +370,9 @@ func (st *state) schedule(e *reqEntry) {
 	if e.onDecode {
 		next = e.effLast + a.cfg.expiry
 	}
+	if e.recentOn {
+		next = min(next, e.tD+recentWindow)
+	}
 	if e.flags&fDecision != 0 {
 		next = min(next, e.tD+a.cfg.retention)
 	}
@@ -383,6 +391,7 @@ func (st *state) schedule(e *reqEntry) {
 func (st *state) deleteEntry(b *pebble.Batch, e *reqEntry) {
 	a := st.act
 	st.setContribution(e, false, false)
+	st.setRecent(e, false)
 	st.forgetDecision(e)
 	if a.entries[e.id] == e {
 		delete(a.entries, e.id)
@@ -449,6 +458,7 @@ func (st *state) setContribution(e *reqEntry, decode, prefill bool) {
 			ws.activeDistinct -= a.idx.removeChain(e.chain, e.decodeSlot)
 		}
 		ws.activeExtra += sign * e.extra
+		ws.activeRequests += sign
 		a.active += int(sign)
 		e.onDecode = decode
 	}
@@ -460,6 +470,26 @@ func (st *state) setContribution(e *reqEntry, decode, prefill bool) {
 		}
 		e.onPrefill = prefill
 	}
+}
+
+// recentWindow is decider.RecentLocalWindow in ns: a local decision's prefill tokens
+// count in its decode worker's RecentLocalPrefill while its decided_at is within it
+// of the clock. It is shorter than any fact's retention, so the count is a function
+// of the facts present and the clock, like the rest of the accounting.
+const recentWindow = int64(decider.RecentLocalWindow)
+
+// setRecent adds or removes a local decision's prefill tokens from its decode
+// worker's recent local prefill.
+func (st *state) setRecent(e *reqEntry, on bool) {
+	if e.recentOn == on {
+		return
+	}
+	if on {
+		st.workers[e.decodeSlot].recentLocal += e.prefillTok
+	} else {
+		st.workers[e.decodeSlot].recentLocal -= e.prefillTok
+	}
+	e.recentOn = on
 }
 
 // sweep applies every change due by now (expiry, end of presence). It runs

@@ -96,6 +96,7 @@ func (s *Store) Apply(recs []*kgo.Record) error {
 		s.sweepDecisions(b)
 		st.sweepLocalDecisions()
 		st.flushHealth(b)
+		st.flushLatency(b)
 		st.freeQueued()
 		if st.viewDirty {
 			st.rebuildView()

@@ -182,7 +182,12 @@ func (g *generator) next() genEvent {
 		if pw := g.live(); pw != nil && g.rng.IntN(2) == 0 {
 			d.Mode = "remote"
 			d.PrefillWorker = &pb.WorkerRef{WorkerId: pw.id}
+			d.Candidates = append(d.Candidates, &pb.Candidate{Worker: d.PrefillWorker, Pool: pb.Pool_POOL_PREFILL,
+				BlockSize: uint32(pw.bs), ActivePrefillTokens: int64(g.seq % 5000)})
 		}
+		// Latency model features, derived from seq so that the generator's draws stay
+		// what they were.
+		d.Candidates[0].ActiveRequests, d.Candidates[0].ActiveDecodeBlocks = int64(g.seq%37), int64(g.seq%401)
 		g.open = append(g.open, d)
 		return genEvent{w.id, d}
 	case n < 97: // an outcome of an open decision
@@ -196,11 +201,14 @@ func (g *generator) next() genEvent {
 		if g.rng.IntN(4) == 0 {
 			o.DecisionId = ""
 		}
+		ttft, itl, out := float64(100+(g.seq*7919)%3000), 10+float64(g.seq%41)/4, uint64(2+g.seq%300)
 		switch g.rng.IntN(3) {
 		case 0:
 			o.Kind = pb.OutcomeEvent_KIND_PREFILL_DONE
+			o.TtftMs = &ttft
 		case 1:
 			o.Kind = pb.OutcomeEvent_KIND_COMPLETED
+			o.ItlMsMean, o.OutputTokens = &itl, &out
 			g.open = append(g.open[:i], g.open[i+1:]...)
 		default:
 			o.Kind = pb.OutcomeEvent_KIND_CANCELLED

@@ -41,6 +41,9 @@ import (
 //	                                         workers (decisions.go requestIndexValue)
 //	'e' decidedAt(u64, sign bit flipped) decisionID
 //	                                         retention index: the request id
+//	'y' 'e' decisionID                       latency model join entry (latmodel.AppendEntry)
+//	'y' 's'                                  latency model sums, the model bytes (latmodel.AppendSums;
+//	                                         derived from the entries again on open)
 //
 // Decision and request ids are free-form strings (they may hold NUL), so
 // the request index length-prefixes the request id: the keys of one
@@ -66,6 +69,7 @@ const (
 	famDecision = 'd'
 	famRequest  = 'q'
 	famExpiry   = 'e'
+	famLatency  = 'y'
 )
 
 var (

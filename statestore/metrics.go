@@ -16,6 +16,7 @@ import (
 // logical topics, tier one of three, partition bounded by the declared
 // partition counts.
 type Metrics struct {
+	latency       *latencyMetrics
 	decode        *events.DecodeMetrics
 	rejected      *rejects.Counter
 	applied       *prometheus.CounterVec
@@ -48,6 +49,7 @@ func newMetrics(reg prometheus.Registerer, dm *events.DecodeMetrics) *Metrics {
 		dm = events.NewDecodeMetrics(reg)
 	}
 	m := &Metrics{
+		latency:  newLatencyMetrics(),
 		decode:   dm,
 		rejected: rejects.For(reg),
 		applied: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -157,6 +159,7 @@ func newMetrics(reg prometheus.Registerer, dm *events.DecodeMetrics) *Metrics {
 	if reg != nil {
 		reg.MustRegister(m.applied, m.applySeconds, m.offset, m.lag, m.topicLag, m.blocks, m.workers, m.removeUnknown,
 			m.orphans, m.resets, m.staleLoads, m.afterTomb, m.active, m.races, m.indexBytes, m.kvMissing, m.bsMismatch, m.predicted, m.walk, m.diskSlow)
+		reg.MustRegister(m.latency.collectors()...)
 	}
 	return m
 }
@@ -206,6 +209,7 @@ func (m *Metrics) addStats(s *applyStats) {
 	m.staleLoads.Add(float64(s.staleLoads))
 	m.afterTomb.Add(float64(s.afterTombstone))
 	m.races.Add(float64(s.races))
+	m.latency.dropped.WithLabelValues(latDropNoRow).Add(float64(s.latNoRow))
 	*s = applyStats{}
 }
 
@@ -238,6 +242,7 @@ func (m *Metrics) observeState(st *state) {
 	m.kvMissing.Set(float64(st.kvMissing))
 	m.bsMismatch.Set(float64(st.bsMismatch))
 	m.predicted.Set(float64(st.predicted))
+	m.latency.observe(st)
 	for tp, n := range st.offsets {
 		m.offset.WithLabelValues(string(tp.topic), strconv.Itoa(int(tp.partition))).Set(float64(n))
 	}

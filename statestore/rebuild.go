@@ -81,6 +81,12 @@ func (s *Store) rebuild() (*state, error) {
 			if err := st.loadHealth(st.slotOf(id, rank), v); err != nil {
 				return nil, fmt.Errorf("health key %q: %w", k, err)
 			}
+		case famLatency:
+			if len(body) > 0 && body[0] == 'e' {
+				if err := st.lat.Restore(string(body[1:]), v); err != nil {
+					return nil, fmt.Errorf("latency model entry %q: %w", body[1:], err)
+				}
+			}
 		case famActive:
 			e, err := decodeEntry(string(body), v)
 			if err != nil {
@@ -106,6 +112,10 @@ func (s *Store) rebuild() (*state, error) {
 	for _, e := range entries {
 		st.refresh(b, e, false)
 	}
+	// The latency model's sums, from its entries (entries whose facts left the
+	// window since they were stored are written again, or deleted).
+	st.lat.Rebuilt(st.reqNow)
+	st.flushLatency(b)
 	if !b.Empty() {
 		// Facts that expired at the stored clock but were not swept yet
 		// (cannot happen after a clean sweep; tolerated).

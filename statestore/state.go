@@ -8,6 +8,7 @@ import (
 	"github.com/pdrouter/pdrouter/decider"
 	"github.com/pdrouter/pdrouter/events"
 	pb "github.com/pdrouter/pdrouter/events/eventspb"
+	"github.com/pdrouter/pdrouter/latmodel"
 )
 
 // state is the in-memory materialization. It is owned by a Store, which
@@ -65,6 +66,11 @@ type state struct {
 	vbuf    []byte
 	ebuf    []byte // encodeEntry's (active.go)
 	dbuf    []byte // appendStoredDecision's (decisions.go)
+	ybuf    []byte // flushLatency's (latency.go)
+
+	// The online latency model (latency.go) and its fit as of the last chunk.
+	lat    *latmodel.Model
+	latFit *decider.LatencyFit
 }
 
 // applyStats counts what apply rules saw; the Store moves them into its
@@ -78,6 +84,7 @@ type applyStats struct {
 	tombstones    int64
 	staleLoads    int64
 	races         int64
+	latNoRow      int64 // decisions the latency model could not read (latency.go)
 	// kv-events or load records stamped at or before the worker's latest
 	// tombstone, ignored because the tombstone purged (or will purge) them.
 	afterTombstone int64
@@ -90,6 +97,7 @@ type topicPartition struct {
 
 func newState(cfg activeConfig) *state {
 	return &state{
+		lat:     latmodel.New(cfg.latency),
 		slots:   map[workerRank]int32{},
 		byID:    map[string][]int32{},
 		idx:     newHotIndex(),
@@ -157,9 +165,11 @@ func (st *state) applyEnvelope(b *pebble.Batch, env *events.Envelope, logTime in
 		st.observe(m.GetDecidedAtUnixNano(), true)
 		st.applyDecision(b, m)
 		st.applyDecisionLog(b, m, env.Partition, env.Offset, env.Header)
+		st.learnDecision(m)
 	case *pb.OutcomeEvent:
 		st.observe(m.GetEventTimeUnixNano(), true)
 		st.applyOutcome(b, m)
+		st.learnOutcome(m)
 	}
 	return ""
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pdrouter/pdrouter/events"
+	"github.com/pdrouter/pdrouter/latmodel"
 	"github.com/pdrouter/pdrouter/migrations"
 )
 
@@ -88,6 +89,11 @@ type Options struct {
 	// every replica of a log must run with the same value, or their states
 	// (and digests) differ.
 	MaxWorkers int
+
+	// LatencyModel shapes the online latency model (window, skew, bound on join
+	// entries; zero fields take latmodel's defaults). Like MaxWorkers it shapes
+	// the state: every replica of a log must run with the same values.
+	LatencyModel latmodel.Config
 
 	// MemTableSize and CacheSize tune Pebble; defaults 16 MiB and 64 MiB.
 	// The memtable is small on purpose: prefix keys end in engine block
@@ -356,6 +362,7 @@ func (s *Store) activeConfig() activeConfig {
 		maxLocal:          s.opts.MaxLocalDecisions,
 		kvMissingAfter:    int64(s.opts.KvEventsMissingAfter),
 		maxWorkers:        s.opts.MaxWorkers,
+		latency:           s.opts.LatencyModel,
 	}
 	if s.opts.Approximate {
 		c.approxTTL = int64(s.opts.ApproximateTTL)

@@ -99,7 +99,8 @@ func (v View) KvSilence(ref decider.WorkerRef) (time.Duration, bool) {
 // Active implements decider.ActiveAccounting.
 func (v View) Active(ref decider.WorkerRef) decider.ActiveLoad {
 	ws := v.st.workers[v.st.viewSlots[ref]]
-	return decider.ActiveLoad{DecodeBlocks: ws.activeDistinct + ws.activeExtra, PrefillTokens: ws.prefillTokens}
+	return decider.ActiveLoad{DecodeBlocks: ws.activeDistinct + ws.activeExtra, PrefillTokens: ws.prefillTokens,
+		Requests: ws.activeRequests, RecentLocalPrefill: ws.recentLocal}
 }
 
 // Registration returns the worker's latest registration (the last one

@@ -32,6 +32,12 @@ type slotState struct {
 	dups   map[dupKey]uint32
 	counts [numTiers]int64 // blocks held per tier (orphans included)
 
+	// activeRequests counts the requests carrying decode blocks here (active.go).
+	activeRequests int64
+	// recentLocal is the prompt tokens of local prefills decided here in the
+	// last decider.RecentLocalWindow (active.go setRecent).
+	recentLocal int64
+
 	load     *pb.LoadSample
 	hasLoad  bool
 	lastKvAt int64 // event time of the latest kv-events record, for silence checks

@@ -26,6 +26,7 @@ import (
 	"github.com/pdrouter/pdrouter/events"
 	"github.com/pdrouter/pdrouter/ingest"
 	"github.com/pdrouter/pdrouter/kafkaconn"
+	"github.com/pdrouter/pdrouter/latmodel"
 	"github.com/pdrouter/pdrouter/statestore"
 )
 
@@ -58,6 +59,10 @@ type routerFlags struct {
 	maxAfterPartitions    int
 	// maxWorkers is statestore.Options.MaxWorkers and the API's cap.
 	maxWorkers int
+	// latencyWindow and latencyMaxEntries shape the online latency model
+	// (statestore.Options.LatencyModel, docs/slo-policy.md).
+	latencyWindow     time.Duration
+	latencyMaxEntries int
 	// The bounds of a decision record (api.WithDecisionMaxCandidates,
 	// api.WithDecisionRecordMaxBytes).
 	decisionMaxCandidates  int
@@ -89,6 +94,8 @@ func (f *routerFlags) bindFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&f.httpIdleTimeout, "http-idle-timeout", 2*time.Minute, "how long a keep-alive connection may wait for its next request")
 	fs.IntVar(&f.httpMaxHeaderBytes, "http-max-header-bytes", 64<<10, "largest request line and headers, in bytes (431 above)")
 	fs.IntVar(&f.maxAfterPartitions, "max-after-partitions", 1024, "most entries, topics and partitions together, in the \"after\" vector of /v1/route (422 above)")
+	fs.DurationVar(&f.latencyWindow, "latency-model-window", latmodel.DefaultBuckets*latmodel.DefaultBucketWidth, "event time of outcomes the slo policy's latency model learns from (a multiple of 30s). Give every replica the same value: it shapes the state they compare")
+	fs.IntVar(&f.latencyMaxEntries, "latency-model-max-entries", latmodel.DefaultMaxEntries, "most decisions and outcomes the latency model holds while it joins them; facts beyond it are dropped and counted in pdrouter_latency_model_dropped_total{reason=\"max_entries\"}")
 	fs.IntVar(&f.maxWorkers, "max-workers", statestore.DefaultMaxWorkers, "most registered worker ids: a registration of a new id beyond it is answered 422 too_many_workers and skipped by every replica that applies it. Give every replica the same value: it shapes the state they compare")
 	fs.IntVar(&f.decisionMaxCandidates, "decision-max-candidates", api.DefaultDecisionMaxCandidates, "candidate rows a decision record keeps: the picked workers, then the best ranked others; the record counts the rows it leaves out")
 	fs.IntVar(&f.decisionRecordMaxBytes, "decision-record-max-bytes", api.DefaultDecisionRecordMaxBytes, fmt.Sprintf("largest decision record value, in bytes (%d to %d): hash chains are cut to fit, and a decision whose record still does not fit is answered 413 decision_record_too_large; keep it below the decisions topic's max.message.bytes (serve warns)", api.MinDecisionRecordMaxBytes, api.MaxDecisionRecordMaxBytes))
@@ -107,6 +114,12 @@ func (f *routerFlags) validate() error {
 	}
 	if f.httpReadTimeout <= 0 || f.httpReadHeaderTimeout <= 0 || f.httpIdleTimeout <= 0 || f.httpMaxHeaderBytes < 4096 || f.maxAfterPartitions < 1 {
 		return errors.New("--http-read-timeout, --http-read-header-timeout and --http-idle-timeout > 0, --http-max-header-bytes ≥ 4096 and --max-after-partitions ≥ 1")
+	}
+	if f.latencyWindow < latmodel.DefaultBucketWidth || f.latencyWindow > 24*time.Hour || f.latencyWindow%latmodel.DefaultBucketWidth != 0 {
+		return fmt.Errorf("--latency-model-window %s: want a multiple of %s in [%s, 24h]", f.latencyWindow, latmodel.DefaultBucketWidth, latmodel.DefaultBucketWidth)
+	}
+	if f.latencyMaxEntries < 1 || f.latencyMaxEntries > 50_000_000 {
+		return fmt.Errorf("--latency-model-max-entries %d: want 1 to 50000000", f.latencyMaxEntries)
 	}
 	if f.maxWorkers < 1 {
 		return fmt.Errorf("--max-workers %d: want at least 1", f.maxWorkers)
@@ -159,6 +172,7 @@ func (r *routerRun) storeOptions(cfg decider.Config, reg prometheus.Registerer) 
 		Names: r.a.names(), Logger: r.a.log, Registerer: reg,
 		ActiveExpiry: cfg.ActiveRequestExpiry, Approximate: cfg.Approximate(),
 		DecisionRetention: r.f.decisionRetention, MaxWorkers: r.f.maxWorkers,
+		LatencyModel: latmodel.Config{Buckets: int(r.f.latencyWindow / latmodel.DefaultBucketWidth), MaxEntries: r.f.latencyMaxEntries},
 	}
 }
 

@@ -31,6 +31,7 @@ type simFlags struct {
 	wire            string
 	httpMaxBody     int64
 	kvHold          time.Duration
+	loadScale       float64
 }
 
 func (s *simFlags) bind(f *pflag.FlagSet, prefix string) {
@@ -51,6 +52,7 @@ func (s *simFlags) bind(f *pflag.FlagSet, prefix string) {
 	f.StringVar(&s.wire, prefix+"wire", "map", "KV event encoding the engines publish: map (vLLM ≥ 0.24) or positional (≤ 0.23)")
 	f.Int64Var(&s.httpMaxBody, prefix+"http-max-body", sim.DefaultMaxBodyBytes, "live runs: largest request body the engines' OpenAI API reads (bytes; larger: 413)")
 	f.DurationVar(&s.kvHold, prefix+"kv-hold-timeout", sim.DefaultKVHoldTimeout, "live runs: how long (simulated) a prefill engine holds KV for a decode engine to pull, as vLLM's VLLM_NIXL_ABORT_REQUEST_TIMEOUT")
+	f.Float64Var(&s.loadScale, prefix+"load-scale", 1, "multiply the workload's arrival rate (1.5: arrivals 1.5× as dense); in (0, 100]")
 }
 
 // workload loads the trace or generates the synthetic workload, then cuts it.
@@ -69,7 +71,10 @@ func (s *simFlags) workload() (*sim.Workload, error) {
 	if err != nil {
 		return nil, err
 	}
-	w = w.Until(s.maxDuration).Head(s.maxRequests)
+	if !(s.loadScale > 0 && s.loadScale <= 100) {
+		return nil, fmt.Errorf("--load-scale %v: must be in (0, 100]", s.loadScale)
+	}
+	w = w.Until(s.maxDuration).Head(s.maxRequests).Scale(s.loadScale)
 	if len(w.Requests) == 0 {
 		return nil, errors.New("the workload has no requests (check --max-requests and --max-duration)")
 	}
@@ -162,8 +167,9 @@ queue and decode KV usage.`,
 		"offline only: "+strings.Join(sim.PolicyNames(), ", "))
 
 	var (
-		cf  simFlags
-		out string
+		cf     simFlags
+		out    string
+		shapes string
 	)
 	compare := &cobra.Command{
 		Use:   "compare",
@@ -180,13 +186,19 @@ goodput per policy.`,
 			if err != nil {
 				return err
 			}
+			if shapes != "" && out != "" {
+				return errors.New("--shapes and --out: a sweep prints its tables; run one shape with --out for the files")
+			}
+			if shapes != "" {
+				return compareShapes(cmd, a, &cf, w, shapes)
+			}
 			start := time.Now()
 			reps, err := sim.Compare(cmd.Context(), cf.fleet(), w, sim.Policies(), a.log)
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(a.stdout, "%s: %d requests, %dP%dD, SLO TTFT ≤ %s and ITL ≤ %s (computed in %s)\n",
-				w.Name, len(w.Requests), cf.prefill, cf.decode, cf.sloTTFT, cf.sloITL, time.Since(start).Round(time.Millisecond))
+			fmt.Fprintf(a.stdout, "%s: %d requests, %dP%dD, load ×%g, SLO TTFT ≤ %s and ITL ≤ %s (computed in %s)\n",
+				w.Name, len(w.Requests), cf.prefill, cf.decode, cf.loadScale, cf.sloTTFT, cf.sloITL, time.Since(start).Round(time.Millisecond))
 			sim.FormatTable(a.stdout, reps)
 			if out == "" {
 				return nil
@@ -223,6 +235,30 @@ goodput per policy.`,
 	}
 	cf.bind(compare.Flags(), "")
 	compare.Flags().StringVar(&out, "out", "", "directory to write compare.txt and compare.svg into")
+	compare.Flags().StringVar(&shapes, "shapes", "", "sweep fleet shapes of one GPU count, like 2P6D,3P5D,4P4D (overrides --prefill and --decode; not with --out)")
 	cmd.AddCommand(compare)
 	return cmd
+}
+
+// compareShapes runs the comparison once per shape, in sequence, and prints one table
+// per shape: the grid of docs/slo-policy.md.
+func compareShapes(cmd *cobra.Command, a *app, cf *simFlags, w *sim.Workload, list string) error {
+	shapes, err := sim.ParseShapes(list)
+	if err != nil {
+		return err
+	}
+	for _, sh := range shapes {
+		fc := cf.fleet()
+		fc.Prefill, fc.Decode = sh.Prefill, sh.Decode
+		start := time.Now()
+		reps, err := sim.Compare(cmd.Context(), fc, w, sim.Policies(), a.log)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(a.stdout, "%s: %d requests, %s, load ×%g, SLO TTFT ≤ %s and ITL ≤ %s (computed in %s)\n",
+			w.Name, len(w.Requests), sh, cf.loadScale, cf.sloTTFT, cf.sloITL, time.Since(start).Round(time.Millisecond))
+		sim.FormatTable(a.stdout, reps)
+		fmt.Fprintln(a.stdout)
+	}
+	return nil
 }

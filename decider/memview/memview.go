@@ -35,6 +35,7 @@ type View struct {
 	cache *blockIndex
 	// activeBlocks holds, per block hash, the workers where it is active.
 	activeBlocks *blockIndex
+	fit          *decider.LatencyFit
 }
 
 var _ decider.View = (*View)(nil)
@@ -126,6 +127,12 @@ func (v *View) Load(w decider.WorkerRef) (decider.LoadSample, bool) {
 
 // Active implements decider.ActiveAccounting.
 func (v *View) Active(w decider.WorkerRef) decider.ActiveLoad { return v.active[w] }
+
+// SetLatencyFit sets the latency model fit the view serves (nil: none).
+func (v *View) SetLatencyFit(f *decider.LatencyFit) { v.fit = f }
+
+// LatencyFit implements decider.LatencyModel.
+func (v *View) LatencyFit() *decider.LatencyFit { return v.fit }
 
 // MatchPrefix implements decider.PrefixIndex with three nested leading runs per worker:
 // Device is the run of blocks held on device; the run held on device or host is

@@ -92,8 +92,11 @@ type DecisionRecord struct {
 	// The failed decision's workers are then unavailable in this one's
 	// candidate table (excluded "unavailable").
 	RetryOfDecisionId string `protobuf:"bytes,33,opt,name=retry_of_decision_id,json=retryOfDecisionId,proto3" json:"retry_of_decision_id,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// The slo policy's predictions, SLOs and margin (docs/slo-policy.md);
+	// absent under every other policy.
+	Slo           *SloPrediction `protobuf:"bytes,40,opt,name=slo,proto3" json:"slo,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *DecisionRecord) Reset() {
@@ -357,6 +360,247 @@ func (x *DecisionRecord) GetRetryOfDecisionId() string {
 	return ""
 }
 
+func (x *DecisionRecord) GetSlo() *SloPrediction {
+	if x != nil {
+		return x.Slo
+	}
+	return nil
+}
+
+// SloPrediction is what the slo policy predicted and compared. Times in ms;
+// goodputs are expected fractions of requests meeting both SLOs.
+type SloPrediction struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Evaluated bool                   `protobuf:"varint,1,opt,name=evaluated,proto3" json:"evaluated,omitempty"`
+	// False while the model had too few samples: isl_or_load decided.
+	Warm            bool    `protobuf:"varint,2,opt,name=warm,proto3" json:"warm,omitempty"`
+	Samples         int64   `protobuf:"varint,3,opt,name=samples,proto3" json:"samples,omitempty"`
+	SloTtftMs       float64 `protobuf:"fixed64,4,opt,name=slo_ttft_ms,json=sloTtftMs,proto3" json:"slo_ttft_ms,omitempty"`
+	SloItlMs        float64 `protobuf:"fixed64,5,opt,name=slo_itl_ms,json=sloItlMs,proto3" json:"slo_itl_ms,omitempty"`
+	LocalTtftMs     float64 `protobuf:"fixed64,6,opt,name=local_ttft_ms,json=localTtftMs,proto3" json:"local_ttft_ms,omitempty"`
+	LocalItlMs      float64 `protobuf:"fixed64,7,opt,name=local_itl_ms,json=localItlMs,proto3" json:"local_itl_ms,omitempty"`
+	RemoteTtftMs    float64 `protobuf:"fixed64,8,opt,name=remote_ttft_ms,json=remoteTtftMs,proto3" json:"remote_ttft_ms,omitempty"`
+	RemoteItlMs     float64 `protobuf:"fixed64,9,opt,name=remote_itl_ms,json=remoteItlMs,proto3" json:"remote_itl_ms,omitempty"`
+	RunningRequests int64   `protobuf:"varint,10,opt,name=running_requests,json=runningRequests,proto3" json:"running_requests,omitempty"`
+	OthersItlMs     float64 `protobuf:"fixed64,11,opt,name=others_itl_ms,json=othersItlMs,proto3" json:"others_itl_ms,omitempty"`
+	OthersBaseItlMs float64 `protobuf:"fixed64,12,opt,name=others_base_itl_ms,json=othersBaseItlMs,proto3" json:"others_base_itl_ms,omitempty"`
+	LocalGoodput    float64 `protobuf:"fixed64,13,opt,name=local_goodput,json=localGoodput,proto3" json:"local_goodput,omitempty"`
+	RemoteGoodput   float64 `protobuf:"fixed64,14,opt,name=remote_goodput,json=remoteGoodput,proto3" json:"remote_goodput,omitempty"`
+	// local_goodput - remote_goodput.
+	Margin float64 `protobuf:"fixed64,15,opt,name=margin,proto3" json:"margin,omitempty"`
+	// The model the predictions came from, so that a recompute from the record
+	// predicts the same.
+	Fit           *LatencyFit `protobuf:"bytes,16,opt,name=fit,proto3" json:"fit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SloPrediction) Reset() {
+	*x = SloPrediction{}
+	mi := &file_pdrouter_events_v1_decisions_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SloPrediction) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SloPrediction) ProtoMessage() {}
+
+func (x *SloPrediction) ProtoReflect() protoreflect.Message {
+	mi := &file_pdrouter_events_v1_decisions_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SloPrediction.ProtoReflect.Descriptor instead.
+func (*SloPrediction) Descriptor() ([]byte, []int) {
+	return file_pdrouter_events_v1_decisions_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *SloPrediction) GetEvaluated() bool {
+	if x != nil {
+		return x.Evaluated
+	}
+	return false
+}
+
+func (x *SloPrediction) GetWarm() bool {
+	if x != nil {
+		return x.Warm
+	}
+	return false
+}
+
+func (x *SloPrediction) GetSamples() int64 {
+	if x != nil {
+		return x.Samples
+	}
+	return 0
+}
+
+func (x *SloPrediction) GetSloTtftMs() float64 {
+	if x != nil {
+		return x.SloTtftMs
+	}
+	return 0
+}
+
+func (x *SloPrediction) GetSloItlMs() float64 {
+	if x != nil {
+		return x.SloItlMs
+	}
+	return 0
+}
+
+func (x *SloPrediction) GetLocalTtftMs() float64 {
+	if x != nil {
+		return x.LocalTtftMs
+	}
+	return 0
+}
+
+func (x *SloPrediction) GetLocalItlMs() float64 {
+	if x != nil {
+		return x.LocalItlMs
+	}
+	return 0
+}
+
+func (x *SloPrediction) GetRemoteTtftMs() float64 {
+	if x != nil {
+		return x.RemoteTtftMs
+	}
+	return 0
+}
+
+func (x *SloPrediction) GetRemoteItlMs() float64 {
+	if x != nil {
+		return x.RemoteItlMs
+	}
+	return 0
+}
+
+func (x *SloPrediction) GetRunningRequests() int64 {
+	if x != nil {
+		return x.RunningRequests
+	}
+	return 0
+}
+
+func (x *SloPrediction) GetOthersItlMs() float64 {
+	if x != nil {
+		return x.OthersItlMs
+	}
+	return 0
+}
+
+func (x *SloPrediction) GetOthersBaseItlMs() float64 {
+	if x != nil {
+		return x.OthersBaseItlMs
+	}
+	return 0
+}
+
+func (x *SloPrediction) GetLocalGoodput() float64 {
+	if x != nil {
+		return x.LocalGoodput
+	}
+	return 0
+}
+
+func (x *SloPrediction) GetRemoteGoodput() float64 {
+	if x != nil {
+		return x.RemoteGoodput
+	}
+	return 0
+}
+
+func (x *SloPrediction) GetMargin() float64 {
+	if x != nil {
+		return x.Margin
+	}
+	return 0
+}
+
+func (x *SloPrediction) GetFit() *LatencyFit {
+	if x != nil {
+		return x.Fit
+	}
+	return nil
+}
+
+// LatencyFit is the online latency model's fit: per path (local, remote) and
+// target (TTFT, ITL), in that nesting order, the sample count, the residual
+// standard deviation (ms) and the coefficients (ms per feature, 8 per path
+// and target, in the order of docs/slo-policy.md).
+type LatencyFit struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Samples       []int64                `protobuf:"varint,1,rep,packed,name=samples,proto3" json:"samples,omitempty"`
+	Sigma         []float64              `protobuf:"fixed64,2,rep,packed,name=sigma,proto3" json:"sigma,omitempty"`
+	Coef          []float64              `protobuf:"fixed64,3,rep,packed,name=coef,proto3" json:"coef,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LatencyFit) Reset() {
+	*x = LatencyFit{}
+	mi := &file_pdrouter_events_v1_decisions_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LatencyFit) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LatencyFit) ProtoMessage() {}
+
+func (x *LatencyFit) ProtoReflect() protoreflect.Message {
+	mi := &file_pdrouter_events_v1_decisions_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LatencyFit.ProtoReflect.Descriptor instead.
+func (*LatencyFit) Descriptor() ([]byte, []int) {
+	return file_pdrouter_events_v1_decisions_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *LatencyFit) GetSamples() []int64 {
+	if x != nil {
+		return x.Samples
+	}
+	return nil
+}
+
+func (x *LatencyFit) GetSigma() []float64 {
+	if x != nil {
+		return x.Sigma
+	}
+	return nil
+}
+
+func (x *LatencyFit) GetCoef() []float64 {
+	if x != nil {
+		return x.Coef
+	}
+	return nil
+}
+
 // OmittedCandidates summarizes the candidate rows a record leaves out. The
 // rows kept are the picked ones and then the decider's best ranked, so no
 // omitted eligible row had a lower cost than a kept eligible row of its pool.
@@ -372,7 +616,7 @@ type OmittedCandidates struct {
 
 func (x *OmittedCandidates) Reset() {
 	*x = OmittedCandidates{}
-	mi := &file_pdrouter_events_v1_decisions_proto_msgTypes[1]
+	mi := &file_pdrouter_events_v1_decisions_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -384,7 +628,7 @@ func (x *OmittedCandidates) String() string {
 func (*OmittedCandidates) ProtoMessage() {}
 
 func (x *OmittedCandidates) ProtoReflect() protoreflect.Message {
-	mi := &file_pdrouter_events_v1_decisions_proto_msgTypes[1]
+	mi := &file_pdrouter_events_v1_decisions_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -397,7 +641,7 @@ func (x *OmittedCandidates) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OmittedCandidates.ProtoReflect.Descriptor instead.
 func (*OmittedCandidates) Descriptor() ([]byte, []int) {
-	return file_pdrouter_events_v1_decisions_proto_rawDescGZIP(), []int{1}
+	return file_pdrouter_events_v1_decisions_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *OmittedCandidates) GetDecode() uint32 {
@@ -435,7 +679,7 @@ type HashChain struct {
 
 func (x *HashChain) Reset() {
 	*x = HashChain{}
-	mi := &file_pdrouter_events_v1_decisions_proto_msgTypes[2]
+	mi := &file_pdrouter_events_v1_decisions_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -447,7 +691,7 @@ func (x *HashChain) String() string {
 func (*HashChain) ProtoMessage() {}
 
 func (x *HashChain) ProtoReflect() protoreflect.Message {
-	mi := &file_pdrouter_events_v1_decisions_proto_msgTypes[2]
+	mi := &file_pdrouter_events_v1_decisions_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -460,7 +704,7 @@ func (x *HashChain) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HashChain.ProtoReflect.Descriptor instead.
 func (*HashChain) Descriptor() ([]byte, []int) {
-	return file_pdrouter_events_v1_decisions_proto_rawDescGZIP(), []int{2}
+	return file_pdrouter_events_v1_decisions_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *HashChain) GetBlockSize() uint32 {
@@ -525,14 +769,20 @@ type Candidate struct {
 	LoadKvUsedBlocks  int64 `protobuf:"varint,23,opt,name=load_kv_used_blocks,json=loadKvUsedBlocks,proto3" json:"load_kv_used_blocks,omitempty"`
 	LoadPrefillTokens int64 `protobuf:"varint,24,opt,name=load_prefill_tokens,json=loadPrefillTokens,proto3" json:"load_prefill_tokens,omitempty"`
 	// The worker selection chose in this pool.
-	Picked        bool `protobuf:"varint,25,opt,name=picked,proto3" json:"picked,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Picked bool `protobuf:"varint,25,opt,name=picked,proto3" json:"picked,omitempty"`
+	// Decode rows: the router-side count of requests in flight (0: none or
+	// not counted by the writer).
+	ActiveRequests int64 `protobuf:"varint,26,opt,name=active_requests,json=activeRequests,proto3" json:"active_requests,omitempty"`
+	// Decode rows: the prompt tokens of the local prefills decided onto the
+	// worker in the last 30 s of event time (docs/slo-policy.md).
+	RecentLocalPrefill int64 `protobuf:"varint,27,opt,name=recent_local_prefill,json=recentLocalPrefill,proto3" json:"recent_local_prefill,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *Candidate) Reset() {
 	*x = Candidate{}
-	mi := &file_pdrouter_events_v1_decisions_proto_msgTypes[3]
+	mi := &file_pdrouter_events_v1_decisions_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -544,7 +794,7 @@ func (x *Candidate) String() string {
 func (*Candidate) ProtoMessage() {}
 
 func (x *Candidate) ProtoReflect() protoreflect.Message {
-	mi := &file_pdrouter_events_v1_decisions_proto_msgTypes[3]
+	mi := &file_pdrouter_events_v1_decisions_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -557,7 +807,7 @@ func (x *Candidate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Candidate.ProtoReflect.Descriptor instead.
 func (*Candidate) Descriptor() ([]byte, []int) {
-	return file_pdrouter_events_v1_decisions_proto_rawDescGZIP(), []int{3}
+	return file_pdrouter_events_v1_decisions_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Candidate) GetWorker() *WorkerRef {
@@ -735,6 +985,20 @@ func (x *Candidate) GetPicked() bool {
 	return false
 }
 
+func (x *Candidate) GetActiveRequests() int64 {
+	if x != nil {
+		return x.ActiveRequests
+	}
+	return 0
+}
+
+func (x *Candidate) GetRecentLocalPrefill() int64 {
+	if x != nil {
+		return x.RecentLocalPrefill
+	}
+	return 0
+}
+
 // Check is one comparison of the policy or the guard, with both sides. For
 // the ISL checks hit means value < limit (bypass allowed by that check); for
 // the busy checks hit means value > limit (busy).
@@ -755,7 +1019,7 @@ type Check struct {
 
 func (x *Check) Reset() {
 	*x = Check{}
-	mi := &file_pdrouter_events_v1_decisions_proto_msgTypes[4]
+	mi := &file_pdrouter_events_v1_decisions_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -767,7 +1031,7 @@ func (x *Check) String() string {
 func (*Check) ProtoMessage() {}
 
 func (x *Check) ProtoReflect() protoreflect.Message {
-	mi := &file_pdrouter_events_v1_decisions_proto_msgTypes[4]
+	mi := &file_pdrouter_events_v1_decisions_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -780,7 +1044,7 @@ func (x *Check) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Check.ProtoReflect.Descriptor instead.
 func (*Check) Descriptor() ([]byte, []int) {
-	return file_pdrouter_events_v1_decisions_proto_rawDescGZIP(), []int{4}
+	return file_pdrouter_events_v1_decisions_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Check) GetName() string {
@@ -836,7 +1100,7 @@ var File_pdrouter_events_v1_decisions_proto protoreflect.FileDescriptor
 
 const file_pdrouter_events_v1_decisions_proto_rawDesc = "" +
 	"\n" +
-	"\"pdrouter/events/v1/decisions.proto\x12\x12pdrouter.events.v1\x1a\x1fpdrouter/events/v1/common.proto\"\xcc\v\n" +
+	"\"pdrouter/events/v1/decisions.proto\x12\x12pdrouter.events.v1\x1a\x1fpdrouter/events/v1/common.proto\"\x81\f\n" +
 	"\x0eDecisionRecord\x12\x1f\n" +
 	"\vdecision_id\x18\x01 \x01(\tR\n" +
 	"decisionId\x12\x1d\n" +
@@ -881,7 +1145,33 @@ const file_pdrouter_events_v1_decisions_proto_rawDesc = "" +
 	"replica_id\x18\x17 \x01(\tR\treplicaId\x12'\n" +
 	"\x0fdecider_version\x18\x18 \x01(\rR\x0edeciderVersion\x12T\n" +
 	"\x12omitted_candidates\x18  \x01(\v2%.pdrouter.events.v1.OmittedCandidatesR\x11omittedCandidates\x12/\n" +
-	"\x14retry_of_decision_id\x18! \x01(\tR\x11retryOfDecisionId\"a\n" +
+	"\x14retry_of_decision_id\x18! \x01(\tR\x11retryOfDecisionId\x123\n" +
+	"\x03slo\x18( \x01(\v2!.pdrouter.events.v1.SloPredictionR\x03slo\"\xbb\x04\n" +
+	"\rSloPrediction\x12\x1c\n" +
+	"\tevaluated\x18\x01 \x01(\bR\tevaluated\x12\x12\n" +
+	"\x04warm\x18\x02 \x01(\bR\x04warm\x12\x18\n" +
+	"\asamples\x18\x03 \x01(\x03R\asamples\x12\x1e\n" +
+	"\vslo_ttft_ms\x18\x04 \x01(\x01R\tsloTtftMs\x12\x1c\n" +
+	"\n" +
+	"slo_itl_ms\x18\x05 \x01(\x01R\bsloItlMs\x12\"\n" +
+	"\rlocal_ttft_ms\x18\x06 \x01(\x01R\vlocalTtftMs\x12 \n" +
+	"\flocal_itl_ms\x18\a \x01(\x01R\n" +
+	"localItlMs\x12$\n" +
+	"\x0eremote_ttft_ms\x18\b \x01(\x01R\fremoteTtftMs\x12\"\n" +
+	"\rremote_itl_ms\x18\t \x01(\x01R\vremoteItlMs\x12)\n" +
+	"\x10running_requests\x18\n" +
+	" \x01(\x03R\x0frunningRequests\x12\"\n" +
+	"\rothers_itl_ms\x18\v \x01(\x01R\vothersItlMs\x12+\n" +
+	"\x12others_base_itl_ms\x18\f \x01(\x01R\x0fothersBaseItlMs\x12#\n" +
+	"\rlocal_goodput\x18\r \x01(\x01R\flocalGoodput\x12%\n" +
+	"\x0eremote_goodput\x18\x0e \x01(\x01R\rremoteGoodput\x12\x16\n" +
+	"\x06margin\x18\x0f \x01(\x01R\x06margin\x120\n" +
+	"\x03fit\x18\x10 \x01(\v2\x1e.pdrouter.events.v1.LatencyFitR\x03fit\"P\n" +
+	"\n" +
+	"LatencyFit\x12\x18\n" +
+	"\asamples\x18\x01 \x03(\x03R\asamples\x12\x14\n" +
+	"\x05sigma\x18\x02 \x03(\x01R\x05sigma\x12\x12\n" +
+	"\x04coef\x18\x03 \x03(\x01R\x04coef\"a\n" +
 	"\x11OmittedCandidates\x12\x16\n" +
 	"\x06decode\x18\x01 \x01(\rR\x06decode\x12\x18\n" +
 	"\aprefill\x18\x02 \x01(\rR\aprefill\x12\x1a\n" +
@@ -890,7 +1180,7 @@ const file_pdrouter_events_v1_decisions_proto_rawDesc = "" +
 	"\n" +
 	"block_size\x18\x01 \x01(\rR\tblockSize\x12!\n" +
 	"\fblock_hashes\x18\x02 \x03(\x06R\vblockHashes\x12%\n" +
-	"\x0eomitted_blocks\x18\x03 \x01(\rR\romittedBlocks\"\xe3\a\n" +
+	"\x0eomitted_blocks\x18\x03 \x01(\rR\romittedBlocks\"\xbe\b\n" +
 	"\tCandidate\x125\n" +
 	"\x06worker\x18\x01 \x01(\v2\x1d.pdrouter.events.v1.WorkerRefR\x06worker\x12,\n" +
 	"\x04pool\x18\x02 \x01(\x0e2\x18.pdrouter.events.v1.PoolR\x04pool\x12\x1a\n" +
@@ -921,7 +1211,9 @@ const file_pdrouter_events_v1_decisions_proto_rawDesc = "" +
 	"load_known\x18\x16 \x01(\bR\tloadKnown\x12-\n" +
 	"\x13load_kv_used_blocks\x18\x17 \x01(\x03R\x10loadKvUsedBlocks\x12.\n" +
 	"\x13load_prefill_tokens\x18\x18 \x01(\x03R\x11loadPrefillTokens\x12\x16\n" +
-	"\x06picked\x18\x19 \x01(\bR\x06picked\"\xa1\x01\n" +
+	"\x06picked\x18\x19 \x01(\bR\x06picked\x12'\n" +
+	"\x0factive_requests\x18\x1a \x01(\x03R\x0eactiveRequests\x120\n" +
+	"\x14recent_local_prefill\x18\x1b \x01(\x03R\x12recentLocalPrefill\"\xa1\x01\n" +
 	"\x05Check\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1c\n" +
 	"\tevaluated\x18\x02 \x01(\bR\tevaluated\x12\x14\n" +
@@ -943,35 +1235,39 @@ func file_pdrouter_events_v1_decisions_proto_rawDescGZIP() []byte {
 	return file_pdrouter_events_v1_decisions_proto_rawDescData
 }
 
-var file_pdrouter_events_v1_decisions_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
+var file_pdrouter_events_v1_decisions_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
 var file_pdrouter_events_v1_decisions_proto_goTypes = []any{
 	(*DecisionRecord)(nil),    // 0: pdrouter.events.v1.DecisionRecord
-	(*OmittedCandidates)(nil), // 1: pdrouter.events.v1.OmittedCandidates
-	(*HashChain)(nil),         // 2: pdrouter.events.v1.HashChain
-	(*Candidate)(nil),         // 3: pdrouter.events.v1.Candidate
-	(*Check)(nil),             // 4: pdrouter.events.v1.Check
-	(*WorkerRef)(nil),         // 5: pdrouter.events.v1.WorkerRef
-	(*Watermark)(nil),         // 6: pdrouter.events.v1.Watermark
-	(Pool)(0),                 // 7: pdrouter.events.v1.Pool
+	(*SloPrediction)(nil),     // 1: pdrouter.events.v1.SloPrediction
+	(*LatencyFit)(nil),        // 2: pdrouter.events.v1.LatencyFit
+	(*OmittedCandidates)(nil), // 3: pdrouter.events.v1.OmittedCandidates
+	(*HashChain)(nil),         // 4: pdrouter.events.v1.HashChain
+	(*Candidate)(nil),         // 5: pdrouter.events.v1.Candidate
+	(*Check)(nil),             // 6: pdrouter.events.v1.Check
+	(*WorkerRef)(nil),         // 7: pdrouter.events.v1.WorkerRef
+	(*Watermark)(nil),         // 8: pdrouter.events.v1.Watermark
+	(Pool)(0),                 // 9: pdrouter.events.v1.Pool
 }
 var file_pdrouter_events_v1_decisions_proto_depIdxs = []int32{
-	5,  // 0: pdrouter.events.v1.DecisionRecord.decode_worker:type_name -> pdrouter.events.v1.WorkerRef
-	5,  // 1: pdrouter.events.v1.DecisionRecord.prefill_worker:type_name -> pdrouter.events.v1.WorkerRef
-	6,  // 2: pdrouter.events.v1.DecisionRecord.watermark:type_name -> pdrouter.events.v1.Watermark
-	3,  // 3: pdrouter.events.v1.DecisionRecord.candidates:type_name -> pdrouter.events.v1.Candidate
-	2,  // 4: pdrouter.events.v1.DecisionRecord.chains:type_name -> pdrouter.events.v1.HashChain
-	4,  // 5: pdrouter.events.v1.DecisionRecord.eff_isl_check:type_name -> pdrouter.events.v1.Check
-	4,  // 6: pdrouter.events.v1.DecisionRecord.ratio_check:type_name -> pdrouter.events.v1.Check
-	4,  // 7: pdrouter.events.v1.DecisionRecord.prefill_busy_check:type_name -> pdrouter.events.v1.Check
-	4,  // 8: pdrouter.events.v1.DecisionRecord.decode_busy_check:type_name -> pdrouter.events.v1.Check
-	1,  // 9: pdrouter.events.v1.DecisionRecord.omitted_candidates:type_name -> pdrouter.events.v1.OmittedCandidates
-	5,  // 10: pdrouter.events.v1.Candidate.worker:type_name -> pdrouter.events.v1.WorkerRef
-	7,  // 11: pdrouter.events.v1.Candidate.pool:type_name -> pdrouter.events.v1.Pool
-	12, // [12:12] is the sub-list for method output_type
-	12, // [12:12] is the sub-list for method input_type
-	12, // [12:12] is the sub-list for extension type_name
-	12, // [12:12] is the sub-list for extension extendee
-	0,  // [0:12] is the sub-list for field type_name
+	7,  // 0: pdrouter.events.v1.DecisionRecord.decode_worker:type_name -> pdrouter.events.v1.WorkerRef
+	7,  // 1: pdrouter.events.v1.DecisionRecord.prefill_worker:type_name -> pdrouter.events.v1.WorkerRef
+	8,  // 2: pdrouter.events.v1.DecisionRecord.watermark:type_name -> pdrouter.events.v1.Watermark
+	5,  // 3: pdrouter.events.v1.DecisionRecord.candidates:type_name -> pdrouter.events.v1.Candidate
+	4,  // 4: pdrouter.events.v1.DecisionRecord.chains:type_name -> pdrouter.events.v1.HashChain
+	6,  // 5: pdrouter.events.v1.DecisionRecord.eff_isl_check:type_name -> pdrouter.events.v1.Check
+	6,  // 6: pdrouter.events.v1.DecisionRecord.ratio_check:type_name -> pdrouter.events.v1.Check
+	6,  // 7: pdrouter.events.v1.DecisionRecord.prefill_busy_check:type_name -> pdrouter.events.v1.Check
+	6,  // 8: pdrouter.events.v1.DecisionRecord.decode_busy_check:type_name -> pdrouter.events.v1.Check
+	3,  // 9: pdrouter.events.v1.DecisionRecord.omitted_candidates:type_name -> pdrouter.events.v1.OmittedCandidates
+	1,  // 10: pdrouter.events.v1.DecisionRecord.slo:type_name -> pdrouter.events.v1.SloPrediction
+	2,  // 11: pdrouter.events.v1.SloPrediction.fit:type_name -> pdrouter.events.v1.LatencyFit
+	7,  // 12: pdrouter.events.v1.Candidate.worker:type_name -> pdrouter.events.v1.WorkerRef
+	9,  // 13: pdrouter.events.v1.Candidate.pool:type_name -> pdrouter.events.v1.Pool
+	14, // [14:14] is the sub-list for method output_type
+	14, // [14:14] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_pdrouter_events_v1_decisions_proto_init() }
@@ -986,7 +1282,7 @@ func file_pdrouter_events_v1_decisions_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_pdrouter_events_v1_decisions_proto_rawDesc), len(file_pdrouter_events_v1_decisions_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   5,
+			NumMessages:   7,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -1,0 +1,170 @@
+package decider
+
+import "math"
+
+// The slo policy (docs/slo-policy.md): predict TTFT and mean ITL for the local path and
+// for each prefill candidate with the online latency model the view serves, and take
+// the path with the best expected goodput under slo_ttft_ms and slo_itl_ms, counting
+// what a local prefill does to the requests the decode worker already runs. Until the
+// model has slo_min_samples samples on every path and target it falls back to
+// isl_or_load with the decode guard.
+
+// Fallback thresholds of the cold start, used when the config leaves them unset: the
+// prefill busy threshold of `sim compare`'s load policies, and a decode guard at 50% of
+// the decode worker's KV blocks, tight because a cold start that overloads scarce
+// decode workers leaves a backlog the learned policy inherits.
+const (
+	SLOFallbackPrefillBusy = 2.0
+	SLOFallbackDecodeBusy  = 0.5
+	// SLOTieMargin is how much expected goodput remote prefill must gain over local
+	// prefill to be chosen: below it the paths tie and the cheaper one, local, wins.
+	SLOTieMargin = 0.01
+	// SLOMissFactor: when both paths are predicted to miss, local prefill must miss by
+	// at most this fraction of remote's miss to be taken. A local prefill adds work to
+	// a decode worker that is, when both paths miss, usually the fleet's bottleneck,
+	// and what that costs the requests decoding there is not in this request's
+	// prediction.
+	SLOMissFactor = 0.5
+)
+
+// latencyFitOf returns the view's latency model fit, or nil when the view has none.
+func latencyFitOf(v View) *LatencyFit { return v.LatencyFit() }
+
+// sloMode is the slo policy's modeRule.
+func sloMode(dc *Decider, dst *Decision, d, p *Candidate) *Candidate {
+	cfg := &dc.cfg.Disagg
+	s := &dst.SLO
+	s.Evaluated, s.TTFTLimitMs, s.ITLLimitMs = true, cfg.SLOTTFTMs, cfg.SLOITLMs
+	s.RunningRequests = d.ActiveRequests
+	fit := dst.scratch.fit
+	if fit != nil {
+		s.Fit = *fit
+		s.Samples = minSamples(fit)
+	}
+	if !fit.Warm(cfg.SLOMinSamples) {
+		return sloColdStart(dc, dst, d, p)
+	}
+	s.Warm = true
+
+	// Local: the prompt's uncached part is computed on the decode worker, behind the
+	// prompts already queued there.
+	local := PathInputs(PathLocal, dst.PromptTokens, dst.EffectiveISL, d, nil)
+	s.LocalTTFTMs = fit.Predict(PathLocal, TargetTTFT, &local)
+	s.LocalITLMs = fit.Predict(PathLocal, TargetITL, &local)
+	selfLocal := dc.sloMeet(fit, PathLocal, s.LocalTTFTMs, s.LocalITLMs)
+
+	// Remote: every eligible prefill worker, the best predicted TTFT wins (the row the
+	// cost picked first, then the table's order, on a tie).
+	best := p
+	var bestIn LatencyInputs
+	bestTTFT := -1.0
+	for _, c := range [2]bool{true, false} {
+		for i := range dst.Candidates {
+			row := &dst.Candidates[i]
+			if row.Pool != PoolPrefill || !row.Eligible || (row == p) != c {
+				continue
+			}
+			in := PathInputs(PathRemote, dst.PromptTokens, dst.EffectiveISL, d, row)
+			if t := fit.Predict(PathRemote, TargetTTFT, &in); bestTTFT < 0 || t < bestTTFT {
+				best, bestIn, bestTTFT = row, in, t
+			}
+		}
+	}
+	if best != p {
+		p.Picked, best.Picked = false, true
+	}
+	s.RemoteTTFTMs = bestTTFT
+	s.RemoteITLMs = fit.Predict(PathRemote, TargetITL, &bestIn)
+	s.RemoteGoodput = dc.sloMeet(fit, PathRemote, s.RemoteTTFTMs, s.RemoteITLMs)
+
+	// Others: the decode worker's running requests, with this request joining them,
+	// with and without its prompt prefilled there.
+	others := LatencyInputs{DecodeRequests: d.ActiveRequests + 1, DecodeBlocks: d.PotentialDecodeBlocks,
+		DecodePrefill: d.ActivePrefillTokens, DecodeFill: decodeFill(d), DecodeRecentLocal: d.RecentLocalPrefill}
+	s.OthersBaseITLMs = fit.Predict(PathRemote, TargetITL, &others)
+	others.DecodePrefill += dst.EffectiveISL
+	others.DecodeRecentLocal += dst.EffectiveISL
+	s.OthersITLMs = fit.Predict(PathRemote, TargetITL, &others)
+	sigma := fit.Sigma[PathRemote][TargetITL]
+	loss := float64(d.ActiveRequests) * (meetProbability(s.OthersBaseITLMs, sigma, cfg.SLOITLMs) -
+		meetProbability(s.OthersITLMs, sigma, cfg.SLOITLMs))
+	s.LocalGoodput = selfLocal - max(loss, 0)
+	s.Margin = s.LocalGoodput - s.RemoteGoodput
+
+	local2 := s.Margin >= -SLOTieMargin
+	if math.Abs(s.Margin) <= SLOTieMargin && max(s.LocalGoodput, s.RemoteGoodput) < 0.5 {
+		// Both paths are expected to miss the SLO: goodput cannot choose, and the
+		// cheaper path is not the better one when it is the overloaded one. The path
+		// predicted to miss by less (the larger of TTFT and ITL over their SLOs) wins,
+		// local only by SLOMissFactor, so that the miss is as small as it can be and
+		// the backlog drains where it can.
+		local2 = max(s.LocalTTFTMs/cfg.SLOTTFTMs, s.LocalITLMs/cfg.SLOITLMs) <=
+			SLOMissFactor*max(s.RemoteTTFTMs/cfg.SLOTTFTMs, s.RemoteITLMs/cfg.SLOITLMs)
+	}
+	dst.PolicyBypass = local2
+	dst.DecidedBy, dst.Distance = CheckSLOGoodput, s.Margin
+	switch {
+	case !local2:
+		dst.Mode, dst.Reason = ModeRemote, ReasonSLORemoteBetter
+	case cfg.SLOITLGuard && d.ActiveRequests > 0 && s.OthersBaseITLMs <= cfg.SLOITLMs && s.OthersITLMs > cfg.SLOITLMs:
+		// The guard: a local prefill must not push the running requests past the ITL
+		// SLO, whatever the goodput arithmetic says.
+		dst.Mode, dst.Reason = ModeRemote, ReasonSLODeniedITLGuard
+		dst.DecidedBy, dst.Distance = CheckSLOITLGuard, s.OthersITLMs-cfg.SLOITLMs
+	default:
+		dst.Mode, dst.Reason = ModeLocal, ReasonSLOLocalBetter
+	}
+	return best
+}
+
+// sloMeet is the expected probability that a request predicted at ttft and itl meets
+// both SLOs, under the path's residual spread.
+func (dc *Decider) sloMeet(fit *LatencyFit, path LatencyPath, ttft, itl float64) float64 {
+	cfg := &dc.cfg.Disagg
+	return meetProbability(ttft, fit.Sigma[path][TargetTTFT], cfg.SLOTTFTMs) *
+		meetProbability(itl, fit.Sigma[path][TargetITL], cfg.SLOITLMs)
+}
+
+// sloColdStart is isl_or_load with the decode guard, under the slo policy's own reason
+// codes, with the fallback thresholds when the config leaves them unset.
+func sloColdStart(dc *Decider, dst *Decision, d, p *Candidate) *Candidate {
+	cfg := dc.cfg.Disagg // a copy: the fallback guard threshold must not leak
+	thr := dc.prefillThreshold
+	if _, ok := dc.cfg.PrefillBusyThreshold(); !ok {
+		thr = SLOFallbackPrefillBusy
+	}
+	if !cfg.DecodeBusyThreshold.Set {
+		cfg.DecodeBusyThreshold = Some(SLOFallbackDecodeBusy)
+	}
+	res := islOrLoadRule(dst, &cfg, p, thr)
+	dst.PolicyBypass = res.bypass
+	known, busy := decodeBusy(dst, d, &cfg)
+	decider := res.decider
+	switch {
+	case !res.bypass:
+		dst.Mode, dst.Reason = ModeRemote, ReasonSLOColdRemote
+	case !known || busy:
+		dst.Mode, dst.Reason, decider = ModeRemote, ReasonSLOColdRemote, &dst.DecodeBusy
+	default:
+		dst.Mode, dst.Reason, decider = ModeLocal, ReasonSLOColdLocal, &dst.DecodeBusy
+	}
+	if res.emptyPrompt && decider != &dst.DecodeBusy {
+		dst.DecidedBy = CheckEmptyPrompt
+		return p
+	}
+	dst.DecidedBy = decider.Name
+	if decider.Known {
+		dst.Distance = decider.Value - decider.Limit
+	}
+	return p
+}
+
+func minSamples(f *LatencyFit) int64 {
+	m := f.Samples[0][0]
+	for p := range f.Samples {
+		for t := range f.Samples[p] {
+			m = min(m, f.Samples[p][t])
+		}
+	}
+	return m
+}

@@ -1,0 +1,171 @@
+package statestore
+
+import (
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/pdrouter/pdrouter/decider"
+	pb "github.com/pdrouter/pdrouter/events/eventspb"
+	"github.com/pdrouter/pdrouter/latmodel"
+)
+
+// The online latency model (docs/slo-policy.md, package latmodel): every decision's
+// features joined with its outcomes' TTFT and ITL. It is state like the rest: keys
+// 'y' 'e' decisionID hold each join entry's facts (latmodel's canonical encoding) and
+// 'y' 's' the window's integer sums, the model bytes, so the model is in the digest and
+// in snapshots. The sums are derived from the entries again when the store opens.
+//
+// The model's clock is reqNow, the decisions and outcomes clock, and it is a function
+// of the set of facts (latmodel's order-independence argument), so replicas reading
+// the two topics in different interleavings hold byte-identical models.
+
+var keyLatencySums = []byte{famLatency, 's'}
+
+func latencyEntryKey(id string) []byte { return append([]byte{famLatency, 'e'}, id...) }
+
+// learnDecision joins a decision's features: the path it took and that path's
+// inputs, read from its candidate rows by the decider's own definition
+// (decider.PathInputs). A record without its decode row teaches nothing.
+func (st *state) learnDecision(d *pb.DecisionRecord) {
+	st.lat.Advance(st.reqNow)
+	dw, pw := d.GetDecodeWorker(), d.GetPrefillWorker()
+	var drow, prow *pb.Candidate
+	for _, c := range d.GetCandidates() {
+		w := c.GetWorker()
+		switch {
+		case drow == nil && c.GetPool() == pb.Pool_POOL_DECODE && w.GetWorkerId() == dw.GetWorkerId() && w.GetDpRank() == dw.GetDpRank():
+			drow = c
+		case prow == nil && pw != nil && c.GetPool() == pb.Pool_POOL_PREFILL && w.GetWorkerId() == pw.GetWorkerId() && w.GetDpRank() == pw.GetDpRank():
+			prow = c
+		}
+	}
+	if drow == nil {
+		st.stats.latNoRow++
+		return
+	}
+	path := decider.PathLocal
+	if d.GetMode() != string(decider.ModeLocal) {
+		if prow == nil {
+			st.stats.latNoRow++
+			return
+		}
+		path = decider.PathRemote
+	}
+	dc, pc := latencyRow(drow), latencyRow(prow)
+	in := decider.PathInputs(path, int64(d.GetPromptTokens()), int64(d.GetEffectiveIsl()), &dc, &pc)
+	st.lat.Decision(d.GetDecisionId(), d.GetDecidedAtUnixNano(), path, &in)
+}
+
+// latencyRow is the part of a record's row the features read (nil: a zero row).
+func latencyRow(c *pb.Candidate) decider.Candidate {
+	return decider.Candidate{BlockSize: int(c.GetBlockSize()), OverlapBlocks: int(c.GetOverlapBlocks()),
+		HostBlocks: int(c.GetHostBlocks()), DiskBlocks: int(c.GetDiskBlocks()),
+		ActivePrefillTokens: c.GetActivePrefillTokens(), ActiveDecodeBlocks: c.GetActiveDecodeBlocks(),
+		ActiveRequests: c.GetActiveRequests(), RecentLocalPrefill: c.GetRecentLocalPrefill(),
+		TotalKVBlocks: c.GetTotalKvBlocks(), PotentialDecodeBlocks: c.GetPotentialDecodeBlocks(),
+		LoadKnown: c.GetLoadKnown(), LoadKVUsedBlocks: c.GetLoadKvUsedBlocks()}
+}
+
+// learnOutcome joins what an outcome measured: a TTFT when it carries one, a mean ITL
+// when a completion carries one over at least two output tokens.
+func (st *state) learnOutcome(o *pb.OutcomeEvent) {
+	st.lat.Advance(st.reqNow)
+	ttft, itl := -1.0, -1.0
+	if o.TtftMs != nil {
+		ttft = o.GetTtftMs()
+	}
+	if o.GetKind() == pb.OutcomeEvent_KIND_COMPLETED && o.ItlMsMean != nil && o.GetOutputTokens() >= 2 {
+		itl = o.GetItlMsMean()
+	}
+	if ttft < 0 && itl < 0 {
+		return
+	}
+	st.lat.Outcome(o.GetDecisionId(), o.GetEventTimeUnixNano(), ttft, itl)
+}
+
+// flushLatency writes the entries and sums the chunk changed and refits the model, so
+// that views see the fit of the state they read.
+func (st *state) flushLatency(b *pebble.Batch) {
+	ids, sums := st.lat.TakeDirty()
+	for _, id := range ids {
+		var ok bool
+		st.ybuf, ok = st.lat.AppendEntry(st.ybuf[:0], id)
+		if ok {
+			_ = b.Set(latencyEntryKey(id), st.ybuf, nil)
+		} else {
+			_ = b.Delete(latencyEntryKey(id), nil)
+		}
+	}
+	if sums {
+		st.ybuf = st.lat.AppendSums(st.ybuf[:0])
+		_ = b.Set(keyLatencySums, st.ybuf, nil)
+	}
+	st.latFit = st.lat.Fit()
+}
+
+// LatencyFit implements decider.LatencyModel: the fit of the state the view reads.
+func (v View) LatencyFit() *decider.LatencyFit { return v.st.latFit }
+
+// LatencyStats are the latency model's counters, for tools and tests.
+func (v View) LatencyStats() latmodel.Stats { return v.st.lat.Stats() }
+
+// latencyMetrics export the model's health.
+type latencyMetrics struct {
+	samples *prometheus.GaugeVec
+	entries prometheus.Gauge
+	dropped *prometheus.CounterVec
+	prev    latmodel.Stats
+}
+
+// Reasons of pdrouter_latency_model_dropped_total.
+const (
+	latDropLate       = "late"
+	latDropNoDecision = "no_decision_id"
+	latDropFull       = "max_entries"
+	latDropAccFull    = "accumulator_full"
+	latDropNoRow      = "no_candidate_row"
+)
+
+func newLatencyMetrics() *latencyMetrics {
+	m := &latencyMetrics{
+		samples: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "pdrouter_latency_model_samples",
+			Help: "Samples in the latency model's window, by path and target (docs/slo-policy.md)."}, []string{"path", "target"}),
+		entries: prometheus.NewGauge(prometheus.GaugeOpts{Name: "pdrouter_latency_model_entries",
+			Help: "Join entries (decisions and outcomes in the window) the latency model holds."}),
+		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "pdrouter_latency_model_dropped_total",
+			Help: "Facts the latency model did not join, by reason."}, []string{"reason"}),
+	}
+	for _, p := range []string{"local", "remote"} {
+		for _, t := range []string{"ttft", "itl"} {
+			m.samples.WithLabelValues(p, t)
+		}
+	}
+	for _, r := range []string{latDropLate, latDropNoDecision, latDropFull, latDropAccFull, latDropNoRow} {
+		m.dropped.WithLabelValues(r)
+	}
+	return m
+}
+
+func (m *latencyMetrics) collectors() []prometheus.Collector {
+	return []prometheus.Collector{m.samples, m.entries, m.dropped}
+}
+
+// observe sets the gauges and adds the counters' increments since the last call.
+func (m *latencyMetrics) observe(st *state) {
+	s := st.lat.Stats()
+	m.dropped.WithLabelValues(latDropLate).Add(float64(s.Late - m.prev.Late))
+	m.dropped.WithLabelValues(latDropNoDecision).Add(float64(s.NoDecision - m.prev.NoDecision))
+	m.dropped.WithLabelValues(latDropFull).Add(float64(s.Full - m.prev.Full))
+	m.dropped.WithLabelValues(latDropAccFull).Add(float64(s.AccFull - m.prev.AccFull))
+	m.prev = s
+	m.entries.Set(float64(s.Entries))
+	var f decider.LatencyFit
+	if st.latFit != nil {
+		f = *st.latFit
+	}
+	for p, pn := range []string{"local", "remote"} {
+		for t, tn := range []string{"ttft", "itl"} {
+			m.samples.WithLabelValues(pn, tn).Set(float64(f.Samples[p][t]))
+		}
+	}
+}
