@@ -72,7 +72,20 @@ func randomDecision(rng *rand.Rand) *pb.DecisionRecord {
 		Reason: str(), CachedTokens: u32(), EffectiveIsl: u32(), EffectiveIslRatio: f64(), Policy: str(),
 		ConfigHash: str(), ConfigJson: str(), BlockSize: u32(), PolicyBypass: !zero(), DecidedBy: str(),
 		Distance: f64(), EffIslCheck: check(), RatioCheck: check(), PrefillBusyCheck: check(), DecodeBusyCheck: check(),
-		DecidedAtUnixNano: i64(), ReplicaId: str(), DeciderVersion: u32(),
+		DecidedAtUnixNano: i64(), ReplicaId: str(), DeciderVersion: u32(), RetryOfDecisionId: str(),
+	}
+	if !zero() {
+		d.Slo = &pb.SloPrediction{Evaluated: !zero(), Warm: !zero(), Samples: i64(), SloTtftMs: f64(), SloItlMs: f64(),
+			LocalTtftMs: f64(), LocalItlMs: f64(), RemoteTtftMs: f64(), RemoteItlMs: f64(), RunningRequests: i64(),
+			OthersItlMs: f64(), OthersBaseItlMs: f64(), LocalGoodput: f64(), RemoteGoodput: f64(), Margin: f64()}
+		if !zero() {
+			d.Slo.Fit = &pb.LatencyFit{}
+			for range rng.IntN(5) {
+				d.Slo.Fit.Samples = append(d.Slo.Fit.Samples, i64())
+				d.Slo.Fit.Sigma = append(d.Slo.Fit.Sigma, f64())
+				d.Slo.Fit.Coef = append(d.Slo.Fit.Coef, f64())
+			}
+		}
 	}
 	if !zero() {
 		d.Watermark = &pb.Watermark{}
@@ -92,6 +105,7 @@ func randomDecision(rng *rand.Rand) *pb.DecisionRecord {
 			RequestBlocks: i64(), SharedActiveBlocks: i64(), PotentialDecodeBlocks: i64(), Cost: f64(),
 			TieHash: u64(), Probability: f64(), TotalKvBlocks: i64(), MaxNumBatchedTokens: i64(),
 			LoadKnown: !zero(), LoadKvUsedBlocks: i64(), LoadPrefillTokens: i64(), Picked: !zero(),
+			ActiveRequests: i64(), RecentLocalPrefill: i64(),
 		})
 	}
 	for range rng.IntN(3) {
