@@ -22,8 +22,9 @@ import (
 // 32 prefill workers), the header holds a watermark of every partition,
 // and decoding both into messages was most of p; yet the apply rules read
 // ten scalar fields, at most a few rows (the decode worker's, for its
-// block size, and the prefill worker's, for its device overlap) and one
-// hash chain, the one at that block size. What a replica stores of the
+// block size, and the prefill worker's, for its device overlap; the
+// latency model, statestore/latency.go, reads its features from these
+// same two rows) and one hash chain, the one at that block size. What a replica stores of the
 // record, its header, it can take from the record's bytes as they are.
 //
 // UnmarshalDecisionForApply therefore decodes those fields, rows and chain
@@ -155,7 +156,10 @@ func UnmarshalDecisionForApply(v []byte, keepChains bool) (d *pb.DecisionRecord,
 }
 
 // ApplyFields are the DecisionRecord fields UnmarshalDecisionForApply
-// decodes: what the state's apply rules and the record's validation read.
+// decodes: what the state's apply rules, its latency model and the
+// record's validation read. A field any of them reads that is missing here
+// makes a peer's state differ from the deciding replica's
+// (TestPeerDecisionAppliesAsOwn in statestore).
 var ApplyFields = []protoreflect.Name{"decision_id", "request_id", "prompt_tokens", "mode", "decode_worker",
 	"prefill_worker", "effective_isl", "block_size", "decided_at_unix_nano", "replica_id"}
 
