@@ -18,6 +18,9 @@ import (
 // model and a long lora name, the record the API writes under the default
 // bounds is at most --decision-record-max-bytes and keeps both picks.
 func TestDecisionRecordSizeProperty(t *testing.T) {
+	// Long and self-contained: it runs at the same time as the
+	// package's other long tests.
+	t.Parallel()
 	rng := rand.New(rand.NewPCG(23, 29))
 	s := &Server{cfg: defaultConfig(), deps: Deps{Names: events.Names{Prefix: "p."}}}
 	cfg := decider.DefaultConfig()

@@ -15,6 +15,9 @@ import (
 // decode worker's chain is cut only when one more block would not fit; and
 // a record it says does not fit keeps no hash at all.
 func TestFitDecisionChainsProperty(t *testing.T) {
+	// Long and self-contained: it runs at the same time as the
+	// package's other long tests.
+	t.Parallel()
 	rng := rand.New(rand.NewPCG(17, 19))
 	for i := range 3000 {
 		d := randomDecision(rng)

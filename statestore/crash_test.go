@@ -92,6 +92,9 @@ func (o *childOutput) String() string {
 // always restarts to a state equal to a clean replay at the offsets it
 // stored; and deleting the store and replaying reaches the same digest.
 func TestCrashRecovery(t *testing.T) {
+	// Long and self-contained: it runs at the same time as the
+	// package's other long tests.
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("crash test: not in -short")
 	}

@@ -29,6 +29,9 @@ import (
 // into a new store gives one digest, and in approximate mode the same
 // overlaps (predictions are memory derived from the stored records).
 func TestDigestIndependentOfPartitionOrderWithOptions(t *testing.T) {
+	// Long and self-contained: it runs at the same time as the
+	// package's other long tests.
+	t.Parallel()
 	for _, tc := range []struct {
 		name string
 		o    Options

@@ -37,6 +37,9 @@ func applyInBatches(h *harness, recs []*kgo.Record, rng *rand.Rand) {
 // same log applied with partitions interleaved in other orders and other
 // batch sizes, after a restart, and into a new store gives one digest.
 func TestDigestIndependentOfPartitionOrder(t *testing.T) {
+	// Long and self-contained: it runs at the same time as the
+	// package's other long tests.
+	t.Parallel()
 	for seed := uint64(1); seed <= 5; seed++ {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) { digestIndependentOfPartitionOrder(t, seed) })
 	}

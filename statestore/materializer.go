@@ -19,10 +19,13 @@ type MaterializerOptions struct {
 	// Client holds the connection options (seed brokers, TLS, SASL), e.g.
 	// from kafkaconn.Config.Opts. Consumer options are the materializer's.
 	Client []kgo.Opt
-	// Consumer are options of the client that tails the log alone, not of
-	// the one that lists partitions: e.g. kafkaconn.Metrics, whose
-	// collectors belong to one client.
-	Consumer []kgo.Opt
+	// Consumer, when set, gives options of the client that tails the log
+	// alone, not of the one that lists partitions: e.g. kafkaconn.Metrics.
+	// It is called for every consumer client the materializer creates (it
+	// creates one again after an error), because such hooks keep the state
+	// of one client: shared with its closed predecessor, whose last hooks
+	// may still run, they would race.
+	Consumer func() []kgo.Opt
 	// Logger; default: the store's.
 	Logger *slog.Logger
 	// ProgressEvery is the interval of progress logs and lag checks while
@@ -229,7 +232,10 @@ func (m *Materializer) run(ctx context.Context, done func() bool) error {
 			kgo.FetchMinBytes(m.o.FetchMinBytes),
 			kgo.FetchMaxWait(m.o.FetchMaxWait),
 		}, m.o.Client...)
-		cl, err := kgo.NewClient(append(opts, m.o.Consumer...)...)
+		if m.o.Consumer != nil {
+			opts = append(opts, m.o.Consumer()...)
+		}
+		cl, err := kgo.NewClient(opts...)
 		if err != nil {
 			return fmt.Errorf("statestore: kafka consumer: %w", err)
 		}

@@ -184,7 +184,7 @@ const groupLogMaxQueued = 64 << 20
 // materializerOptions are the replica's materializer options; its
 // consumer reports on reg as client="materializer".
 func (r *routerRun) materializerOptions(reg prometheus.Registerer) statestore.MaterializerOptions {
-	return statestore.MaterializerOptions{Client: r.connOpts, Consumer: []kgo.Opt{kafkaconn.Metrics(reg, "materializer")}, Logger: r.a.log,
+	return statestore.MaterializerOptions{Client: r.connOpts, Consumer: func() []kgo.Opt { return []kgo.Opt{kafkaconn.Metrics(reg, "materializer")} }, Logger: r.a.log,
 		FetchMinBytes: r.f.fetchMinBytes, FetchMaxWait: r.f.fetchMaxWait}
 }
 
