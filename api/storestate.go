@@ -105,11 +105,13 @@ func (s *StoreState) Workers() []WorkerStatus {
 			w := &ws[ref]
 			id, rank, _ := events.ParseWorkerRank(w.ID)
 			st := WorkerStatus{WorkerID: id, DPRank: rank, Pool: string(w.Pool), Model: w.Model, BlockSize: w.BlockSize}
-			if w.TotalKVBlocks > 0 {
-				st.TotalKVBlocks = &w.TotalKVBlocks
+			// Copies: the view's memory is the store's, rebuilt in place after
+			// the read, and the status outlives it.
+			if total := w.TotalKVBlocks; total > 0 {
+				st.TotalKVBlocks = &total
 			}
-			if w.MaxNumBatchedTokens > 0 {
-				st.MaxNumBatchedTokens = &w.MaxNumBatchedTokens
+			if batched := w.MaxNumBatchedTokens; batched > 0 {
+				st.MaxNumBatchedTokens = &batched
 			}
 			if reg, ok := v.Registration(ref); ok {
 				st.KVEventsEndpoint, st.MetricsURL = reg.GetKvEventsEndpoint(), reg.GetMetricsUrl()
