@@ -110,9 +110,6 @@ func oversizedCases() []oversized {
 // GET /v1/decisions/{id} from the topic, and explains with an identical
 // pure check and a statement of what the record left out.
 func TestOversizedDecisionsAreBoundedByDesign(t *testing.T) {
-	// Long and self-contained: it runs at the same time as the
-	// package's other long tests.
-	t.Parallel()
 	for _, tc := range oversizedCases() {
 		t.Run(tc.name, func(t *testing.T) { checkOversized(t, kafkatest.Fake(t), tc) })
 	}
