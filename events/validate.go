@@ -116,6 +116,9 @@ func Validate(m proto.Message) error {
 		if err := maxLen(v.GetDecisionId(), "decision_id", MaxIDLen); err != nil {
 			return err
 		}
+		if err := maxLen(v.GetErrorCode(), "error_code", MaxNameLen); err != nil {
+			return err
+		}
 		if v.GetKind() == pb.OutcomeEvent_KIND_UNSPECIFIED {
 			return invalid(ReasonKind, "kind", "outcome for %s: kind is unspecified", v.GetRequestId())
 		}

@@ -56,6 +56,7 @@ func TestValidateRejectsHostileValues(t *testing.T) {
 		{"decision with a bad prefill rank", &pb.DecisionRecord{DecisionId: "d", RequestId: "r", Mode: "remote", DecodeWorker: ref(0), PrefillWorker: ref(math.MaxUint32)}, events.ReasonDPRank, "prefill_worker.dp_rank"},
 		{"outcome without ids", &pb.OutcomeEvent{Kind: pb.OutcomeEvent_KIND_COMPLETED}, events.ReasonMissingID, "request_id"},
 		{"long outcome request id", &pb.OutcomeEvent{RequestId: long(events.MaxIDLen + 1), Kind: pb.OutcomeEvent_KIND_COMPLETED}, events.ReasonFieldTooLong, "request_id"},
+		{"long outcome error code", &pb.OutcomeEvent{RequestId: "r", Kind: pb.OutcomeEvent_KIND_CANCELLED, ErrorCode: long(events.MaxNameLen + 1)}, events.ReasonFieldTooLong, "error_code"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
