@@ -4,9 +4,10 @@ import (
 	"errors"
 	"net/http"
 	"strconv"
-	"unicode/utf8"
 
 	"github.com/gin-gonic/gin"
+
+	"github.com/pdrouter/pdrouter/internal/textcut"
 )
 
 // Error is the one error shape of the API:
@@ -64,7 +65,7 @@ func fail(c *gin.Context, err error) {
 	}
 	if len(e.Message) > maxMessageBytes || len(e.Field) > maxFieldBytes {
 		cut := *e
-		cut.Message, cut.Field = truncate(e.Message, maxMessageBytes), truncate(e.Field, maxFieldBytes)
+		cut.Message, cut.Field = textcut.Truncate(e.Message, maxMessageBytes), textcut.Truncate(e.Field, maxFieldBytes)
 		e = &cut
 	}
 	if e.RetryAfter > 0 {
@@ -86,18 +87,5 @@ const (
 	maxQuotedBytes = 64
 )
 
-// truncate cuts s to at most n bytes on a rune boundary, marking the cut
-// with "…".
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	cut := n - len("…")
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + "…"
-}
-
 // quoted is input named in an error: truncated (maxQuotedBytes) and quoted.
-func quoted(s string) string { return strconv.Quote(truncate(s, maxQuotedBytes)) }
+func quoted(s string) string { return strconv.Quote(textcut.Truncate(s, maxQuotedBytes)) }

@@ -16,6 +16,7 @@ import (
 	"github.com/pdrouter/pdrouter/events"
 	pb "github.com/pdrouter/pdrouter/events/eventspb"
 	"github.com/pdrouter/pdrouter/internal/rejects"
+	"github.com/pdrouter/pdrouter/internal/textcut"
 )
 
 // engineHash is an engine's block hash in JSON: engines hash with uint64,
@@ -95,7 +96,7 @@ func (s *Server) checkRank(ctx context.Context, id string, rank uint32) error {
 	dpSize, ok := s.registered(ctx, id)
 	if !ok {
 		return unprocessable("unknown_worker", "worker_id", fmt.Sprintf(
-			"worker %s is not registered on this replica: register it first (POST /v1/workers); a registration made elsewhere just now reaches this replica within its lag", truncate(id, 64)))
+			"worker %s is not registered on this replica: register it first (POST /v1/workers); a registration made elsewhere just now reaches this replica within its lag", textcut.Truncate(id, 64)))
 	}
 	if n := max(dpSize, 1); rank >= n {
 		return unprocessable("invalid_value", "dp_rank", fmt.Sprintf("dp_rank %d: worker %s is registered with %d rank(s)", rank, id, n))

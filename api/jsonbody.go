@@ -13,6 +13,8 @@ import (
 	"strings"
 
 	"github.com/gin-gonic/gin"
+
+	"github.com/pdrouter/pdrouter/internal/textcut"
 )
 
 // decodeBody reads a JSON body strictly: one object, no unknown fields, at
@@ -106,7 +108,7 @@ func readError(err error) error {
 		return &Error{Status: http.StatusRequestTimeout, Code: codeRequestTimeout,
 			Message: "the body did not arrive within the read timeout; send it at once"}
 	}
-	return badRequest("malformed_json", "", "the body could not be read: "+truncate(err.Error(), maxQuotedBytes))
+	return badRequest("malformed_json", "", "the body could not be read: "+textcut.Truncate(err.Error(), maxQuotedBytes))
 }
 
 // decodeJSON decodes raw into dst strictly (decodeBody): exact and unique
@@ -153,19 +155,19 @@ func jsonError(err error) error {
 	case errors.Is(err, io.ErrUnexpectedEOF):
 		return badRequest("malformed_json", "", "the body ends in the middle of a JSON value")
 	case errors.As(err, &se):
-		return badRequest("malformed_json", "", fmt.Sprintf("invalid JSON at byte %d: %s", se.Offset, truncate(se.Error(), maxQuotedBytes)))
+		return badRequest("malformed_json", "", fmt.Sprintf("invalid JSON at byte %d: %s", se.Offset, textcut.Truncate(se.Error(), maxQuotedBytes)))
 	case errors.As(err, &ute):
-		field := truncate(ute.Field, maxFieldBytes)
+		field := textcut.Truncate(ute.Field, maxFieldBytes)
 		return badRequest("invalid_type", field, fmt.Sprintf("%s: got a JSON %s, want %s", orBody(field), ute.Value, jsonKind(ute.Type.String())))
 	case strings.HasPrefix(err.Error(), "json: unknown field "):
 		name := strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
-		return badRequest("unknown_field", truncate(name, maxFieldBytes), fmt.Sprintf("unknown field %s; see /openapi.json for the accepted fields", quoted(name)))
+		return badRequest("unknown_field", textcut.Truncate(name, maxFieldBytes), fmt.Sprintf("unknown field %s; see /openapi.json for the accepted fields", quoted(name)))
 	}
 	var fe *fieldError
 	if errors.As(err, &fe) {
-		return badRequest("invalid_value", fe.field, truncate(fe.msg, maxMessageBytes))
+		return badRequest("invalid_value", fe.field, textcut.Truncate(fe.msg, maxMessageBytes))
 	}
-	return badRequest("malformed_json", "", truncate(err.Error(), maxMessageBytes))
+	return badRequest("malformed_json", "", textcut.Truncate(err.Error(), maxMessageBytes))
 }
 
 // fieldError is returned by custom UnmarshalJSON methods to name the field.

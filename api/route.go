@@ -16,6 +16,7 @@ import (
 	"github.com/pdrouter/pdrouter/decider"
 	"github.com/pdrouter/pdrouter/events"
 	pb "github.com/pdrouter/pdrouter/events/eventspb"
+	"github.com/pdrouter/pdrouter/internal/textcut"
 	"github.com/pdrouter/pdrouter/kvhash"
 )
 
@@ -163,11 +164,11 @@ func parseAfter(in map[string]map[string]int64) (Offsets, error) {
 	for t, ps := range in {
 		topic, err := events.ParseTopic(t)
 		if err != nil {
-			return nil, unprocessable("invalid_value", "after."+truncate(t, maxQuotedBytes), fmt.Sprintf("%s is not a topic of pdrouter's log", quoted(t)))
+			return nil, unprocessable("invalid_value", "after."+textcut.Truncate(t, maxQuotedBytes), fmt.Sprintf("%s is not a topic of pdrouter's log", quoted(t)))
 		}
 		m := map[int32]int64{}
 		for ps, off := range ps {
-			field := "after." + t + "." + truncate(ps, maxQuotedBytes)
+			field := "after." + t + "." + textcut.Truncate(ps, maxQuotedBytes)
 			p, err := strconv.ParseInt(ps, 10, 32)
 			if err != nil || p < 0 {
 				return nil, unprocessable("invalid_value", field, "partition keys are non-negative integers")
@@ -226,7 +227,7 @@ func (s *Server) route(c *gin.Context) {
 		cancel()
 		if err != nil {
 			fail(c, &Error{Status: http.StatusGatewayTimeout, Code: "after_timeout", Field: "after",
-				Message: fmt.Sprintf("this replica did not reach the requested offsets within %s: %s", s.cfg.afterTimeout, truncate(err.Error(), 256))})
+				Message: fmt.Sprintf("this replica did not reach the requested offsets within %s: %s", s.cfg.afterTimeout, textcut.Truncate(err.Error(), 256))})
 			return
 		}
 	}

@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+
+	"github.com/pdrouter/pdrouter/internal/textcut"
 )
 
 // encoding/json is lenient where the API must not be: it takes the last of
@@ -42,7 +44,7 @@ type pathSeg struct {
 // field is the path as an error's field: cut to the bound every answer
 // keeps, here where it is built, because a key is as long as a client
 // makes it.
-func (p *pathSeg) field() string { return truncate(p.String(), maxFieldBytes) }
+func (p *pathSeg) field() string { return textcut.Truncate(p.String(), maxFieldBytes) }
 
 func (p *pathSeg) String() string {
 	if p == nil {

@@ -5,9 +5,10 @@ import (
 	"errors"
 	"net/http"
 	"strconv"
-	"unicode/utf8"
 
 	"github.com/gin-gonic/gin"
+
+	"github.com/pdrouter/pdrouter/internal/textcut"
 )
 
 // Error is an answer in OpenAI's error shape:
@@ -57,7 +58,7 @@ type errorJSON struct {
 
 // body renders e.
 func (e *Error) body() []byte {
-	out := errorJSON{Message: truncate(e.Message, maxMessageBytes), Type: e.Type}
+	out := errorJSON{Message: textcut.Truncate(e.Message, maxMessageBytes), Type: e.Type}
 	if e.Param != "" {
 		out.Param = &e.Param
 	}
@@ -83,16 +84,4 @@ func (d *Door) fail(c *gin.Context, err error) {
 	}
 	c.Data(e.Status, "application/json", e.body())
 	c.Abort()
-}
-
-// truncate cuts s to at most n bytes on a rune boundary.
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	cut := n - len("…")
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + "…"
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/pdrouter/pdrouter/internal/rejects"
+	"github.com/pdrouter/pdrouter/internal/textcut"
 )
 
 // The headers that name a request's decision for the client. Mode and
@@ -81,7 +82,7 @@ func (d *Door) read(c *gin.Context, k kind) (*request, *parseError) {
 	case errors.As(err, &mbe):
 		return nil, refuse(reasonBodyTooLarge, tooLarge("body_too_large", "", fmt.Sprintf("the body is over %d bytes (--door-max-body-bytes)", d.cfg.maxBodyBytes)))
 	case err != nil:
-		return nil, refuse(reasonInvalidJSON, invalid("invalid_body", "", "the body could not be read: "+truncate(err.Error(), 200)))
+		return nil, refuse(reasonInvalidJSON, invalid("invalid_body", "", "the body could not be read: "+textcut.Truncate(err.Error(), 200)))
 	}
 	return parseRequest(k, body, limits{maxMessages: d.cfg.maxMessages, maxPromptTokens: d.cfg.maxPromptTokens})
 }
@@ -93,7 +94,7 @@ func (d *Door) tokenize(ctx context.Context, req *request) ([]uint32, *failure) 
 	urls := d.deps.Fleet.Tokenizers(req.model)
 	if len(urls) == 0 {
 		return nil, &failure{err: &Error{Status: http.StatusNotFound, Type: typeInvalidRequest, Code: "model_not_found", Param: "model",
-			Message: fmt.Sprintf("no decode worker with an http_url serves %q; GET /v1/models lists the models", truncate(req.model, 64))}}
+			Message: fmt.Sprintf("no decode worker with an http_url serves %q; GET /v1/models lists the models", textcut.Truncate(req.model, 64))}}
 	}
 	k := cacheKey(req)
 	return d.tokens(ctx, urls[binary.BigEndian.Uint64(k[:8])%uint64(len(urls))], req)
@@ -277,7 +278,7 @@ func (d *Door) relayStream(c *gin.Context, resp *http.Response, req *request, m 
 	defer resp.Body.Close()
 	if ct := resp.Header.Get("Content-Type"); !strings.HasPrefix(ct, "text/event-stream") {
 		d.metrics.rejects.Inc(rejects.DoorUpstream, reasonMalformedBody)
-		return &failure{err: badGateway("upstream_malformed", fmt.Sprintf("the engine answered a streamed request with %q, not text/event-stream", truncate(ct, 64))), retriable: true, code: "upstream_malformed"}
+		return &failure{err: badGateway("upstream_malformed", fmt.Sprintf("the engine answered a streamed request with %q, not text/event-stream", textcut.Truncate(ct, 64))), retriable: true, code: "upstream_malformed"}
 	}
 	sse := newSSEReader(resp.Body, d.cfg.maxLineBytes)
 	// An engine may send its headers at once and its first event much
@@ -318,7 +319,7 @@ func (d *Door) relayStream(c *gin.Context, resp *http.Response, req *request, m 
 			case err == io.EOF:
 				f = &failure{err: badGateway("upstream_truncated", "the engine's stream ended without [DONE]"), code: "upstream_truncated"}
 			default:
-				f = &failure{err: badGateway("upstream_error", "reading the engine's stream: "+truncate(err.Error(), 200)), code: "upstream_error"}
+				f = &failure{err: badGateway("upstream_error", "reading the engine's stream: "+textcut.Truncate(err.Error(), 200)), code: "upstream_error"}
 			}
 			return d.streamFailure(c, open, f)
 		}

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+
+	"github.com/pdrouter/pdrouter/internal/textcut"
 )
 
 // kind is which OpenAI endpoint a request came to.
@@ -201,7 +203,7 @@ func jsonError(err error) string {
 	if err == nil {
 		return "null"
 	}
-	return truncate(err.Error(), 200)
+	return textcut.Truncate(err.Error(), 200)
 }
 
 // body renders the request's fields with the given changes: a nil value

@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+
+	"github.com/pdrouter/pdrouter/internal/textcut"
 )
 
 // An engine's event stream is input like any other: a line longer than the
@@ -137,7 +139,7 @@ func parseChunk(data []byte) (chunk, error) {
 		return c, nil
 	}
 	if t := bytes.TrimSpace(data); len(t) == 0 || t[0] != '{' {
-		return c, fmt.Errorf("chunk is not a JSON object: %q", truncate(string(data), 64))
+		return c, fmt.Errorf("chunk is not a JSON object: %q", textcut.Truncate(string(data), 64))
 	}
 	if fc, ok := scanChunk(data); ok {
 		return fc, nil
@@ -152,7 +154,7 @@ func unmarshalChunk(data []byte) (chunk, error) {
 	c := chunk{completionTokens: -1}
 	var j chunkJSON
 	if err := json.Unmarshal(data, &j); err != nil {
-		return c, fmt.Errorf("chunk is not an OpenAI chunk: %s", truncate(err.Error(), 128))
+		return c, fmt.Errorf("chunk is not an OpenAI chunk: %s", textcut.Truncate(err.Error(), 128))
 	}
 	if e := engineError(j.Object, j.Error, j.Message, 0); e != nil {
 		c.err = e
@@ -195,7 +197,7 @@ func engineError(object string, errField json.RawMessage, message *string, statu
 			Message string `json:"message"`
 		}
 		if json.Unmarshal(errField, &e) != nil || e.Message == "" {
-			e.Message = truncate(string(errField), 256)
+			e.Message = textcut.Truncate(string(errField), 256)
 		}
 		msg = e.Message
 	case object == "error":
@@ -208,5 +210,5 @@ func engineError(object string, errField json.RawMessage, message *string, statu
 	if status == 0 {
 		status = 502
 	}
-	return &Error{Status: status, Type: typeServer, Code: "upstream_error", Message: "the engine answered an error: " + truncate(msg, 512)}
+	return &Error{Status: status, Type: typeServer, Code: "upstream_error", Message: "the engine answered an error: " + textcut.Truncate(msg, 512)}
 }

@@ -9,6 +9,7 @@ import (
 	"sync"
 
 	"github.com/pdrouter/pdrouter/internal/rejects"
+	"github.com/pdrouter/pdrouter/internal/textcut"
 )
 
 // The door asks a decode engine's /tokenize for the prompt's token ids when
@@ -77,7 +78,7 @@ func (d *Door) tokens(ctx context.Context, baseURL string, r *request) ([]uint32
 	var tr tokenizeResponse
 	if err := json.Unmarshal(out, &tr); err != nil {
 		d.metrics.rejects.Inc(rejects.DoorUpstream, reasonMalformedBody)
-		return nil, &failure{err: badGateway("upstream_malformed", "the engine's /tokenize answer is not {count, tokens}: "+truncate(err.Error(), 200)), retriable: true, code: "upstream_malformed"}
+		return nil, &failure{err: badGateway("upstream_malformed", "the engine's /tokenize answer is not {count, tokens}: "+textcut.Truncate(err.Error(), 200)), retriable: true, code: "upstream_malformed"}
 	}
 	if len(tr.Tokens) > d.cfg.maxPromptTokens {
 		d.metrics.rejects.Inc(rejects.Door, reasonTooManyTokens)

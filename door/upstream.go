@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/pdrouter/pdrouter/internal/rejects"
+	"github.com/pdrouter/pdrouter/internal/textcut"
 )
 
 // upstream calls engines' OpenAI servers.
@@ -107,7 +108,7 @@ func (u *upstream) post(ctx, clientCtx context.Context, url, requestID string, b
 	e := engineError(j.Object, j.Error, j.Message, resp.StatusCode)
 	if e == nil {
 		e = &Error{Status: resp.StatusCode, Type: typeServer, Code: "upstream_error",
-			Message: fmt.Sprintf("the engine answered %d: %s", resp.StatusCode, truncate(string(raw), 256))}
+			Message: fmt.Sprintf("the engine answered %d: %s", resp.StatusCode, textcut.Truncate(string(raw), 256))}
 	}
 	// A client error is the request's fault: another worker would refuse
 	// it too, and the client gets the engine's answer. Anything else is
@@ -130,7 +131,7 @@ func (u *upstream) classify(ctx, clientCtx context.Context, err error) *failure 
 		return &failure{err: &Error{Status: 499, Type: typeInvalidRequest, Code: "client_disconnected", Message: "the client went away"}, clientGone: true, code: "client_disconnected"}
 	case errors.As(err, &de):
 		u.metrics.rejects.Inc(rejects.DoorUpstream, reasonConnect)
-		return &failure{err: badGateway("upstream_unreachable", "could not connect to the worker: "+truncate(de.err.Error(), 256)), retriable: true, code: "upstream_unreachable"}
+		return &failure{err: badGateway("upstream_unreachable", "could not connect to the worker: "+textcut.Truncate(de.err.Error(), 256)), retriable: true, code: "upstream_unreachable"}
 	case ctx.Err() != nil:
 		u.metrics.rejects.Inc(rejects.DoorUpstream, reasonTotal)
 		return &failure{err: &Error{Status: http.StatusGatewayTimeout, Type: typeServer, Code: "upstream_timeout",
@@ -140,7 +141,7 @@ func (u *upstream) classify(ctx, clientCtx context.Context, err error) *failure 
 		return &failure{err: &Error{Status: http.StatusGatewayTimeout, Type: typeServer, Code: "upstream_timeout",
 			Message: fmt.Sprintf("the worker sent no answer within %s (--door-upstream-first-byte-timeout)", u.cfg.firstByte)}, retriable: true, code: "upstream_timeout"}
 	}
-	return &failure{err: badGateway("upstream_error", "the worker's connection failed: "+truncate(err.Error(), 256)), retriable: true, code: "upstream_error"}
+	return &failure{err: badGateway("upstream_error", "the worker's connection failed: "+textcut.Truncate(err.Error(), 256)), retriable: true, code: "upstream_error"}
 }
 
 // readBody reads a whole 2xx answer, bounded.
@@ -148,7 +149,7 @@ func (u *upstream) readBody(resp *http.Response, limit int64) ([]byte, *failure)
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, limit+1))
 	if err != nil {
-		return nil, &failure{err: badGateway("upstream_error", "reading the worker's answer: "+truncate(err.Error(), 256)), retriable: true, code: "upstream_error"}
+		return nil, &failure{err: badGateway("upstream_error", "reading the worker's answer: "+textcut.Truncate(err.Error(), 256)), retriable: true, code: "upstream_error"}
 	}
 	if int64(len(raw)) > limit {
 		u.metrics.rejects.Inc(rejects.DoorUpstream, reasonRespTooLarge)

@@ -12,6 +12,7 @@ import (
 	"github.com/pdrouter/pdrouter/events"
 	pb "github.com/pdrouter/pdrouter/events/eventspb"
 	"github.com/pdrouter/pdrouter/internal/rejects"
+	"github.com/pdrouter/pdrouter/internal/textcut"
 )
 
 // A record the broker refuses for what it is (too large for the topic, a
@@ -136,7 +137,7 @@ func (s *KafkaSink) resetRecords(ctx context.Context, key []byte, kv *pb.KvEvent
 		Source:            src,
 		Events: []*pb.KvEvent{{Event: &pb.KvEvent_SourceReset{SourceReset: &pb.SourceReset{
 			Reason: pb.SourceReset_REASON_UNRECOVERABLE_GAP, LastSeq: prev(seq), NextSeq: seq + 1,
-			Detail: truncateDetail(cause.Error())}}}},
+			Detail: textcut.Truncate(cause.Error(), maxResetDetail)}}}},
 	}
 	rec, err := events.NewRecord(s.names, key, reset)
 	if err != nil {
@@ -147,12 +148,6 @@ func (s *KafkaSink) resetRecords(ctx context.Context, key []byte, kv *pb.KvEvent
 	return []*kgo.Record{rec}, nil
 }
 
-// truncateDetail keeps a reset's detail short: it is for people, and an
-// error can quote a whole broker message.
-func truncateDetail(s string) string {
-	const max = 512
-	if len(s) <= max {
-		return s
-	}
-	return s[:max] + "…"
-}
+// maxResetDetail bounds a reset's detail: it is for people, and an error
+// can quote a whole broker message.
+const maxResetDetail = 512

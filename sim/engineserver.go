@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/pdrouter/pdrouter/internal/rejects"
+	"github.com/pdrouter/pdrouter/internal/textcut"
 )
 
 // DefaultMaxBodyBytes bounds a request body on an engine's API: 8 MiB fits a prompt
@@ -107,7 +108,7 @@ func (s *engineServer) handler() http.Handler {
 	mux.Handle("/metrics", s.metrics)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		// Not counted as a refusal: a path is not input the engine parses.
-		writeAPIError(w, &apiError{status: http.StatusNotFound, code: "not_found", msg: "no route " + truncate(r.URL.Path, 100)})
+		writeAPIError(w, &apiError{status: http.StatusNotFound, code: "not_found", msg: "no route " + textcut.Truncate(r.URL.Path, 100)})
 	})
 	return mux
 }

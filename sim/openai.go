@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+
+	"github.com/pdrouter/pdrouter/internal/textcut"
 )
 
 // The request side of the engines' OpenAI-compatible API: the bodies of POST
@@ -141,7 +143,7 @@ func parseGenRequest(body []byte, chat bool, lim parseLimits) (*genRequest, *api
 	}
 	if w.Model != "" && w.Model != lim.model {
 		return nil, &apiError{status: 404, code: rejectUnknownModel, param: "model",
-			msg: fmt.Sprintf("The model `%s` does not exist.", truncate(w.Model, 200))}
+			msg: fmt.Sprintf("The model `%s` does not exist.", textcut.Truncate(w.Model, 200))}
 	}
 	g := &genRequest{chat: chat, model: lim.model}
 	if n, err := optInt(w.N, "n", 1); err != nil {
@@ -193,7 +195,7 @@ func parseGenRequest(body []byte, chat bool, lim parseLimits) (*genRequest, *api
 	if w.Seed != nil {
 		v, perr := strconv.ParseInt(string(*w.Seed), 10, 64)
 		if perr != nil {
-			return nil, badRequest(rejectInvalidField, "seed", "seed must be a 64-bit integer, got %s.", truncate(string(*w.Seed), 40))
+			return nil, badRequest(rejectInvalidField, "seed", "seed must be a 64-bit integer, got %s.", textcut.Truncate(string(*w.Seed), 40))
 		}
 		u := uint64(v)
 		g.seed = &u
@@ -224,7 +226,7 @@ func optInt(n *json.Number, name string, def int) (int, *apiError) {
 	}
 	v, err := strconv.ParseInt(string(*n), 10, 32)
 	if err != nil {
-		return 0, badRequest(rejectInvalidField, name, "%s must be an integer, got %s.", name, truncate(string(*n), 40))
+		return 0, badRequest(rejectInvalidField, name, "%s must be an integer, got %s.", name, textcut.Truncate(string(*n), 40))
 	}
 	return int(v), nil
 }
@@ -261,7 +263,7 @@ func parsePrompt(raw json.RawMessage, vocab int) ([]uint32, *apiError) {
 		for i, it := range items {
 			v, err := strconv.ParseInt(string(bytes.TrimSpace(it)), 10, 64)
 			if err != nil || v < 0 || v >= int64(vocab) {
-				return nil, badRequest(rejectInvalidField, "prompt", "prompt[%d]: token id %s is not an integer in [0, %d).", i, truncate(string(it), 40), vocab)
+				return nil, badRequest(rejectInvalidField, "prompt", "prompt[%d]: token id %s is not an integer in [0, %d).", i, textcut.Truncate(string(it), 40), vocab)
 			}
 			out = append(out, uint32(v))
 		}
@@ -338,7 +340,7 @@ func parseTokenizeRequest(body []byte, lim parseLimits) ([]uint32, *apiError) {
 	}
 	if w.Model != "" && w.Model != lim.model {
 		return nil, &apiError{status: 404, code: rejectUnknownModel, param: "model",
-			msg: fmt.Sprintf("The model `%s` does not exist.", truncate(w.Model, 200))}
+			msg: fmt.Sprintf("The model `%s` does not exist.", textcut.Truncate(w.Model, 200))}
 	}
 	if len(w.Messages) > 0 {
 		msgs, err := parseMessages(w.Messages)
@@ -356,12 +358,4 @@ func parseTokenizeRequest(body []byte, lim parseLimits) ([]uint32, *apiError) {
 		return nil, badRequest(rejectInvalidField, "prompt", "prompt: %v", err)
 	}
 	return Tokenize(s, lim.vocab), nil
-}
-
-// truncate cuts s to n bytes for an error message.
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "…"
 }
