@@ -10,6 +10,7 @@ import (
 	"github.com/pdrouter/pdrouter/decider/memview"
 	"github.com/pdrouter/pdrouter/events"
 	pb "github.com/pdrouter/pdrouter/events/eventspb"
+	"github.com/pdrouter/pdrouter/internal/testsize"
 )
 
 // TestDecisionRecordSizeProperty: on random fleets (up to 20k workers with
@@ -30,7 +31,7 @@ func TestDecisionRecordSizeProperty(t *testing.T) {
 		t.Fatal(err)
 	}
 	model := strings.Repeat("m", 512)
-	for i := range 9 {
+	for i := range testsize.Cases(9, 2) {
 		// Even cases: a huge fleet and a short prompt; odd ones: a small
 		// fleet and a long prompt, of --max-prompt-tokens every other
 		// time; the last: both at once.

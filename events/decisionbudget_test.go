@@ -7,6 +7,7 @@ import (
 
 	pb "github.com/pdrouter/pdrouter/events/eventspb"
 	"github.com/pdrouter/pdrouter/events/eventstest"
+	"github.com/pdrouter/pdrouter/internal/testsize"
 )
 
 // TestFitDecisionChainsProperty: on random records with long chains and
@@ -19,7 +20,7 @@ func TestFitDecisionChainsProperty(t *testing.T) {
 	// package's other long tests.
 	t.Parallel()
 	rng := rand.New(rand.NewPCG(17, 19))
-	for i := range 3000 {
+	for i := range testsize.Cases(3000, 300) {
 		d := randomDecision(rng)
 		if rng.IntN(2) == 0 {
 			d = eventstest.Decision(1+rng.IntN(200), rng.IntN(40), 0)

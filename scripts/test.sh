@@ -73,13 +73,13 @@ export PDR_KAFKA_SCRIPT="$root/scripts/kafka-local.sh"
 # -race as the tests, that build is the tests' own: the Go build cache hands
 # it to `go test -race` below, instead of a second, uninstrumented
 # compilation of the whole dependency graph (on a fresh machine, most of
-# vet's time). -race also sets the race build tag; should a file of ours ever
-# depend on it, vet runs without -race as well, so no file goes unvetted.
+# vet's time). -race also sets the race build tag, so the packages that hold a
+# file built only without it (internal/testsize) are vetted once more without
+# -race: no file goes unvetted, and those packages import nothing to compile.
 step "go vet (sharing the race build with the tests) and gofmt"
 for m in "${go_modules[@]}"; do inmod "$m" go vet -race ./...; done
-if git grep -qE '^//go:build.*race' -- '*.go' 2>/dev/null; then
-  for m in "${go_modules[@]}"; do inmod "$m" go vet ./...; done
-fi
+norace_pkgs=$(git grep -lE '^//go:build.*race' -- '*.go' | xargs -r -n1 dirname | sort -u | sed 's|^|./|')
+if [ -n "$norace_pkgs" ]; then go vet $norace_pkgs; fi
 unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './.cache/*'))
 if [ -n "$unformatted" ]; then echo "gofmt needed: $unformatted" >&2; exit 1; fi
 
@@ -144,12 +144,29 @@ if [ -n "$started" ]; then
   PDR_TEST_BROKER_RESTART=1 go test -count=1 -timeout 5m -run 'TestAnsweredDecisionsSurviveBrokerRestart' -v ./cmd/pdrouter
 fi
 
+# The long property tests whose code runs on one goroutine check only a
+# sample of their cases under -race (internal/testsize says why); here they
+# run whole, without it. Each test that sizes itself is found by its call of
+# testsize.Cases, so none can be left out of this pass. Built as the release
+# is (CGO_ENABLED=0, -trimpath), they reuse its compiled dependencies.
+sized_tests() {
+  git grep -l 'testsize\.Cases' -- '*_test.go' | while read -r f; do
+    awk -v d="./$(dirname "$f")" '/^func Test/ { n = $2; sub(/\(.*/, "", n) } /testsize\.Cases/ && n { print d, n }' "$f"
+  done | sort -u
+}
+sized=$(sized_tests)
+if [ -n "$sized" ]; then
+  step "property tests whole, without the race detector: $(echo "$sized" | cut -d' ' -f2 | tr '\n' ' ')"
+  CGO_ENABLED=0 go test -trimpath -buildvcs=false -vet=off -count=1 \
+    -run "^($(echo "$sized" | cut -d' ' -f2 | paste -sd'|'))\$" $(echo "$sized" | cut -d' ' -f1 | sort -u)
+fi
+
 step "Python tests (on the release build)"
 release_build "$bindir/pdrouter" ./cmd/pdrouter
 release_build "$bindir/exportfixture" ./replay/internal/exportfixture
 PDR_BIN="$bindir/pdrouter" PDR_EXPORTFIXTURE="$bindir/exportfixture" .cache/venv/bin/python -m pytest -q tests/python
 
-step "fuzz smoke (${PDR_FUZZTIME:-10s} per target)"
-./scripts/fuzz.sh "${PDR_FUZZTIME:-10s}"
+step "fuzz smoke (${PDR_FUZZTIME:-5s} per target)"
+./scripts/fuzz.sh "${PDR_FUZZTIME:-5s}"
 
 step "make test passed"

@@ -21,6 +21,7 @@ import (
 	"github.com/pdrouter/pdrouter/events"
 	pb "github.com/pdrouter/pdrouter/events/eventspb"
 	"github.com/pdrouter/pdrouter/events/eventstest"
+	"github.com/pdrouter/pdrouter/internal/testsize"
 )
 
 // The new state (decision records and their retention sweep, approximate
@@ -42,7 +43,7 @@ func TestDigestIndependentOfPartitionOrderWithOptions(t *testing.T) {
 		{"approximate_ttl_30s", Options{Approximate: true, ApproximateTTL: 30 * time.Second, DecisionRetention: 45 * time.Second}},
 		{"approximate_ttl_600s", Options{Approximate: true, ApproximateTTL: 600 * time.Second, KvEventsMissingAfter: 5 * time.Second}},
 	} {
-		for seed := uint64(1); seed <= 2; seed++ {
+		for seed := uint64(1); seed <= uint64(testsize.Cases(2, 1)); seed++ {
 			t.Run(fmt.Sprintf("%s/%d", tc.name, seed), func(t *testing.T) {
 				h := digestIndependentOfPartitionOrderWith(t, seed, tc.o)
 				stored, total := 0, 0

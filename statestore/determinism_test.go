@@ -14,6 +14,7 @@ import (
 	"github.com/pdrouter/pdrouter/decider"
 	"github.com/pdrouter/pdrouter/events"
 	pb "github.com/pdrouter/pdrouter/events/eventspb"
+	"github.com/pdrouter/pdrouter/internal/testsize"
 	"github.com/pdrouter/pdrouter/kvhash"
 )
 
@@ -40,7 +41,7 @@ func TestDigestIndependentOfPartitionOrder(t *testing.T) {
 	// Long and self-contained: it runs at the same time as the
 	// package's other long tests.
 	t.Parallel()
-	for seed := uint64(1); seed <= 5; seed++ {
+	for seed := uint64(1); seed <= uint64(testsize.Cases(5, 1)); seed++ {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) { digestIndependentOfPartitionOrder(t, seed) })
 	}
 }

@@ -15,45 +15,56 @@ import (
 // model alone on stdout; --validate loads groups of 2 and 3 replicas with
 // every replica answering. At this size the idle cost of a replica is a
 // large share of its CPU, so the verdict may be MISSED; the run must
-// still measure every replica.
+// still measure every replica. The validation, two more groups of replica
+// processes, runs on the real broker, where bench scale is meant to run;
+// on kfake the model's own run is checked.
 func TestBenchScaleCommand(t *testing.T) {
-	kafkatest.Both(t, func(t *testing.T, brokers []string) {
-		t.Setenv("PDR_TEST_RUN_MAIN", "1") // for the replica children only
-		out, errOut, err := run(t, map[string]string{"PDR_DATA_DIR": t.TempDir()}, "bench", "scale",
-			"--brokers", strings.Join(brokers, ","), "--json", "--validate", "--duration", "2s", "--warmup", "1s",
-			"--clients", "3", "--decode-workers", "4", "--prefill-workers", "2", "--min-tokens", "64", "--max-tokens", "512",
-			"--log-level", "warn")
-		if err != nil && !strings.Contains(err.Error(), "from the model's") {
-			t.Fatalf("bench scale: %v\n%s\n%s", err, out, errOut)
+	t.Run("kfake", func(t *testing.T) { checkBenchScale(t, kafkatest.Fake(t), false) })
+	t.Run("kafka", func(t *testing.T) { checkBenchScale(t, kafkatest.Brokers(t), true) })
+}
+
+func checkBenchScale(t *testing.T, brokers []string, validate bool) {
+	t.Setenv("PDR_TEST_RUN_MAIN", "1") // for the replica children only
+	args := []string{"bench", "scale", "--brokers", strings.Join(brokers, ","), "--json", "--duration", "2s", "--warmup", "1s",
+		"--clients", "3", "--decode-workers", "4", "--prefill-workers", "2", "--min-tokens", "64", "--max-tokens", "512",
+		"--log-level", "warn"}
+	if validate {
+		args = append(args, "--validate")
+	}
+	out, errOut, err := run(t, map[string]string{"PDR_DATA_DIR": t.TempDir()}, args...)
+	if err != nil && !strings.Contains(err.Error(), "from the model's") {
+		t.Fatalf("bench scale: %v\n%s\n%s", err, out, errOut)
+	}
+	var m struct {
+		A          float64            `json:"cpu_us_per_answered"`
+		P          float64            `json:"cpu_us_per_applied"`
+		Capacity   map[string]float64 `json:"capacity"`
+		Efficiency map[string]float64 `json:"efficiency"`
+	}
+	if err := json.Unmarshal([]byte(out), &m); err != nil {
+		t.Fatalf("stdout is not the JSON object: %v\n%s", err, out)
+	}
+	if m.A <= 0 || m.P <= 0 || len(m.Capacity) != 5 || len(m.Efficiency) != 5 || m.Efficiency["1"] != 1 ||
+		m.Capacity["16"] <= m.Capacity["1"] || m.Efficiency["16"] >= m.Efficiency["2"] {
+		t.Fatalf("implausible model: %+v", m)
+	}
+	if !validate {
+		return
+	}
+	// The validation tables (on stderr, stdout being the JSON alone):
+	// every replica of each group answered some decisions.
+	for _, n := range []int{2, 3} {
+		if !strings.Contains(errOut, "validate: "+strconv.Itoa(n)+" replicas") {
+			t.Fatalf("no validation of %d replicas:\n%s", n, errOut)
 		}
-		var m struct {
-			A          float64            `json:"cpu_us_per_answered"`
-			P          float64            `json:"cpu_us_per_applied"`
-			Capacity   map[string]float64 `json:"capacity"`
-			Efficiency map[string]float64 `json:"efficiency"`
+	}
+	rows := regexp.MustCompile(`(?m)^\s+(\d)\s+(\d+)\s+(\d+)\s+[\d.]+\s+[\d.]+\s+[\d.]+\s*$`).FindAllStringSubmatch(errOut, -1)
+	if len(rows) != 5 {
+		t.Fatalf("want 5 replica rows (2 + 3), got %d:\n%s", len(rows), errOut)
+	}
+	for _, r := range rows {
+		if answered, _ := strconv.Atoi(r[2]); answered == 0 {
+			t.Errorf("replica %s answered nothing: the load was not spread:\n%s", r[1], errOut)
 		}
-		if err := json.Unmarshal([]byte(out), &m); err != nil {
-			t.Fatalf("stdout is not the JSON object: %v\n%s", err, out)
-		}
-		if m.A <= 0 || m.P <= 0 || len(m.Capacity) != 5 || len(m.Efficiency) != 5 || m.Efficiency["1"] != 1 ||
-			m.Capacity["16"] <= m.Capacity["1"] || m.Efficiency["16"] >= m.Efficiency["2"] {
-			t.Fatalf("implausible model: %+v", m)
-		}
-		// The validation tables (on stderr, stdout being the JSON alone):
-		// every replica of each group answered some decisions.
-		for _, n := range []int{2, 3} {
-			if !strings.Contains(errOut, "validate: "+strconv.Itoa(n)+" replicas") {
-				t.Fatalf("no validation of %d replicas:\n%s", n, errOut)
-			}
-		}
-		rows := regexp.MustCompile(`(?m)^\s+(\d)\s+(\d+)\s+(\d+)\s+[\d.]+\s+[\d.]+\s+[\d.]+\s*$`).FindAllStringSubmatch(errOut, -1)
-		if len(rows) != 5 {
-			t.Fatalf("want 5 replica rows (2 + 3), got %d:\n%s", len(rows), errOut)
-		}
-		for _, r := range rows {
-			if answered, _ := strconv.Atoi(r[2]); answered == 0 {
-				t.Errorf("replica %s answered nothing: the load was not spread:\n%s", r[1], errOut)
-			}
-		}
-	})
+	}
 }
