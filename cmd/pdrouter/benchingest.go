@@ -14,7 +14,7 @@ import (
 )
 
 // newBenchIngestCmd is `pdrouter bench ingest`: ingest's throughput from an
-// engine publisher over ZMQ into a broker (issue 6).
+// engine publisher over ZMQ into a broker.
 func newBenchIngestCmd(a *app) *cobra.Command {
 	var cfg ingestbench.Config
 	cmd := &cobra.Command{
@@ -29,7 +29,7 @@ sends --events one-block BlockStored events in vLLM's wire format,
 acknowledged every record. A run that lost an event (a reset other than
 ingest's first contact, a gap, a missing record) fails the command.
 
-The table gives events/s against the bar of issue 6 (≥ 200k one-block
+The table gives events/s against ingest's bar (≥ 200k one-block
 events/s at one event per message, into the real broker), this process's
 CPU (getrusage self: ingest and its Kafka client) and the publisher's,
 then the same for --batched events per message (report only; 0 skips it).

@@ -23,7 +23,7 @@ import (
 	"github.com/pdrouter/pdrouter/internal/kafkatest"
 )
 
-// TestReplicasAgree is the multi-replica story of issue 9 on the real
+// TestReplicasAgree is horizontal scaling's contract on the real
 // broker: replicas that applied the same offsets decide the same way, share
 // their active accounting through the log, catch up to the same digest after
 // a SIGKILL, and a new one joins from a peer's snapshot without replaying

@@ -13,7 +13,7 @@ import (
 	"github.com/pdrouter/pdrouter/sim"
 )
 
-// TestSimulatedFleetEndToEnd is issue 8's end-to-end path on the real
+// TestSimulatedFleetEndToEnd is the whole data path on the real
 // broker: simulated engines publish vLLM KV events over real ZMQ, ingest
 // writes them to Kafka, the replica materializes them, and the fleet's
 // requests are routed through the API. Shared system prompts must make some

@@ -1,4 +1,4 @@
-// Package ingestbench measures ingest against the bar of issue 6: at least
+// Package ingestbench measures ingest against its throughput bar: at least
 // 200k one-block events/s from an engine's ZMQ publisher into the real
 // broker through one ingest process, with the CPU that costs. `pdrouter
 // bench ingest` prints its table; TestBenchZMQToKafka (ingest) runs it

@@ -7,8 +7,8 @@ import (
 	"github.com/pdrouter/pdrouter/internal/benchtable"
 )
 
-// bar is issue 6's: one-block events per second, one event per message,
-// into the real broker.
+// bar is ingest's throughput bar: one-block events per second, one event
+// per message, into the real broker.
 const bar = 200e3
 
 // rows are a run's lines of the table: the rate, and the CPU of each

@@ -1,4 +1,4 @@
-// Package storebench measures the statestore against the bars of issue 3:
+// Package storebench measures the statestore against its bars:
 // apply rate into Pebble and the index, overlap-query latency, hot-index
 // bytes per cached entry, bootstrap from a snapshot, replay time, and the
 // end-to-end apply rate from a broker. `pdrouter bench store` prints its
@@ -32,7 +32,7 @@ import (
 	"github.com/pdrouter/pdrouter/statestore"
 )
 
-// Config sizes a run. Zero fields take the defaults of issue 3, scaled so
+// Config sizes a run. Zero fields take the bars' defaults, scaled so
 // that the whole run takes about a minute on a 2-core machine.
 type Config struct {
 	Workers   int // 128
@@ -46,7 +46,7 @@ type Config struct {
 	// ApplyBlockOps is the size of the apply-rate run; default 2,000,000.
 	ApplyBlockOps int
 	// ReplayBlockOps is the size of the replay run; default 2,000,000
-	// (issue 3 asks for 10M: pass it, it takes ~5× longer).
+	// (the bar's full size is 10M: pass it, it takes ~5× longer).
 	ReplayBlockOps int
 	// E2EBlockOps is the size of the end-to-end run through a broker;
 	// default 500,000. Brokers empty: an in-process kfake (labelled so).
