@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/pdrouter/pdrouter/internal/testsize"
 	"github.com/pdrouter/pdrouter/replay"
 )
 
@@ -15,7 +16,7 @@ import (
 // reports.
 func TestTuneHitsTarget(t *testing.T) {
 	recs := records(generate(t, 2000, 4, islConfig()))
-	for _, target := range []float64{0.15, 0.3, 0.5} {
+	for _, target := range []float64{0.15, 0.3, 0.5}[:testsize.Cases(3, 1)] {
 		rep, err := replay.Tune(context.Background(), sliceSource(recs), replay.TuneOptions{TargetLocal: target})
 		if err != nil {
 			t.Fatal(err)
