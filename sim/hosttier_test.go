@@ -6,10 +6,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kgo"
+	"google.golang.org/protobuf/proto"
+
 	"github.com/pdrouter/pdrouter/decider"
+	"github.com/pdrouter/pdrouter/events"
 	pb "github.com/pdrouter/pdrouter/events/eventspb"
 	"github.com/pdrouter/pdrouter/ingest"
 	"github.com/pdrouter/pdrouter/kvhash"
+	"github.com/pdrouter/pdrouter/statestore"
 )
 
 func hostEngine(t *testing.T, gpuBlocks, hostBlocks int) (*Engine, *recorder) {
@@ -273,5 +278,54 @@ func TestHostTierEventsThroughIngest(t *testing.T) {
 		if stored != 256 || removed != 56 || !slices.Equal(routerChain[:len(chain)], chain) {
 			t.Fatalf("%s: %d CPU blocks stored, %d removed (want 256 and 56); router chain matches: %v", f, stored, removed, slices.Equal(routerChain, chain))
 		}
+	}
+}
+
+// TestHostTierRouterState: the engine's whole event stream, encoded as vLLM does and
+// decoded by pdrouter's ingest, applied to a real store, gives the router state the
+// same tier split as the offline view: the GPU's leading run as device overlap, the
+// rest held in the CPU tier as host overlap.
+func TestHostTierRouterState(t *testing.T) {
+	e, rec := hostEngine(t, 140, 200)
+	a := segReq("a", 1, Segment{Seed: 1, Len: 2048})
+	serve(e, rec, a)
+	serve(e, rec, segReq("b", 1, Segment{Seed: 2, Len: 2048}))
+	b, err := ingest.DecodeBatch(EncodeBatch(offlineEpoch, rec.events, 0, WireMap), pb.Engine_ENGINE_VLLM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := statestore.Open(t.TempDir(), statestore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	var recs []*kgo.Record
+	offsets := map[string]int64{}
+	for _, m := range []proto.Message{
+		&pb.WorkerRegistration{WorkerId: "e", Pool: pb.Pool_POOL_DECODE, Model: "m", BlockSize: 16},
+		&pb.KvEventRecord{Worker: &pb.WorkerRef{WorkerId: "e"}, EventTimeUnixNano: int64(offlineEpoch * 1e9), Events: b.Events},
+	} {
+		r, err := events.NewRecord(events.Names{}, events.WorkerKey("e"), m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.Offset = offsets[r.Topic]
+		offsets[r.Topic]++
+		r.Timestamp = time.Unix(int64(offlineEpoch), 0)
+		recs = append(recs, r)
+	}
+	if err := st.Apply(recs); err != nil {
+		t.Fatal(err)
+	}
+	chain := a.Chain(16)
+	var live []decider.TierOverlap
+	st.Read(func(v statestore.View) {
+		live = make([]decider.TierOverlap, len(v.Workers()))
+		v.MatchPrefix(16, chain, live)
+	})
+	offline := make([]decider.TierOverlap, 1)
+	(&fleetView{engines: []*Engine{e}, workers: []decider.WorkerInfo{{ID: "e", BlockSize: 16}}}).MatchPrefix(16, chain, offline)
+	if len(live) != 1 || live[0] != offline[0] || offline[0] != (decider.TierOverlap{Device: 12, Host: 60}) {
+		t.Fatalf("router state %+v, offline view %+v; want both {Device:12 Host:60}: the GPU's 12 head blocks, then 60 more in the CPU tier", live, offline)
 	}
 }
