@@ -3,6 +3,7 @@ package sim
 import (
 	"context"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -328,4 +329,43 @@ func TestHostTierRouterState(t *testing.T) {
 	if len(live) != 1 || live[0] != offline[0] || offline[0] != (decider.TierOverlap{Device: 12, Host: 60}) {
 		t.Fatalf("router state %+v, offline view %+v; want both {Device:12 Host:60}: the GPU's 12 head blocks, then 60 more in the CPU tier", live, offline)
 	}
+}
+
+// TestHostTierFleetDeterministic: a fleet with small GPUs and host tiers, on the
+// Mooncake sample, loads prefixes from its tiers, computes fewer prompt tokens than
+// the same fleet without tiers, reports the loads, and is a pure function of its
+// inputs (two runs print the same report).
+func TestHostTierFleetDeterministic(t *testing.T) {
+	w, err := LoadMooncake("../testdata/mooncake/sample.jsonl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	w = w.Head(150)
+	p, err := PolicyByName(CondPrefix + "isl_or_load")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fc := DefaultFleet()
+	fc.NumBlocks = 3000
+	none, err := RunOffline(context.Background(), fc, w, p, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fc.HostKVBytes = 16 << 30
+	var reps [2]*Report
+	for i := range reps {
+		if reps[i], err = RunOffline(context.Background(), fc, w, p, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if a, b := reps[0].String(), reps[1].String(); a != b {
+		t.Fatalf("two runs differ:\n%s\n%s", a, b)
+	}
+	r := reps[0]
+	computed := func(r *Report) int64 { return r.PrefillComputedOnPrefill + r.PrefillComputedOnDecode }
+	if r.HostHitTokens == 0 || none.HostHitTokens != 0 || computed(r) >= computed(none) || !strings.Contains(r.String(), "host tier ") {
+		t.Fatalf("with tiers %d tokens loaded, %d computed; without %d loaded, %d computed:\n%s", r.HostHitTokens, computed(r), none.HostHitTokens, computed(none), r)
+	}
+	t.Logf("with tiers: %d prompt tokens loaded, %d computed, TTFT p50 %v; without: %d computed, TTFT p50 %v",
+		r.HostHitTokens, computed(r), r.TTFT.P50, computed(none), none.TTFT.P50)
 }
