@@ -1,9 +1,10 @@
 package sim
 
 // HostTier is an engine's host-memory (CPU) KV tier, modelled on vLLM's
-// OffloadingConnector with its CPU backend and LRU manager as vLLM v0.11.0 ships them
-// (vllm/distributed/kv_transfer/kv_connector/v1/offloading_connector.py and
-// vllm/v1/kv_offload/lru_manager.py):
+// OffloadingConnector with its CPU backend and LRU manager, which vLLM v0.11.0
+// introduced (vllm/v1/kv_offload/lru_manager.py; the connector's scheduler side and
+// its events as read in vllm-project/vllm at commit
+// 0072b0b7443bdddf17824c78d4feae8e1fc12fb4):
 //
 //   - write-through: every full block the engine computes is copied to the tier as it
 //     enters the GPU prefix cache, unless the tier holds it already. vLLM stores each
@@ -15,9 +16,11 @@ package sim
 //     as vLLM skips it;
 //   - stored blocks are announced as BlockStored of medium CPU, in the same batch as
 //     the step's GPU events (vLLM appends the connector's events to the scheduler's).
-//     vLLM v0.11's connector sends such events without token ids or parent; the
-//     simulator sends both, as LMCache's events through vLLM do, because pdrouter
-//     hashes a stored block's tokens (docs/kv-event-formats.md, section 6);
+//     vLLM's connector sends such events with empty token_ids and no parent, which
+//     pdrouter's ingest demotes (token count): the router would not see the tier.
+//     The simulator sends both, as LMCache's events through vLLM's
+//     LMCacheConnectorV1 do, because pdrouter hashes a stored block's tokens
+//     (docs/kv-event-formats.md, sections 4 and 6);
 //   - looking a request up touches its blocks, last block first, so that a prefix's
 //     head is the most recently used and its tail is evicted first;
 //   - the engine loads a prefix the GPU misses but the tier holds instead of
