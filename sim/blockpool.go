@@ -25,7 +25,16 @@ type KVEvent struct {
 	// Tokens are the stored blocks' token ids, len(Hashes)·BlockSize of them.
 	Tokens    []uint32
 	BlockSize int
+	// Medium is the tier the event is about, as vLLM names it: "" is the GPU prefix
+	// cache (published as MediumGPU), MediumCPU the host tier (hosttier.go).
+	Medium string
 }
+
+// The media the simulated engine publishes (vLLM's kv_offload mediums).
+const (
+	MediumGPU = "GPU"
+	MediumCPU = "CPU"
+)
 
 // BlockPool is an engine's KV cache: a fixed number of blocks of BlockSize tokens, and a
 // prefix cache over them, with vLLM's semantics:

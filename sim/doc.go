@@ -21,7 +21,10 @@
 //     AllBlocksCleared, and the free queue evicts least recently freed blocks first.
 //   - Modelled, documented: step times (timing.go, hardware.go), admission and
 //     chunked-prefill scheduling (engine.go), KV transfer (bytes per token ÷
-//     bandwidth, serialized per receiving worker).
+//     bandwidth, serialized per receiving worker), and an optional host-memory (CPU)
+//     KV tier as vLLM's OffloadingConnector keeps one (hosttier.go): write-through,
+//     LRU, events of medium CPU, prefixes loaded at the host link's bandwidth
+//     instead of recomputed. With no tier (the default) nothing of it runs.
 //
 // Files, one concern each:
 //
@@ -29,6 +32,7 @@
 //	timing.go     the step-time model built from them
 //	eventq.go     the discrete-event clock (deterministic ordering)
 //	blockpool.go  the KV block pool: prefix cache, LRU free queue, KV events
+//	hosttier.go   the optional CPU KV tier: write-through store, LRU, CPU events
 //	engine.go     one engine: waiting queue, running batch, chunked prefill, roles
 //	wire.go       vLLM's msgpack encoding of KV event batches (map and positional)
 //	publisher.go  the ZMQ PUB socket, seq numbers and the replay ROUTER

@@ -28,6 +28,9 @@ type EngineConfig struct {
 	// MaxNumSeqs caps the running batch (--max-num-seqs).
 	MaxBatchedTokens int
 	MaxNumSeqs       int
+	// HostBlocks sizes the host-memory (CPU) KV tier in blocks of BlockSize tokens;
+	// 0: no tier (hosttier.go).
+	HostBlocks int
 	// Seed makes the engine's published block hashes its own, as vLLM's per-process
 	// NONE_HASH does.
 	Seed uint64
@@ -39,6 +42,9 @@ func (c EngineConfig) validate() error {
 	}
 	if c.BlockSize <= 0 || c.NumBlocks <= 0 || c.MaxBatchedTokens <= 0 || c.MaxNumSeqs <= 0 {
 		return fmt.Errorf("engine %s: block size, blocks, max batched tokens and max seqs must be > 0", c.ID)
+	}
+	if c.HostBlocks < 0 {
+		return fmt.Errorf("engine %s: host tier blocks %d must be ≥ 0", c.ID, c.HostBlocks)
 	}
 	return nil
 }
@@ -61,6 +67,7 @@ const (
 	stWaiting seqState = iota
 	stPrefilling
 	stTransferring
+	stLoading // waiting for a prefix's KV from the host tier
 	stDecoding
 	stHolding // prefill done, KV not yet sent
 	stDone
@@ -76,8 +83,11 @@ type seq struct {
 	blocks []int32
 	// computed tokens have KV; committed leading blocks were offered to the cache.
 	computed, committed int
-	// hitTokens came from this engine's prefix cache at admission.
-	hitTokens int
+	// hitTokens came from this engine's prefix cache at admission; hostHitTokens
+	// followed them from its host tier (loaded, not recomputed).
+	hitTokens, hostHitTokens int
+	// stored leading blocks were offered to the host tier.
+	stored int
 	// reserve blocks are set aside for the tokens still to be generated.
 	reserve   int
 	generated int
@@ -125,6 +135,7 @@ type Engine struct {
 	cfg    EngineConfig
 	timing Timing
 	pool   *BlockPool
+	host   *HostTier // nil: no host tier
 	q      *eventQueue
 	hooks  engineHooks
 
@@ -138,13 +149,21 @@ type Engine struct {
 	busyTime   time.Duration
 	prefilled  int // tokens computed by prefill chunks
 	linkFreeAt simTime
+	// hostLinkFreeAt is when the host-to-GPU link is free; loading counts the host
+	// loads under way.
+	hostLinkFreeAt simTime
+	loading        int
 }
 
 func newEngine(cfg EngineConfig, timing Timing, q *eventQueue, hooks engineHooks) (*Engine, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	return &Engine{cfg: cfg, timing: timing, pool: NewBlockPool(cfg.NumBlocks, cfg.BlockSize, mix64(cfg.Seed^0x656e67)), q: q, hooks: hooks}, nil
+	e := &Engine{cfg: cfg, timing: timing, pool: NewBlockPool(cfg.NumBlocks, cfg.BlockSize, mix64(cfg.Seed^0x656e67)), q: q, hooks: hooks}
+	if cfg.HostBlocks > 0 {
+		e.host = NewHostTier(cfg.HostBlocks, e.pool.EngineHash)
+	}
+	return e, nil
 }
 
 // Config returns the engine's configuration.
@@ -152,6 +171,20 @@ func (e *Engine) Config() EngineConfig { return e.cfg }
 
 // Pool returns the engine's KV block pool (read it on the simulation goroutine only).
 func (e *Engine) Pool() *BlockPool { return e.pool }
+
+// HostTier returns the engine's host tier, nil without one (read it on the
+// simulation goroutine only).
+func (e *Engine) HostTier() *HostTier { return e.host }
+
+// takeEvents returns the KV events since the last call: the GPU pool's, then the host
+// tier's, as vLLM appends its connector's events to the KV cache manager's.
+func (e *Engine) takeEvents() []KVEvent {
+	evs := e.pool.TakeEvents()
+	if e.host != nil {
+		evs = append(evs, e.host.TakeEvents()...)
+	}
+	return evs
+}
 
 // Load is the engine's current load, as its /metrics would report it.
 type Load struct {
@@ -167,7 +200,7 @@ func (e *Engine) Load() Load {
 	l := Load{Running: len(e.running), Waiting: len(e.waiting), KVUsage: e.pool.Usage(),
 		UsedBlocks: e.pool.NumBlocks() - e.pool.NumFree()}
 	for _, s := range e.running {
-		if s.state == stPrefilling {
+		if s.state == stPrefilling || s.state == stLoading {
 			l.PrefillTokens += s.promptLen() - s.computed
 		}
 	}
@@ -210,6 +243,12 @@ func (e *Engine) admit(s *seq) bool {
 		maxHit = P / B
 	}
 	hits := e.pool.Match(s.chain, max(maxHit, 0))
+	// A seq that prefills here may load the blocks after the GPU hits from the host
+	// tier; a remote seq receives its KV from the prefill worker instead.
+	hostHits := 0
+	if e.host != nil && s.kind != kindRemote {
+		hostHits = e.host.Match(s.chain, hits, max(maxHit, 0)-hits)
+	}
 	growth := 0
 	if s.kind != kindPrefill {
 		growth = ceilDiv(P+s.req.OutputLen, B) - promptBlocks
@@ -231,6 +270,13 @@ func (e *Engine) admit(s *seq) bool {
 	s.committed = hits
 	s.admitted = e.q.now
 	e.running = append(e.running, s)
+	if e.host != nil {
+		e.host.Touch(s.chain)
+	}
+	if hostHits > 0 {
+		e.startLoad(s, hits, hostHits)
+		return true
+	}
 	if s.kind == kindRemote {
 		s.state = stTransferring
 		s.transferTokens = P - s.hitTokens
@@ -239,6 +285,35 @@ func (e *Engine) admit(s *seq) bool {
 		s.state = stPrefilling
 	}
 	return true
+}
+
+// startLoad loads a seq's blocks [from, from+n) from the host tier, as vLLM's
+// offloading connector does: the blocks are allocated, the seq waits until the KV
+// has crossed the host link (bytes ÷ bandwidth, loads into one engine queued), and
+// then prefills the rest of its prompt. Blocks loaded this way are not offered to the
+// host tier again.
+func (e *Engine) startLoad(s *seq, from, n int) {
+	B := e.cfg.BlockSize
+	s.hostHitTokens = n * B
+	s.computed = (from + n) * B
+	s.stored = from + n
+	s.state = stLoading
+	blocks := s.chain[from : from+n]
+	e.host.Acquire(blocks)
+	start := max(e.q.now, e.hostLinkFreeAt)
+	e.hostLinkFreeAt = start + e.timing.HostLoad(n*B)
+	e.loading++
+	e.q.at(e.hostLinkFreeAt, func() {
+		e.loading--
+		e.host.Release(blocks)
+		if s.state == stDone { // aborted while loading
+			return
+		}
+		// The loaded blocks enter the GPU prefix cache, as vLLM caches them.
+		e.commit(s)
+		s.state = stPrefilling
+		e.kick()
+	})
 }
 
 // scheduleTransfer books the engine's receive link for a transfer of d and returns
@@ -319,7 +394,7 @@ func (e *Engine) startStep() {
 	}
 	if len(work) == 0 {
 		e.busy = false
-		if evs := e.pool.TakeEvents(); len(evs) > 0 {
+		if evs := e.takeEvents(); len(evs) > 0 {
 			e.hooks.stepDone(e, evs)
 		}
 		return
@@ -357,7 +432,7 @@ func (e *Engine) endStep(work []scheduled) {
 		}
 		e.emitToken(s, now)
 	}
-	e.hooks.stepDone(e, e.pool.TakeEvents())
+	e.hooks.stepDone(e, e.takeEvents())
 	e.busy = false
 	e.kick()
 }
@@ -402,6 +477,17 @@ func (e *Engine) commit(s *seq) {
 	}
 	e.pool.Commit(s.blocks[s.committed:full], s.chain[s.committed:full], parent, s.committed > 0, s.tokens[s.committed*B:full*B])
 	s.committed = full
+	if e.host != nil && full > s.stored {
+		// Write-through: the blocks not yet offered go to the host tier (which skips
+		// those it holds), and the seq's blocks become its most recently used.
+		parent = 0
+		if s.stored > 0 {
+			parent = s.chain[s.stored-1]
+		}
+		e.host.Store(s.chain[s.stored:full], s.tokens[s.stored*B:full*B], B, parent, s.stored > 0)
+		s.stored = full
+		e.host.Touch(s.chain[:full])
+	}
 }
 
 // abort drops a seq wherever it is (its client went away): a waiting seq leaves the

@@ -203,7 +203,7 @@ func (f *Fleet) extPrefillDone(e *Engine, s *seq) {
 // prompt tokens where they were prefilled (a decode leg that pulled its KV
 // prefilled nothing), of them the prefix cache hits, and KV pulled.
 type externalCounts struct {
-	promptTokens, hitTokens, transferTokens int64
+	promptTokens, hitTokens, hostHitTokens, transferTokens int64
 }
 
 // extTransferStart: a decode leg was admitted; its KV comes from the held prefill

@@ -31,6 +31,9 @@ type FleetConfig struct {
 	NumBlocks        int
 	MaxBatchedTokens int
 	MaxNumSeqs       int
+	// HostKVBytes sizes each engine's host-memory (CPU) KV tier, loaded at
+	// Hardware.HostBytesPerSec; 0: no tier, the engines as before.
+	HostKVBytes float64
 	// Seed makes each engine's published hashes distinct and reproducible.
 	Seed uint64
 	SLO  SLO
@@ -77,6 +80,12 @@ func (c FleetConfig) Validate() error {
 	if c.Prefill+c.Decode > 256 {
 		return fmt.Errorf("fleet: %d workers is more than this simulator is meant for (256)", c.Prefill+c.Decode)
 	}
+	if !(c.HostKVBytes >= 0 && c.HostKVBytes <= MaxHostKVBytes) {
+		return fmt.Errorf("fleet: host KV tier of %v bytes: want 0 (none) up to %d GiB", c.HostKVBytes, MaxHostKVBytes>>30)
+	}
+	if c.HostKVBytes > 0 && !(c.Hardware.HostBytesPerSec > 0 && c.Hardware.HostBytesPerSec <= MaxHostBytesPerSec) {
+		return fmt.Errorf("fleet: host tier bandwidth of %v bytes/s: want more than 0, up to %g GB/s", c.Hardware.HostBytesPerSec, MaxHostBytesPerSec/1e9)
+	}
 	return nil
 }
 
@@ -88,7 +97,8 @@ func (c FleetConfig) EngineConfigs() []EngineConfig {
 		for i := range n {
 			out = append(out, EngineConfig{ID: fmt.Sprintf("%s-%d", pool, i), Pool: pool, Model: c.Hardware.ModelName,
 				BlockSize: c.BlockSize, NumBlocks: c.NumBlocks, MaxBatchedTokens: c.MaxBatchedTokens, MaxNumSeqs: c.MaxNumSeqs,
-				Seed: mix64(c.Seed ^ uint64(len(out)+1)*0x9e3779b97f4a7c15)})
+				HostBlocks: c.Hardware.HostKVBlocks(c.HostKVBytes, c.BlockSize),
+				Seed:       mix64(c.Seed ^ uint64(len(out)+1)*0x9e3779b97f4a7c15)})
 		}
 	}
 	add(PoolPrefill, c.Prefill)
@@ -171,6 +181,7 @@ type result struct {
 	routed       bool
 	decisionID   string
 	promptHit    int // prompt tokens found cached where the prefill ran
+	hostHit      int // prompt tokens loaded from that worker's host tier
 	decodeHit    int // for remote: prompt tokens found cached on the decode worker
 	transfer     int
 	generated    int
@@ -339,7 +350,7 @@ func (f *Fleet) prefillDone(e *Engine, s *seq) {
 	}
 	res := f.bySeq[s]
 	delete(f.bySeq, s)
-	res.promptHit = s.hitTokens
+	res.promptHit, res.hostHit = s.hitTokens, s.hostHitTokens
 	res.prefillSeq = s
 	ds := res.decodeEngine.submit(res.req, kindRemote, slices.Clone(s.tokens[:s.promptLen()]))
 	f.bySeq[ds] = res
@@ -377,7 +388,7 @@ func (f *Fleet) firstToken(e *Engine, s *seq) {
 	res := f.bySeq[s]
 	res.firstToken = f.q.now
 	if s.kind == kindLocal {
-		res.promptHit = s.hitTokens
+		res.promptHit, res.hostHit = s.hitTokens, s.hostHitTokens
 		f.countQuery(e, s)
 	}
 	f.router.PrefillDone(f.ctx, res.req, res.firstToken-res.arrival)
@@ -405,11 +416,12 @@ func (f *Fleet) countQuery(e *Engine, s *seq) {
 	if s.ext != nil {
 		f.external.promptTokens += int64(s.promptLen())
 		f.external.hitTokens += int64(s.hitTokens)
+		f.external.hostHitTokens += int64(s.hostHitTokens)
 	}
 	if o := f.outs[e]; o != nil {
 		o.queries += uint64(s.promptLen())
 		o.hits += uint64(s.hitTokens)
-		o.computed += uint64(s.promptLen() - s.hitTokens)
+		o.computed += uint64(s.promptLen() - s.hitTokens - s.hostHitTokens)
 		o.prefills++
 	}
 }
@@ -473,7 +485,7 @@ func (f *Fleet) stalled() bool {
 		return false
 	}
 	for _, e := range f.engines {
-		if e.busy {
+		if e.busy || e.loading > 0 {
 			return false
 		}
 	}

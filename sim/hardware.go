@@ -81,6 +81,16 @@ const (
 	// assumedNICEfficiency is the fraction of the NIC's line rate a bulk KV transfer
 	// sustains (RDMA writes of large blocks; protocol overhead and fan-in).
 	assumedNICEfficiency = 0.8
+	// assumedHostLoadBytesPerSec is the sustained bandwidth of a KV load from host
+	// memory into the GPU. The link is PCIe Gen5 x16: 32 GT/s per lane × 16 lanes ×
+	// 128b/130b ≈ 63 GB/s per direction (PCI-SIG, PCIe 5.0). vLLM's offloading
+	// connector copies block by block, and with vLLM 0.11's per-layer KV layout a
+	// block is a few tens of KiB per layer, far below the sizes at which DMA reaches
+	// line rate (the vLLM blog "Inside vLLM's New KV Offloading Connector", January
+	// 2026, describes the small blocks and the later re-layout). 25 GB/s, about 40 %
+	// of line rate, is a round effective figure, not a measurement of ours;
+	// --cpu-kv-gbps overrides it.
+	assumedHostLoadBytesPerSec = 25e9
 )
 
 // Hardware is what the timing model is computed from. All fields are plain numbers so
@@ -107,6 +117,9 @@ type Hardware struct {
 	// TransferBytesPerSec is the sustained bandwidth of a KV transfer into a decode
 	// worker; transfers into one worker share it (they are serialized).
 	TransferBytesPerSec float64
+	// HostBytesPerSec is the sustained bandwidth of a KV load from the engine's host
+	// (CPU) tier into its GPU; loads into one engine share it (they are serialized).
+	HostBytesPerSec float64
 	// TransferLatency is a fixed cost per transfer (connection, metadata); 0 by default
 	// because no source gives a defensible number.
 	TransferLatency time.Duration
@@ -137,6 +150,7 @@ func DefaultHardware() Hardware {
 		HBMEfficiency:       assumedHBMEfficiency,
 		StepOverhead:        assumedStepOverhead,
 		TransferBytesPerSec: nic400GbpsBytesPerSec * assumedNICEfficiency, // 40 GB/s
+		HostBytesPerSec:     assumedHostLoadBytesPerSec,
 		MemoryBytes:         h100MemoryBytes,
 		MemoryUtilization:   vllmGPUMemoryUtilization,
 		ActivationReserve:   assumedActivationReserve,
@@ -155,3 +169,22 @@ func (h Hardware) KVBlocks(blockSize int) int {
 	}
 	return int(free / (h.KVBytesPerToken * float64(blockSize)))
 }
+
+// HostKVBlocks is the number of KV blocks of blockSize tokens that bytes of host memory
+// hold: the host tier stores blocks in the GPU's layout, so a block costs the same
+// bytes there. For 64 GiB of Llama-3.1-8B that is 32,768 blocks (2 MiB each).
+func (h Hardware) HostKVBlocks(bytes float64, blockSize int) int {
+	if !(bytes > 0) || blockSize <= 0 || h.KVBytesPerToken <= 0 {
+		return 0
+	}
+	return int(bytes / (h.KVBytesPerToken * float64(blockSize)))
+}
+
+// Limits of the host tier's flags. MaxHostKVBytes, 4 TiB per engine, is more host
+// memory than a server has per GPU (a DGX H100 has 2 TiB for 8 GPUs); the tier
+// allocates as it fills, so the bound keeps a typo from meaning "infinite", not
+// memory from running out. MaxHostBytesPerSec, 1 TB/s, is above any host link.
+const (
+	MaxHostKVBytes     = 4 << 40
+	MaxHostBytesPerSec = 1e12
+)

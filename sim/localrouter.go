@@ -248,11 +248,24 @@ func (v *fleetView) ref(id string) int {
 
 func (v *fleetView) Workers() []decider.WorkerInfo { return v.workers }
 
+// MatchPrefix reports, like the state's index, the leading run on the GPU (Device)
+// and how far the run held on the GPU or in the host tier goes beyond it (Host).
 func (v *fleetView) MatchPrefix(blockSize int, chain []uint64, dst []decider.TierOverlap) {
 	for i, e := range v.engines {
-		if v.workers[i].BlockSize == blockSize {
-			dst[i] = decider.TierOverlap{Device: e.pool.Match(chain, len(chain))}
+		if v.workers[i].BlockSize != blockSize {
+			continue
 		}
+		dev := e.pool.Match(chain, len(chain))
+		o := decider.TierOverlap{Device: dev}
+		if e.host != nil {
+			for n := dev; n < len(chain); n++ {
+				if !e.host.Holds(chain[n]) && e.pool.Match(chain[n:n+1], 1) == 0 {
+					break
+				}
+				o.Host++
+			}
+		}
+		dst[i] = o
 	}
 }
 

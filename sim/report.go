@@ -49,6 +49,9 @@ type Report struct {
 	// the worker that prefilled (so not recomputed). HitRatio is their ratio.
 	PromptTokens, CacheHitTokens int64
 	HitRatio                     float64
+	// HostHitTokens were loaded from the host (CPU) tier of the worker that
+	// prefilled, after its GPU hits (0 without host tiers).
+	HostHitTokens int64
 	// TransferTokens is the KV moved from prefill to decode workers.
 	TransferTokens int64
 	// PrefillComputed is the prompt tokens computed, by pool ("prefill" workers or
@@ -81,7 +84,7 @@ func (f *Fleet) report(label string) *Report {
 // Call it on the loop's goroutine, or once the loop has stopped.
 func (f *Fleet) viaAPIReport(rep *Report) {
 	x := f.external
-	rep.PromptTokens, rep.CacheHitTokens, rep.TransferTokens = x.promptTokens, x.hitTokens, x.transferTokens
+	rep.PromptTokens, rep.CacheHitTokens, rep.HostHitTokens, rep.TransferTokens = x.promptTokens, x.hitTokens, x.hostHitTokens, x.transferTokens
 	rep.HitRatio = 0
 	if x.promptTokens > 0 {
 		rep.HitRatio = float64(x.hitTokens) / float64(x.promptTokens)
@@ -145,6 +148,7 @@ func summarizeResults(label string, slo SLO, results []*result) *Report {
 		}
 		rep.PromptTokens += int64(r.req.PromptLen)
 		rep.CacheHitTokens += int64(r.promptHit)
+		rep.HostHitTokens += int64(r.hostHit)
 		rep.TransferTokens += int64(r.transfer)
 		if !r.finished {
 			rep.Unfinished++
@@ -237,18 +241,36 @@ func (r *Report) Format(w io.Writer) {
 	}
 	fmt.Fprintf(w, "prefix cache %.1f%% of %d prompt tokens hit where prefilled; %d tokens of KV transferred\n",
 		100*r.HitRatio, r.PromptTokens, r.TransferTokens)
+	if r.HostHitTokens > 0 {
+		fmt.Fprintf(w, "host tier    %d prompt tokens (%.1f%%) loaded from the prefilling worker's CPU tier\n",
+			r.HostHitTokens, 100*float64(r.HostHitTokens)/float64(max(r.PromptTokens, 1)))
+	}
 	fmt.Fprintf(w, "prefill load %d tokens computed on prefill workers, %d on decode workers\n", r.PrefillComputedOnPrefill, r.PrefillComputedOnDecode)
 	fmt.Fprintf(w, "queues       prefill waiting mean %.2f/worker (max %d, max %d tokens queued); decode KV usage mean %.1f%% max %.1f%%\n",
 		r.PrefillQueueMean, r.PrefillQueueMax, r.PrefillTokensMax, 100*r.DecodeKVMean, 100*r.DecodeKVMax)
 }
 
-// FormatTable prints several reports as one comparison table.
+// FormatTable prints several reports as one comparison table. A "host hit%" column
+// (prompt tokens loaded from host tiers) follows hit% when any run had host tiers.
 func FormatTable(w io.Writer, reps []*Report) {
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "policy\tdone\tlocal%\tTTFT p50\tTTFT p99\tITL p50\tITL p99\tgoodput%\thit%\tprefill tok on P\ton D\tKV moved\t")
+	host := false
 	for _, r := range reps {
-		fmt.Fprintf(tw, "%s\t%d\t%.1f\t%s\t%s\t%s\t%s\t%.1f\t%.1f\t%d\t%d\t%d\t\n", r.Label, r.Completed, 100*r.LocalShare(),
-			ms(r.TTFT.P50), ms(r.TTFT.P99), ms(r.ITL.P50), ms(r.ITL.P99), 100*r.Goodput, 100*r.HitRatio,
+		host = host || r.HostHitTokens > 0
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	hostCol := func(r *Report) string {
+		switch {
+		case !host:
+			return ""
+		case r == nil:
+			return "host hit%\t"
+		}
+		return fmt.Sprintf("%.1f\t", 100*float64(r.HostHitTokens)/float64(max(r.PromptTokens, 1)))
+	}
+	fmt.Fprintln(tw, "policy\tdone\tlocal%\tTTFT p50\tTTFT p99\tITL p50\tITL p99\tgoodput%\thit%\t"+hostCol(nil)+"prefill tok on P\ton D\tKV moved\t")
+	for _, r := range reps {
+		fmt.Fprintf(tw, "%s\t%d\t%.1f\t%s\t%s\t%s\t%s\t%.1f\t%.1f\t%s%d\t%d\t%d\t\n", r.Label, r.Completed, 100*r.LocalShare(),
+			ms(r.TTFT.P50), ms(r.TTFT.P99), ms(r.ITL.P50), ms(r.ITL.P99), 100*r.Goodput, 100*r.HitRatio, hostCol(r),
 			r.PrefillComputedOnPrefill, r.PrefillComputedOnDecode, r.TransferTokens)
 	}
 	_ = tw.Flush()

@@ -103,3 +103,12 @@ func (t Timing) Transfer(tokens int) time.Duration {
 	}
 	return t.hw.TransferLatency + t.seconds(float64(tokens)*t.hw.KVBytesPerToken/t.hw.TransferBytesPerSec)
 }
+
+// HostLoad is the time to load the KV of tokens from the engine's host tier into its
+// GPU: bytes per token ÷ the host link's bandwidth.
+func (t Timing) HostLoad(tokens int) time.Duration {
+	if tokens <= 0 || t.hw.HostBytesPerSec <= 0 {
+		return 0
+	}
+	return t.seconds(float64(tokens) * t.hw.KVBytesPerToken / t.hw.HostBytesPerSec)
+}

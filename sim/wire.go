@@ -38,12 +38,18 @@ func (f WireFormat) String() string {
 	return "map"
 }
 
-// Values the simulated engine reports in fields that describe its setup: device-tier
-// events of an ordinary (single KV cache group, full attention) model without LoRA.
-const (
-	wireMedium   = "GPU"
-	wireSpecKind = "full_attention"
-)
+// wireSpecKind is what the simulated engine reports of its KV cache: an ordinary
+// (single KV cache group, full attention) model without LoRA.
+const wireSpecKind = "full_attention"
+
+// medium is the event's medium on the wire: the GPU prefix cache unless it names
+// another tier.
+func (ev *KVEvent) medium() string {
+	if ev.Medium == "" {
+		return MediumGPU
+	}
+	return ev.Medium
+}
 
 // EncodeBatch encodes one batch as a vLLM engine does (msgspec's scalar choices:
 // float64 timestamp, the smallest integer encoding, unsigned 64-bit block hashes).
@@ -127,7 +133,7 @@ func (w *wireWriter) positional(ev *KVEvent) {
 		w.tokens(ev.Tokens)
 		w.uint(uint64(ev.BlockSize))
 		w.nil_() // lora_id
-		w.str(wireMedium)
+		w.str(ev.medium())
 		w.nil_() // lora_name
 		w.extraKeys(len(ev.Hashes))
 		w.uint(0) // group_idx
@@ -137,7 +143,7 @@ func (w *wireWriter) positional(ev *KVEvent) {
 		w.arrayLen(4)
 		w.str("BlockRemoved")
 		w.hashes(ev.Hashes)
-		w.str(wireMedium)
+		w.str(ev.medium())
 		w.uint(0) // group_idx
 	case AllBlocksCleared:
 		w.arrayLen(1)
@@ -163,7 +169,7 @@ func (w *wireWriter) mapped(ev *KVEvent) {
 		w.str("lora_id")
 		w.nil_()
 		w.str("medium")
-		w.str(wireMedium)
+		w.str(ev.medium())
 		w.str("lora_name")
 		w.nil_()
 		w.str("extra_keys")
@@ -179,7 +185,7 @@ func (w *wireWriter) mapped(ev *KVEvent) {
 		w.str("block_hashes")
 		w.hashes(ev.Hashes)
 		w.str("medium")
-		w.str(wireMedium)
+		w.str(ev.medium())
 		w.str("group_idx")
 		w.uint(0)
 	case AllBlocksCleared:

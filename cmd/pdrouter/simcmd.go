@@ -32,6 +32,8 @@ type simFlags struct {
 	httpMaxBody     int64
 	kvHold          time.Duration
 	loadScale       float64
+	cpuKVGiB        float64
+	cpuKVGBps       float64
 }
 
 func (s *simFlags) bind(f *pflag.FlagSet, prefix string) {
@@ -53,6 +55,8 @@ func (s *simFlags) bind(f *pflag.FlagSet, prefix string) {
 	f.Int64Var(&s.httpMaxBody, prefix+"http-max-body", sim.DefaultMaxBodyBytes, "live runs: largest request body the engines' OpenAI API reads (bytes; larger: 413)")
 	f.DurationVar(&s.kvHold, prefix+"kv-hold-timeout", sim.DefaultKVHoldTimeout, "live runs: how long (simulated) a prefill engine holds KV for a decode engine to pull, as vLLM's VLLM_NIXL_ABORT_REQUEST_TIMEOUT")
 	f.Float64Var(&s.loadScale, prefix+"load-scale", 1, "multiply the workload's arrival rate (1.5: arrivals 1.5× as dense); in (0, 100]")
+	f.Float64Var(&s.cpuKVGiB, prefix+"cpu-kv-gib", 0, fmt.Sprintf("host-memory (CPU) KV tier per engine, GiB, as vLLM's CPU offloading keeps it; 0: none; at most %d", sim.MaxHostKVBytes>>30))
+	f.Float64Var(&s.cpuKVGBps, prefix+"cpu-kv-gbps", sim.DefaultHardware().HostBytesPerSec/1e9, fmt.Sprintf("bandwidth of loads from the CPU KV tier into the GPU, GB/s (PCIe Gen5 x16 block copies); in (0, %g]", sim.MaxHostBytesPerSec/1e9))
 }
 
 // workload loads the trace or generates the synthetic workload, then cuts it.
@@ -74,6 +78,12 @@ func (s *simFlags) workload() (*sim.Workload, error) {
 	if !(s.loadScale > 0 && s.loadScale <= 100) {
 		return nil, fmt.Errorf("--load-scale %v: must be in (0, 100]", s.loadScale)
 	}
+	if !(s.cpuKVGiB >= 0 && s.cpuKVGiB*(1<<30) <= sim.MaxHostKVBytes) {
+		return nil, fmt.Errorf("--cpu-kv-gib %v: must be in [0, %d]", s.cpuKVGiB, sim.MaxHostKVBytes>>30)
+	}
+	if !(s.cpuKVGBps > 0 && s.cpuKVGBps*1e9 <= sim.MaxHostBytesPerSec) {
+		return nil, fmt.Errorf("--cpu-kv-gbps %v: must be in (0, %g]", s.cpuKVGBps, sim.MaxHostBytesPerSec/1e9)
+	}
 	w = w.Until(s.maxDuration).Head(s.maxRequests).Scale(s.loadScale)
 	if len(w.Requests) == 0 {
 		return nil, errors.New("the workload has no requests (check --max-requests and --max-duration)")
@@ -85,6 +95,7 @@ func (s *simFlags) fleet() sim.FleetConfig {
 	fc := sim.DefaultFleet()
 	fc.Prefill, fc.Decode, fc.Seed = s.prefill, s.decode, s.seed
 	fc.SLO = sim.SLO{TTFT: s.sloTTFT, ITL: s.sloITL}
+	fc.HostKVBytes, fc.Hardware.HostBytesPerSec = s.cpuKVGiB*(1<<30), s.cpuKVGBps*1e9
 	return fc
 }
 

@@ -41,3 +41,36 @@ func TestSimPolicyHelpListsEverySetup(t *testing.T) {
 		}
 	}
 }
+
+// TestSimCPUTierFlags: the host tier's flags refuse what is not a size or a
+// bandwidth, by flag or by environment, name the flag in the error, and are offered
+// by sim, sim compare and dev (as --sim-…).
+func TestSimCPUTierFlags(t *testing.T) {
+	sample := []string{"sim", "--trace", "../../testdata/mooncake/sample.jsonl", "--max-requests", "20"}
+	for _, c := range []struct {
+		args []string
+		env  map[string]string
+		want string
+	}{
+		{[]string{"--cpu-kv-gib", "-1"}, nil, "--cpu-kv-gib -1: must be in [0, 4096]"},
+		{[]string{"--cpu-kv-gib", "4097"}, nil, "--cpu-kv-gib 4097: must be in [0, 4096]"},
+		{[]string{"--cpu-kv-gib", "NaN"}, nil, "--cpu-kv-gib NaN"},
+		{[]string{"--cpu-kv-gbps", "0"}, nil, "--cpu-kv-gbps 0: must be in (0, 1000]"},
+		{[]string{"--cpu-kv-gbps", "+Inf"}, nil, "--cpu-kv-gbps +Inf"},
+		{nil, map[string]string{"PDR_CPU_KV_GIB": "lots"}, "PDR_CPU_KV_GIB"},
+		{[]string{"compare", "--cpu-kv-gib", "-2"}, nil, "--cpu-kv-gib -2"},
+	} {
+		args := append(slices.Clone(sample[:1]), c.args...)
+		args = append(args, sample[1:]...)
+		if _, _, err := run(t, c.env, args...); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v %v: err %v, want %q", c.args, c.env, err, c.want)
+		}
+	}
+	if out, stderr, err := run(t, map[string]string{"PDR_CPU_KV_GIB": "1", "PDR_CPU_KV_GBPS": "50"}, sample...); err != nil || !strings.Contains(out, "== cond-") {
+		t.Fatalf("a valid tier from the environment: %v\n%s%s", err, out, stderr)
+	}
+	out, _, err := run(t, nil, "dev", "--help")
+	if err != nil || !strings.Contains(out, "--sim-cpu-kv-gib") || !strings.Contains(out, "PDR_SIM_CPU_KV_GBPS") {
+		t.Fatalf("dev --help does not offer the tier's flags: %v\n%s", err, out)
+	}
+}
