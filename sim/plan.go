@@ -108,19 +108,11 @@ func (c *PlanConfig) fill() error {
 	if len(c.Loads) == 0 {
 		c.Loads = []float64{1}
 	}
-	if len(c.Loads) > MaxLoadScales {
-		return fmt.Errorf("--load-scale: %d levels; at most %d", len(c.Loads), MaxLoadScales)
+	loads, err := CheckLoadScales(c.Loads)
+	if err != nil {
+		return err
 	}
-	c.Loads = slices.Clone(c.Loads)
-	slices.Sort(c.Loads)
-	for i, x := range c.Loads {
-		if !(x > 0 && x <= 100) {
-			return fmt.Errorf("--load-scale %v: must be in (0, 100]", x)
-		}
-		if i > 0 && c.Loads[i-1] == x {
-			return fmt.Errorf("--load-scale %v appears twice", x)
-		}
-	}
+	c.Loads = loads
 	if len(c.SLOs) == 0 {
 		c.SLOs = []SLO{DefaultSLO()}
 	}

@@ -155,11 +155,11 @@ func TestPlanConfigRefused(t *testing.T) {
 		{PlanConfig{GPUs: 4, Policies: []Policy{mustPolicy(t, "cond-slo"), mustPolicy(t, "cond-slo")}}, "cond-slo appears twice"},
 		{PlanConfig{GPUs: 4, Loads: []float64{0}}, "--load-scale 0"},
 		{PlanConfig{GPUs: 4, Loads: []float64{1, 1}}, "--load-scale 1 appears twice"},
-		{PlanConfig{GPUs: 4, Loads: make([]float64, MaxLoadScales+1)}, "levels; at most"},
+		{PlanConfig{GPUs: 4, Loads: make([]float64, MaxLoadScales+1)}, "17 levels; want 1 to 16"},
 	} {
 		_, err := RunPlan(context.Background(), tc.c, w)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("%+v: err %v; want %q", tc.c, err, tc.want)
+			t.Errorf("gpus %d shapes %v loads %v: err %v; want %q", tc.c.GPUs, tc.c.Shapes, tc.c.Loads, err, tc.want)
 		}
 	}
 }

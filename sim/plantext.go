@@ -12,11 +12,7 @@ import (
 // policy, its goodput, every policy's goodput), the aggregated reference, a bar per
 // shape, and the recommendation. Goodput is averaged over the load levels.
 func (p *Plan) Format(w io.Writer) {
-	loads := make([]string, len(p.Loads))
-	for i, x := range p.Loads {
-		loads[i] = "×" + strconv.FormatFloat(x, 'g', -1, 64)
-	}
-	fmt.Fprintf(w, "plan: %s, %d requests, %d GPUs, load %s, %d runs\n", p.Workload, p.Requests, p.GPUs, strings.Join(loads, " "), len(p.Cells))
+	fmt.Fprintf(w, "plan: %s, %d requests, %d GPUs, load %s, %d runs\n", p.Workload, p.Requests, p.GPUs, strings.Join(LoadLabels(p.Loads), " "), len(p.Cells))
 	for si, slo := range p.SLOSets {
 		rec := p.Recommendations[si]
 		fmt.Fprintf(w, "\ngoodput %% under SLO TTFT ≤ %s ms and ITL ≤ %s ms", fmtMs(p.SLOs[si].TTFT), fmtMs(p.SLOs[si].ITL))
