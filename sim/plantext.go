@@ -42,13 +42,15 @@ func (p *Plan) Format(w io.Writer) {
 		}
 		fmt.Fprintf(w, "  %-12s %s %5s%%\n", AggregatedLabel, bar(rec.Aggregated), pct(rec.Aggregated))
 		fmt.Fprintf(w, "\nrecommended (SLO %s): %s with %s, goodput %s%%\n  %s\n", slo, rec.Shape, rec.Policy, pct(rec.Goodput), rec.RouterFlags)
-		if rec.AggregatedBeats {
-			fmt.Fprintf(w, "  aggregated serving (%d decode workers, KV-aware routing) does better: %s%% (+%.1f pp)\n",
-				p.GPUs, pct(rec.Aggregated), 100*(rec.Aggregated-rec.Goodput))
-		} else {
-			fmt.Fprintf(w, "  aggregated serving (%d decode workers, KV-aware routing) does not beat it: %s%% (%+.1f pp)\n",
-				p.GPUs, pct(rec.Aggregated), 100*(rec.Aggregated-rec.Goodput))
+		verdict := "does not beat it"
+		switch {
+		case rec.AggregatedBeats:
+			verdict = "does better"
+		case rec.Aggregated == rec.Goodput:
+			verdict = "ties with it (and needs no KV transfer)"
 		}
+		fmt.Fprintf(w, "  aggregated serving (%d decode workers, KV-aware routing) %s: %s%% (%+.1f pp)\n",
+			p.GPUs, verdict, pct(rec.Aggregated), 100*(rec.Aggregated-rec.Goodput))
 	}
 	fmt.Fprintln(w, "\nties go to fewer prefill GPUs, then to the earlier policy in the order above (the cheaper one)")
 }
