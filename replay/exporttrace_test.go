@@ -55,10 +55,10 @@ func TestExportTrace(t *testing.T) {
 	recs := []*pb.DecisionRecord{
 		0: traceRecord(0, "a", 1000, 1040, chainOf(1, 65, 65, 0), 0),
 		1: traceRecord(1, "b", 1500, 600, chainOf(2, 37, 37, 0), 0),
-		2: traceRecord(2, "c", 3500, 1024, chainOf(1, 64, 32, 7), 0), // shares a's first segment
-		3: traceRecord(3, "a", 5000, 1040, chainOf(9, 65, 65, 0), 0), // a later duplicate of a
-		4: traceRecord(4, "e", 0, 100, chainOf(3, 6, 6, 0), 0),       // decided first
-		6: traceRecord(6, "g", 6000, 2048, chainOf(4, 40, 40, 0), 88), // chain cut after 640 tokens
+		2: traceRecord(2, "c", 3500, 1024, chainOf(1, 64, 32, 7), 0),   // shares a's first segment
+		3: traceRecord(3, "a", 5000, 1040, chainOf(9, 65, 65, 0), 0),   // a later duplicate of a
+		4: traceRecord(4, "e", 0, 100, chainOf(3, 6, 6, 0), 0),         // decided first
+		6: traceRecord(6, "g", 6000, 2048, chainOf(4, 40, 40, 0), 88),  // chain cut after 640 tokens
 		8: traceRecord(8, "i", 7000, 131000, chainOf(5, 10, 10, 0), 0), // + 108 output > 131072
 	}
 	for i, r := range recs {
