@@ -69,7 +69,9 @@ func LoadMooncake(path string) (*Workload, error) {
 // request. Requests are sorted by timestamp (stable, so equal timestamps keep their
 // order, which in the trace is the order of turns within a conversation). A trace past
 // the MaxMooncake… bounds, or a line without a prompt, is refused with its line number.
-func ReadMooncake(r io.Reader) (*Workload, error) {
+func ReadMooncake(r io.Reader) (*Workload, error) { return readMooncake(r, MaxMooncakeRequests) }
+
+func readMooncake(r io.Reader, maxRequests int) (*Workload, error) {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64<<10), MaxMooncakeLineBytes)
 	w := &Workload{}
@@ -80,8 +82,8 @@ func ReadMooncake(r io.Reader) (*Workload, error) {
 		if len(b) == 0 {
 			continue
 		}
-		if len(w.Requests) == MaxMooncakeRequests {
-			return nil, fmt.Errorf("line %d: more than %d requests", line, MaxMooncakeRequests)
+		if len(w.Requests) == maxRequests {
+			return nil, fmt.Errorf("line %d: more than %d requests", line, maxRequests)
 		}
 		var l mooncakeLine
 		if err := json.Unmarshal(b, &l); err != nil {
