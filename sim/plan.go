@@ -256,8 +256,12 @@ func runJobs(ctx context.Context, c PlanConfig, loads []*Workload, jobs []planJo
 			finished++
 			if c.Log != nil {
 				j := jobs[i]
+				shape := j.shape.String()
+				if j.policy.Aggregated {
+					shape = AggregatedLabel
+				}
 				c.Log.Info("plan progress", "done", finished, "total", len(jobs), "elapsed", time.Since(start).Round(time.Second),
-					"shape", j.shape.String(), "policy", j.policy.Name, "load_scale", c.Loads[j.load])
+					"shape", shape, "policy", j.policy.Name, "load_scale", c.Loads[j.load])
 			}
 		case <-tick.C:
 			if c.Log != nil {
