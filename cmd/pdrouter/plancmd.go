@@ -136,7 +136,7 @@ func planConfig(sf *simFlags, gpus int, shapes, policies string, parallel int) (
 	if policies != "" {
 		names := strings.Split(policies, ",")
 		if len(names) > len(sim.Policies()) {
-			return c, nil, fmt.Errorf("--policies: %d names; there are %d policies", len(names), len(sim.DisaggPolicies()))
+			return c, nil, fmt.Errorf("--policies: %d names; there are %d policies", len(names), len(sim.Policies()))
 		}
 		for _, n := range names {
 			p, err := sim.PolicyByName(strings.TrimSpace(n))
