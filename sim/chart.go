@@ -146,7 +146,9 @@ func WriteLinesSVG(w io.Writer, title string, xs []float64, xLabels []string, xT
 	for _, s := range panels {
 		nSeries = max(nSeries, len(s))
 	}
-	width, height := cols*(chartW+10)+30, rows*(chartH+10)+60+18*((nSeries+2)/3)
+	// The legend has one column per panel column; the title is wider than one panel.
+	width := max(cols*(chartW+10)+30, 7*len([]rune(title))+20)
+	height := rows*(chartH+10) + 60 + 18*((nSeries+cols-1)/max(cols, 1))
 	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" font-family="sans-serif" font-size="11">`+"\n", width, height)
 	fmt.Fprintf(&b, `<rect width="100%%" height="100%%" fill="white"/><text x="10" y="18" font-size="14">%s</text>`+"\n", esc(title))
 	for i, ss := range panels {
@@ -154,7 +156,7 @@ func WriteLinesSVG(w io.Writer, title string, xs []float64, xLabels []string, xT
 	}
 	if len(panels) > 0 {
 		for i, s := range panels[0] {
-			x, y := 10+(i%3)*(chartW+10), 30+rows*(chartH+10)+18*(i/3)
+			x, y := 10+(i%cols)*(chartW+10), 30+rows*(chartH+10)+18*(i/cols)
 			dash := ""
 			if s.Dashed {
 				dash = ` stroke-dasharray="4 3"`
