@@ -1,7 +1,8 @@
 // Package replay turns the decision log back into answers: why a decision
 // went where it did (Explain), what a different policy would have done
-// (WhatIf), which thresholds give a wanted local share (Tune), and a flat,
-// stable copy of the log for analytics (Export).
+// (WhatIf), which thresholds give a wanted local share (Tune), a flat,
+// stable copy of the log for analytics (Export), and the log's traffic as a
+// Mooncake trace for the simulator and the fleet planner (ExportTrace).
 //
 // Everything here rests on design.md invariant 6, "a decision explains
 // itself": a DecisionRecord carries every input of the decider (the

@@ -126,3 +126,81 @@ func fmtSeconds(s float64) string {
 func esc(s string) string {
 	return strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;", `"`, "&quot;").Replace(s)
 }
+
+// Series is one line of a line chart: a name and a y value (goodput, 0..1) per x.
+type Series struct {
+	Name string
+	Y    []float64
+	// Dashed draws a reference line (aggregated serving) apart from the policies.
+	Dashed bool
+}
+
+// WriteLinesSVG draws goodput against x, one line per series and one panel per
+// entry of panels (each with its own series, all on the same x): the goodput-vs-load
+// chart of `sim compare --chart-load` (x = load scale) and the plan's chart (x = shape).
+func WriteLinesSVG(w io.Writer, title string, xs []float64, xLabels []string, xTitle string, panelTitles []string, panels [][]Series) error {
+	var b strings.Builder
+	cols := min(len(panels), 3)
+	rows := (len(panels) + cols - 1) / cols
+	nSeries := 0
+	for _, s := range panels {
+		nSeries = max(nSeries, len(s))
+	}
+	// The legend has one column per panel column; the title is wider than one panel.
+	width := max(cols*(chartW+10)+30, 7*len([]rune(title))+20)
+	height := rows*(chartH+10) + 60 + 18*((nSeries+cols-1)/max(cols, 1))
+	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" font-family="sans-serif" font-size="11">`+"\n", width, height)
+	fmt.Fprintf(&b, `<rect width="100%%" height="100%%" fill="white"/><text x="10" y="18" font-size="14">%s</text>`+"\n", esc(title))
+	for i, ss := range panels {
+		linePanel(&b, (i%cols)*(chartW+10), 30+(i/cols)*(chartH+10), panelTitles[i], xs, xLabels, xTitle, ss)
+	}
+	if len(panels) > 0 {
+		for i, s := range panels[0] {
+			x, y := 10+(i%cols)*(chartW+10), 30+rows*(chartH+10)+18*(i/cols)
+			dash := ""
+			if s.Dashed {
+				dash = ` stroke-dasharray="4 3"`
+			}
+			fmt.Fprintf(&b, `<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="%s" stroke-width="2"%s/><text x="%d" y="%d">%s</text>`+"\n",
+				x, y+2, x+14, y+2, palette[i%len(palette)], dash, x+18, y+5, esc(s.Name))
+		}
+	}
+	b.WriteString("</svg>\n")
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+func linePanel(b *strings.Builder, x0, y0 int, title string, xs []float64, xLabels []string, xTitle string, series []Series) {
+	frame(b, x0, y0, title)
+	pw, ph := float64(chartW-padL-padR), float64(chartH-padT-padB)
+	lo, hi := xs[0], xs[len(xs)-1]
+	px := func(x float64) float64 {
+		if hi == lo {
+			return float64(x0+padL) + pw/2
+		}
+		return float64(x0+padL) + pw*(0.05+0.9*(x-lo)/(hi-lo))
+	}
+	py := func(g float64) float64 { return float64(y0+padT) + ph*(1-g) }
+	for _, q := range []float64{0, 0.5, 1} {
+		fmt.Fprintf(b, `<line x1="%d" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#ddd"/><text x="%d" y="%.1f" text-anchor="end">%g%%</text>`+"\n",
+			x0+padL, py(q), float64(x0+padL)+pw, py(q), x0+padL-4, py(q)+4, q*100)
+	}
+	for i, x := range xs {
+		fmt.Fprintf(b, `<text x="%.1f" y="%.1f" text-anchor="middle">%s</text>`+"\n", px(x), py(0)+14, esc(xLabels[i]))
+	}
+	fmt.Fprintf(b, `<text x="%.1f" y="%.1f" text-anchor="middle">%s</text>`+"\n", px((lo+hi)/2), py(0)+30, esc(xTitle))
+	for i, s := range series {
+		var pts strings.Builder
+		for j, g := range s.Y {
+			fmt.Fprintf(&pts, "%.1f,%.1f ", px(xs[j]), py(g))
+		}
+		dash := ""
+		if s.Dashed {
+			dash = ` stroke-dasharray="4 3"`
+		}
+		fmt.Fprintf(b, `<polyline fill="none" stroke="%s" stroke-width="1.5"%s points="%s"/>`+"\n", palette[i%len(palette)], dash, strings.TrimSpace(pts.String()))
+		for j, g := range s.Y {
+			fmt.Fprintf(b, `<circle cx="%.1f" cy="%.1f" r="2.5" fill="%s"/>`+"\n", px(xs[j]), py(g), palette[i%len(palette)])
+		}
+	}
+}

@@ -46,6 +46,13 @@
 //	fleet.go      the driver: arrivals, decisions obeyed, transfers, lifecycle
 //	report.go     the report: TTFT, ITL, goodput, shares, reasons, cache hits
 //	compare.go    the offline policy comparison
+//	comparesweep.go the comparison at several load levels and SLO sets: tables and series
+//	sloset.go     SLO sets (--slo) and goodput scored again under another SLO
+//	plan.go       RunPlan: every split of a GPU count × policy × load, run in parallel
+//	planrank.go   the plan's ranking, tie rule, recommendation and router flags
+//	plantext.go   the plan's table and terminal bars
+//	planchart.go  the plan's SVG chart
+//	chart.go      SVG charts: compare's CDFs and goodput bars, goodput lines (load, shape)
 //	run.go        RunFleet: live engines on real sockets against a router URL
 //	live.go       the live loop: wall-clock pacing, HTTP work injected into the loop
 //	external.go   what an engine does with an HTTP request: local, prefill leg, decode leg

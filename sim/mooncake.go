@@ -3,6 +3,7 @@ package sim
 import (
 	"bufio"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -12,6 +13,23 @@ import (
 // MooncakeBlockTokens is the block size of the Mooncake trace's hash_ids: each id names
 // 512 tokens (Mooncake FAST'25 trace release, README).
 const MooncakeBlockTokens = 512
+
+// Bounds of a Mooncake trace, so that a hostile or corrupt file is refused with the
+// line at fault rather than exhausting memory or overflowing simulated time.
+const (
+	// MaxMooncakeLineBytes is the longest line read: 256 ids of a full context are
+	// about 5 KB, so 1 MiB leaves room for any real line.
+	MaxMooncakeLineBytes = 1 << 20
+	// MaxMooncakeRequests is the most requests a trace may hold (the published
+	// conversation trace has 12,031).
+	MaxMooncakeRequests = 1_000_000
+	// MaxMooncakeTimestampMs is the latest arrival: 30 days, far inside a
+	// time.Duration and longer than any trace a simulator replays.
+	MaxMooncakeTimestampMs = 30 * 24 * 3600 * 1000
+	// MaxMooncakeContext bounds input_length + output_length: the default model's
+	// context (max_position_embeddings), which no engine of the fleet could exceed.
+	MaxMooncakeContext = llama8BMaxModelLen
+)
 
 // mooncakeLine is one line of a Mooncake JSONL trace.
 type mooncakeLine struct {
@@ -49,15 +67,23 @@ func LoadMooncake(path string) (*Workload, error) {
 // prefix of that id's 512 tokens, so a shared last id still shares its common part). If
 // input_length exceeds the ids' 512·n tokens, the rest is a segment unique to the
 // request. Requests are sorted by timestamp (stable, so equal timestamps keep their
-// order, which in the trace is the order of turns within a conversation).
-func ReadMooncake(r io.Reader) (*Workload, error) {
+// order, which in the trace is the order of turns within a conversation). A trace past
+// the MaxMooncake… bounds, or a line without a prompt, is refused with its line number.
+func ReadMooncake(r io.Reader) (*Workload, error) { return readMooncake(r, MaxMooncakeRequests) }
+
+func readMooncake(r io.Reader, maxRequests int) (*Workload, error) {
 	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 1<<20), 64<<20)
+	sc.Buffer(make([]byte, 64<<10), MaxMooncakeLineBytes)
 	w := &Workload{}
-	for line := 1; sc.Scan(); line++ {
+	line := 0
+	for sc.Scan() {
+		line++
 		b := sc.Bytes()
 		if len(b) == 0 {
 			continue
+		}
+		if len(w.Requests) == maxRequests {
+			return nil, fmt.Errorf("line %d: more than %d requests", line, maxRequests)
 		}
 		var l mooncakeLine
 		if err := json.Unmarshal(b, &l); err != nil {
@@ -68,6 +94,16 @@ func ReadMooncake(r io.Reader) (*Workload, error) {
 		}
 		if *l.InputLength < 0 || *l.OutputLength < 0 || *l.Timestamp < 0 {
 			return nil, fmt.Errorf("line %d: negative timestamp or length", line)
+		}
+		if *l.Timestamp > MaxMooncakeTimestampMs {
+			return nil, fmt.Errorf("line %d: timestamp %g ms is past %d ms (30 days)", line, *l.Timestamp, MaxMooncakeTimestampMs)
+		}
+		if *l.InputLength < 1 {
+			return nil, fmt.Errorf("line %d: input_length 0: a request needs a prompt", line)
+		}
+		if *l.InputLength > MaxMooncakeContext || *l.OutputLength > MaxMooncakeContext-*l.InputLength {
+			return nil, fmt.Errorf("line %d: input_length %d + output_length %d exceeds the model's context of %d tokens",
+				line, *l.InputLength, *l.OutputLength, MaxMooncakeContext)
 		}
 		idx := len(w.Requests)
 		req := &Request{
@@ -92,6 +128,9 @@ func ReadMooncake(r io.Reader) (*Workload, error) {
 		w.Requests = append(w.Requests, req)
 	}
 	if err := sc.Err(); err != nil {
+		if errors.Is(err, bufio.ErrTooLong) {
+			return nil, fmt.Errorf("line %d: longer than %d bytes", line+1, MaxMooncakeLineBytes)
+		}
 		return nil, err
 	}
 	sortByArrival(w.Requests)

@@ -68,6 +68,16 @@ type Report struct {
 	// TTFTSamples and ITLSamples are the sorted per-request values behind TTFT
 	// and ITL, for the CDF charts of `sim compare --out`.
 	TTFTSamples, ITLSamples []time.Duration
+	// Fates are the completed requests' latencies, in the workload's order, so that
+	// goodput can be scored again under another SLO without running again (GoodUnder).
+	Fates []Fate
+}
+
+// Fate is what one completed request saw: its TTFT and, when it generated at least
+// two tokens (HasITL), its mean inter-token latency.
+type Fate struct {
+	TTFT, ITL time.Duration
+	HasITL    bool
 }
 
 func (f *Fleet) report(label string) *Report {
@@ -156,15 +166,14 @@ func summarizeResults(label string, slo SLO, results []*result) *Report {
 		}
 		rep.Completed++
 		last = max(last, r.done)
-		t := r.firstToken - r.arrival
-		ttft = append(ttft, t)
-		good := t <= slo.TTFT
+		fate := Fate{TTFT: r.firstToken - r.arrival}
+		ttft = append(ttft, fate.TTFT)
 		if r.generated >= 2 {
-			i := r.itl()
-			itl = append(itl, i)
-			good = good && i <= slo.ITL
+			fate.ITL, fate.HasITL = r.itl(), true
+			itl = append(itl, fate.ITL)
 		}
-		if good {
+		rep.Fates = append(rep.Fates, fate)
+		if fate.meets(slo) {
 			rep.Good++
 		}
 	}

@@ -23,7 +23,7 @@ func newExportCmd(a *app) *cobra.Command {
 		joinSlack time.Duration
 	)
 	cmd := &cobra.Command{
-		Use:       "export decisions|outcomes",
+		Use:       "export decisions|outcomes|trace",
 		Short:     "Export decisions or outcomes as Parquet or JSON lines for analytics",
 		ValidArgs: []string{"decisions", "outcomes"},
 		Long: `export writes a window of the decisions or outcomes topic as a flat,
@@ -72,6 +72,7 @@ name and renamed when complete; "-" writes to standard output.`,
 			return nil
 		},
 	}
+	cmd.AddCommand(newExportTraceCmd(a))
 	wf.bind(cmd, false)
 	fl := cmd.Flags()
 	fl.StringVar(&format, "format", "parquet", "parquet or jsonl")

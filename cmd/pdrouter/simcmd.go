@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -34,6 +35,14 @@ type simFlags struct {
 	loadScale       float64
 	cpuKVGiB        float64
 	cpuKVGBps       float64
+	// sweep binds --load-scale as a list (loadScales) and adds --slo: the flags of
+	// `sim compare` and `plan`, which run a workload at several load levels and
+	// score it under several SLO sets.
+	sweep      bool
+	loadScales []float64
+	slo        string
+	flags      *pflag.FlagSet
+	prefix     string
 }
 
 func (s *simFlags) bind(f *pflag.FlagSet, prefix string) {
@@ -54,13 +63,43 @@ func (s *simFlags) bind(f *pflag.FlagSet, prefix string) {
 	f.StringVar(&s.wire, prefix+"wire", "map", "KV event encoding the engines publish: map (vLLM ≥ 0.24) or positional (≤ 0.23)")
 	f.Int64Var(&s.httpMaxBody, prefix+"http-max-body", sim.DefaultMaxBodyBytes, "live runs: largest request body the engines' OpenAI API reads (bytes; larger: 413)")
 	f.DurationVar(&s.kvHold, prefix+"kv-hold-timeout", sim.DefaultKVHoldTimeout, "live runs: how long (simulated) a prefill engine holds KV for a decode engine to pull, as vLLM's VLLM_NIXL_ABORT_REQUEST_TIMEOUT")
-	f.Float64Var(&s.loadScale, prefix+"load-scale", 1, "multiply the workload's arrival rate (1.5: arrivals 1.5× as dense); in (0, 100]")
 	f.Float64Var(&s.cpuKVGiB, prefix+"cpu-kv-gib", 0, fmt.Sprintf("host-memory (CPU) KV tier per engine, GiB, as vLLM's CPU offloading keeps it; 0: none; at most %d", sim.MaxHostKVBytes>>30))
 	f.Float64Var(&s.cpuKVGBps, prefix+"cpu-kv-gbps", sim.DefaultHardware().HostBytesPerSec/1e9, fmt.Sprintf("bandwidth of loads from the CPU KV tier into the GPU, GB/s (PCIe Gen5 x16 block copies); in (0, %g]", sim.MaxHostBytesPerSec/1e9))
+	s.flags, s.prefix = f, prefix
+	if !s.sweep {
+		f.Float64Var(&s.loadScale, prefix+"load-scale", 1, "multiply the workload's arrival rate (1.5: arrivals 1.5× as dense); in (0, 100]")
+		return
+	}
+	f.Float64SliceVar(&s.loadScales, prefix+"load-scale", []float64{1},
+		fmt.Sprintf("multiply the workload's arrival rate (1.5: arrivals 1.5× as dense), each in (0, 100]; a list (0.5,1,1.5,2, at most %d) sweeps the load", sim.MaxLoadScales))
+	f.StringVar(&s.slo, prefix+"slo", "", fmt.Sprintf("SLO sets to score goodput under, TTFT ms / ITL ms, like 2000/50,1000/30 (at most %d; the first is the runs' own SLO); default: --slo-ttft/--slo-itl", sim.MaxSLOSets))
 }
 
-// workload loads the trace or generates the synthetic workload, then cuts it.
+// sloSets are the SLO sets of --slo, or the one set of --slo-ttft and --slo-itl.
+func (s *simFlags) sloSets() ([]sim.SLO, error) {
+	if s.slo == "" {
+		return []sim.SLO{{TTFT: s.sloTTFT, ITL: s.sloITL}}, nil
+	}
+	if s.flags.Changed(s.prefix+"slo-ttft") || s.flags.Changed(s.prefix+"slo-itl") {
+		return nil, errors.New("--slo and --slo-ttft/--slo-itl: give the SLO one way")
+	}
+	return sim.ParseSLOSets(s.slo)
+}
+
+// workload loads the trace or generates the synthetic workload, then cuts and scales it.
 func (s *simFlags) workload() (*sim.Workload, error) {
+	if !(s.loadScale > 0 && s.loadScale <= 100) {
+		return nil, fmt.Errorf("--load-scale %v: must be in (0, 100]", s.loadScale)
+	}
+	w, err := s.unscaled()
+	if err != nil {
+		return nil, err
+	}
+	return w.Scale(s.loadScale), nil
+}
+
+// unscaled loads the trace or generates the synthetic workload, then cuts it.
+func (s *simFlags) unscaled() (*sim.Workload, error) {
 	var (
 		w   *sim.Workload
 		err error
@@ -75,16 +114,13 @@ func (s *simFlags) workload() (*sim.Workload, error) {
 	if err != nil {
 		return nil, err
 	}
-	if !(s.loadScale > 0 && s.loadScale <= 100) {
-		return nil, fmt.Errorf("--load-scale %v: must be in (0, 100]", s.loadScale)
-	}
 	if !(s.cpuKVGiB >= 0 && s.cpuKVGiB*(1<<30) <= sim.MaxHostKVBytes) {
 		return nil, fmt.Errorf("--cpu-kv-gib %v: must be in [0, %d]", s.cpuKVGiB, sim.MaxHostKVBytes>>30)
 	}
 	if !(s.cpuKVGBps > 0 && s.cpuKVGBps*1e9 <= sim.MaxHostBytesPerSec) {
 		return nil, fmt.Errorf("--cpu-kv-gbps %v: must be in (0, %g]", s.cpuKVGBps, sim.MaxHostBytesPerSec/1e9)
 	}
-	w = w.Until(s.maxDuration).Head(s.maxRequests).Scale(s.loadScale)
+	w = w.Until(s.maxDuration).Head(s.maxRequests)
 	if len(w.Requests) == 0 {
 		return nil, errors.New("the workload has no requests (check --max-requests and --max-duration)")
 	}
@@ -178,9 +214,10 @@ queue and decode KV usage.`,
 		"offline only: "+strings.Join(sim.PolicyNames(), ", "))
 
 	var (
-		cf     simFlags
-		out    string
-		shapes string
+		cf        simFlags
+		out       string
+		shapes    string
+		chartLoad string
 	)
 	compare := &cobra.Command{
 		Use:   "compare",
@@ -190,19 +227,40 @@ workers decode), always-local and always-remote prefill on the disaggregated
 fleet, and each conditional-disaggregation policy with its default thresholds. Runs
 are offline and deterministic. With --out it also writes the table and each report
 to <dir>/compare.txt, and a chart to <dir>/compare.svg: TTFT and ITL CDFs and
-goodput per policy.`,
+goodput per policy.
+
+--load-scale takes a list (0.5,1,1.5,2): each level is a comparison of its own, and
+a table of goodput against load follows; --chart-load draws it. --slo takes SLO
+sets (2000/50,1000/30): the same runs are scored under each (the first is the runs'
+own SLO; cond-slo decides with its config's slo_ttft_ms and slo_itl_ms, 2000/50,
+whatever the set).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			w, err := cf.workload()
+			slos, err := cf.sloSets()
 			if err != nil {
 				return err
 			}
-			if shapes != "" && out != "" {
-				return errors.New("--shapes and --out: a sweep prints its tables; run one shape with --out for the files")
+			cf.sloTTFT, cf.sloITL = slos[0].TTFT, slos[0].ITL
+			loads, err := sim.CheckLoadScales(cf.loadScales)
+			if err != nil {
+				return err
 			}
-			if shapes != "" {
-				return compareShapes(cmd, a, &cf, w, shapes)
+			cf.loadScale = loads[0]
+			w, err := cf.unscaled()
+			if err != nil {
+				return err
 			}
+			if (shapes != "" || len(loads) > 1) && out != "" {
+				return errors.New("--out with --shapes or several --load-scale levels: a sweep prints its tables; run one shape and load with --out for the files")
+			}
+			if shapes != "" || len(loads) > 1 || chartLoad != "" {
+				list := shapes
+				if list == "" {
+					list = fmt.Sprintf("%dP%dD", cf.prefill, cf.decode)
+				}
+				return compareSweep(cmd, a, &cf, w, list, loads, slos, chartLoad)
+			}
+			w = w.Scale(cf.loadScale)
 			start := time.Now()
 			reps, err := sim.Compare(cmd.Context(), cf.fleet(), w, sim.Policies(), a.log)
 			if err != nil {
@@ -211,6 +269,9 @@ goodput per policy.`,
 			fmt.Fprintf(a.stdout, "%s: %d requests, %dP%dD, load ×%g, SLO TTFT ≤ %s and ITL ≤ %s (computed in %s)\n",
 				w.Name, len(w.Requests), cf.prefill, cf.decode, cf.loadScale, cf.sloTTFT, cf.sloITL, time.Since(start).Round(time.Millisecond))
 			sim.FormatTable(a.stdout, reps)
+			if len(slos) > 1 {
+				sim.FormatSLOSets(a.stdout, reps, slos)
+			}
 			if out == "" {
 				return nil
 			}
@@ -222,6 +283,9 @@ goodput per policy.`,
 				return err
 			}
 			sim.FormatTable(fh, reps)
+			if len(slos) > 1 {
+				sim.FormatSLOSets(fh, reps, slos)
+			}
 			for _, r := range reps {
 				fmt.Fprintln(fh)
 				r.Format(fh)
@@ -244,32 +308,67 @@ goodput per policy.`,
 			return nil
 		},
 	}
+	cf.sweep = true
 	cf.bind(compare.Flags(), "")
-	compare.Flags().StringVar(&out, "out", "", "directory to write compare.txt and compare.svg into")
+	compare.Flags().StringVar(&out, "out", "", "directory to write compare.txt and compare.svg into (one shape and load level)")
 	compare.Flags().StringVar(&shapes, "shapes", "", "sweep fleet shapes of one GPU count, like 2P6D,3P5D,4P4D (overrides --prefill and --decode; not with --out)")
+	compare.Flags().StringVar(&chartLoad, "chart-load", "", "SVG file to draw goodput against --load-scale into, one line per policy (a panel per shape and SLO set)")
 	cmd.AddCommand(compare)
 	return cmd
 }
 
-// compareShapes runs the comparison once per shape, in sequence, and prints one table
-// per shape: the grid of docs/slo-policy.md.
-func compareShapes(cmd *cobra.Command, a *app, cf *simFlags, w *sim.Workload, list string) error {
+// compareSweep runs the comparison once per shape and load level, in sequence, and
+// prints one table per run: the grid of docs/slo-policy.md. With several load levels
+// a table of goodput against load follows each shape (per SLO set); with chartPath
+// the same figures are drawn.
+func compareSweep(cmd *cobra.Command, a *app, cf *simFlags, w *sim.Workload, list string, loads []float64, slos []sim.SLO, chartPath string) error {
 	shapes, err := sim.ParseShapes(list)
 	if err != nil {
 		return err
 	}
+	var (
+		titles []string
+		panels [][]sim.Series
+	)
 	for _, sh := range shapes {
 		fc := cf.fleet()
 		fc.Prefill, fc.Decode = sh.Prefill, sh.Decode
-		start := time.Now()
-		reps, err := sim.Compare(cmd.Context(), fc, w, sim.Policies(), a.log)
-		if err != nil {
-			return err
+		var byLoad [][]*sim.Report
+		for _, x := range loads {
+			wx := w.Scale(x)
+			start := time.Now()
+			reps, err := sim.Compare(cmd.Context(), fc, wx, sim.Policies(), a.log)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(a.stdout, "%s: %d requests, %s, load ×%g, SLO TTFT ≤ %s and ITL ≤ %s (computed in %s)\n",
+				wx.Name, len(wx.Requests), sh, x, cf.sloTTFT, cf.sloITL, time.Since(start).Round(time.Millisecond))
+			sim.FormatTable(a.stdout, reps)
+			if len(slos) > 1 {
+				sim.FormatSLOSets(a.stdout, reps, slos)
+			}
+			fmt.Fprintln(a.stdout)
+			byLoad = append(byLoad, reps)
 		}
-		fmt.Fprintf(a.stdout, "%s: %d requests, %s, load ×%g, SLO TTFT ≤ %s and ITL ≤ %s (computed in %s)\n",
-			w.Name, len(w.Requests), sh, cf.loadScale, cf.sloTTFT, cf.sloITL, time.Since(start).Round(time.Millisecond))
-		sim.FormatTable(a.stdout, reps)
-		fmt.Fprintln(a.stdout)
+		for _, slo := range slos {
+			if len(loads) > 1 {
+				fmt.Fprintf(a.stdout, "%s, %s:\n", w.Name, sh)
+				sim.FormatLoadSweep(a.stdout, loads, byLoad, slo)
+				fmt.Fprintln(a.stdout)
+			}
+			titles = append(titles, fmt.Sprintf("%s, SLO %s ms", sh, slo))
+			panels = append(panels, sim.LoadSeries(byLoad, slo))
+		}
 	}
-	return nil
+	if chartPath == "" {
+		return nil
+	}
+	title := fmt.Sprintf("%s: %d requests, goodput against load", w.Name, len(w.Requests))
+	err = writeAtomically(chartPath, a.stdout, func(f io.Writer) error {
+		return sim.WriteLinesSVG(f, title, loads, sim.LoadLabels(loads), "load scale (× the trace's arrival rate)", titles, panels)
+	})
+	if err == nil {
+		fmt.Fprintf(a.stdout, "wrote %s\n", chartPath)
+	}
+	return err
 }

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -72,5 +74,64 @@ func TestSimCPUTierFlags(t *testing.T) {
 	out, _, err := run(t, nil, "dev", "--help")
 	if err != nil || !strings.Contains(out, "--sim-cpu-kv-gib") || !strings.Contains(out, "PDR_SIM_CPU_KV_GBPS") {
 		t.Fatalf("dev --help does not offer the tier's flags: %v\n%s", err, out)
+	}
+}
+
+// TestSimCompareLoadSweepAndSLOSets: --load-scale with a list prints a table per
+// level and goodput against load per SLO set, whose figures are the per-level
+// tables' goodput column; --chart-load draws it; --slo adds the per-set table; bad
+// lists are refused; one level and one set print no extra table.
+func TestSimCompareLoadSweepAndSLOSets(t *testing.T) {
+	chart := filepath.Join(t.TempDir(), "load.svg")
+	out, stderr, err := run(t, nil, "sim", "compare", "--trace", sampleTrace, "--max-requests", "30", "--load-scale", "2,1",
+		"--slo", "2000/50,500/20", "--chart-load", chart, "--log-level", "error")
+	if err != nil {
+		t.Fatalf("%v\n%s", err, stderr)
+	}
+	for _, want := range []string{"30 requests, 2P2D, load ×1,", "30 requests, 2P2D, load ×2,", "goodput% (SLO 2000/50) at load",
+		"goodput% (SLO 500/20) at load", "goodput% under SLO (TTFT ms/ITL ms)  2000/50  500/20", "wrote " + chart} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	// The load table's row of a policy is the goodput% column of each level's table.
+	goodputCol := func(header, policy string) string {
+		sec := out[strings.Index(out, header):]
+		for _, l := range strings.Split(sec, "\n") {
+			if f := strings.Fields(l); len(f) > 8 && f[0] == policy {
+				return f[len(f)-5] // goodput% is the 5th field from the end
+			}
+		}
+		t.Fatalf("no row %s after %q", policy, header)
+		return ""
+	}
+	for _, l := range strings.Split(out[strings.Index(out, "goodput% (SLO 2000/50) at load"):], "\n")[1:8] {
+		f := strings.Fields(l)
+		if a, b := goodputCol("load ×1,", f[0]), goodputCol("load ×2,", f[0]); f[1] != a || f[2] != b {
+			t.Errorf("%s: load table %v, level tables %s %s", f[0], f[1:], a, b)
+		}
+	}
+	svg, err := os.ReadFile(chart)
+	if err != nil || !strings.HasPrefix(string(svg), "<svg") || !strings.Contains(string(svg), "cond-slo") || !strings.Contains(string(svg), "2P2D, SLO 500/20 ms") {
+		t.Fatalf("chart: %v\n%.300s", err, svg)
+	}
+	single, _, err := run(t, nil, "sim", "compare", "--trace", sampleTrace, "--max-requests", "30", "--log-level", "error")
+	if err != nil || strings.Contains(single, "goodput% under SLO") || strings.Contains(single, "at load") {
+		t.Fatalf("single run: %v\n%s", err, single)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--load-scale", "1,1"}, "--load-scale 1 appears twice"},
+		{[]string{"--load-scale", "1,200"}, "--load-scale 200: must be in (0, 100]"},
+		{[]string{"--load-scale", "1,2", "--out", t.TempDir()}, "--out with --shapes or several --load-scale levels"},
+		{[]string{"--slo", "2000/50", "--slo-itl", "10ms"}, "--slo and --slo-ttft/--slo-itl"},
+		{[]string{"--slo", "fast"}, `--slo: "fast" is not a set like 2000/50`},
+	} {
+		_, _, err := run(t, nil, append([]string{"sim", "compare", "--trace", sampleTrace, "--max-requests", "5"}, tc.args...)...)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: err %v; want %q", tc.args, err, tc.want)
+		}
 	}
 }
