@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -261,5 +262,36 @@ func TestActiveChainPositionIndependentOfOrder(t *testing.T) {
 	}
 	if entries[0] == "" || entries[0] != entries[1] {
 		t.Fatalf("the same records in two orders: active entries %q and %q", entries[0], entries[1])
+	}
+}
+
+// An entry's value round-trips its facts, its chain as a length and a
+// position; a value that is cut, has bytes after it, or declares a chain
+// longer than a record can hold is refused.
+func TestActiveEntryEncoding(t *testing.T) {
+	e := &reqEntry{id: "dx", flags: fDecision | fHasPrefill, tD: 5, requestID: "r", decodeID: "d0", decodeRank: 1,
+		prefillID: "p0", extra: 1, prefillTok: 7, chain: []uint64{1, 2, 3}, partition: 4, offset: 1 << 40}
+	v := encodeEntry(nil, e)
+	got, err := decodeEntry("dx", v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.lost != 3 || got.chain != nil || got.partition != 4 || got.offset != 1<<40 || got.prefillTok != 7 || got.decodeRank != 1 {
+		t.Fatalf("decoded %+v", got)
+	}
+	if again := encodeEntry(nil, got); !bytes.Equal(again, v) {
+		t.Fatalf("a decoded entry encodes to %x, stored %x", again, v)
+	}
+	huge := *e
+	huge.chain, huge.lost = nil, maxChainLen+1
+	for name, bad := range map[string][]byte{
+		"cut":        v[:len(v)-1],
+		"trailing":   append(slices.Clone(v), 0),
+		"huge chain": encodeEntry(nil, &huge),
+		"old format": append([]byte{1}, v[1:]...),
+	} {
+		if _, err := decodeEntry("dx", bad); err == nil {
+			t.Errorf("%s: decoded", name)
+		}
 	}
 }

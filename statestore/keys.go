@@ -56,7 +56,8 @@ import (
 // numbers, the active aggregates, the duplicate counts and the predicted
 // entries of approximate mode (approx.go, derived from the 'd' records) are
 // all derived from these keys when the store opens, so they can never
-// disagree with it.
+// disagree with it. The hash chains of active requests are read back from
+// the decisions topic at the positions their 'a' entries name (chains.go).
 // Because keys hold worker ids and not slots, and values are canonical,
 // equal states have byte-identical keyspaces; the digest hashes that.
 const (
