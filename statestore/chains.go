@@ -83,7 +83,9 @@ func (st *state) setChain(e *reqEntry, chain []uint64) {
 func (s *Store) recoverChains(st *state, entries []*reqEntry) (recovered, lost int) {
 	var want []*reqEntry
 	for _, e := range entries {
-		if e.lost > 0 && e.flags&fDecision != 0 {
+		// A decision no longer present at the stored clock is dropped by
+		// the refresh that follows: its chain is not worth a read.
+		if e.lost > 0 && e.flags&fDecision != 0 && e.tD+st.act.cfg.retention > st.reqNow {
 			want = append(want, e)
 		}
 	}
