@@ -18,9 +18,12 @@ import (
 // decision's workers to request index values, so a lifecycle event finds
 // them without reading the record; v5 stores a decision's header and its
 // position on the decisions topic instead of the whole record (the table is
-// read from the topic when asked for). v1 to v4 stores are rebuilt: a v4
-// record does not know its position.
-const StoreSchemaVersion uint32 = 5
+// read from the topic when asked for); v6 keeps an active request's hash
+// chain out of its entry, which names the chain's length and its decision
+// record's position instead (statestore/chains.go). v1 to v5 stores are
+// rebuilt: a v4 record does not know its position, a v5 entry holds its
+// chain.
+const StoreSchemaVersion uint32 = 6
 
 // PebbleFormat pins Pebble's on-disk format. Pebble's FormatDefault picks the
 // oldest format it supports and may change between releases; pinning keeps a

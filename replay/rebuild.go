@@ -16,6 +16,7 @@ import (
 	"github.com/pdrouter/pdrouter/decider"
 	"github.com/pdrouter/pdrouter/events"
 	pb "github.com/pdrouter/pdrouter/events/eventspb"
+	"github.com/pdrouter/pdrouter/events/logread"
 	"github.com/pdrouter/pdrouter/migrations"
 	"github.com/pdrouter/pdrouter/statestore"
 )
@@ -46,12 +47,19 @@ type rebuilt struct {
 	opts  statestore.Options
 	store *statestore.Store
 	info  RebuildInfo
+	// records reads the chains of the requests in flight back from the
+	// decisions topic each time the store opens (statestore/chains.go).
+	records *kgo.Client
 }
 
 func (r *rebuilt) Close() {
 	if r.store != nil {
 		_ = r.store.Close()
 		r.store = nil
+	}
+	if r.records != nil {
+		r.records.Close()
+		r.records = nil
 	}
 	_ = os.RemoveAll(r.dir)
 }
@@ -135,7 +143,13 @@ func rebuildAt(ctx context.Context, conn []kgo.Opt, opts statestore.Options, w *
 	if err != nil {
 		return nil, err
 	}
-	r := &rebuilt{dir: dir, opts: opts}
+	rc, err := kgo.NewClient(conn...)
+	if err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, err
+	}
+	opts.Records = logread.New(rc)
+	r := &rebuilt{dir: dir, opts: opts, records: rc}
 	ok := false
 	defer func() {
 		if !ok {

@@ -4,11 +4,13 @@ import (
 	"container/heap"
 	"encoding/binary"
 	"errors"
+	"math"
 	"slices"
 
 	"github.com/cockroachdb/pebble/v2"
 
 	"github.com/pdrouter/pdrouter/decider"
+	"github.com/pdrouter/pdrouter/events"
 	pb "github.com/pdrouter/pdrouter/events/eventspb"
 	"github.com/pdrouter/pdrouter/latmodel"
 )
@@ -88,7 +90,14 @@ type reqEntry struct {
 	prefillRank uint32
 	extra       int64 // active blocks without a hash
 	prefillTok  int64
-	chain       []uint64 // kept while D present and T absent
+	chain       []uint64 // kept while D present and T absent; memory only (chains.go)
+	// partition and offset: the decision record's position on the
+	// decisions topic, where the chain is read back from at Open.
+	partition int32
+	offset    int64
+	// lost: the length of a chain that could not be read back at Open
+	// (chains.go); its blocks count as blocks without a hash. Memory only.
+	lost int64
 
 	// Derived, memory only.
 	decodeSlot  int32
@@ -108,6 +117,9 @@ type activeTable struct {
 	due       dueHeap
 	idx       activeIndex // block hash → slots where it is active, with refcounts (activeidx.go)
 	active    int         // requests carrying decode blocks (log + local)
+	// chainBlocks: the hashes held by entries' chains, log and local
+	// (chains.go, pdrouter_statestore_active_chain_bytes).
+	chainBlocks int64
 }
 
 func newActiveTable(cfg activeConfig) *activeTable {
@@ -124,29 +136,7 @@ func (st *state) decisionFacts(e *reqEntry, d *pb.DecisionRecord) {
 	e.tD = d.GetDecidedAtUnixNano()
 	e.requestID = d.GetRequestId()
 	e.decodeID, e.decodeRank = d.GetDecodeWorker().GetWorkerId(), d.GetDecodeWorker().GetDpRank()
-	bs := uint32(0)
-	var prefillRow *pb.Candidate
-	pw := d.GetPrefillWorker()
-	for _, c := range d.GetCandidates() {
-		w := c.GetWorker()
-		if c.GetPool() == pb.Pool_POOL_DECODE && w.GetWorkerId() == e.decodeID && w.GetDpRank() == e.decodeRank && bs == 0 {
-			bs = c.GetBlockSize()
-		}
-		if pw != nil && c.GetPool() == pb.Pool_POOL_PREFILL &&
-			w.GetWorkerId() == pw.GetWorkerId() && w.GetDpRank() == pw.GetDpRank() && prefillRow == nil {
-			prefillRow = c
-		}
-		if bs != 0 && (pw == nil || prefillRow != nil) {
-			break // both first matches found: the rest cannot change them
-		}
-	}
-	var chain []uint64
-	for _, c := range d.GetChains() {
-		if bs == 0 || c.GetBlockSize() == bs {
-			chain, bs = c.GetBlockHashes(), c.GetBlockSize()
-			break
-		}
-	}
+	chain, bs, prefillRow := activeChain(d)
 	p := int64(d.GetPromptTokens())
 	if bs > 0 {
 		e.extra = max((p+int64(bs)-1)/int64(bs)-int64(len(chain)), 0)
@@ -154,7 +144,7 @@ func (st *state) decisionFacts(e *reqEntry, d *pb.DecisionRecord) {
 	if e.flags&fTerminal == 0 && len(chain) > 0 {
 		// Shared with the record, which is immutable (records are never
 		// modified once decoded or handed to RecordLocalDecision).
-		e.chain = chain
+		st.setChain(e, chain)
 	}
 	if d.GetMode() == "local" {
 		e.flags |= fLocalMode
@@ -171,6 +161,34 @@ func (st *state) decisionFacts(e *reqEntry, d *pb.DecisionRecord) {
 	st.resolveSlots(e)
 }
 
+// activeChain returns what active accounting reads of a decision's table
+// and chains: the chain at the decode worker's block size (that of its
+// first candidate row; with no row, the first chain), that block size, and
+// the prefill worker's first candidate row. The chains read back at Open
+// (chains.go) are chosen by the same rule.
+func activeChain(d *pb.DecisionRecord) (chain []uint64, bs uint32, prefillRow *pb.Candidate) {
+	dw, pw := d.GetDecodeWorker(), d.GetPrefillWorker()
+	for _, c := range d.GetCandidates() {
+		w := c.GetWorker()
+		if c.GetPool() == pb.Pool_POOL_DECODE && w.GetWorkerId() == dw.GetWorkerId() && w.GetDpRank() == dw.GetDpRank() && bs == 0 {
+			bs = c.GetBlockSize()
+		}
+		if pw != nil && c.GetPool() == pb.Pool_POOL_PREFILL &&
+			w.GetWorkerId() == pw.GetWorkerId() && w.GetDpRank() == pw.GetDpRank() && prefillRow == nil {
+			prefillRow = c
+		}
+		if bs != 0 && (pw == nil || prefillRow != nil) {
+			break // both first matches found: the rest cannot change them
+		}
+	}
+	for _, c := range d.GetChains() {
+		if bs == 0 || c.GetBlockSize() == bs {
+			return c.GetBlockHashes(), c.GetBlockSize(), prefillRow
+		}
+	}
+	return nil, bs, prefillRow
+}
+
 func (st *state) resolveSlots(e *reqEntry) {
 	e.prefillSlot = -1
 	if e.flags&fDecision == 0 {
@@ -185,7 +203,9 @@ func (st *state) resolveSlots(e *reqEntry) {
 	}
 }
 
-func (st *state) applyDecision(b *pebble.Batch, d *pb.DecisionRecord) {
+// applyDecision applies a decision record read from the decisions topic at
+// (partition, offset).
+func (st *state) applyDecision(b *pebble.Batch, d *pb.DecisionRecord, partition int32, offset int64) {
 	a := st.act
 	// Our own decision read back: it counts once, from now on as a log fact.
 	l := a.local[d.GetDecisionId()]
@@ -207,11 +227,19 @@ func (st *state) applyDecision(b *pebble.Batch, d *pb.DecisionRecord) {
 	}
 	if e.flags&fDecision != 0 {
 		st.dropLocal(l)
-		return // a duplicate record: facts are a set
+		if (partition < e.partition || partition == e.partition && offset < e.offset) && e.chainLen() > 0 {
+			// The same record delivered again (facts are a set), at a lower
+			// position: the entry names the lowest position of its record,
+			// whatever order the partitions were read in.
+			e.partition, e.offset = partition, offset
+			st.writeEntry(b, e)
+		}
+		return
 	}
 	st.decisionFacts(e, d)
+	e.partition, e.offset = partition, offset
 	if r := a.entries["r"+e.requestID]; r != nil && st.present(r)&fTerminal != 0 {
-		e.chain = nil // never needed: the request is over
+		st.setChain(e, nil) // never needed: the request is over
 	}
 	st.noteDecision(e)
 	if l != nil && !e.onDecode && !e.onPrefill && sameShare(l, e) {
@@ -220,7 +248,9 @@ func (st *state) applyDecision(b *pebble.Batch, d *pb.DecisionRecord) {
 		// removing it block by block and adding it again. refresh then
 		// adjusts it like any share, so the aggregates are those of the log
 		// facts alone, as if the local decision had never been counted.
-		e.chain = l.chain
+		c := l.chain
+		st.setChain(l, nil)
+		st.setChain(e, c)
 		e.onDecode, e.onPrefill = l.onDecode, l.onPrefill
 		l.onDecode, l.onPrefill = false, false
 	} else {
@@ -234,6 +264,7 @@ func (st *state) applyDecision(b *pebble.Batch, d *pb.DecisionRecord) {
 func (st *state) dropLocal(l *reqEntry) {
 	if l != nil {
 		st.setContribution(l, false, false)
+		st.setChain(l, nil)
 	}
 }
 
@@ -335,7 +366,8 @@ func (st *state) refresh(b *pebble.Batch, e *reqEntry, write bool) {
 		if flags&fDecision == 0 && e.flags&fDecision != 0 {
 			st.releaseSlots(e)
 			st.forgetDecision(e)
-			e.chain, e.extra, e.prefillTok, e.tD = nil, 0, 0, 0
+			st.setChain(e, nil)
+			e.extra, e.prefillTok, e.tD, e.partition, e.offset = 0, 0, 0, 0, 0
 			e.decodeID, e.prefillID, e.decodeRank, e.prefillRank = "", "", 0, 0
 			e.prefillSlot = -1
 		}
@@ -347,8 +379,8 @@ func (st *state) refresh(b *pebble.Batch, e *reqEntry, write bool) {
 		}
 		e.flags = flags
 	}
-	if eff&fTerminal != 0 && e.chain != nil {
-		e.chain = nil
+	if eff&fTerminal != 0 && (e.chain != nil || e.lost != 0) {
+		st.setChain(e, nil)
 		write = true
 	}
 	if e.flags&(fDecision|fPrefillDone|fTerminal) == 0 {
@@ -356,10 +388,14 @@ func (st *state) refresh(b *pebble.Batch, e *reqEntry, write bool) {
 		return
 	}
 	if write {
-		st.ebuf = encodeEntry(st.ebuf[:0], e) // Set copies it
-		_ = b.Set(activeKey(e.id), st.ebuf, nil)
+		st.writeEntry(b, e)
 	}
 	st.schedule(e)
+}
+
+func (st *state) writeEntry(b *pebble.Batch, e *reqEntry) {
+	st.ebuf = encodeEntry(st.ebuf[:0], e) // Set copies it
+	_ = b.Set(activeKey(e.id), st.ebuf, nil)
 }
 
 // schedule queues the entry's next change: its expiry while it contributes,
@@ -393,6 +429,7 @@ func (st *state) deleteEntry(b *pebble.Batch, e *reqEntry) {
 	st.setContribution(e, false, false)
 	st.setRecent(e, false)
 	st.forgetDecision(e)
+	st.setChain(e, nil)
 	if a.entries[e.id] == e {
 		delete(a.entries, e.id)
 		_ = b.Delete(activeKey(e.id), nil)
@@ -457,7 +494,7 @@ func (st *state) setContribution(e *reqEntry, decode, prefill bool) {
 		} else {
 			ws.activeDistinct -= a.idx.removeChain(e.chain, e.decodeSlot)
 		}
-		ws.activeExtra += sign * e.extra
+		ws.activeExtra += sign * (e.extra + e.lost)
 		ws.activeRequests += sign
 		a.active += int(sign)
 		e.onDecode = decode
@@ -501,6 +538,7 @@ func (st *state) sweep(b *pebble.Batch) {
 		if it.local {
 			if e := a.local[it.id[1:]]; e != nil && e.tD+a.cfg.expiry <= st.reqNow {
 				st.setContribution(e, false, false)
+				st.setChain(e, nil)
 				delete(a.local, it.id[1:])
 				st.workers[e.decodeSlot].localPending--
 			}
@@ -527,6 +565,7 @@ func (st *state) recordLocal(d *pb.DecisionRecord) {
 	e := &reqEntry{id: "d" + d.GetDecisionId(), local: true}
 	st.decisionFacts(e, d)
 	if e.tD+a.cfg.expiry <= st.reqNow {
+		st.setChain(e, nil)
 		return
 	}
 	a.local[d.GetDecisionId()] = e
@@ -562,9 +601,17 @@ func (h *dueHeap) Pop() any {
 
 // encodeEntry is the canonical encoding of an entry's facts: equal facts,
 // equal bytes, whatever order they arrived in.
+//
+//	u8 format (2) | u8 flags | i64 t_d | i64 t_p | i64 t_t | str request id |
+//	str decode id | uvarint decode rank | str prefill id | uvarint prefill rank |
+//	uvarint extra | uvarint prefill tokens | uvarint chain length |
+//	[uvarint partition | uvarint offset, when the chain length is not 0]
+//
+// The chain itself is not stored (chains.go): its length and the position
+// of the record that holds it are.
 func encodeEntry(dst []byte, e *reqEntry) []byte {
-	dst = slices.Grow(dst, 64+len(e.requestID)+len(e.decodeID)+len(e.prefillID)+8*len(e.chain))
-	dst = append(dst, 1, e.flags)
+	dst = slices.Grow(dst, 96+len(e.requestID)+len(e.decodeID)+len(e.prefillID))
+	dst = append(dst, entryFormat, e.flags)
 	dst = binary.LittleEndian.AppendUint64(dst, uint64(e.tD))
 	dst = binary.LittleEndian.AppendUint64(dst, uint64(e.tP))
 	dst = binary.LittleEndian.AppendUint64(dst, uint64(e.tT))
@@ -575,12 +622,20 @@ func encodeEntry(dst []byte, e *reqEntry) []byte {
 	dst = binary.AppendUvarint(dst, uint64(e.prefillRank))
 	dst = binary.AppendUvarint(dst, uint64(e.extra))
 	dst = binary.AppendUvarint(dst, uint64(e.prefillTok))
-	dst = binary.AppendUvarint(dst, uint64(len(e.chain)))
-	for _, h := range e.chain {
-		dst = binary.LittleEndian.AppendUint64(dst, h)
+	n := e.chainLen()
+	dst = binary.AppendUvarint(dst, uint64(n))
+	if n > 0 {
+		dst = binary.AppendUvarint(dst, uint64(e.partition))
+		dst = binary.AppendUvarint(dst, uint64(e.offset))
 	}
 	return dst
 }
+
+// entryFormat is the first byte of an active entry's value.
+const entryFormat = 2
+
+// chainLen is the length of the entry's chain, held or lost.
+func (e *reqEntry) chainLen() int64 { return int64(len(e.chain)) + e.lost }
 
 func appendString(dst []byte, s string) []byte {
 	dst = binary.AppendUvarint(dst, uint64(len(s)))
@@ -589,8 +644,10 @@ func appendString(dst []byte, s string) []byte {
 
 var errBadEntry = errors.New("statestore: malformed active entry")
 
+// decodeEntry reads encodeEntry's value. The entry's chain is not in it:
+// lost holds its length until chains.go reads it back.
 func decodeEntry(id string, v []byte) (*reqEntry, error) {
-	if len(v) < 26 || v[0] != 1 {
+	if len(v) < 26 || v[0] != entryFormat {
 		return nil, errBadEntry
 	}
 	e := &reqEntry{id: id, flags: v[1], prefillSlot: -1}
@@ -606,17 +663,22 @@ func decodeEntry(id string, v []byte) (*reqEntry, error) {
 	e.extra = int64(r.uvarint())
 	e.prefillTok = int64(r.uvarint())
 	n := r.uvarint()
-	if r.err != nil || n > uint64(len(r.b))/8 {
-		return nil, errBadEntry
-	}
 	if n > 0 {
-		e.chain = make([]uint64, n)
-		for i := range e.chain {
-			e.chain[i] = binary.LittleEndian.Uint64(r.b[8*i:])
+		p, off := r.uvarint(), r.uvarint()
+		if p > math.MaxInt32 || off > math.MaxInt64 || n > maxChainLen {
+			return nil, errBadEntry
 		}
+		e.partition, e.offset, e.lost = int32(p), int64(off), int64(n)
+	}
+	if r.err != nil || len(r.b) != 0 || e.extra < 0 || e.prefillTok < 0 {
+		return nil, errBadEntry
 	}
 	return e, nil
 }
+
+// maxChainLen bounds a stored chain length: a chain longer than a record
+// can hold was not written by this code.
+const maxChainLen = events.MaxValueBytes / 8
 
 type reader struct {
 	b   []byte

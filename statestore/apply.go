@@ -36,12 +36,13 @@ func (s *Store) Apply(recs []*kgo.Record) error {
 	}
 	start := time.Now()
 	// Sized for the batch's values: growing a batch copies it. A decision
-	// record is tens of KB, but its table stays on the log: the batch gets
-	// its header and its active entry (the chain), well under half of it.
+	// record is tens of KB, but its table and chains stay on the log (and
+	// in memory, chains.go): the batch gets its header (the watermark is
+	// most of it) and small index and entry values.
 	size := 0
 	for _, r := range recs {
 		if t, _ := s.opts.Names.Logical(r.Topic); t == events.TopicDecisions {
-			size += len(r.Value)/2 + 1024
+			size += min(len(r.Value), decisionBatchBytes)
 		} else {
 			size += 2*len(r.Value) + 64
 		}
@@ -147,6 +148,10 @@ func (s *Store) Apply(recs []*kgo.Record) error {
 	s.met.applySeconds.Observe(time.Since(start).Seconds())
 	return nil
 }
+
+// decisionBatchBytes is what the batch is sized for per decision record:
+// a header with the watermark of ~100 partitions, and its keys.
+const decisionBatchBytes = 4 << 10
 
 // skipped counts and logs a record that decoded but that the state's
 // limits refuse (skip.go), with its position so it can be found again.

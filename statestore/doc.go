@@ -17,7 +17,9 @@
 //     engines re-announce blocks.
 //  3. Rebuildable: the in-memory index is derived only from Pebble at Open
 //     (rebuild.go), and Pebble only from the log, so deleting the store and
-//     replaying gives the same digest.
+//     replaying gives the same digest. One exception: the hash chains of the
+//     requests in flight are not stored; Open reads them back from the
+//     records the stored entries name (chains.go).
 //  4. Bounded bootstrap: snapshots are Pebble checkpoints that carry their
 //     offsets (snapshot.go); Materializer.Ready gates on lag (lag.go).
 //  7. No I/O on the hot path: View answers from memory only (view.go).
@@ -59,5 +61,6 @@
 // its engine hash → router hash table in a compact open-addressing table
 // (table.go) to resolve parents and removals. Active accounting keeps the
 // chains of the requests in flight in a path-compressed trie whose nodes
-// know their holder slots and refcounts (activeidx.go), in memory only.
+// know their holder slots and refcounts (activeidx.go), in memory only;
+// the entries keep their chains in memory too (chains.go).
 package statestore

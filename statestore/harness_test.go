@@ -1,6 +1,7 @@
 package statestore
 
 import (
+	"context"
 	"fmt"
 	"hash/fnv"
 	"math/rand/v2"
@@ -49,6 +50,9 @@ func (h *harness) open() {
 	h.reg = prometheus.NewRegistry()
 	o := h.opts
 	o.Registerer = h.reg
+	if o.Records == nil {
+		o.Records = harnessLog{h}
+	}
 	s, err := Open(h.dir, o)
 	if err != nil {
 		h.t.Fatal(err)
@@ -106,6 +110,19 @@ func (h *harness) apply(recs ...*kgo.Record) {
 	if err := h.s.Apply(recs); err != nil {
 		h.t.Fatal(err)
 	}
+}
+
+// harnessLog reads the records the harness applied by position, as
+// events/logread reads them from a broker: the store's RecordReader at Open.
+type harnessLog struct{ h *harness }
+
+func (l harnessLog) Read(_ context.Context, topic string, partition int32, offset int64) (*kgo.Record, error) {
+	for _, r := range l.h.log {
+		if r.Topic == topic && r.Partition == partition && r.Offset == offset {
+			return r, nil
+		}
+	}
+	return nil, fmt.Errorf("no record at %s/%d@%d", topic, partition, offset)
 }
 
 func (h *harness) put(key string, m proto.Message) { h.apply(h.record(key, m)) }

@@ -7,11 +7,12 @@ import (
 	"github.com/pdrouter/pdrouter/events"
 )
 
-// Key layout of the Pebble store (schema migrations.StoreSchemaVersion = 5).
+// Key layout of the Pebble store (schema migrations.StoreSchemaVersion = 6).
 // History (migrations/store.go): v2 added the families h, d, q and e; v3
 // the parent's router hash in prefix values; v4 the workers in request
 // index values; v5 stores a decision's header and position instead of the
-// whole record. Older stores are rebuilt.
+// whole record; v6 an active entry's chain length and decision position
+// instead of its chain (chains.go). Older stores are rebuilt.
 //
 // Every key starts with a one-byte family. Worker ids are validated by
 // events.ValidateWorkerID (printable, no NUL), so a NUL after an id ends it
@@ -30,7 +31,8 @@ import (
 //	                                         (bits 0..2: tiers device/host/disk held; bit 7: orphan)
 //	                                         + parent's router hash u64 (the router hash itself
 //	                                         for a chain's first block; absent for an orphan)
-//	'a' entryID                              active-request facts (active.go encodeEntry)
+//	'a' entryID                              active-request facts, the chain by length and
+//	                                         position only (active.go encodeEntry, chains.go)
 //	'h' workerID 0x00 rank(u32)              KV-event health: i64 first load sample time,
 //	                                         i64 latest kv-events time (kvhealth.go); absent when both 0
 //	'd' decisionID                           u8 format 1 | uvarint partition | uvarint offset (the
@@ -54,7 +56,8 @@ import (
 // numbers, the active aggregates, the duplicate counts and the predicted
 // entries of approximate mode (approx.go, derived from the 'd' records) are
 // all derived from these keys when the store opens, so they can never
-// disagree with it.
+// disagree with it. The hash chains of active requests are read back from
+// the decisions topic at the positions their 'a' entries name (chains.go).
 // Because keys hold worker ids and not slots, and values are canonical,
 // equal states have byte-identical keyspaces; the digest hashes that.
 const (

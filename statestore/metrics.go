@@ -37,6 +37,8 @@ type Metrics struct {
 	kvMissing     prometheus.Gauge
 	bsMismatch    prometheus.Gauge
 	predicted     prometheus.Gauge
+	chainBytes    prometheus.Gauge
+	chainsRead    *prometheus.CounterVec
 	walk          *prometheus.CounterVec
 	diskSlow      prometheus.Counter
 	// The walk's children, resolved once: MatchPrefix adds to them on the
@@ -125,6 +127,14 @@ func newMetrics(reg prometheus.Registerer, dm *events.DecodeMetrics) *Metrics {
 			Name: "pdrouter_statestore_predicted_blocks",
 			Help: "Approximate mode: predicted (block, worker) device entries alive.",
 		}),
+		chainBytes: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "pdrouter_statestore_active_chain_bytes",
+			Help: "Heap bytes of the hash chains held for active requests (memory only; read back from the decisions topic at start).",
+		}),
+		chainsRead: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "pdrouter_statestore_active_chains_read_back_total",
+			Help: "Active requests' hash chains read back from the decisions topic when the store opened, by result: recovered, or lost (counted as blocks without a hash until the request ends).",
+		}, []string{"result"}),
 	}
 	m.walk = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "pdrouter_statestore_prefix_walk_blocks_total",
@@ -143,6 +153,9 @@ func newMetrics(reg prometheus.Registerer, dm *events.DecodeMetrics) *Metrics {
 		m.applied.WithLabelValues(string(t))
 		m.topicLag.WithLabelValues(string(t))
 	}
+	for _, r := range [...]string{chainRecovered, chainLost} {
+		m.chainsRead.WithLabelValues(r)
+	}
 	for _, c := range clearCauses {
 		m.resets.WithLabelValues(c)
 	}
@@ -158,7 +171,8 @@ func newMetrics(reg prometheus.Registerer, dm *events.DecodeMetrics) *Metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.applied, m.applySeconds, m.offset, m.lag, m.topicLag, m.blocks, m.workers, m.removeUnknown,
-			m.orphans, m.resets, m.staleLoads, m.afterTomb, m.active, m.races, m.indexBytes, m.kvMissing, m.bsMismatch, m.predicted, m.walk, m.diskSlow)
+			m.orphans, m.resets, m.staleLoads, m.afterTomb, m.active, m.races, m.indexBytes, m.kvMissing, m.bsMismatch, m.predicted, m.walk, m.diskSlow,
+			m.chainBytes, m.chainsRead)
 		reg.MustRegister(m.latency.collectors()...)
 	}
 	return m
@@ -242,6 +256,7 @@ func (m *Metrics) observeState(st *state) {
 	m.kvMissing.Set(float64(st.kvMissing))
 	m.bsMismatch.Set(float64(st.bsMismatch))
 	m.predicted.Set(float64(st.predicted))
+	m.chainBytes.Set(float64(8 * st.act.chainBlocks))
 	m.latency.observe(st)
 	for tp, n := range st.offsets {
 		m.offset.WithLabelValues(string(tp.topic), strconv.Itoa(int(tp.partition))).Set(float64(n))

@@ -109,6 +109,8 @@ func (s *Store) rebuild() (*state, error) {
 			st.noteDecision(e)
 		}
 	}
+	// Their chains, from the log (chains.go), before they contribute.
+	s.recoverChains(st, entries)
 	for _, e := range entries {
 		st.refresh(b, e, false)
 	}

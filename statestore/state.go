@@ -163,7 +163,7 @@ func (st *state) applyEnvelope(b *pebble.Batch, env *events.Envelope, logTime in
 		st.applyRegistration(b, m)
 	case *pb.DecisionRecord:
 		st.observe(m.GetDecidedAtUnixNano(), true)
-		st.applyDecision(b, m)
+		st.applyDecision(b, m, env.Partition, env.Offset)
 		st.applyDecisionLog(b, m, env.Partition, env.Offset, env.Header)
 		st.learnDecision(m)
 	case *pb.OutcomeEvent:

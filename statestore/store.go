@@ -109,6 +109,13 @@ type Options struct {
 	// catch-up batch; default 256.
 	ChunkRecords int
 
+	// Records reads decision records back from the decisions topic by
+	// position (events/logread.Reader). The store uses it at Open only, to
+	// read back the hash chains of the requests in flight, which are not
+	// stored (chains.go). Nil: those chains are lost (their blocks count
+	// without their hashes until the requests end).
+	Records RecordReader
+
 	// FS holds the store's files; nil is the disk. Tests that open and
 	// reopen many small stores (FuzzApply) give an in-memory one
 	// (vfs.NewMem()) so each costs no disk I/O. Snapshots need the disk.
@@ -302,8 +309,8 @@ func (s *Store) pebbleOptions() *pebble.Options {
 	})
 	o.FS = fs
 	o.CompactionConcurrencyRange = func() (int, int) { return 1, 2 }
-	// Large values (decision records, active entries with their hash
-	// chains: tens of KB, mostly random hashes) go to blob files, written
+	// Large values (decision headers with their watermarks, and in
+	// approximate mode their hash chains: KBs, mostly random numbers) go to blob files, written
 	// once, so compactions move references instead of rewriting them; and
 	// blocks are compressed with the fastest codec, kept uncompressed when
 	// that does not pay (hash chains never compress). Neither changes the

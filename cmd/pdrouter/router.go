@@ -24,6 +24,7 @@ import (
 	"github.com/pdrouter/pdrouter/decider"
 	"github.com/pdrouter/pdrouter/decider/deciderflags"
 	"github.com/pdrouter/pdrouter/events"
+	"github.com/pdrouter/pdrouter/events/logread"
 	"github.com/pdrouter/pdrouter/ingest"
 	"github.com/pdrouter/pdrouter/kafkaconn"
 	"github.com/pdrouter/pdrouter/latmodel"
@@ -211,7 +212,15 @@ func (r *routerRun) run(ctx context.Context) error {
 		reg = r.registerer(registry)
 	}
 	sopts := r.storeOptions(cfg, reg)
+	// The store reads its requests' hash chains back from the decisions
+	// topic when it opens (statestore/chains.go); the client goes after.
+	rb, err := kgo.NewClient(slices.Clone(r.connOpts)...)
+	if err != nil {
+		return err
+	}
+	sopts.Records = logread.New(rb)
 	store, err := r.openStore(ctx, sopts)
+	rb.Close()
 	if err != nil {
 		return err
 	}
