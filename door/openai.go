@@ -197,4 +197,3 @@ func jsonError(err error) string {
 	}
 	return truncate(err.Error(), 200)
 }
-
