@@ -16,8 +16,10 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -67,6 +69,15 @@ type Config struct {
 type Result struct {
 	Direct, Door       [2]time.Duration // p50, p99
 	DirectCPU, DoorCPU time.Duration
+	// DirectWall and DoorWall are each mode's time (its rounds, summed):
+	// requests over it are the request rate, CPU over it the cores kept
+	// busy.
+	DirectWall, DoorWall time.Duration
+	// Dials counts the TCP connections opened during the measured rounds
+	// (after the warm-up): by the clients to the engines (direct), by the
+	// clients to the door, and by the door to the engines. A pool that
+	// covers the streams opens none.
+	DialsDirect, DialsToDoor, DialsFromDoor int64
 }
 
 // Run runs the bench and prints its table to out.
@@ -105,24 +116,38 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (Result, []benchtable.R
 		}
 		ups = append(ups, u)
 	}
+	var fromDoor, toDoor, direct atomic.Int64
 	d, err := door.New(door.Deps{Decider: &roundRobin{ups: ups}, Fleet: fleet{ups, cfg.Model}, Outcomes: discard{}},
-		door.WithMetrics(prometheus.NewRegistry()), door.WithMaxInFlight(4*cfg.Streams))
+		door.WithMetrics(prometheus.NewRegistry()), door.WithMaxInFlight(4*cfg.Streams), door.WithDialer(countingDial(&fromDoor)))
 	if err != nil {
 		return Result{}, nil, err
 	}
 	gin.SetMode(gin.ReleaseMode)
 	e := gin.New()
 	d.Mount(e.Group("/v1"))
-	srv := httptest.NewServer(e)
+	srv := httptest.NewUnstartedServer(e)
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			toDoor.Add(1)
+		}
+	}
+	srv.Start()
 	defer srv.Close()
 
-	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 2 * cfg.Streams, DisableCompression: true}}
+	doorURL := srv.URL
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 2 * cfg.Streams, DisableCompression: true,
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			if "http://"+addr != doorURL {
+				direct.Add(1)
+			}
+			return (&net.Dialer{}).DialContext(ctx, network, addr)
+		}}}
 	var rr atomic.Uint64
-	direct := func() string { return ups[rr.Add(1)%uint64(len(ups))].URL() }
+	directURL := func() string { return ups[rr.Add(1)%uint64(len(ups))].URL() }
 	viaDoor := func() string { return srv.URL }
 	body := requestBody(cfg)
 	// Warm both paths' connections.
-	if _, err := measure(ctx, client, direct, body, cfg.Streams, cfg.Streams); err != nil {
+	if _, err := measure(ctx, client, directURL, body, cfg.Streams, cfg.Streams); err != nil {
 		return Result{}, nil, err
 	}
 	if _, err := measure(ctx, client, viaDoor, body, cfg.Streams, cfg.Streams); err != nil {
@@ -135,16 +160,21 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (Result, []benchtable.R
 		perRound       = max(1, cfg.Requests/cfg.Rounds)
 		directN, doorN int
 	)
+	fromDoor.Store(0)
+	toDoor.Store(0)
+	direct.Store(0)
 	for range cfg.Rounds {
 		for _, m := range []struct {
 			base func() string
 			out  *[]time.Duration
 			cpu  *time.Duration
+			wall *time.Duration
 			n    *int
-		}{{direct, &dt, &dCPU, &directN}, {viaDoor, &vt, &vCPU, &doorN}} {
-			c0 := cpuTime()
+		}{{directURL, &dt, &dCPU, &res.DirectWall, &directN}, {viaDoor, &vt, &vCPU, &res.DoorWall, &doorN}} {
+			c0, w0 := cpuTime(), time.Now()
 			t, err := measure(ctx, client, m.base, body, cfg.Streams, perRound)
 			*m.cpu += cpuTime() - c0
+			*m.wall += time.Since(w0)
 			if err != nil {
 				return res, nil, err
 			}
@@ -155,6 +185,9 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (Result, []benchtable.R
 	res.Direct = [2]time.Duration{pct(dt, 50), pct(dt, 99)}
 	res.Door = [2]time.Duration{pct(vt, 50), pct(vt, 99)}
 	res.DirectCPU, res.DoorCPU = dCPU/time.Duration(max(1, directN)), vCPU/time.Duration(max(1, doorN))
+	res.DialsDirect, res.DialsToDoor, res.DialsFromDoor = direct.Load(), toDoor.Load(), fromDoor.Load()
+	rate := func(n int, wall time.Duration) float64 { return float64(n) / max(wall.Seconds(), 1e-9) }
+	cores := func(cpu, wall time.Duration) float64 { return cpu.Seconds() / max(wall.Seconds(), 1e-9) }
 	added50, added99 := res.Door[0]-res.Direct[0], res.Door[1]-res.Direct[1]
 	detail := fmt.Sprintf("%d closed-loop streams of %d prompt and %d output tokens, %d requests per mode in %d alternating rounds, %d engines", cfg.Streams, cfg.PromptTokens, cfg.OutputTokens, len(dt), cfg.Rounds, cfg.Workers)
 	rows := []benchtable.Row{
@@ -162,6 +195,11 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (Result, []benchtable.R
 		benchtable.NewRow("ttft via door p50 / p99", fmt.Sprintf("%s / %s", res.Door[0], res.Door[1]), "", "", detail),
 		benchtable.NewRow("cpu per request direct / via door", fmt.Sprintf("%s / %s", res.DirectCPU.Round(time.Microsecond), res.DoorCPU.Round(time.Microsecond)), "", "",
 			fmt.Sprintf("process CPU (client, engines, door) ÷ requests; the door's share: %s", (res.DoorCPU-res.DirectCPU).Round(time.Microsecond))),
+		benchtable.NewRow("requests/s direct / via door", fmt.Sprintf("%.0f / %.0f", rate(directN, res.DirectWall), rate(doorN, res.DoorWall)), "", "", "each mode's requests over its rounds' time"),
+		benchtable.NewRow("cores busy direct / via door", fmt.Sprintf("%.2f / %.2f", cores(dCPU, res.DirectWall), cores(vCPU, res.DoorWall)), "", "",
+			fmt.Sprintf("process CPU over wall time, of %d cores; near the count, requests queue for a core", runtime.NumCPU())),
+		benchtable.NewRow("new connections in the measured rounds", fmt.Sprintf("%d / %d / %d", res.DialsDirect, res.DialsToDoor, res.DialsFromDoor), "", "",
+			"clients→engines (direct) / clients→door / door→engines: 0 when the pools keep every stream's connection"),
 		benchtable.NewRow("door adds to ttft p50", added50.String(), "", "", "in-memory decider: the durable decision append is `bench api`'s"),
 	}
 	bar, verdict := "", ""
@@ -171,6 +209,14 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (Result, []benchtable.R
 	rows = append(rows, benchtable.NewRow("door adds to ttft p99", added99.String(), bar, verdict, ""))
 	benchtable.Print(out, rows)
 	return res, rows, nil
+}
+
+// countingDial is a dialer that counts its connections in n.
+func countingDial(n *atomic.Int64) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		n.Add(1)
+		return (&net.Dialer{}).DialContext(ctx, network, addr)
+	}
 }
 
 // measure sends n streamed completions from streams clients and returns
