@@ -73,6 +73,7 @@ func (d *Door) relayStream(c *gin.Context, resp *http.Response, req *request, m 
 			out.open()
 			out.add(doneData)
 			out.flush()
+			drain(resp.Body)
 			return nil
 		}
 		if ch.completionTokens >= 0 {
@@ -95,6 +96,24 @@ func (d *Door) relayStream(c *gin.Context, resp *http.Response, req *request, m 
 }
 
 var doneData = []byte("[DONE]")
+
+// An engine ends its answer right after [DONE]; the door reads it to its
+// end (the chunked encoding's last chunk) so that the HTTP client keeps
+// the connection for the next request: closed before its end, the answer
+// costs the connection, and the next request a new TCP connection. What
+// an engine sends after [DONE] is bounded, and so is how long the door
+// waits for the end; past either the connection is dropped.
+const (
+	maxDrainBytes = 64 << 10
+	maxDrainWait  = time.Second
+)
+
+// drain reads body to its end, bounded by maxDrainBytes and maxDrainWait.
+func drain(body io.ReadCloser) {
+	t := time.AfterFunc(maxDrainWait, func() { body.Close() })
+	defer t.Stop()
+	_, _ = io.CopyN(io.Discard, body, maxDrainBytes)
+}
 
 // relayOut is the client's side of a relayed stream. Events are appended
 // to one buffer, which goes to the client in one write and one flush

@@ -1,13 +1,19 @@
 package door
 
 import (
+	"context"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/gin-gonic/gin"
+
+	"github.com/pdrouter/pdrouter/door/doortest"
 )
 
 // relayFrom relays body (an engine's event stream) to a counting client.
@@ -86,5 +92,50 @@ func TestRelayFlushesBeforeWaiting(t *testing.T) {
 	}
 	if want := strings.Join(ev, ""); string(w.got) != want || w.flushed != len(want) {
 		t.Fatalf("relayed\n%s\nwant\n%s", w.got, want)
+	}
+}
+
+// TestUpstreamConnectionReused: sequential streamed requests to one
+// engine reuse one connection, though the engine ends each answer a
+// little after its [DONE]: the door reads the answer to its end (an
+// answer closed before its end costs the connection, and the next
+// request a new TCP connection).
+func TestUpstreamConnectionReused(t *testing.T) {
+	eng := doortest.New(t, "d1")
+	eng.Tokens, eng.Tail = 3, 5*time.Millisecond
+	var dials atomic.Int64
+	dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
+		dials.Add(1)
+		return (&net.Dialer{}).DialContext(ctx, network, addr)
+	}
+	r := newRig(t, []Decision{local(eng)}, nil, WithDialer(dial))
+	for range 20 {
+		resp, body := r.post("/v1/completions", `{"model":"m","prompt":[1,2,3],"max_tokens":3,"stream":true}`)
+		if resp.StatusCode != 200 || !strings.HasSuffix(string(body), "data: [DONE]\n\n") {
+			t.Fatalf("%d %s", resp.StatusCode, body)
+		}
+	}
+	if n := dials.Load(); n != 1 {
+		t.Fatalf("20 sequential requests opened %d connections to the engine", n)
+	}
+}
+
+// TestDrainBounded: an engine that holds its answer open after [DONE]
+// keeps the door's request at most maxDrainWait; the client has its
+// [DONE] at once.
+func TestDrainBounded(t *testing.T) {
+	eng := doortest.New(t, "d1")
+	eng.Tokens, eng.Tail = 1, time.Minute
+	r := newRig(t, []Decision{local(eng)}, nil)
+	start := time.Now()
+	resp, body := r.post("/v1/completions", `{"model":"m","prompt":[1],"max_tokens":1,"stream":true}`)
+	if resp.StatusCode != 200 || !strings.HasSuffix(string(body), "data: [DONE]\n\n") {
+		t.Fatalf("%d %s", resp.StatusCode, body)
+	}
+	if d := time.Since(start); d < maxDrainWait || d > maxDrainWait+20*time.Second {
+		t.Fatalf("the answer ended after %s; the drain waits %s", d, maxDrainWait)
+	}
+	if o := r.waitOutcomes(1); o[0].Kind != Completed {
+		t.Fatalf("outcome %+v", o[0])
 	}
 }
