@@ -117,8 +117,9 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (Result, []benchtable.R
 		ups = append(ups, u)
 	}
 	var fromDoor, toDoor, direct atomic.Int64
-	d, err := door.New(door.Deps{Decider: &roundRobin{ups: ups}, Fleet: fleet{ups, cfg.Model}, Outcomes: discard{}},
-		door.WithMetrics(prometheus.NewRegistry()), door.WithMaxInFlight(4*cfg.Streams), door.WithDialer(countingDial(&fromDoor)))
+	tl := newTimeline()
+	d, err := door.New(door.Deps{Decider: &roundRobin{ups: ups, tl: tl}, Fleet: fleet{ups, cfg.Model}, Outcomes: discard{}},
+		door.WithMetrics(prometheus.NewRegistry()), door.WithMaxInFlight(4*cfg.Streams), door.WithDialer(tl.dialer(&fromDoor)))
 	if err != nil {
 		return Result{}, nil, err
 	}
@@ -155,7 +156,7 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (Result, []benchtable.R
 	}
 	var (
 		res            Result
-		dt, vt         []time.Duration
+		dt, vt         []sample
 		dCPU, vCPU     time.Duration
 		perRound       = max(1, cfg.Requests/cfg.Rounds)
 		directN, doorN int
@@ -166,7 +167,7 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (Result, []benchtable.R
 	for range cfg.Rounds {
 		for _, m := range []struct {
 			base func() string
-			out  *[]time.Duration
+			out  *[]sample
 			cpu  *time.Duration
 			wall *time.Duration
 			n    *int
@@ -182,8 +183,11 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (Result, []benchtable.R
 			*m.n += len(t)
 		}
 	}
-	res.Direct = [2]time.Duration{pct(dt, 50), pct(dt, 99)}
-	res.Door = [2]time.Duration{pct(vt, 50), pct(vt, 99)}
+	dTTFT, vTTFT := ttfts(dt), ttfts(vt)
+	res.Direct = [2]time.Duration{pct(dTTFT, 50), pct(dTTFT, 99)}
+	res.Door = [2]time.Duration{pct(vTTFT, 50), pct(vTTFT, 99)}
+	sp := split(tl, vt)
+	p5099 := func(d []time.Duration) string { return fmt.Sprintf("%s / %s", pct(d, 50), pct(d, 99)) }
 	res.DirectCPU, res.DoorCPU = dCPU/time.Duration(max(1, directN)), vCPU/time.Duration(max(1, doorN))
 	res.DialsDirect, res.DialsToDoor, res.DialsFromDoor = direct.Load(), toDoor.Load(), fromDoor.Load()
 	rate := func(n int, wall time.Duration) float64 { return float64(n) / max(wall.Seconds(), 1e-9) }
@@ -200,6 +204,11 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (Result, []benchtable.R
 			fmt.Sprintf("process CPU over wall time, of %d cores; near the count, requests queue for a core", runtime.NumCPU())),
 		benchtable.NewRow("new connections in the measured rounds", fmt.Sprintf("%d / %d / %d", res.DialsDirect, res.DialsToDoor, res.DialsFromDoor), "", "",
 			"clients→engines (direct) / clients→door / door→engines: 0 when the pools keep every stream's connection"),
+		benchtable.NewRow("via door: client send → decision p50 / p99", p5099(sp.toDecision), "", "", "the HTTP server, reading and parsing the body"),
+		benchtable.NewRow("via door: decision → request written to an engine p50 / p99", p5099(sp.toEngine), "", "", "the decision (in memory), the body, the HTTP client's hand-off to its writer"),
+		benchtable.NewRow("via door: request written → first chunk read by the door p50 / p99", p5099(sp.engine), "", "", "the engine's TTFT, as the door's connection sees it"),
+		benchtable.NewRow("via door: first chunk read → first token at the client p50 / p99", p5099(sp.relay), "", "", "the relay: the door's read, parse and write, and the client's wake-up"),
+		benchtable.NewRow("via door: the door's own part of ttft p50 / p99", p5099(sp.door), "", "", "per request, the sum of the three rows that are not the engine's"),
 		benchtable.NewRow("door adds to ttft p50", added50.String(), "", "", "in-memory decider: the durable decision append is `bench api`'s"),
 	}
 	bar, verdict := "", ""
@@ -211,20 +220,51 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (Result, []benchtable.R
 	return res, rows, nil
 }
 
-// countingDial is a dialer that counts its connections in n.
-func countingDial(n *atomic.Int64) func(ctx context.Context, network, addr string) (net.Conn, error) {
-	return func(ctx context.Context, network, addr string) (net.Conn, error) {
-		n.Add(1)
-		return (&net.Dialer{}).DialContext(ctx, network, addr)
+// sample is one request as its client saw it: when it was sent, its
+// TTFT, and the request id the door answered (through the door).
+type sample struct {
+	sent      time.Time
+	ttft      time.Duration
+	requestID string
+}
+
+func ttfts(s []sample) []time.Duration {
+	out := make([]time.Duration, len(s))
+	for i := range s {
+		out[i] = s[i].ttft
 	}
+	return out
+}
+
+// ttftSplit is the door's requests' TTFT split at the timeline's stamps.
+type ttftSplit struct {
+	toDecision, toEngine, engine, relay []time.Duration
+	// door is each request's toDecision + toEngine + relay.
+	door []time.Duration
+}
+
+func split(tl *timeline, s []sample) ttftSplit {
+	var sp ttftSplit
+	for _, x := range s {
+		st, ok := tl.lookup(x.requestID)
+		if !ok || st.decided.IsZero() || st.upstream.IsZero() || st.firstChunk.IsZero() {
+			continue
+		}
+		a, b := st.decided.Sub(x.sent), st.upstream.Sub(st.decided)
+		c, d := st.firstChunk.Sub(st.upstream), x.sent.Add(x.ttft).Sub(st.firstChunk)
+		sp.toDecision, sp.toEngine = append(sp.toDecision, a), append(sp.toEngine, b)
+		sp.engine, sp.relay = append(sp.engine, c), append(sp.relay, d)
+		sp.door = append(sp.door, a+b+d)
+	}
+	return sp
 }
 
 // measure sends n streamed completions from streams clients and returns
 // each one's TTFT: from sending to the first token chunk read.
-func measure(ctx context.Context, client *http.Client, base func() string, body string, streams, n int) ([]time.Duration, error) {
+func measure(ctx context.Context, client *http.Client, base func() string, body string, streams, n int) ([]sample, error) {
 	var (
 		mu    sync.Mutex
-		out   = make([]time.Duration, 0, n)
+		out   = make([]sample, 0, n)
 		left  atomic.Int64
 		first error
 		wg    sync.WaitGroup
@@ -252,22 +292,23 @@ func measure(ctx context.Context, client *http.Client, base func() string, body 
 	return out, first
 }
 
-func once(ctx context.Context, client *http.Client, base, body string) (time.Duration, error) {
+func once(ctx context.Context, client *http.Client, base, body string) (sample, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/v1/completions", strings.NewReader(body))
 	if err != nil {
-		return 0, err
+		return sample{}, err
 	}
 	req.Header.Set("Content-Type", "application/json")
 	start := time.Now()
 	resp, err := client.Do(req)
 	if err != nil {
-		return 0, err
+		return sample{}, err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-		return 0, fmt.Errorf("%s: %d %s", base, resp.StatusCode, b)
+		return sample{}, fmt.Errorf("%s: %d %s", base, resp.StatusCode, b)
 	}
+	s := sample{sent: start, requestID: resp.Header.Get(door.HeaderRequestID)}
 	br := bufio.NewReader(resp.Body)
 	var ttft time.Duration
 	for {
@@ -277,9 +318,10 @@ func once(ctx context.Context, client *http.Client, base, body string) (time.Dur
 		}
 		if err != nil {
 			if err == io.EOF && ttft > 0 {
-				return ttft, nil
+				s.ttft = ttft
+				return s, nil
 			}
-			return 0, fmt.Errorf("%s: stream ended before a token: %v", base, err)
+			return sample{}, fmt.Errorf("%s: stream ended before a token: %v", base, err)
 		}
 	}
 }
@@ -298,9 +340,11 @@ func pct(d []time.Duration, p int) time.Duration {
 type roundRobin struct {
 	ups []Upstream
 	n   atomic.Uint64
+	tl  *timeline
 }
 
 func (r *roundRobin) Decide(_ context.Context, q door.DecideRequest) (door.Decision, error) {
+	r.tl.decided(q.RequestID)
 	u := r.ups[r.n.Add(1)%uint64(len(r.ups))]
 	return door.Decision{DecisionID: "d-" + q.RequestID, RequestID: q.RequestID, Decode: door.Worker{ID: u.URL(), HTTPURL: u.URL()}}, nil
 }
