@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/pdrouter/pdrouter/decider"
@@ -21,10 +23,13 @@ import (
 // outcome through the same as POST /v1/requests/{id}/events.
 
 // doorDeps adapts a Server to door.Deps.
-type doorDeps struct{ s *Server }
+type doorDeps struct {
+	s     *Server
+	fleet *fleetIndex
+}
 
 func (s *Server) doorDeps() door.Deps {
-	a := doorDeps{s}
+	a := doorDeps{s: s, fleet: &fleetIndex{}}
 	return door.Deps{Decider: a, Fleet: a, Outcomes: a}
 }
 
@@ -68,46 +73,81 @@ func (a doorDeps) httpURL(id string) string {
 	return ""
 }
 
-// Tokenizers implements door.Fleet: the model's decode workers' http_urls,
-// by worker id.
-func (a doorDeps) Tokenizers(model string) []string {
-	ws := a.s.deps.State.Workers()
+// WorkersVersionState is a State that versions its worker list (see
+// statestore's View.WorkersVersion): the door's model and tokenizer lookups
+// then keep an index built once per version, instead of listing the whole
+// fleet (Workers builds every worker's status) on every request.
+// StoreState implements it.
+type WorkersVersionState interface {
+	WorkersVersion() uint64
+}
+
+// fleetIndex is what the door looks up of the registrations, indexed at
+// one version of the worker list.
+type fleetIndex struct {
+	cur atomic.Pointer[fleetView]
+}
+
+type fleetView struct {
+	version uint64
+	// tokenizers maps a model to its decode workers' http_urls, by worker
+	// id and rank, each once.
+	tokenizers map[string][]string
+	// models are the served models, sorted.
+	models []string
+}
+
+// view is the index of the current worker list: the one built last when
+// the state's version has not changed since, else a new one. Without
+// WorkersVersionState every call builds one.
+func (a doorDeps) view() *fleetView {
+	vs, versioned := a.s.deps.State.(WorkersVersionState)
+	var version uint64
+	if versioned {
+		// Read before the list: a list newer than its version is built
+		// again at the next call, never kept past a change.
+		version = vs.WorkersVersion()
+		if v := a.fleet.cur.Load(); v != nil && v.version == version {
+			return v
+		}
+	}
+	v := buildFleetView(version, a.s.deps.State.Workers())
+	if versioned {
+		a.fleet.cur.Store(v)
+	}
+	return v
+}
+
+func buildFleetView(version uint64, ws []WorkerStatus) *fleetView {
 	slices.SortFunc(ws, func(x, y WorkerStatus) int {
-		if x.WorkerID != y.WorkerID {
-			return compareStrings(x.WorkerID, y.WorkerID)
+		if c := strings.Compare(x.WorkerID, y.WorkerID); c != 0 {
+			return c
 		}
 		return int(x.DPRank) - int(y.DPRank)
 	})
-	var out []string
+	v := &fleetView{version: version, tokenizers: map[string][]string{}}
+	type modelURL struct{ model, url string }
+	models, urls := map[string]bool{}, map[modelURL]bool{}
 	for _, w := range ws {
-		if w.Model == model && w.Pool == string(decider.PoolDecode) && w.HTTPURL != "" && !slices.Contains(out, w.HTTPURL) {
-			out = append(out, w.HTTPURL)
+		if !models[w.Model] {
+			models[w.Model] = true
+			v.models = append(v.models, w.Model)
+		}
+		if k := (modelURL{w.Model, w.HTTPURL}); w.Pool == string(decider.PoolDecode) && w.HTTPURL != "" && !urls[k] {
+			urls[k] = true
+			v.tokenizers[w.Model] = append(v.tokenizers[w.Model], w.HTTPURL)
 		}
 	}
-	return out
+	slices.Sort(v.models)
+	return v
 }
 
-func compareStrings(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
-}
+// Tokenizers implements door.Fleet: the model's decode workers' http_urls,
+// by worker id. The slice is the index's: the door only reads it.
+func (a doorDeps) Tokenizers(model string) []string { return a.view().tokenizers[model] }
 
 // Models implements door.Fleet.
-func (a doorDeps) Models() []string {
-	var out []string
-	for _, w := range a.s.deps.State.Workers() {
-		if !slices.Contains(out, w.Model) {
-			out = append(out, w.Model)
-		}
-	}
-	slices.Sort(out)
-	return out
-}
+func (a doorDeps) Models() []string { return slices.Clone(a.view().models) }
 
 var doorOutcomeKinds = map[door.OutcomeKind]pb.OutcomeEvent_Kind{
 	door.PrefillDone: pb.OutcomeEvent_KIND_PREFILL_DONE,

@@ -183,3 +183,36 @@ func TestDoorUnknownModel(t *testing.T) {
 		t.Fatalf("%d %s", resp.StatusCode, body)
 	}
 }
+
+// TestDoorFleetFollowsRegistrations: the door's model list and tokenizer
+// lookups (indexed per version of the worker list) follow registrations:
+// a new model is listed and tokenized on its worker once registered.
+func TestDoorFleetFollowsRegistrations(t *testing.T) {
+	h := doorHarness(t)
+	e1, e2 := doortest.New(t, "d1"), doortest.New(t, "d2")
+	h.registerEngine("d1", "decode", e1)
+	if _, body := h.openai("/v1/completions", `{"model":"m","prompt":"hi","max_tokens":2}`); e1.Tokenizes() != 1 {
+		t.Fatalf("m not tokenized on d1: %s", body)
+	}
+	h.mustDo(http.StatusAccepted, "POST", "/v1/workers", `{"worker_id":"d2","pool":"decode","model":"m2","block_size":16,"total_kv_blocks":1000,"http_url":"`+e2.URL()+`"}`, nil)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		resp, err := http.Get(h.srv.URL + "/v1/models")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if strings.Contains(string(body), `"id":"m2"`) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("m2 never listed: %s", body)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	h.openai("/v1/completions", `{"model":"m2","prompt":"hi","max_tokens":2}`)
+	if e2.Tokenizes() != 1 {
+		t.Fatal("m2 not tokenized on its worker")
+	}
+}

@@ -204,3 +204,10 @@ func (s *StoreState) RecordLocalDecisionAt(rec *pb.DecisionRecord, value []byte,
 	}
 	_ = s.Store.RecordLocalDecisionAt(rec, value, at.Partition, at.Offset)
 }
+
+// WorkersVersion implements WorkersVersionState.
+func (s *StoreState) WorkersVersion() uint64 {
+	var g uint64
+	s.Store.Read(func(v statestore.View) { g = v.WorkersVersion() })
+	return g
+}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"reflect"
 	"testing"
 )
 
@@ -40,16 +41,31 @@ func FuzzSSEStream(f *testing.F) {
 }
 
 // FuzzParseRequest: any body is taken or refused with an OpenAI error and
-// a rejects reason; a taken body can be rendered into both legs.
+// a rejects reason, the door's fields read as encoding/json reads them; a
+// taken body is rendered into both legs as encoding/json would render
+// them (referenceLegs), whether spliced or not.
 func FuzzParseRequest(f *testing.F) {
 	f.Add([]byte(`{"model":"m","prompt":[1,2,3],"stream":true}`), false)
 	f.Add([]byte(`{"model":"m","messages":[{"role":"user","content":"x"}],"max_completion_tokens":3}`), true)
 	f.Add([]byte(`{"model":"m","prompt":"x","stream_options":{"include_usage":true}}`), false)
 	f.Add([]byte(`{"model":"m","prompt":"x","kv_transfer_params":null}`), false)
+	f.Add([]byte(`{"model":"m","prompt":"x","stream":true,"stream_options":{"a":1,"include_usage":false},"min_tokens":2,"max_completion_tokens":null}`), false)
+	f.Add([]byte(`{"model":"m","prompt":"x","str\u0065am":true,"model":"n","kv_transfer_params":{"a":1},"kv_transfer_params":null}`), false)
 	f.Fuzz(func(t *testing.T, body []byte, isChat bool) {
 		k := completions
 		if isChat {
 			k = chat
+		}
+		var m map[string]json.RawMessage
+		mapErr := json.Unmarshal(body, &m)
+		fs, ok := scanBody(body)
+		if ok != (mapErr == nil && m != nil) {
+			t.Fatalf("%s: scanned %v, encoding/json %v", body, ok, mapErr)
+		}
+		for i, name := range fieldNames {
+			if v, in := m[name]; ok && (in != fs.has(i) || !bytes.Equal(v, fs.val[i])) {
+				t.Fatalf("%s: %s scanned %q, encoding/json %q", body, name, fs.val[i], v)
+			}
 		}
 		r, perr := parseRequest(k, body, limits{maxMessages: 8, maxPromptTokens: 16})
 		if perr != nil {
@@ -61,11 +77,13 @@ func FuzzParseRequest(f *testing.F) {
 		if len(r.tokenIDs) > 16 || (r.tokenIDs == nil && len(r.prompt) == 0) {
 			t.Fatalf("accepted %+v", r)
 		}
-		if _, err := prefillBody(r); err != nil {
-			t.Fatal(err)
+		kv := []byte(`{"x":1}`)
+		wantP, wantD := referenceLegs(t, m, r.stream, kv)
+		if p, err := prefillBody(r); err != nil || !sameJSON(p, wantP) {
+			t.Fatalf("%s: prefill body %s, want %s (%v)", body, p, wantP, err)
 		}
-		if _, err := decodeBody(r, []byte(`{"x":1}`)); err != nil {
-			t.Fatal(err)
+		if d, err := decodeBody(r, kv); err != nil || !sameJSON(d, wantD) {
+			t.Fatalf("%s: decode body %s, want %s (%v)", body, d, wantD, err)
 		}
 		// The local path never carries kv_transfer_params of the client's.
 		b, err := decodeBody(r, nil)
@@ -137,4 +155,57 @@ func TestChunkScanTakesEngineShapes(t *testing.T) {
 			t.Errorf("left to encoding/json: %s", s)
 		}
 	}
+}
+
+// referenceLegs renders both legs of a body read into fields through
+// encoding/json: the reference the spliced rendering is held to.
+func referenceLegs(t *testing.T, fields map[string]json.RawMessage, stream bool, kv []byte) (prefill, decode []byte) {
+	t.Helper()
+	render := func(set map[string]any) []byte {
+		out := map[string]any{}
+		for k, v := range fields {
+			out[k] = v
+		}
+		for k, v := range set {
+			if v == nil {
+				delete(out, k)
+			} else {
+				out[k] = v
+			}
+		}
+		b, err := json.Marshal(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	set := map[string]any{"stream": false, "max_tokens": 1, "stream_options": nil, "min_tokens": nil,
+		"min_completion_tokens": nil, fieldKVTransfer: json.RawMessage(prefillRequestParams)}
+	if _, ok := fields["max_completion_tokens"]; ok {
+		set["max_completion_tokens"] = 1
+	}
+	prefill = render(set)
+	set = map[string]any{fieldKVTransfer: json.RawMessage(kv)}
+	if stream {
+		so := map[string]json.RawMessage{}
+		if raw := fields["stream_options"]; raw != nil && string(raw) != "null" {
+			_ = json.Unmarshal(raw, &so)
+		}
+		so["include_usage"] = json.RawMessage("true")
+		set["stream_options"] = so
+	}
+	return prefill, render(set)
+}
+
+// sameJSON: a and b read the same through encoding/json (numbers exact).
+func sameJSON(a, b []byte) bool {
+	read := func(x []byte) (any, bool) {
+		d := json.NewDecoder(bytes.NewReader(x))
+		d.UseNumber()
+		var v any
+		return v, d.Decode(&v) == nil && !d.More()
+	}
+	va, oka := read(a)
+	vb, okb := read(b)
+	return oka && okb && reflect.DeepEqual(va, vb)
 }

@@ -8,8 +8,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -265,109 +263,6 @@ func (d *Door) relayWhole(c *gin.Context, resp *http.Response, m *measure) *fail
 	c.Data(http.StatusOK, "application/json", raw)
 	c.Writer.Flush()
 	return nil
-}
-
-// maxHeldChunks bounds the chunks held back before the first token (a
-// chat stream's role chunk): held, they let a failure before the first
-// token still be retried, as the client has seen nothing.
-const maxHeldChunks = 16
-
-// relayStream relays an engine's event stream chunk by chunk, checking
-// each, and measures its tokens.
-func (d *Door) relayStream(c *gin.Context, resp *http.Response, req *request, m *measure) *failure {
-	defer resp.Body.Close()
-	if ct := resp.Header.Get("Content-Type"); !strings.HasPrefix(ct, "text/event-stream") {
-		d.metrics.rejects.Inc(rejects.DoorUpstream, reasonMalformedBody)
-		return &failure{err: badGateway("upstream_malformed", fmt.Sprintf("the engine answered a streamed request with %q, not text/event-stream", textcut.Truncate(ct, 64))), retriable: true, code: "upstream_malformed"}
-	}
-	sse := newSSEReader(resp.Body, d.cfg.maxLineBytes)
-	// An engine may send its headers at once and its first event much
-	// later: the first-byte bound holds until the first event too.
-	var slow atomic.Bool
-	first := time.AfterFunc(d.cfg.firstByte, func() { slow.Store(true); resp.Body.Close() })
-	defer first.Stop()
-	var held [][]byte
-	open := false
-	write := func(data []byte) {
-		if !open {
-			h := c.Writer.Header()
-			h.Set("Content-Type", "text/event-stream")
-			h.Set("Cache-Control", "no-cache")
-			c.Status(http.StatusOK)
-			open = true
-			for _, b := range held {
-				writeEvent(c.Writer, b)
-			}
-			held = nil
-		}
-		writeEvent(c.Writer, data)
-		c.Writer.Flush()
-	}
-	for {
-		data, err := sse.next()
-		first.Stop()
-		if err != nil {
-			var f *failure
-			switch {
-			case slow.Load():
-				d.metrics.rejects.Inc(rejects.DoorUpstream, reasonFirstByte)
-				f = &failure{err: &Error{Status: http.StatusGatewayTimeout, Type: typeServer, Code: "upstream_timeout",
-					Message: fmt.Sprintf("the worker sent no event within %s (--door-upstream-first-byte-timeout)", d.cfg.firstByte)}, code: "upstream_timeout"}
-			case errors.Is(err, errLineTooLong):
-				d.metrics.rejects.Inc(rejects.DoorUpstream, reasonLineTooLong)
-				f = &failure{err: badGateway("upstream_line_too_long", fmt.Sprintf("the engine sent an event-stream line over %d bytes (--door-max-upstream-line-bytes)", d.cfg.maxLineBytes)), code: "upstream_line_too_long"}
-			case err == io.EOF:
-				f = &failure{err: badGateway("upstream_truncated", "the engine's stream ended without [DONE]"), code: "upstream_truncated"}
-			default:
-				f = &failure{err: badGateway("upstream_error", "reading the engine's stream: "+textcut.Truncate(err.Error(), 200)), code: "upstream_error"}
-			}
-			return d.streamFailure(c, open, f)
-		}
-		ch, perr := parseChunk(data)
-		switch {
-		case perr != nil:
-			d.metrics.rejects.Inc(rejects.DoorUpstream, reasonMalformedChunk)
-			return d.streamFailure(c, open, &failure{err: badGateway("upstream_malformed_chunk", "the engine sent a malformed chunk: "+perr.Error()), code: "upstream_malformed_chunk"})
-		case ch.err != nil:
-			return d.streamFailure(c, open, &failure{err: ch.err, code: "upstream_error"})
-		case ch.done:
-			write([]byte("[DONE]"))
-			return nil
-		}
-		if ch.completionTokens >= 0 {
-			m.usage = ch.completionTokens
-		}
-		if ch.usageOnly && !req.includeUsage {
-			continue
-		}
-		if ch.token {
-			m.token()
-		}
-		if !open && !ch.token && len(held) < maxHeldChunks {
-			held = append(held, append([]byte(nil), data...))
-			continue
-		}
-		write(data)
-	}
-}
-
-// streamFailure ends a stream that failed. Before anything reached the
-// client it is retriable; after, the client gets an error event in
-// OpenAI's shape and the stream ends.
-func (d *Door) streamFailure(c *gin.Context, open bool, f *failure) *failure {
-	if !open {
-		f.retriable = true
-		return f
-	}
-	writeEvent(c.Writer, f.err.body())
-	c.Writer.Flush()
-	return f
-}
-
-func writeEvent(w io.Writer, data []byte) {
-	_, _ = io.WriteString(w, "data: ")
-	_, _ = w.Write(data)
-	_, _ = io.WriteString(w, "\n\n")
 }
 
 // appendOutcome writes an outcome, even when the client has gone (that is

@@ -3,6 +3,7 @@ package door
 import (
 	"bytes"
 	"encoding/json"
+	"slices"
 )
 
 // The disaggregated path is vLLM's NixlConnector exchange, as vLLM's own
@@ -22,15 +23,15 @@ var prefillRequestParams = json.RawMessage(`{"do_remote_decode":true,"do_remote_
 // stream_options, no min_tokens / min_completion_tokens (a one-token
 // answer cannot honour them), asking for a remote decode.
 func prefillBody(r *request) ([]byte, error) {
-	set := map[string]any{
-		"stream": false, "max_tokens": 1, "stream_options": nil,
-		"min_tokens": nil, "min_completion_tokens": nil,
-		"kv_transfer_params": prefillRequestParams,
+	one := []byte("1")
+	edits := []edit{
+		{fStream, []byte("false")}, {fMaxTokens, one}, {fStreamOptions, nil},
+		{fMinTokens, nil}, {fMinCompletionTokens, nil}, {fKVTransfer, prefillRequestParams},
 	}
-	if _, ok := r.fields["max_completion_tokens"]; ok {
-		set["max_completion_tokens"] = 1
+	if r.fields.has(fMaxCompletionTokens) {
+		edits = append(edits, edit{fMaxCompletionTokens, one})
 	}
-	return r.body(set)
+	return r.fields.render(edits)
 }
 
 // decodeBody is the decode leg (or the local path, kv nil): the client's
@@ -40,19 +41,56 @@ func prefillBody(r *request) ([]byte, error) {
 func decodeBody(r *request, kv json.RawMessage) ([]byte, error) {
 	// A client's kv_transfer_params are refused by parseRequest; a null
 	// one is dropped here, so the local path never carries any.
-	set := map[string]any{fieldKVTransfer: nil}
-	if kv != nil {
-		set[fieldKVTransfer] = kv
-	}
+	edits := make([]edit, 0, 2)
+	edits = append(edits, edit{fKVTransfer, kv})
 	if r.stream {
-		so := map[string]json.RawMessage{}
-		if raw, ok := present(r.fields, "stream_options"); ok {
-			_ = json.Unmarshal(raw, &so) // an object: parseRequest checked it
+		so, _ := r.fields.present(fStreamOptions)
+		if so, changed := withIncludeUsage(so); changed {
+			edits = append(edits, edit{fStreamOptions, so})
 		}
-		so["include_usage"] = json.RawMessage("true")
-		set["stream_options"] = so
 	}
-	return r.body(set)
+	return r.fields.render(edits)
+}
+
+var includeUsageOnly = []byte(`{"include_usage":true}`)
+
+// withIncludeUsage is a request's stream_options (an object, or nil when
+// absent, as parseRequest checked) with include_usage true, and whether
+// that changes it.
+func withIncludeUsage(so []byte) ([]byte, bool) {
+	if so == nil {
+		return includeUsageOnly, true
+	}
+	var usage []byte
+	exact := true
+	objectFields(so, 0, func(key, v []byte) bool {
+		switch {
+		case slices.Contains(key, '\\'):
+			exact = false
+		case string(key) == "include_usage":
+			exact = exact && usage == nil
+			usage = v
+		}
+		return true
+	})
+	switch {
+	case exact && usage != nil && string(usage) == "true":
+		return so, false
+	case exact && usage == nil:
+		// Appended: the object's members, then include_usage.
+		out := make([]byte, 0, len(so)+len(includeUsageOnly))
+		out = append(out, bytes.TrimRight(so[:len(so)-1], " \t\r\n")...)
+		if out[len(out)-1] != '{' {
+			out = append(out, ',')
+		}
+		return append(out, includeUsageOnly[1:]...), true
+	}
+	// Rare spellings go through encoding/json, which then decides.
+	m := map[string]json.RawMessage{}
+	_ = json.Unmarshal(so, &m)
+	m["include_usage"] = json.RawMessage("true")
+	out, _ := json.Marshal(m)
+	return out, true
 }
 
 // prefillAnswer reads the prefill leg's answer: its top-level

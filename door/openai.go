@@ -33,11 +33,11 @@ func (k kind) path() string {
 }
 
 // request is a parsed OpenAI request. The door forwards the client's body
-// field by field (fields), changing only what the exchange needs, so a
-// sampling parameter it does not know still reaches the engine.
+// (fields), changing only what the exchange needs, so a sampling parameter
+// it does not know still reaches the engine.
 type request struct {
 	kind   kind
-	fields map[string]json.RawMessage
+	fields bodyFields
 	model  string
 	stream bool
 	// includeUsage: the client asked for the final usage chunk.
@@ -80,34 +80,37 @@ const maxModelLen = 512
 
 // parseRequest validates an OpenAI body for endpoint k.
 func parseRequest(k kind, body []byte, lim limits) (*request, *parseError) {
-	var fields map[string]json.RawMessage
-	if err := json.Unmarshal(body, &fields); err != nil || fields == nil {
-		return nil, refuse(reasonInvalidJSON, invalid("invalid_json", "", "the body is not a JSON object: "+jsonError(err)))
+	fields, ok := scanBody(body)
+	if !ok {
+		// Said as encoding/json says it.
+		var m map[string]json.RawMessage
+		return nil, refuse(reasonInvalidJSON, invalid("invalid_json", "", "the body is not a JSON object: "+jsonError(json.Unmarshal(body, &m))))
 	}
 	r := &request{kind: k, fields: fields}
-	if _, ok := present(fields, fieldKVTransfer); ok {
+	if _, ok := r.fields.present(fKVTransfer); ok {
 		return nil, refuse(reasonRouterOwned, invalid("router_owned_field", fieldKVTransfer,
 			"kv_transfer_params are set by the router (they tell an engine where to pull KV blocks from); a request must not carry them"))
 	}
-	if err := unmarshalField(fields, "model", &r.model); err != nil {
+	if err := r.unmarshalField(fModel, &r.model); err != nil {
 		return nil, err
 	}
 	if r.model == "" || len(r.model) > maxModelLen {
 		return nil, refuse(reasonInvalidRequest, invalid("invalid_value", "model", fmt.Sprintf("a model name of 1 to %d bytes is required", maxModelLen)))
 	}
-	if err := unmarshalField(fields, "stream", &r.stream); err != nil {
+	if err := r.unmarshalField(fStream, &r.stream); err != nil {
 		return nil, err
 	}
 	var so struct {
 		IncludeUsage bool `json:"include_usage"`
 	}
-	if err := unmarshalField(fields, "stream_options", &so); err != nil {
+	if err := r.unmarshalField(fStreamOptions, &so); err != nil {
 		return nil, err
 	}
 	r.includeUsage = so.IncludeUsage
-	for _, name := range []string{"max_tokens", "max_completion_tokens"} {
+	for _, f := range []int{fMaxTokens, fMaxCompletionTokens} {
+		name := fieldNames[f]
 		var n *float64
-		if err := unmarshalField(fields, name, &n); err != nil {
+		if err := r.unmarshalField(f, &n); err != nil {
 			return nil, err
 		}
 		if n == nil {
@@ -127,7 +130,7 @@ func parseRequest(k kind, body []byte, lim limits) (*request, *parseError) {
 }
 
 func (r *request) parseMessages(lim limits) *parseError {
-	raw, ok := present(r.fields, "messages")
+	raw, ok := r.fields.present(fMessages)
 	if !ok {
 		return refuse(reasonInvalidRequest, invalid("missing_field", "messages", "a chat completion needs messages"))
 	}
@@ -151,7 +154,7 @@ func (r *request) parseMessages(lim limits) *parseError {
 }
 
 func (r *request) parsePrompt(lim limits) *parseError {
-	raw, ok := present(r.fields, "prompt")
+	raw, ok := r.fields.present(fPrompt)
 	if !ok {
 		return refuse(reasonInvalidRequest, invalid("missing_field", "prompt", "a completion needs a prompt"))
 	}
@@ -177,19 +180,10 @@ func (r *request) parsePrompt(lim limits) *parseError {
 	return refuse(reasonInvalidRequest, invalid("invalid_type", "prompt", "must be a string or a list of token ids"))
 }
 
-// present returns a field that is there and not null.
-func present(fields map[string]json.RawMessage, name string) (json.RawMessage, bool) {
-	raw, ok := fields[name]
-	raw = bytes.TrimSpace(raw)
-	if !ok || len(raw) == 0 || string(raw) == "null" {
-		return nil, false
-	}
-	return raw, true
-}
-
 // unmarshalField decodes a field that may be absent or null into v.
-func unmarshalField(fields map[string]json.RawMessage, name string, v any) *parseError {
-	raw, ok := present(fields, name)
+func (r *request) unmarshalField(f int, v any) *parseError {
+	name := fieldNames[f]
+	raw, ok := r.fields.present(f)
 	if !ok {
 		return nil
 	}
@@ -204,21 +198,4 @@ func jsonError(err error) string {
 		return "null"
 	}
 	return textcut.Truncate(err.Error(), 200)
-}
-
-// body renders the request's fields with the given changes: a nil value
-// removes the field.
-func (r *request) body(set map[string]any) ([]byte, error) {
-	out := make(map[string]any, len(r.fields)+len(set))
-	for k, v := range r.fields {
-		out[k] = v
-	}
-	for k, v := range set {
-		if v == nil {
-			delete(out, k)
-		} else {
-			out[k] = v
-		}
-	}
-	return json.Marshal(out)
 }

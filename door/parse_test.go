@@ -97,11 +97,11 @@ func TestPrefillAndDecodeBodies(t *testing.T) {
 		t.Fatal(perr)
 	}
 	p, _ := prefillBody(r)
-	if want := `{"kv_transfer_params":{"do_remote_decode":true,"do_remote_prefill":false,"remote_engine_id":null,"remote_block_ids":null,"remote_host":null,"remote_port":null},"max_tokens":1,"model":"m","prompt":"x","stream":false,"top_k":5}`; string(p) != want {
+	if want := `{"model":"m","prompt":"x","stream":false,"top_k":5,"max_tokens":1,"kv_transfer_params":{"do_remote_decode":true,"do_remote_prefill":false,"remote_engine_id":null,"remote_block_ids":null,"remote_host":null,"remote_port":null}}`; string(p) != want {
 		t.Fatalf("prefill\n got %s\nwant %s", p, want)
 	}
 	d, _ := decodeBody(r, []byte(`{"do_remote_prefill":true}`))
-	if want := `{"kv_transfer_params":{"do_remote_prefill":true},"min_tokens":3,"model":"m","prompt":"x","stream":true,"stream_options":{"continuous_usage_stats":true,"include_usage":true},"top_k":5}`; string(d) != want {
+	if want := `{"model":"m","prompt":"x","stream":true,"stream_options":{"continuous_usage_stats":true,"include_usage":true},"min_tokens":3,"top_k":5,"kv_transfer_params":{"do_remote_prefill":true}}`; string(d) != want {
 		t.Fatalf("decode\n got %s\nwant %s", d, want)
 	}
 	for _, c := range []struct {
@@ -118,6 +118,41 @@ func TestPrefillAndDecodeBodies(t *testing.T) {
 		kv, ok := prefillAnswer([]byte(c.body))
 		if ok != c.ok || string(kv) != c.kv {
 			t.Errorf("%s: got %s %v", c.body, kv, ok)
+		}
+	}
+}
+
+// TestDecodeBodySplice: the decode leg is the client's bytes with only
+// what the door adds spliced in; the very same bytes when it adds
+// nothing; and a body whose door fields are given twice or spelled with
+// an escape is rendered as encoding/json reads it, so the engine gets the
+// fields the door decided on.
+func TestDecodeBodySplice(t *testing.T) {
+	lim := limits{maxMessages: 4, maxPromptTokens: 8}
+	for _, c := range []struct{ body, want string }{
+		{`{"model":"m", "prompt" : [1,2], "temperature":0.5}`, `{"model":"m", "prompt" : [1,2], "temperature":0.5}`},
+		{`{"model":"m","prompt":[1],"stream":true,"stream_options":{"include_usage":true}}`, `{"model":"m","prompt":[1],"stream":true,"stream_options":{"include_usage":true}}`},
+		{`{"model":"m","prompt":[1],"stream":true}`, `{"model":"m","prompt":[1],"stream":true,"stream_options":{"include_usage":true}}`},
+		{`{"model":"m","prompt":[1],"stream":true,"stream_options":{ }}`, `{"model":"m","prompt":[1],"stream":true,"stream_options":{"include_usage":true}}`},
+		{`{"model":"m","prompt":[1],"stream":true,"stream_options":{"include_usage":false}}`, `{"model":"m","prompt":[1],"stream":true,"stream_options":{"include_usage":true}}`},
+		{`{"kv_transfer_params":null,"model":"m","prompt":"x"}`, `{"model":"m","prompt":"x"}`},
+		{`{"model":"m","kv_transfer_params":null,"prompt":"x"}`, `{"model":"m","prompt":"x"}`},
+		// Given twice, or escaped: through encoding/json (sorted keys, the
+		// last of duplicates).
+		{`{"model":"m","prompt":"x","stream":false,"stream":true}`, `{"model":"m","prompt":"x","stream":true,"stream_options":{"include_usage":true}}`},
+		{`{"model":"m","prompt":"x","str\u0065am":true}`, `{"model":"m","prompt":"x","stream":true,"stream_options":{"include_usage":true}}`},
+		{`{"model":"m","prompt":"x","kv_transfer_params":{"remote_host":"evil"},"kv_transfer_params":null}`, `{"model":"m","prompt":"x"}`},
+	} {
+		r, perr := parseRequest(completions, []byte(c.body), lim)
+		if perr != nil {
+			t.Fatalf("%s: %v", c.body, perr.Error)
+		}
+		got, err := decodeBody(r, nil)
+		if err != nil || string(got) != c.want {
+			t.Errorf("%s\n got %s\nwant %s (%v)", c.body, got, c.want, err)
+		}
+		if c.body == c.want && &got[0] != &r.fields.raw[0] {
+			t.Errorf("%s: copied, not forwarded", c.body)
 		}
 	}
 }

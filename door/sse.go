@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync"
 
 	"github.com/pdrouter/pdrouter/internal/textcut"
 )
@@ -27,7 +28,30 @@ type sseReader struct {
 }
 
 func newSSEReader(r io.Reader, maxLine int) *sseReader {
-	return &sseReader{r: bufio.NewReaderSize(r, 16<<10), maxLine: maxLine}
+	return &sseReader{r: bufio.NewReaderSize(r, sseBufSize), maxLine: maxLine}
+}
+
+const sseBufSize = 16 << 10
+
+// sseReaders pools the readers of relayed streams: each holds a 16 KiB
+// buffer, which every stream would otherwise allocate.
+var sseReaders = sync.Pool{New: func() any { return newSSEReader(nil, 0) }}
+
+// getSSEReader is newSSEReader from the pool; putSSEReader returns it
+// (its data, grown past the buffer by a long event, is dropped).
+func getSSEReader(r io.Reader, maxLine int) *sseReader {
+	s := sseReaders.Get().(*sseReader)
+	s.r.Reset(r)
+	s.maxLine = maxLine
+	return s
+}
+
+func putSSEReader(s *sseReader) {
+	s.r.Reset(nil)
+	if cap(s.data) > sseBufSize {
+		s.data = nil
+	}
+	sseReaders.Put(s)
 }
 
 // next returns the data of the next event (its data lines joined by "\n"),

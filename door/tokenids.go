@@ -1,9 +1,12 @@
 package door
 
 import (
+	"bytes"
 	"fmt"
 	"math"
 )
+
+var comma = []byte{','}
 
 // tokenIDs reads a prompt given as token ids: a JSON array of integers in
 // [0, 2^32). It scans the bytes itself rather than through a
@@ -21,9 +24,10 @@ func tokenIDs(raw []byte, maxTokens int) ([]uint32, *parseError) {
 	if len(raw) == 0 || raw[0] != '[' {
 		return nil, refuse(reasonInvalidRequest, invalid("invalid_type", "prompt", "is not a JSON array"))
 	}
-	// Each id takes at least two bytes ("1,"): the capacity follows the
-	// bytes already read, never a declared size.
-	ids := make([]uint32, 0, min(len(raw)/2+1, maxTokens))
+	// The capacity is the ids the bytes already read can hold (one more
+	// than their commas, which bytes.Count finds without allocating),
+	// never a declared size, and at most the bound.
+	ids := make([]uint32, 0, min(bytes.Count(raw, comma)+1, maxTokens))
 	i := skipSpace(raw, 1)
 	if i < len(raw) && raw[i] == ']' {
 		return nil, refuse(reasonInvalidRequest, invalid("invalid_value", "prompt", "is empty"))

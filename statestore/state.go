@@ -54,8 +54,10 @@ type state struct {
 	kvMissing   int
 	bsMismatch  int // slots flagged by blocksize.go
 
-	// The decider-facing worker list (workers.go rebuildView).
+	// The decider-facing worker list (workers.go rebuildView), and its
+	// version (View.WorkersVersion).
 	viewDirty bool
+	viewGen   uint64
 	viewInfos []decider.WorkerInfo
 	viewSlots []int32
 	slotRef   []int32

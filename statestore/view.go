@@ -57,6 +57,12 @@ func (v View) Now() int64 { return v.st.now }
 // Workers implements decider.Registry.
 func (v View) Workers() []decider.WorkerInfo { return v.st.viewInfos }
 
+// WorkersVersion changes whenever the worker list (and the registrations
+// behind it) may have changed: an index of the registrations built at one
+// version holds until the version changes. It may also change when
+// nothing a reader sees did.
+func (v View) WorkersVersion() uint64 { return v.st.viewGen }
+
 // Load implements decider.LoadSource: the latest sample, unless it is
 // older than Options.LoadMaxAge against the event-time clock.
 func (v View) Load(ref decider.WorkerRef) (decider.LoadSample, bool) {

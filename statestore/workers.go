@@ -3,6 +3,7 @@ package statestore
 import (
 	"cmp"
 	"slices"
+	"sync/atomic"
 
 	"github.com/pdrouter/pdrouter/decider"
 	"github.com/pdrouter/pdrouter/events"
@@ -172,12 +173,17 @@ func (st *state) lookupSlot(id string, rank uint32) (int32, bool) {
 	return s, ok
 }
 
+// viewGens numbers the worker lists of every state of the process, so a
+// version is never seen twice, even across a state built again.
+var viewGens atomic.Uint64
+
 // rebuildView recomputes the decider-facing worker list, sorted by (id,
 // rank) so that refs never depend on the order workers were first seen.
 // Called with the write lock held, after a chunk of records changed the
 // registry (or a load sample changed a capacity the registry lacks).
 func (st *state) rebuildView() {
 	st.viewDirty = false
+	st.viewGen = viewGens.Add(1)
 	st.viewInfos = st.viewInfos[:0]
 	st.viewSlots = st.viewSlots[:0]
 	ids := make([]string, 0, len(st.regs))

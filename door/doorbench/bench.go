@@ -16,8 +16,10 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -67,6 +69,15 @@ type Config struct {
 type Result struct {
 	Direct, Door       [2]time.Duration // p50, p99
 	DirectCPU, DoorCPU time.Duration
+	// DirectWall and DoorWall are each mode's time (its rounds, summed):
+	// requests over it are the request rate, CPU over it the cores kept
+	// busy.
+	DirectWall, DoorWall time.Duration
+	// Dials counts the TCP connections opened during the measured rounds
+	// (after the warm-up): by the clients to the engines (direct), by the
+	// clients to the door, and by the door to the engines. A pool that
+	// covers the streams opens none.
+	DialsDirect, DialsToDoor, DialsFromDoor int64
 }
 
 // Run runs the bench and prints its table to out.
@@ -105,24 +116,39 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (Result, []benchtable.R
 		}
 		ups = append(ups, u)
 	}
-	d, err := door.New(door.Deps{Decider: &roundRobin{ups: ups}, Fleet: fleet{ups, cfg.Model}, Outcomes: discard{}},
-		door.WithMetrics(prometheus.NewRegistry()), door.WithMaxInFlight(4*cfg.Streams))
+	var fromDoor, toDoor, direct atomic.Int64
+	tl := newTimeline()
+	d, err := door.New(door.Deps{Decider: &roundRobin{ups: ups, tl: tl}, Fleet: fleet{ups, cfg.Model}, Outcomes: discard{}},
+		door.WithMetrics(prometheus.NewRegistry()), door.WithMaxInFlight(4*cfg.Streams), door.WithDialer(tl.dialer(&fromDoor)))
 	if err != nil {
 		return Result{}, nil, err
 	}
 	gin.SetMode(gin.ReleaseMode)
 	e := gin.New()
 	d.Mount(e.Group("/v1"))
-	srv := httptest.NewServer(e)
+	srv := httptest.NewUnstartedServer(e)
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			toDoor.Add(1)
+		}
+	}
+	srv.Start()
 	defer srv.Close()
 
-	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 2 * cfg.Streams, DisableCompression: true}}
+	doorURL := srv.URL
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 2 * cfg.Streams, DisableCompression: true,
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			if "http://"+addr != doorURL {
+				direct.Add(1)
+			}
+			return (&net.Dialer{}).DialContext(ctx, network, addr)
+		}}}
 	var rr atomic.Uint64
-	direct := func() string { return ups[rr.Add(1)%uint64(len(ups))].URL() }
+	directURL := func() string { return ups[rr.Add(1)%uint64(len(ups))].URL() }
 	viaDoor := func() string { return srv.URL }
 	body := requestBody(cfg)
 	// Warm both paths' connections.
-	if _, err := measure(ctx, client, direct, body, cfg.Streams, cfg.Streams); err != nil {
+	if _, err := measure(ctx, client, directURL, body, cfg.Streams, cfg.Streams); err != nil {
 		return Result{}, nil, err
 	}
 	if _, err := measure(ctx, client, viaDoor, body, cfg.Streams, cfg.Streams); err != nil {
@@ -130,21 +156,26 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (Result, []benchtable.R
 	}
 	var (
 		res            Result
-		dt, vt         []time.Duration
+		dt, vt         []sample
 		dCPU, vCPU     time.Duration
 		perRound       = max(1, cfg.Requests/cfg.Rounds)
 		directN, doorN int
 	)
+	fromDoor.Store(0)
+	toDoor.Store(0)
+	direct.Store(0)
 	for range cfg.Rounds {
 		for _, m := range []struct {
 			base func() string
-			out  *[]time.Duration
+			out  *[]sample
 			cpu  *time.Duration
+			wall *time.Duration
 			n    *int
-		}{{direct, &dt, &dCPU, &directN}, {viaDoor, &vt, &vCPU, &doorN}} {
-			c0 := cpuTime()
+		}{{directURL, &dt, &dCPU, &res.DirectWall, &directN}, {viaDoor, &vt, &vCPU, &res.DoorWall, &doorN}} {
+			c0, w0 := cpuTime(), time.Now()
 			t, err := measure(ctx, client, m.base, body, cfg.Streams, perRound)
 			*m.cpu += cpuTime() - c0
+			*m.wall += time.Since(w0)
 			if err != nil {
 				return res, nil, err
 			}
@@ -152,9 +183,15 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (Result, []benchtable.R
 			*m.n += len(t)
 		}
 	}
-	res.Direct = [2]time.Duration{pct(dt, 50), pct(dt, 99)}
-	res.Door = [2]time.Duration{pct(vt, 50), pct(vt, 99)}
+	dTTFT, vTTFT := ttfts(dt), ttfts(vt)
+	res.Direct = [2]time.Duration{pct(dTTFT, 50), pct(dTTFT, 99)}
+	res.Door = [2]time.Duration{pct(vTTFT, 50), pct(vTTFT, 99)}
+	sp := split(tl, vt)
+	p5099 := func(d []time.Duration) string { return fmt.Sprintf("%s / %s", pct(d, 50), pct(d, 99)) }
 	res.DirectCPU, res.DoorCPU = dCPU/time.Duration(max(1, directN)), vCPU/time.Duration(max(1, doorN))
+	res.DialsDirect, res.DialsToDoor, res.DialsFromDoor = direct.Load(), toDoor.Load(), fromDoor.Load()
+	rate := func(n int, wall time.Duration) float64 { return float64(n) / max(wall.Seconds(), 1e-9) }
+	cores := func(cpu, wall time.Duration) float64 { return cpu.Seconds() / max(wall.Seconds(), 1e-9) }
 	added50, added99 := res.Door[0]-res.Direct[0], res.Door[1]-res.Direct[1]
 	detail := fmt.Sprintf("%d closed-loop streams of %d prompt and %d output tokens, %d requests per mode in %d alternating rounds, %d engines", cfg.Streams, cfg.PromptTokens, cfg.OutputTokens, len(dt), cfg.Rounds, cfg.Workers)
 	rows := []benchtable.Row{
@@ -162,6 +199,16 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (Result, []benchtable.R
 		benchtable.NewRow("ttft via door p50 / p99", fmt.Sprintf("%s / %s", res.Door[0], res.Door[1]), "", "", detail),
 		benchtable.NewRow("cpu per request direct / via door", fmt.Sprintf("%s / %s", res.DirectCPU.Round(time.Microsecond), res.DoorCPU.Round(time.Microsecond)), "", "",
 			fmt.Sprintf("process CPU (client, engines, door) ÷ requests; the door's share: %s", (res.DoorCPU-res.DirectCPU).Round(time.Microsecond))),
+		benchtable.NewRow("requests/s direct / via door", fmt.Sprintf("%.0f / %.0f", rate(directN, res.DirectWall), rate(doorN, res.DoorWall)), "", "", "each mode's requests over its rounds' time"),
+		benchtable.NewRow("cores busy direct / via door", fmt.Sprintf("%.2f / %.2f", cores(dCPU, res.DirectWall), cores(vCPU, res.DoorWall)), "", "",
+			fmt.Sprintf("process CPU over wall time, of %d cores; near the count, requests queue for a core", runtime.NumCPU())),
+		benchtable.NewRow("new connections in the measured rounds", fmt.Sprintf("%d / %d / %d", res.DialsDirect, res.DialsToDoor, res.DialsFromDoor), "", "",
+			"clients→engines (direct) / clients→door / door→engines: 0 when the pools keep every stream's connection"),
+		benchtable.NewRow("via door: client send → decision p50 / p99", p5099(sp.toDecision), "", "", "the HTTP server, reading and parsing the body"),
+		benchtable.NewRow("via door: decision → request written to an engine p50 / p99", p5099(sp.toEngine), "", "", "the decision (in memory), the body, the HTTP client's hand-off to its writer"),
+		benchtable.NewRow("via door: request written → first chunk read by the door p50 / p99", p5099(sp.engine), "", "", "the engine's TTFT, as the door's connection sees it"),
+		benchtable.NewRow("via door: first chunk read → first token at the client p50 / p99", p5099(sp.relay), "", "", "the relay: the door's read, parse and write, and the client's wake-up"),
+		benchtable.NewRow("via door: the door's own part of ttft p50 / p99", p5099(sp.door), "", "", "per request, the sum of the three rows that are not the engine's"),
 		benchtable.NewRow("door adds to ttft p50", added50.String(), "", "", "in-memory decider: the durable decision append is `bench api`'s"),
 	}
 	bar, verdict := "", ""
@@ -173,12 +220,51 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (Result, []benchtable.R
 	return res, rows, nil
 }
 
+// sample is one request as its client saw it: when it was sent, its
+// TTFT, and the request id the door answered (through the door).
+type sample struct {
+	sent      time.Time
+	ttft      time.Duration
+	requestID string
+}
+
+func ttfts(s []sample) []time.Duration {
+	out := make([]time.Duration, len(s))
+	for i := range s {
+		out[i] = s[i].ttft
+	}
+	return out
+}
+
+// ttftSplit is the door's requests' TTFT split at the timeline's stamps.
+type ttftSplit struct {
+	toDecision, toEngine, engine, relay []time.Duration
+	// door is each request's toDecision + toEngine + relay.
+	door []time.Duration
+}
+
+func split(tl *timeline, s []sample) ttftSplit {
+	var sp ttftSplit
+	for _, x := range s {
+		st, ok := tl.lookup(x.requestID)
+		if !ok || st.decided.IsZero() || st.upstream.IsZero() || st.firstChunk.IsZero() {
+			continue
+		}
+		a, b := st.decided.Sub(x.sent), st.upstream.Sub(st.decided)
+		c, d := st.firstChunk.Sub(st.upstream), x.sent.Add(x.ttft).Sub(st.firstChunk)
+		sp.toDecision, sp.toEngine = append(sp.toDecision, a), append(sp.toEngine, b)
+		sp.engine, sp.relay = append(sp.engine, c), append(sp.relay, d)
+		sp.door = append(sp.door, a+b+d)
+	}
+	return sp
+}
+
 // measure sends n streamed completions from streams clients and returns
 // each one's TTFT: from sending to the first token chunk read.
-func measure(ctx context.Context, client *http.Client, base func() string, body string, streams, n int) ([]time.Duration, error) {
+func measure(ctx context.Context, client *http.Client, base func() string, body string, streams, n int) ([]sample, error) {
 	var (
 		mu    sync.Mutex
-		out   = make([]time.Duration, 0, n)
+		out   = make([]sample, 0, n)
 		left  atomic.Int64
 		first error
 		wg    sync.WaitGroup
@@ -206,22 +292,23 @@ func measure(ctx context.Context, client *http.Client, base func() string, body 
 	return out, first
 }
 
-func once(ctx context.Context, client *http.Client, base, body string) (time.Duration, error) {
+func once(ctx context.Context, client *http.Client, base, body string) (sample, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/v1/completions", strings.NewReader(body))
 	if err != nil {
-		return 0, err
+		return sample{}, err
 	}
 	req.Header.Set("Content-Type", "application/json")
 	start := time.Now()
 	resp, err := client.Do(req)
 	if err != nil {
-		return 0, err
+		return sample{}, err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-		return 0, fmt.Errorf("%s: %d %s", base, resp.StatusCode, b)
+		return sample{}, fmt.Errorf("%s: %d %s", base, resp.StatusCode, b)
 	}
+	s := sample{sent: start, requestID: resp.Header.Get(door.HeaderRequestID)}
 	br := bufio.NewReader(resp.Body)
 	var ttft time.Duration
 	for {
@@ -231,9 +318,10 @@ func once(ctx context.Context, client *http.Client, base, body string) (time.Dur
 		}
 		if err != nil {
 			if err == io.EOF && ttft > 0 {
-				return ttft, nil
+				s.ttft = ttft
+				return s, nil
 			}
-			return 0, fmt.Errorf("%s: stream ended before a token: %v", base, err)
+			return sample{}, fmt.Errorf("%s: stream ended before a token: %v", base, err)
 		}
 	}
 }
@@ -252,9 +340,11 @@ func pct(d []time.Duration, p int) time.Duration {
 type roundRobin struct {
 	ups []Upstream
 	n   atomic.Uint64
+	tl  *timeline
 }
 
 func (r *roundRobin) Decide(_ context.Context, q door.DecideRequest) (door.Decision, error) {
+	r.tl.decided(q.RequestID)
 	u := r.ups[r.n.Add(1)%uint64(len(r.ups))]
 	return door.Decision{DecisionID: "d-" + q.RequestID, RequestID: q.RequestID, Decode: door.Worker{ID: u.URL(), HTTPURL: u.URL()}}, nil
 }

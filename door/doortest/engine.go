@@ -36,6 +36,7 @@ type Engine struct {
 	HugeLn  int           // send a line of this many bytes first
 	Garbage bool          // send a malformed chunk first
 	NoDone  bool          // end the stream without [DONE]
+	Tail    time.Duration // after [DONE], before the answer ends
 	// Cancelled gets one value when a request's context ends before the
 	// stream does (the door cancelled it).
 	Cancelled chan struct{}
@@ -191,5 +192,11 @@ func (e *Engine) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	if !e.NoDone {
 		send("data: [DONE]\n\n")
+	}
+	if e.Tail > 0 {
+		select { // a door that leaves early is not a cancellation
+		case <-time.After(e.Tail):
+		case <-r.Context().Done():
+		}
 	}
 }
