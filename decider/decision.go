@@ -218,8 +218,16 @@ type SLOPrediction struct {
 	RunningRequests int64   `json:"running_requests"`
 	OthersITLMs     float64 `json:"others_itl_ms"`
 	OthersBaseITLMs float64 `json:"others_base_itl_ms"`
-	LocalGoodput    float64 `json:"local_goodput"`
-	RemoteGoodput   float64 `json:"remote_goodput"`
+	// NextTTFTMs and NextITLMs are the predicted remote TTFT and ITL of the next
+	// request like this one on the decode worker if this prompt is prefilled there:
+	// a local prefill is charged their lost goodput, and on a tie the TTFT it adds.
+	NextTTFTMs float64 `json:"next_ttft_ms"`
+	NextITLMs  float64 `json:"next_itl_ms"`
+	// RemoteDecodeTTFTMs is the part of RemoteTTFTMs the decode worker's features
+	// explain: when both paths miss, local needs it to be at most half.
+	RemoteDecodeTTFTMs float64 `json:"remote_decode_ttft_ms"`
+	LocalGoodput       float64 `json:"local_goodput"`
+	RemoteGoodput      float64 `json:"remote_goodput"`
 	// Margin is LocalGoodput − RemoteGoodput: local wins at or above −SLOTieMargin.
 	Margin float64 `json:"margin"`
 	// Fit is the model the predictions came from, so that a recompute from the record

@@ -118,6 +118,18 @@ func (f *LatencyFit) Predict(path LatencyPath, target LatencyTarget, in *Latency
 	return s
 }
 
+// DecodeSide returns the part of Predict's sum that the decode worker's features
+// contribute (its active requests and blocks, prompt tokens queued on it, its KV fill
+// and its recent local prefills): how much of the prediction the decode worker's
+// congestion explains, as opposed to the prefilling worker's and the prompt's own.
+func (f *LatencyFit) DecodeSide(path LatencyPath, target LatencyTarget, in *LatencyInputs) float64 {
+	var x [LatencyK]int64
+	in.Vector(&x)
+	c := &f.Coef[path][target]
+	// Features 4, 5, 6, 8 and 9 of Vector are the decode worker's.
+	return c[4]*float64(x[4]) + c[5]*float64(x[5]) + c[6]*float64(x[6]) + c[8]*float64(x[8]) + c[9]*float64(x[9])
+}
+
 // Warm reports whether every path and target has at least min samples.
 func (f *LatencyFit) Warm(min int64) bool {
 	if f == nil {

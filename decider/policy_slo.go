@@ -1,7 +1,5 @@
 package decider
 
-import "math"
-
 // The slo policy (docs/slo-policy.md): predict TTFT and mean ITL for the local path and
 // for each prefill candidate with the online latency model the view serves, and take
 // the path with the best expected goodput under slo_ttft_ms and slo_itl_ms, counting
@@ -21,7 +19,7 @@ const (
 	SLOTieMargin = 0.01
 	// SLOMissFactor: when both paths are predicted to miss, local prefill must miss by
 	// at most this fraction of remote's miss to be taken. A local prefill adds work to
-	// a decode worker that is, when both paths miss, usually the fleet's bottleneck,
+	// a decode worker that is, when both paths miss, often the fleet's bottleneck,
 	// and what that costs the requests decoding there is not in this request's
 	// prediction.
 	SLOMissFactor = 0.5
@@ -86,20 +84,45 @@ func sloMode(dc *Decider, dst *Decision, d, p *Candidate) *Candidate {
 	others.DecodeRecentLocal += dst.EffectiveISL
 	s.OthersITLMs = fit.Predict(PathRemote, TargetITL, &others)
 	sigma := fit.Sigma[PathRemote][TargetITL]
-	loss := float64(d.ActiveRequests) * (meetProbability(s.OthersBaseITLMs, sigma, cfg.SLOITLMs) -
-		meetProbability(s.OthersITLMs, sigma, cfg.SLOITLMs))
-	s.LocalGoodput = selfLocal - max(loss, 0)
-	s.Margin = s.LocalGoodput - s.RemoteGoodput
+	loss := max(float64(d.ActiveRequests)*(meetProbability(s.OthersBaseITLMs, sigma, cfg.SLOITLMs)-
+		meetProbability(s.OthersITLMs, sigma, cfg.SLOITLMs)), 0)
 
-	local2 := s.Margin >= -SLOTieMargin
-	if math.Abs(s.Margin) <= SLOTieMargin && max(s.LocalGoodput, s.RemoteGoodput) < 0.5 {
-		// Both paths are expected to miss the SLO: goodput cannot choose, and the
-		// cheaper path is not the better one when it is the overloaded one. The path
-		// predicted to miss by less (the larger of TTFT and ITL over their SLOs) wins,
-		// local only by SLOMissFactor, so that the miss is as small as it can be and
-		// the backlog drains where it can.
+	// Next: the requests sent to this decode worker after this one, each taken to be
+	// like this one on the remote path, find this prompt queued there and counted in
+	// its recent local prefill. A local prefill looks harmless to the requests running
+	// when it is decided; what it costs is the TTFT of those that come after it, on a
+	// worker whose steps it took. They are counted as many as the worker runs now:
+	// over the recent-local window a worker takes in about as many requests as it
+	// holds (Little's law, with a residence of the window's order), and an idle
+	// worker delays nobody. Without this charge a run of local prefills piles onto a
+	// scarce decode worker before their outcomes come back.
+	next := bestIn
+	next.DecodePrefill += dst.EffectiveISL
+	next.DecodeRecentLocal += dst.EffectiveISL
+	s.NextTTFTMs = fit.Predict(PathRemote, TargetTTFT, &next)
+	s.NextITLMs = fit.Predict(PathRemote, TargetITL, &next)
+	loss += float64(d.ActiveRequests) * max(s.RemoteGoodput-dc.sloMeet(fit, PathRemote, s.NextTTFTMs, s.NextITLMs), 0)
+	s.LocalGoodput = selfLocal - loss
+	s.Margin = s.LocalGoodput - s.RemoteGoodput
+	s.RemoteDecodeTTFTMs = fit.DecodeSide(PathRemote, TargetTTFT, &bestIn)
+
+	var local2 bool
+	switch {
+	case max(selfLocal, s.RemoteGoodput) < 0.5:
+		// Both paths are expected to miss the SLO: the difference of two small tail
+		// probabilities does not choose, and the path that misses by less for this
+		// request is not the better one when it is the overloaded one. Local must miss
+		// by at most SLOMissFactor of remote's miss (the larger of TTFT and ITL over
+		// their SLOs), and remote's TTFT must be mostly the prefill side's: when the
+		// decode worker's own state explains most of it, the decode worker is the
+		// bottleneck, and a local prefill adds to it.
 		local2 = max(s.LocalTTFTMs/cfg.SLOTTFTMs, s.LocalITLMs/cfg.SLOITLMs) <=
-			SLOMissFactor*max(s.RemoteTTFTMs/cfg.SLOTTFTMs, s.RemoteITLMs/cfg.SLOITLMs)
+			SLOMissFactor*max(s.RemoteTTFTMs/cfg.SLOTTFTMs, s.RemoteITLMs/cfg.SLOITLMs) &&
+			2*s.RemoteDecodeTTFTMs <= s.RemoteTTFTMs
+	default:
+		// Ties (within SLOTieMargin) go to the cheaper path, local: no transfer, no
+		// prefill GPU.
+		local2 = s.Margin >= -SLOTieMargin
 	}
 	dst.PolicyBypass = local2
 	dst.DecidedBy, dst.Distance = CheckSLOGoodput, s.Margin

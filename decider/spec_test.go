@@ -412,6 +412,7 @@ func specField(d *decider.Decision, key string) (string, error) {
 			"remote_ttft": fmtF(s.RemoteTTFTMs), "remote_itl": fmtF(s.RemoteITLMs), "others_itl": fmtF(s.OthersITLMs),
 			"others_base_itl": fmtF(s.OthersBaseITLMs), "local_goodput": fmtF(s.LocalGoodput),
 			"remote_goodput": fmtF(s.RemoteGoodput), "margin": fmtF(s.Margin), "running": strconv.FormatInt(s.RunningRequests, 10),
+			"next_ttft": fmtF(s.NextTTFTMs), "next_itl": fmtF(s.NextITLMs), "remote_decode_ttft": fmtF(s.RemoteDecodeTTFTMs),
 		}
 		if got, ok := v[rest]; ok {
 			return got, nil

@@ -191,7 +191,10 @@ func appendSloPrediction(b []byte, s *pb.SloPrediction) []byte {
 	b = appendDouble(b, 13, s.LocalGoodput)
 	b = appendDouble(b, 14, s.RemoteGoodput)
 	b = appendDouble(b, 15, s.Margin)
-	return appendMessage(b, 16, s.Fit, appendLatencyFit)
+	b = appendMessage(b, 16, s.Fit, appendLatencyFit)
+	b = appendDouble(b, 17, s.NextTtftMs)
+	b = appendDouble(b, 18, s.NextItlMs)
+	return appendDouble(b, 19, s.RemoteDecodeTtftMs)
 }
 
 func appendLatencyFit(b []byte, f *pb.LatencyFit) []byte {

@@ -213,7 +213,9 @@ func num(f float64) string { return strings.TrimSuffix(fmt.Sprintf("%.10g", f), 
 // sloSummary states the slo policy's predictions in one line.
 func sloSummary(s *decider.SLOPrediction) string {
 	return fmt.Sprintf("predicted local TTFT %s ms, ITL %s ms (goodput %.3f) against remote TTFT %s ms, ITL %s ms (goodput %.3f) "+
-		"under SLOs TTFT ≤ %s ms, ITL ≤ %s ms; margin %.3f; the %d running requests' ITL %s → %s ms with a local prefill",
+		"under SLOs TTFT ≤ %s ms, ITL ≤ %s ms; margin %.3f; the %d running requests' ITL %s → %s ms with a local prefill, "+
+		"and the next request's remote TTFT %s ms, ITL %s ms; %s ms of remote's TTFT from the decode worker",
 		num(s.LocalTTFTMs), num(s.LocalITLMs), s.LocalGoodput, num(s.RemoteTTFTMs), num(s.RemoteITLMs), s.RemoteGoodput,
-		num(s.TTFTLimitMs), num(s.ITLLimitMs), s.Margin, s.RunningRequests, num(s.OthersBaseITLMs), num(s.OthersITLMs))
+		num(s.TTFTLimitMs), num(s.ITLLimitMs), s.Margin, s.RunningRequests, num(s.OthersBaseITLMs), num(s.OthersITLMs),
+		num(s.NextTTFTMs), num(s.NextITLMs), num(s.RemoteDecodeTTFTMs))
 }

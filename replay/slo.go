@@ -16,6 +16,7 @@ func sloOf(s *pb.SloPrediction) decider.SLOPrediction {
 		LocalTTFTMs: s.GetLocalTtftMs(), LocalITLMs: s.GetLocalItlMs(),
 		RemoteTTFTMs: s.GetRemoteTtftMs(), RemoteITLMs: s.GetRemoteItlMs(),
 		RunningRequests: s.GetRunningRequests(), OthersITLMs: s.GetOthersItlMs(), OthersBaseITLMs: s.GetOthersBaseItlMs(),
+		NextTTFTMs: s.GetNextTtftMs(), NextITLMs: s.GetNextItlMs(), RemoteDecodeTTFTMs: s.GetRemoteDecodeTtftMs(),
 		LocalGoodput: s.GetLocalGoodput(), RemoteGoodput: s.GetRemoteGoodput(), Margin: s.GetMargin(),
 		Fit: fitOf(s.GetFit()),
 	}
@@ -30,6 +31,7 @@ func sloPB(s *decider.SLOPrediction) *pb.SloPrediction {
 		Evaluated: true, Warm: s.Warm, Samples: s.Samples, SloTtftMs: s.TTFTLimitMs, SloItlMs: s.ITLLimitMs,
 		LocalTtftMs: s.LocalTTFTMs, LocalItlMs: s.LocalITLMs, RemoteTtftMs: s.RemoteTTFTMs, RemoteItlMs: s.RemoteITLMs,
 		RunningRequests: s.RunningRequests, OthersItlMs: s.OthersITLMs, OthersBaseItlMs: s.OthersBaseITLMs,
+		NextTtftMs: s.NextTTFTMs, NextItlMs: s.NextITLMs, RemoteDecodeTtftMs: s.RemoteDecodeTTFTMs,
 		LocalGoodput: s.LocalGoodput, RemoteGoodput: s.RemoteGoodput, Margin: s.Margin, Fit: fitPB(&s.Fit),
 	}
 }

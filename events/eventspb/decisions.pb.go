@@ -390,9 +390,15 @@ type SloPrediction struct {
 	Margin float64 `protobuf:"fixed64,15,opt,name=margin,proto3" json:"margin,omitempty"`
 	// The model the predictions came from, so that a recompute from the record
 	// predicts the same.
-	Fit           *LatencyFit `protobuf:"bytes,16,opt,name=fit,proto3" json:"fit,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Fit *LatencyFit `protobuf:"bytes,16,opt,name=fit,proto3" json:"fit,omitempty"`
+	// The next request like this one on the decode worker, on the remote path, if
+	// this prompt is prefilled there: its predicted TTFT and ITL.
+	NextTtftMs float64 `protobuf:"fixed64,17,opt,name=next_ttft_ms,json=nextTtftMs,proto3" json:"next_ttft_ms,omitempty"`
+	NextItlMs  float64 `protobuf:"fixed64,18,opt,name=next_itl_ms,json=nextItlMs,proto3" json:"next_itl_ms,omitempty"`
+	// The part of remote_ttft_ms the decode worker's features explain.
+	RemoteDecodeTtftMs float64 `protobuf:"fixed64,19,opt,name=remote_decode_ttft_ms,json=remoteDecodeTtftMs,proto3" json:"remote_decode_ttft_ms,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *SloPrediction) Reset() {
@@ -535,6 +541,27 @@ func (x *SloPrediction) GetFit() *LatencyFit {
 		return x.Fit
 	}
 	return nil
+}
+
+func (x *SloPrediction) GetNextTtftMs() float64 {
+	if x != nil {
+		return x.NextTtftMs
+	}
+	return 0
+}
+
+func (x *SloPrediction) GetNextItlMs() float64 {
+	if x != nil {
+		return x.NextItlMs
+	}
+	return 0
+}
+
+func (x *SloPrediction) GetRemoteDecodeTtftMs() float64 {
+	if x != nil {
+		return x.RemoteDecodeTtftMs
+	}
+	return 0
 }
 
 // LatencyFit is the online latency model's fit: per path (local, remote) and
@@ -1146,7 +1173,7 @@ const file_pdrouter_events_v1_decisions_proto_rawDesc = "" +
 	"\x0fdecider_version\x18\x18 \x01(\rR\x0edeciderVersion\x12T\n" +
 	"\x12omitted_candidates\x18  \x01(\v2%.pdrouter.events.v1.OmittedCandidatesR\x11omittedCandidates\x12/\n" +
 	"\x14retry_of_decision_id\x18! \x01(\tR\x11retryOfDecisionId\x123\n" +
-	"\x03slo\x18( \x01(\v2!.pdrouter.events.v1.SloPredictionR\x03slo\"\xbb\x04\n" +
+	"\x03slo\x18( \x01(\v2!.pdrouter.events.v1.SloPredictionR\x03slo\"\xb0\x05\n" +
 	"\rSloPrediction\x12\x1c\n" +
 	"\tevaluated\x18\x01 \x01(\bR\tevaluated\x12\x12\n" +
 	"\x04warm\x18\x02 \x01(\bR\x04warm\x12\x18\n" +
@@ -1166,7 +1193,11 @@ const file_pdrouter_events_v1_decisions_proto_rawDesc = "" +
 	"\rlocal_goodput\x18\r \x01(\x01R\flocalGoodput\x12%\n" +
 	"\x0eremote_goodput\x18\x0e \x01(\x01R\rremoteGoodput\x12\x16\n" +
 	"\x06margin\x18\x0f \x01(\x01R\x06margin\x120\n" +
-	"\x03fit\x18\x10 \x01(\v2\x1e.pdrouter.events.v1.LatencyFitR\x03fit\"P\n" +
+	"\x03fit\x18\x10 \x01(\v2\x1e.pdrouter.events.v1.LatencyFitR\x03fit\x12 \n" +
+	"\fnext_ttft_ms\x18\x11 \x01(\x01R\n" +
+	"nextTtftMs\x12\x1e\n" +
+	"\vnext_itl_ms\x18\x12 \x01(\x01R\tnextItlMs\x121\n" +
+	"\x15remote_decode_ttft_ms\x18\x13 \x01(\x01R\x12remoteDecodeTtftMs\"P\n" +
 	"\n" +
 	"LatencyFit\x12\x18\n" +
 	"\asamples\x18\x01 \x03(\x03R\asamples\x12\x14\n" +
