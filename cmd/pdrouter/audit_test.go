@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -142,8 +143,9 @@ func registerFleet(t *testing.T, url string) map[string]map[string]int64 {
 }
 
 // hammer sends routes from n goroutines until stop is closed, and returns
-// the decision ids answered with 200.
-func hammer(url, idPrefix string, n int, after map[string]map[string]int64, stop <-chan struct{}) (answered []string, failures int) {
+// the decision ids answered with 200. progress, when not nil, counts them
+// as they come.
+func hammer(url, idPrefix string, n int, after map[string]map[string]int64, stop <-chan struct{}, progress *atomic.Int64) (answered []string, failures int) {
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	for g := 0; g < n; g++ {
@@ -168,6 +170,9 @@ func hammer(url, idPrefix string, n int, after map[string]map[string]int64, stop
 					}
 					_ = json.Unmarshal(raw, &r)
 					answered = append(answered, r.DecisionID)
+					if progress != nil {
+						progress.Add(1)
+					}
 				} else {
 					failures++
 				}
@@ -219,14 +224,22 @@ func TestAnsweredDecisionsSurviveSIGKILL(t *testing.T) {
 		r := startReplica(t, brokers, prefix, dataDir)
 		after := registerFleet(t, r.url)
 		stop := make(chan struct{})
+		var progress atomic.Int64
 		go func() {
-			time.Sleep(1200 * time.Millisecond)
+			// The kill comes while requests are in flight, once the replica
+			// has answered enough of them for the round to prove something:
+			// a fixed delay proved nothing on a loaded machine, where the
+			// first answers can take longer than the delay.
+			deadline := time.Now().Add(30 * time.Second)
+			for progress.Load() < 40 && time.Now().Before(deadline) {
+				time.Sleep(10 * time.Millisecond)
+			}
 			_ = r.cmd.Process.Signal(syscall.SIGKILL)
 			_ = r.cmd.Wait()
 			time.Sleep(200 * time.Millisecond)
 			close(stop)
 		}()
-		got, failed := hammer(r.url, fmt.Sprintf("round%d-", round), 8, after, stop)
+		got, failed := hammer(r.url, fmt.Sprintf("round%d-", round), 8, after, stop, &progress)
 		if len(got) < 10 {
 			t.Fatalf("round %d: only %d decisions answered before the kill (%d failures): the test proves nothing", round, len(got), failed)
 		}
@@ -271,7 +284,7 @@ func TestAnsweredDecisionsSurviveBrokerRestart(t *testing.T) {
 		time.Sleep(2 * time.Second)
 		close(stop)
 	}()
-	answered, failures := hammer(r.url, "", 4, after, stop)
+	answered, failures := hammer(r.url, "", 4, after, stop, nil)
 	if err := <-restartErr; err != nil {
 		t.Fatalf("broker restart: %v", err)
 	}
