@@ -22,7 +22,7 @@ import (
 // eviction of the last two (vllm-project/vllm 0072b0b7, offloading/scheduler.py
 // take_events). The events are positional, as msgspec writes them
 // (array_like), every declared field present.
-func offloadBatch(t *testing.T, tokens []any) []byte {
+func offloadBatch(t testing.TB, tokens []any) []byte {
 	t.Helper()
 	const h1, h2, h3, unseen = uint64(0xa1), uint64(0xa2), uint64(0xa3), uint64(0xff01)
 	return mp(t, []any{1.5, []any{
