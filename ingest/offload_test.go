@@ -1,10 +1,13 @@
 package ingest
 
 import (
+	"bytes"
+	"context"
 	"slices"
 	"testing"
 	"time"
 
+	"github.com/go-zeromq/zmq4"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"google.golang.org/protobuf/proto"
 
@@ -47,30 +50,79 @@ func TestOffloadCPUStoreResolvesThroughEngineTable(t *testing.T) {
 		t.Fatalf("CPU event decoded as %v; want a host-tier BlockStored without tokens or parent", b.Events[1])
 	}
 
+	got := routerOverlap(t, &pb.KvEventRecord{Worker: &pb.WorkerRef{WorkerId: "w"}, EventTimeUnixNano: b.TimeUnixNano, Events: b.Events})
+	if want := (decider.TierOverlap{Device: 1, Host: 2}); got != want {
+		t.Fatalf("router state %+v; want %+v: block 0 on the GPU, blocks 1-2 offloaded to the CPU tier", got, want)
+	}
+}
+
+// TestOffloadOverZMQ: the same batch from a real ZMQ PUB, through ingest's
+// SUB, sequencing and record building, into a real store.
+func TestOffloadOverZMQ(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	pub := zmq4.NewPub(ctx, zmq4.WithLogger(ZMQLogger(nil)))
+	defer pub.Close()
+	if err := pub.Listen("tcp://127.0.0.1:0"); err != nil {
+		t.Fatal(err)
+	}
+	sink := &memSink{}
+	runIngest(t, Config{Sources: []SourceConfig{{WorkerID: "w", Endpoint: "tcp://" + pub.Addr().String(), Topic: "kv@"}}}, Deps{Sink: sink})
+	// PUB drops what it sends before the subscription arrives: batches of
+	// no consequence go first, until ingest has written one.
+	var seq uint64
+	send := func(p []byte) {
+		if err := pub.Send(zmq4.NewMsgFrom([]byte("kv@w"), SeqFrame(seq), p)); err != nil {
+			t.Fatal(err)
+		}
+		seq++
+	}
+	waitFor(t, 10*time.Second, "a first batch", func() bool {
+		send(seqPayload(t, seq))
+		time.Sleep(20 * time.Millisecond)
+		return len(sink.kv()) > 0
+	})
+	batch := offloadBatch(t, ints(100, 12))
+	send(batch)
+	var recs []*pb.KvEventRecord
+	waitFor(t, 10*time.Second, "the offload batch", func() bool {
+		recs = sink.kv()
+		return bytes.Equal(recs[len(recs)-1].GetRaw().GetPayload(), batch)
+	})
+	got := routerOverlap(t, recs...)
+	if want := (decider.TierOverlap{Device: 1, Host: 2}); got != want {
+		t.Fatalf("router state %+v after %v; want %+v", got, summary(recs), want)
+	}
+}
+
+// routerOverlap applies recs of worker "w" (block size 4) to a real store
+// and returns how much of the chain of tokens 100-111 it holds, per tier.
+func routerOverlap(t *testing.T, recs ...*pb.KvEventRecord) decider.TierOverlap {
+	t.Helper()
 	st, err := statestore.Open(t.TempDir(), statestore.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	var recs []*kgo.Record
+	msgs := []proto.Message{&pb.WorkerRegistration{WorkerId: "w", Pool: pb.Pool_POOL_DECODE, Model: "m", BlockSize: 4}}
+	for _, r := range recs {
+		msgs = append(msgs, r)
+	}
+	var krecs []*kgo.Record
 	offsets := map[string]int64{}
-	for _, m := range []proto.Message{
-		&pb.WorkerRegistration{WorkerId: "w", Pool: pb.Pool_POOL_DECODE, Model: "m", BlockSize: 4},
-		&pb.KvEventRecord{Worker: &pb.WorkerRef{WorkerId: "w"}, EventTimeUnixNano: b.TimeUnixNano, Events: b.Events},
-	} {
+	for _, m := range msgs {
 		r, err := events.NewRecord(events.Names{}, events.WorkerKey("w"), m)
 		if err != nil {
 			t.Fatal(err)
 		}
 		r.Offset = offsets[r.Topic]
 		offsets[r.Topic]++
-		r.Timestamp = time.Unix(2, 0)
-		recs = append(recs, r)
+		krecs = append(krecs, r)
 	}
-	if err := st.Apply(recs); err != nil {
+	if err := st.Apply(krecs); err != nil {
 		t.Fatal(err)
 	}
-	toks := make([]uint32, len(tokens))
+	toks := make([]uint32, 12)
 	for i := range toks {
 		toks[i] = uint32(100 + i)
 	}
@@ -80,9 +132,10 @@ func TestOffloadCPUStoreResolvesThroughEngineTable(t *testing.T) {
 		got = make([]decider.TierOverlap, len(v.Workers()))
 		v.MatchPrefix(4, chain, got)
 	})
-	if want := (decider.TierOverlap{Device: 1, Host: 2}); len(got) != 1 || got[0] != want {
-		t.Fatalf("router state %+v; want %+v: block 0 on the GPU, blocks 1-2 offloaded to the CPU tier", got, want)
+	if len(got) != 1 {
+		t.Fatalf("%d workers in the state, want 1", len(got))
 	}
+	return got[0]
 }
 
 // TestSplitKvOffloadStore: an offload store too big for a record splits by
