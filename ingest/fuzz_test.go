@@ -24,7 +24,6 @@ func fuzzDecode(f *testing.F, eng pb.Engine) {
 		f.Add(p)
 	}
 	f.Add([]byte{0x92, 0x01, 0x91, 0x92, 0xa1, 'X', 0xc0})
-	f.Add(offloadBatch(f, ints(100, 12))) // vLLM's CPU offload stores
 	// A float64 timestamp of 9.5e9 s, which used to wrap to negative
 	// nanoseconds.
 	f.Add([]byte{0x92, 0xcb, 0x42, 0x01, 0xb1, 0xf3, 0xf8, 0x00, 0x00, 0x00, 0x90})

@@ -18,30 +18,26 @@ import (
 	"github.com/pdrouter/pdrouter/statestore"
 )
 
-// offloadBatch is one vLLM batch as its OffloadingConnector (CPU backend) makes
-// it: the scheduler's GPU BlockStored of three blocks with their tokens, the
-// connector's BlockStored of medium CPU for the same three engine hashes and one
-// the GPU never announced, with empty token_ids and no parent, then the GPU's
-// eviction of the last two (vllm-project/vllm 0072b0b7, offloading/scheduler.py
-// take_events). The events are positional, as msgspec writes them
-// (array_like), every declared field present.
-func offloadBatch(t testing.TB, tokens []any) []byte {
+// offloadBatch is one vLLM batch as its OffloadingConnector (CPU backend)
+// makes it, as msgspec encodes it (vectors.json, positional_offload_CPU_batch;
+// tests/python checks that msgspec reproduces it): the scheduler's GPU
+// BlockStored of two blocks with their tokens, the connector's BlockStored of
+// medium CPU for the same engine hashes and one the GPU never announced, with
+// empty token_ids and no parent (vllm-project/vllm 0072b0b7,
+// offloading/scheduler.py take_events), then the GPU's eviction of the second
+// block.
+func offloadBatch(t testing.TB) []byte {
 	t.Helper()
-	const h1, h2, h3, unseen = uint64(0xa1), uint64(0xa2), uint64(0xa3), uint64(0xff01)
-	return mp(t, []any{1.5, []any{
-		[]any{"BlockStored", []any{h1, h2, h3}, nil, tokens, 4, nil, "GPU", nil, []any{nil, nil, nil}, 0, "full_attention", nil},
-		[]any{"BlockStored", []any{h1, h2, h3, unseen}, nil, []any{}, 4, nil, "CPU", nil, nil, nil, nil, nil},
-		[]any{"BlockRemoved", []any{h2, h3}, "GPU", 0},
-	}, 0})
+	payloads, _ := loadVectors(t)
+	return payloads["positional_offload_CPU_batch"]
 }
 
 // TestOffloadCPUStoreResolvesThroughEngineTable: vLLM's CPU BlockStored, which
 // names the blocks only by the engine hashes they had on the GPU, reaches the
 // router's state as host-tier blocks: the GPU still holds block 0, the host
-// tier blocks 1-2, and the engine hash the GPU never announced is skipped.
+// tier block 1, and the engine hash the GPU never announced is skipped.
 func TestOffloadCPUStoreResolvesThroughEngineTable(t *testing.T) {
-	tokens := ints(100, 12)
-	b := mustDecode(t, offloadBatch(t, tokens), pb.Engine_ENGINE_VLLM)
+	b := mustDecode(t, offloadBatch(t), pb.Engine_ENGINE_VLLM)
 	if len(b.Demoted) != 0 {
 		t.Fatalf("demoted %+v; want the CPU BlockStored kept", b.Demoted)
 	}
@@ -51,8 +47,8 @@ func TestOffloadCPUStoreResolvesThroughEngineTable(t *testing.T) {
 	}
 
 	got := routerOverlap(t, &pb.KvEventRecord{Worker: &pb.WorkerRef{WorkerId: "w"}, EventTimeUnixNano: b.TimeUnixNano, Events: b.Events})
-	if want := (decider.TierOverlap{Device: 1, Host: 2}); got != want {
-		t.Fatalf("router state %+v; want %+v: block 0 on the GPU, blocks 1-2 offloaded to the CPU tier", got, want)
+	if want := (decider.TierOverlap{Device: 1, Host: 1}); got != want {
+		t.Fatalf("router state %+v; want %+v: block 0 on the GPU, block 1 offloaded to the CPU tier", got, want)
 	}
 }
 
@@ -82,7 +78,7 @@ func TestOffloadOverZMQ(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 		return len(sink.kv()) > 0
 	})
-	batch := offloadBatch(t, ints(100, 12))
+	batch := offloadBatch(t)
 	send(batch)
 	var recs []*pb.KvEventRecord
 	waitFor(t, 10*time.Second, "the offload batch", func() bool {
@@ -90,13 +86,14 @@ func TestOffloadOverZMQ(t *testing.T) {
 		return bytes.Equal(recs[len(recs)-1].GetRaw().GetPayload(), batch)
 	})
 	got := routerOverlap(t, recs...)
-	if want := (decider.TierOverlap{Device: 1, Host: 2}); got != want {
+	if want := (decider.TierOverlap{Device: 1, Host: 1}); got != want {
 		t.Fatalf("router state %+v after %v; want %+v", got, summary(recs), want)
 	}
 }
 
-// routerOverlap applies recs of worker "w" (block size 4) to a real store
-// and returns how much of the chain of tokens 100-111 it holds, per tier.
+// routerOverlap applies recs of worker "w" (block size 16) to a real store
+// and returns how much of the chain of tokens 1-32 (the vectors' blocks)
+// it holds, per tier.
 func routerOverlap(t *testing.T, recs ...*pb.KvEventRecord) decider.TierOverlap {
 	t.Helper()
 	st, err := statestore.Open(t.TempDir(), statestore.Options{})
@@ -104,7 +101,7 @@ func routerOverlap(t *testing.T, recs ...*pb.KvEventRecord) decider.TierOverlap 
 		t.Fatal(err)
 	}
 	defer st.Close()
-	msgs := []proto.Message{&pb.WorkerRegistration{WorkerId: "w", Pool: pb.Pool_POOL_DECODE, Model: "m", BlockSize: 4}}
+	msgs := []proto.Message{&pb.WorkerRegistration{WorkerId: "w", Pool: pb.Pool_POOL_DECODE, Model: "m", BlockSize: 16}}
 	for _, r := range recs {
 		msgs = append(msgs, r)
 	}
@@ -122,15 +119,11 @@ func routerOverlap(t *testing.T, recs ...*pb.KvEventRecord) decider.TierOverlap 
 	if err := st.Apply(krecs); err != nil {
 		t.Fatal(err)
 	}
-	toks := make([]uint32, 12)
-	for i := range toks {
-		toks[i] = uint32(100 + i)
-	}
-	chain := kvhash.Chain(nil, toks, 4, 0, false)
+	chain := kvhash.Chain(nil, seqTokens(1, 32), 16, 0, false)
 	var got []decider.TierOverlap
 	st.Read(func(v statestore.View) {
 		got = make([]decider.TierOverlap, len(v.Workers()))
-		v.MatchPrefix(4, chain, got)
+		v.MatchPrefix(16, chain, got)
 	})
 	if len(got) != 1 {
 		t.Fatalf("%d workers in the state, want 1", len(got))
