@@ -38,3 +38,15 @@ func tierOf(medium string) (pb.Tier, bool) {
 	}
 	return pb.Tier_TIER_DISK, false
 }
+
+// IsOffloadStore reports whether s is an offload store: a BlockStored of a
+// tier other than the device's that carries no token ids. vLLM's
+// OffloadingConnector announces the blocks it copies off the GPU so, under
+// the engine hashes they have on the GPU: the blocks are resolved through
+// the worker's engine hash → router hash table instead of hashed, and their
+// parent and block size are not used. A device store always needs its
+// tokens, since the table is built from them.
+func IsOffloadStore(s *pb.BlockStored) bool {
+	t := s.GetTier()
+	return len(s.GetTokenIds()) == 0 && t != pb.Tier_TIER_DEVICE && t != pb.Tier_TIER_UNSPECIFIED
+}

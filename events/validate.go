@@ -318,6 +318,14 @@ func validateKv(v *pb.KvEventRecord) error {
 			if len(s.GetBlockHashes()) == 0 {
 				return invalid(ReasonKvEvent, "events", "events[%d]: BlockStored without block hashes", i)
 			}
+			if IsOffloadStore(s) {
+				// Names blocks by engine hash only; the state resolves them
+				// (statestore/prefix.go), so the block size is not used.
+				if s.GetBlockSize() > MaxBlockSize {
+					return invalid(ReasonKvEvent, "events", "events[%d]: BlockStored block_size %d over %d", i, s.GetBlockSize(), MaxBlockSize)
+				}
+				continue
+			}
 			if s.GetBlockSize() == 0 || s.GetBlockSize() > MaxBlockSize {
 				return invalid(ReasonKvEvent, "events", "events[%d]: BlockStored block_size %d out of range [1, %d]", i, s.GetBlockSize(), MaxBlockSize)
 			}

@@ -49,6 +49,10 @@ func TestValidateRejectsHostileValues(t *testing.T) {
 		{"block_size 0", reg(func(r *pb.WorkerRegistration) { r.BlockSize = 0 }), events.ReasonBlockSize, "block_size"},
 		{"block_size over the limit", reg(func(r *pb.WorkerRegistration) { r.BlockSize = events.MaxBlockSize + 1 }), events.ReasonBlockSize, "block_size"},
 		{"kv event dp_rank over the ceiling", &pb.KvEventRecord{Worker: ref(events.MaxDPSize), EventTimeUnixNano: 1}, events.ReasonDPRank, "worker.dp_rank"},
+		{"device store without tokens", kvStored(&pb.BlockStored{BlockHashes: []uint64{1}, BlockSize: 16, Tier: pb.Tier_TIER_DEVICE}), events.ReasonKvEvent, "events"},
+		{"unspecified-tier store without tokens", kvStored(&pb.BlockStored{BlockHashes: []uint64{1}, BlockSize: 16}), events.ReasonKvEvent, "events"},
+		{"offload store without hashes", kvStored(&pb.BlockStored{BlockSize: 16, Tier: pb.Tier_TIER_HOST}), events.ReasonKvEvent, "events"},
+		{"offload store block_size over the limit", kvStored(&pb.BlockStored{BlockHashes: []uint64{1}, BlockSize: events.MaxBlockSize + 1, Tier: pb.Tier_TIER_HOST}), events.ReasonKvEvent, "events"},
 		{"load dp_rank 2^32-1", &pb.LoadSample{Worker: ref(math.MaxUint32), SampleTimeUnixNano: 1}, events.ReasonDPRank, "worker.dp_rank"},
 		{"negative load time", &pb.LoadSample{Worker: ref(0), SampleTimeUnixNano: -1}, events.ReasonNegativeTime, "event_time"},
 		{"long decision id", &pb.DecisionRecord{DecisionId: long(events.MaxIDLen + 1), RequestId: "r", Mode: "local", DecodeWorker: ref(0)}, events.ReasonFieldTooLong, "decision_id"},
@@ -82,6 +86,30 @@ func TestValidateRejectsHostileValues(t *testing.T) {
 				t.Fatalf("Decode = %v (reason %q), want invalid with reason %q", err, events.Reason(err), c.reason)
 			}
 		})
+	}
+}
+
+func kvStored(s *pb.BlockStored) *pb.KvEventRecord {
+	return &pb.KvEventRecord{Worker: &pb.WorkerRef{WorkerId: "decode-1"}, EventTimeUnixNano: 1,
+		Events: []*pb.KvEvent{{Event: &pb.KvEvent_Stored{Stored: s}}}}
+}
+
+// TestValidateOffloadStore: a host or disk BlockStored without tokens (an
+// offload store) is valid, with any block size up to the limit, 0 included.
+func TestValidateOffloadStore(t *testing.T) {
+	for _, s := range []*pb.BlockStored{
+		{BlockHashes: []uint64{1, 2}, BlockSize: 16, Tier: pb.Tier_TIER_HOST, Medium: "CPU"},
+		{BlockHashes: []uint64{1}, Tier: pb.Tier_TIER_DISK},
+	} {
+		if !events.IsOffloadStore(s) {
+			t.Fatalf("%v is no offload store", s)
+		}
+		if err := events.Validate(kvStored(s)); err != nil {
+			t.Fatalf("%v: %v", s, err)
+		}
+	}
+	if events.IsOffloadStore(&pb.BlockStored{BlockHashes: []uint64{1}, TokenIds: make([]uint32, 16), BlockSize: 16, Tier: pb.Tier_TIER_HOST}) {
+		t.Fatal("a host store with tokens is an ordinary store")
 	}
 }
 

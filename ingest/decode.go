@@ -806,6 +806,18 @@ func (dc *decoder) stored(f *fieldSet) (*pb.BlockStored, string, error) {
 		s.GroupIdx = &g32
 	}
 	dc.field = ""
+	if len(s.BlockHashes) > 0 && events.IsOffloadStore(s) {
+		// vLLM's offloading connector: blocks named by their GPU hashes
+		// only, which the state resolves through the worker's engine
+		// table. The block size (0 in vLLM's later placeholder events) and
+		// a parent are not used, so the size is only bounded.
+		if hasBS && (bs < 0 || bs > events.MaxBlockSize) {
+			return nil, DemoteBlockSize, nil
+		}
+		s.BlockSize = uint32(max(bs, 0))
+		s.ParentBlockHash = nil
+		return s, "", nil
+	}
 	switch {
 	case len(s.BlockHashes) == 0:
 		return nil, DemoteNoHashes, nil

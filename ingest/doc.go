@@ -52,6 +52,13 @@
 // the raw payload stays in the record. The cost is that the state misses a
 // stored block, which under-credits a cache hit but never invents one.
 //
+// The exception is an offload store: vLLM's OffloadingConnector announces
+// the blocks it copies to CPU as a BlockStored of medium CPU with no tokens
+// and no parent, naming them by their GPU hashes. Such an event (a host or
+// disk tier without tokens, events.IsOffloadStore) is forwarded, since the
+// state resolves its hashes through the worker's engine table; ingest keeps
+// no table of its own, and a GPU store without tokens is still demoted.
+//
 // A batch that cannot be decoded at all (not msgpack, wrong types) is not
 // silently skipped either: its raw bytes are written in a record whose only
 // event is a SourceReset (REASON_UNRECOVERABLE_GAP), because the events in

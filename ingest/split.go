@@ -7,6 +7,7 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/pdrouter/pdrouter/events"
 	pb "github.com/pdrouter/pdrouter/events/eventspb"
 )
 
@@ -106,6 +107,9 @@ func splitEvent(e *pb.KvEvent, budget int) ([]*pb.KvEvent, error) {
 // blocks with their tokens, and names the previous part's last block as its
 // parent.
 func splitStored(s *pb.BlockStored, budget int) ([]*pb.KvEvent, error) {
+	if events.IsOffloadStore(s) {
+		return splitOffloadStore(s, budget)
+	}
 	hashes, tokens, bs := s.GetBlockHashes(), s.GetTokenIds(), int(s.GetBlockSize())
 	if bs <= 0 || len(tokens) != len(hashes)*bs {
 		return nil, fmt.Errorf("%w: a BlockStored of %d blocks with %d tokens of block size %d", errUnsplittable, len(hashes), len(tokens), bs)
@@ -142,20 +146,40 @@ func splitStored(s *pb.BlockStored, budget int) ([]*pb.KvEvent, error) {
 	return append(out, part(from, len(hashes))), nil
 }
 
+// splitOffloadStore splits an offload store (events.IsOffloadStore) by
+// hashes: each of its blocks resolves on its own, so no part needs a
+// parent.
+func splitOffloadStore(st *pb.BlockStored, budget int) ([]*pb.KvEvent, error) {
+	head := &pb.BlockStored{BlockSize: st.BlockSize, Tier: st.Tier, Medium: st.Medium,
+		LoraId: st.LoraId, LoraName: st.LoraName, GroupIdx: st.GroupIdx}
+	return splitHashes(st.GetBlockHashes(), budget-proto.Size(head), "BlockStored", func(hs []uint64) *pb.KvEvent {
+		p := proto.Clone(head).(*pb.BlockStored)
+		p.BlockHashes = hs
+		return &pb.KvEvent{Event: &pb.KvEvent_Stored{Stored: p}}
+	})
+}
+
 // splitRemoved splits a BlockRemoved by hashes; removal has no order.
 func splitRemoved(r *pb.BlockRemoved, budget int) ([]*pb.KvEvent, error) {
 	head := &pb.BlockRemoved{Tier: r.Tier, Medium: r.Medium, GroupIdx: r.GroupIdx}
-	per := (budget - eventWrapBytes - proto.Size(head) - packedHeaderBytes) / 8
+	return splitHashes(r.GetBlockHashes(), budget-proto.Size(head), "BlockRemoved", func(hs []uint64) *pb.KvEvent {
+		p := proto.Clone(head).(*pb.BlockRemoved)
+		p.BlockHashes = hs
+		return &pb.KvEvent{Event: &pb.KvEvent_Removed{Removed: p}}
+	})
+}
+
+// splitHashes cuts hashes into runs that fit room bytes of event besides
+// its other fields, in order, and makes an event of each.
+func splitHashes(hashes []uint64, room int, kind string, mk func([]uint64) *pb.KvEvent) ([]*pb.KvEvent, error) {
+	per := (room - eventWrapBytes - packedHeaderBytes) / 8
 	if per < 1 {
-		return nil, fmt.Errorf("%w: a BlockRemoved whose fields leave no room for a hash", errUnsplittable)
+		return nil, fmt.Errorf("%w: a %s whose fields leave no room for a hash", errUnsplittable, kind)
 	}
-	hashes := r.GetBlockHashes()
 	var out []*pb.KvEvent
 	for from := 0; from < len(hashes); from += per {
 		to := min(from+per, len(hashes))
-		p := proto.Clone(head).(*pb.BlockRemoved)
-		p.BlockHashes = hashes[from:to:to]
-		out = append(out, &pb.KvEvent{Event: &pb.KvEvent_Removed{Removed: p}})
+		out = append(out, mk(hashes[from:to:to]))
 	}
 	return out, nil
 }

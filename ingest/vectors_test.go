@@ -53,6 +53,8 @@ func loadVectors(t testing.TB) (map[string][]byte, map[string]json.RawMessage) {
 const (
 	hA = uint64(3236607068019569386)
 	hB = uint64(2758186210834249151)
+	// hUnseen is a hash no GPU store of the vectors names.
+	hUnseen = uint64(0xff01)
 )
 
 func u64p(v uint64) *uint64 { return &v }
@@ -105,12 +107,26 @@ func payloadVectors() []vectorCase {
 			Events: []*pb.KvEvent{cleared()}}},
 		{"map_BlockRemoved_bytes_hash_batch", &Batch{TimeUnixNano: 1757500003000000000, HasDPRank: true, Encoding: EncodingMap,
 			Events: []*pb.KvEvent{removed(&pb.BlockRemoved{BlockHashes: []uint64{hA}, Medium: "GPU", Tier: pb.Tier_TIER_DEVICE, GroupIdx: i32p(0)})}}},
+		{"positional_offload_CPU_batch", offloadVector(EncodingPositional)},
+		{"map_offload_CPU_batch", offloadVector(EncodingMap)},
 		{"v0.9_positional_2elem_batch", &Batch{TimeUnixNano: 1757500000250000000, Encoding: EncodingPositional,
 			Events: []*pb.KvEvent{
 				stored(&pb.BlockStored{BlockHashes: []uint64{hA}, TokenIds: seqTokens(1, 16), BlockSize: 16, Tier: pb.Tier_TIER_DEVICE}),
 				removed(&pb.BlockRemoved{BlockHashes: []uint64{hA}, Tier: pb.Tier_TIER_DEVICE}),
 			}}},
 	}
+}
+
+// offloadVector is the batch of the offload vectors: a GPU store of two
+// blocks, vLLM's OffloadingConnector's CPU store of them and of one hash the
+// GPU never announced (no tokens, no parent), and the GPU's eviction of the
+// second block.
+func offloadVector(enc string) *Batch {
+	return &Batch{TimeUnixNano: 1757500004000000000, HasDPRank: true, Encoding: enc, Events: []*pb.KvEvent{
+		stored(&pb.BlockStored{BlockHashes: []uint64{hA, hB}, TokenIds: seqTokens(1, 32), BlockSize: 16, Medium: "GPU", Tier: pb.Tier_TIER_DEVICE, GroupIdx: i32p(0)}),
+		stored(&pb.BlockStored{BlockHashes: []uint64{hA, hB, hUnseen}, BlockSize: 16, Medium: "CPU", Tier: pb.Tier_TIER_HOST}),
+		removed(&pb.BlockRemoved{BlockHashes: []uint64{hB}, Medium: "GPU", Tier: pb.Tier_TIER_DEVICE, GroupIdx: i32p(0)}),
+	}}
 }
 
 // frameVectors are the vectors that are ZMQ frames, not payloads.

@@ -480,11 +480,7 @@ func (e *Engine) commit(s *seq) {
 	if e.host != nil && full > s.stored {
 		// Write-through: the blocks not yet offered go to the host tier (which skips
 		// those it holds), and the seq's blocks become its most recently used.
-		parent = 0
-		if s.stored > 0 {
-			parent = s.chain[s.stored-1]
-		}
-		e.host.Store(s.chain[s.stored:full], s.tokens[s.stored*B:full*B], B, parent, s.stored > 0)
+		e.host.Store(s.chain[s.stored:full], B)
 		s.stored = full
 		e.host.Touch(s.chain[:full])
 	}

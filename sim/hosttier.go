@@ -15,12 +15,10 @@ package sim
 //     BlockRemoved of medium CPU per store; a store that cannot make room is skipped,
 //     as vLLM skips it;
 //   - stored blocks are announced as BlockStored of medium CPU, in the same batch as
-//     the step's GPU events (vLLM appends the connector's events to the scheduler's).
-//     vLLM's connector sends such events with empty token_ids and no parent, which
-//     pdrouter's ingest demotes (token count): the router would not see the tier.
-//     The simulator sends both, as LMCache's events through vLLM's
-//     LMCacheConnectorV1 do, because pdrouter hashes a stored block's tokens
-//     (docs/kv-event-formats.md, sections 4 and 6);
+//     the step's GPU events (vLLM appends the connector's events to the scheduler's),
+//     in vLLM's shape: empty token_ids and no parent. The router resolves such blocks
+//     through the engine hash → router hash table the GPU stores built
+//     (docs/kv-event-formats.md, section 6);
 //   - looking a request up touches its blocks, last block first, so that a prefix's
 //     head is the most recently used and its tail is evicted first;
 //   - the engine loads a prefix the GPU misses but the tier holds instead of
@@ -103,12 +101,11 @@ func (t *HostTier) Release(chain []uint64) {
 	}
 }
 
-// Store copies the blocks of chain that the tier lacks into it. tokens holds chain's
-// token ids (len(chain)·blockSize); parent is the chain hash of the block before
-// chain[0] (hasParent false at the start of a sequence). It evicts least recently
-// used blocks to make room, or stores nothing when the blocks no load reads are too
-// few. Each contiguous run of stored blocks is one BlockStored of medium CPU.
-func (t *HostTier) Store(chain []uint64, tokens []uint32, blockSize int, parent uint64, hasParent bool) {
+// Store copies the blocks of chain that the tier lacks into it, blocks of blockSize
+// tokens. It evicts least recently used blocks to make room, or stores nothing when
+// the blocks no load reads are too few. Each contiguous run of stored blocks is one
+// BlockStored of medium CPU, without tokens or parent, as vLLM's connector sends it.
+func (t *HostTier) Store(chain []uint64, blockSize int) {
 	// What to store is decided before evicting, as vLLM does: a block of chain that
 	// the eviction takes is lost, not stored again.
 	store := make([]bool, len(chain))
@@ -127,15 +124,9 @@ func (t *HostTier) Store(chain []uint64, tokens []uint32, blockSize int, parent 
 		if runStart < 0 {
 			return
 		}
-		ev := KVEvent{Kind: BlockStored, BlockSize: blockSize, Medium: MediumCPU,
-			Tokens: append([]uint32(nil), tokens[runStart*blockSize:end*blockSize]...)}
+		ev := KVEvent{Kind: BlockStored, BlockSize: blockSize, Medium: MediumCPU}
 		for _, h := range chain[runStart:end] {
 			ev.Hashes = append(ev.Hashes, t.hash(h))
-		}
-		if runStart > 0 {
-			ev.Parent, ev.HasParent = t.hash(chain[runStart-1]), true
-		} else if hasParent {
-			ev.Parent, ev.HasParent = t.hash(parent), true
 		}
 		t.pending = append(t.pending, ev)
 		runStart = -1

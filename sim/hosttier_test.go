@@ -14,7 +14,6 @@ import (
 	"github.com/pdrouter/pdrouter/events"
 	pb "github.com/pdrouter/pdrouter/events/eventspb"
 	"github.com/pdrouter/pdrouter/ingest"
-	"github.com/pdrouter/pdrouter/kvhash"
 	"github.com/pdrouter/pdrouter/statestore"
 )
 
@@ -50,29 +49,29 @@ func eventsOf(evs []KVEvent, kind KVEventKind, medium string) (n int, hashes []u
 }
 
 // TestHostTierLRU: the tier stores what it lacks, announces it as one BlockStored of
-// medium CPU per contiguous run with the parent chained, evicts least recently used
+// medium CPU per contiguous run, as vLLM's connector does (no tokens, no parent),
+// evicts least recently used
 // blocks (a touched prefix's head last) in one BlockRemoved of medium CPU, never
 // evicts a block a load reads, and skips a store it cannot make room for.
 func TestHostTierLRU(t *testing.T) {
 	id := func(h uint64) uint64 { return h + 1000 }
 	tier := NewHostTier(4, id)
-	tok := func(n int) []uint32 { return make([]uint32, n*2) }
-	tier.Store([]uint64{1, 2, 3}, tok(3), 2, 0, false)
+	tier.Store([]uint64{1, 2, 3}, 2)
 	evs := tier.TakeEvents()
 	if len(evs) != 1 || evs[0].Kind != BlockStored || evs[0].Medium != MediumCPU || !slices.Equal(evs[0].Hashes, []uint64{1001, 1002, 1003}) ||
-		evs[0].HasParent || len(evs[0].Tokens) != 6 || evs[0].BlockSize != 2 {
+		evs[0].HasParent || evs[0].Tokens != nil || evs[0].BlockSize != 2 {
 		t.Fatalf("first store: %+v", evs)
 	}
-	// 2 and 3 are held: only 4 is stored, its parent the block before it, 3.
-	tier.Store([]uint64{2, 3, 4}, tok(3), 2, 1, true)
+	// 2 and 3 are held: only 4 is stored, still without a parent.
+	tier.Store([]uint64{2, 3, 4}, 2)
 	evs = tier.TakeEvents()
-	if len(evs) != 1 || !slices.Equal(evs[0].Hashes, []uint64{1004}) || !evs[0].HasParent || evs[0].Parent != 1003 {
+	if len(evs) != 1 || !slices.Equal(evs[0].Hashes, []uint64{1004}) || evs[0].HasParent || evs[0].Tokens != nil {
 		t.Fatalf("partial store: %+v", evs)
 	}
 	// The tier is full (1 2 3 4, least recent first). Touching [1 2] makes 1 the most
 	// recent, then 2: the order becomes 3 4 2 1.
 	tier.Touch([]uint64{1, 2})
-	tier.Store([]uint64{5}, tok(1), 2, 0, false)
+	tier.Store([]uint64{5}, 2)
 	evs = tier.TakeEvents()
 	if len(evs) != 2 || evs[0].Kind != BlockRemoved || evs[0].Medium != MediumCPU || !slices.Equal(evs[0].Hashes, []uint64{1003}) ||
 		evs[1].Kind != BlockStored || !slices.Equal(evs[1].Hashes, []uint64{1005}) {
@@ -80,18 +79,18 @@ func TestHostTierLRU(t *testing.T) {
 	}
 	// Order now 4 2 1 5. A load protects 4 and 2: storing two blocks evicts 1 and 5.
 	tier.Acquire([]uint64{4, 2})
-	tier.Store([]uint64{6, 7}, tok(2), 2, 0, false)
+	tier.Store([]uint64{6, 7}, 2)
 	evs = tier.TakeEvents()
 	if len(evs) != 2 || !slices.Equal(evs[0].Hashes, []uint64{1001, 1005}) || tier.Len() != 4 || !tier.Holds(4) || !tier.Holds(2) {
 		t.Fatalf("protected blocks: %+v, len %d", evs, tier.Len())
 	}
 	// With 4 and 2 still protected only 6 and 7 can go: a store of three is skipped.
-	tier.Store([]uint64{8, 9, 10}, tok(3), 2, 0, false)
+	tier.Store([]uint64{8, 9, 10}, 2)
 	if evs = tier.TakeEvents(); len(evs) != 0 || tier.Holds(8) || tier.Len() != 4 {
 		t.Fatalf("a store without room changed the tier: %+v", evs)
 	}
 	tier.Release([]uint64{4, 2})
-	tier.Store([]uint64{8, 9, 10}, tok(3), 2, 0, false)
+	tier.Store([]uint64{8, 9, 10}, 2)
 	if evs = tier.TakeEvents(); len(evs) != 2 || len(evs[0].Hashes) != 3 || tier.Len() != 4 || tier.Match([]uint64{8, 9, 10, 11}, 0, 9) != 3 {
 		t.Fatalf("after release: %+v", evs)
 	}
@@ -235,38 +234,35 @@ func TestHostTierRouterView(t *testing.T) {
 }
 
 // TestHostTierEventsThroughIngest: the engine's CPU-tier events, encoded as vLLM
-// does (map and positional), decode in pdrouter's ingest as host-tier BlockStored and
-// BlockRemoved, with the tokens the router hashes into the engine's own chain.
+// does (map and positional), decode in pdrouter's ingest as host-tier BlockRemoved
+// and offload stores: BlockStored without tokens or parent, naming the blocks by the
+// engine hashes the GPU stores announced with their tokens.
 func TestHostTierEventsThroughIngest(t *testing.T) {
 	e, rec := hostEngine(t, 140, 200)
 	a := segReq("a", 1, Segment{Seed: 1, Len: 2048})
 	serve(e, rec, a)
 	serve(e, rec, segReq("b", 1, Segment{Seed: 2, Len: 2048}))
-	chain := a.Chain(16)
 	for _, f := range []WireFormat{WireMap, WirePositional} {
 		b, err := ingest.DecodeBatch(EncodeBatch(offlineEpoch, rec.events, 0, f), pb.Engine_ENGINE_SIM)
 		if err != nil {
 			t.Fatal(err)
 		}
-		var stored, removed int
-		var routerChain []uint64
+		if len(b.Demoted) != 0 {
+			t.Fatalf("%s: demoted %+v", f, b.Demoted)
+		}
+		var removed int
+		var gpuHashes, cpuHashes []uint64
 		for _, ev := range b.Events {
 			switch x := ev.GetEvent().(type) {
 			case *pb.KvEvent_Stored:
 				if x.Stored.GetMedium() != MediumCPU {
+					gpuHashes = append(gpuHashes, x.Stored.GetBlockHashes()...)
 					continue
 				}
-				if x.Stored.GetTier() != pb.Tier_TIER_HOST {
-					t.Fatalf("%s: CPU block stored as tier %v", f, x.Stored.GetTier())
+				if x.Stored.GetTier() != pb.Tier_TIER_HOST || !events.IsOffloadStore(x.Stored) || x.Stored.ParentBlockHash != nil {
+					t.Fatalf("%s: CPU BlockStored decoded as %v; want a host-tier offload store without parent", f, x.Stored)
 				}
-				stored += len(x.Stored.GetBlockHashes())
-				if len(routerChain) < len(chain) {
-					var parent uint64
-					if n := len(routerChain); n > 0 {
-						parent = routerChain[n-1]
-					}
-					routerChain = kvhash.Chain(routerChain, x.Stored.GetTokenIds(), 16, parent, len(routerChain) > 0)
-				}
+				cpuHashes = append(cpuHashes, x.Stored.GetBlockHashes()...)
 			case *pb.KvEvent_Removed:
 				if x.Removed.GetMedium() == MediumCPU {
 					if x.Removed.GetTier() != pb.Tier_TIER_HOST {
@@ -276,8 +272,9 @@ func TestHostTierEventsThroughIngest(t *testing.T) {
 				}
 			}
 		}
-		if stored != 256 || removed != 56 || !slices.Equal(routerChain[:len(chain)], chain) {
-			t.Fatalf("%s: %d CPU blocks stored, %d removed (want 256 and 56); router chain matches: %v", f, stored, removed, slices.Equal(routerChain, chain))
+		if len(cpuHashes) != 256 || removed != 56 || !slices.Equal(cpuHashes, gpuHashes) {
+			t.Fatalf("%s: %d CPU blocks stored, %d removed (want 256 and 56); CPU stores name the GPU stores' hashes: %v",
+				f, len(cpuHashes), removed, slices.Equal(cpuHashes, gpuHashes))
 		}
 	}
 }

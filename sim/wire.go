@@ -123,6 +123,12 @@ func (w *wireWriter) extraKeys(n int) {
 	}
 }
 
+// offloaded reports whether ev is a store of the CPU tier, which vLLM's
+// OffloadingConnector announces with only block_hashes, parent_block_hash (nil),
+// token_ids (empty), block_size, lora_id, medium and lora_name set: the fields after
+// them keep their default of nil.
+func (ev *KVEvent) offloaded() bool { return ev.Kind == BlockStored && ev.Medium == MediumCPU }
+
 func (w *wireWriter) positional(ev *KVEvent) {
 	switch ev.Kind {
 	case BlockStored:
@@ -135,9 +141,15 @@ func (w *wireWriter) positional(ev *KVEvent) {
 		w.nil_() // lora_id
 		w.str(ev.medium())
 		w.nil_() // lora_name
-		w.extraKeys(len(ev.Hashes))
-		w.uint(0) // group_idx
-		w.str(wireSpecKind)
+		if ev.offloaded() {
+			w.nil_() // extra_keys
+			w.nil_() // group_idx
+			w.nil_() // kv_cache_spec_kind
+		} else {
+			w.extraKeys(len(ev.Hashes))
+			w.uint(0) // group_idx
+			w.str(wireSpecKind)
+		}
 		w.nil_() // kv_cache_spec_sliding_window
 	case BlockRemoved:
 		w.arrayLen(4)
@@ -154,8 +166,13 @@ func (w *wireWriter) positional(ev *KVEvent) {
 func (w *wireWriter) mapped(ev *KVEvent) {
 	switch ev.Kind {
 	case BlockStored:
-		// kv_cache_spec_sliding_window (default None) is None, so it is left out.
-		w.err(w.enc.EncodeMapLen(11))
+		// Fields whose value is their default of None are left out: always
+		// kv_cache_spec_sliding_window, and for a CPU store the three before it.
+		if ev.offloaded() {
+			w.err(w.enc.EncodeMapLen(8))
+		} else {
+			w.err(w.enc.EncodeMapLen(11))
+		}
 		w.str("type")
 		w.str("BlockStored")
 		w.str("block_hashes")
@@ -172,6 +189,9 @@ func (w *wireWriter) mapped(ev *KVEvent) {
 		w.str(ev.medium())
 		w.str("lora_name")
 		w.nil_()
+		if ev.offloaded() {
+			return
+		}
 		w.str("extra_keys")
 		w.extraKeys(len(ev.Hashes))
 		w.str("group_idx")

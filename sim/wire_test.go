@@ -41,19 +41,28 @@ func TestEncodeBatchVectors(t *testing.T) {
 	}
 	root := KVEvent{Kind: BlockStored, Hashes: []uint64{hA}, Tokens: t1, BlockSize: 16}
 	child := KVEvent{Kind: BlockStored, Hashes: []uint64{hB}, Parent: hA, HasParent: true, Tokens: t2, BlockSize: 16}
+	// A GPU store, the CPU tier's store of its blocks and of one more (hosttier.go),
+	// and a GPU eviction.
+	offload := []KVEvent{
+		{Kind: BlockStored, Hashes: []uint64{hA, hB}, Tokens: append(slices.Clone(t1), t2...), BlockSize: 16},
+		{Kind: BlockStored, Hashes: []uint64{hA, hB, 0xff01}, BlockSize: 16, Medium: MediumCPU},
+		{Kind: BlockRemoved, Hashes: []uint64{hB}},
+	}
 	cases := []struct {
 		name string
 		ts   float64
-		ev   KVEvent
+		evs  []KVEvent
 		f    WireFormat
 	}{
-		{"positional_BlockStored_batch", 1757500000.25, root, WirePositional},
-		{"positional_BlockRemoved_batch", 1757500001.5, KVEvent{Kind: BlockRemoved, Hashes: []uint64{hA, hB}}, WirePositional},
-		{"positional_AllBlocksCleared_batch", 1757500002.0, KVEvent{Kind: AllBlocksCleared}, WirePositional},
-		{"map_BlockStored_batch", 1757500000.25, root, WireMap},
-		{"map_BlockStored_child_batch", 1757500000.5, child, WireMap},
-		{"map_BlockRemoved_batch", 1757500001.5, KVEvent{Kind: BlockRemoved, Hashes: []uint64{hB, hA}}, WireMap},
-		{"map_AllBlocksCleared_batch", 1757500002.0, KVEvent{Kind: AllBlocksCleared}, WireMap},
+		{"positional_BlockStored_batch", 1757500000.25, []KVEvent{root}, WirePositional},
+		{"positional_BlockRemoved_batch", 1757500001.5, []KVEvent{{Kind: BlockRemoved, Hashes: []uint64{hA, hB}}}, WirePositional},
+		{"positional_AllBlocksCleared_batch", 1757500002.0, []KVEvent{{Kind: AllBlocksCleared}}, WirePositional},
+		{"map_BlockStored_batch", 1757500000.25, []KVEvent{root}, WireMap},
+		{"map_BlockStored_child_batch", 1757500000.5, []KVEvent{child}, WireMap},
+		{"map_BlockRemoved_batch", 1757500001.5, []KVEvent{{Kind: BlockRemoved, Hashes: []uint64{hB, hA}}}, WireMap},
+		{"map_AllBlocksCleared_batch", 1757500002.0, []KVEvent{{Kind: AllBlocksCleared}}, WireMap},
+		{"positional_offload_CPU_batch", 1757500004.0, offload, WirePositional},
+		{"map_offload_CPU_batch", 1757500004.0, offload, WireMap},
 	}
 	for _, c := range cases {
 		want, ok := vf.Msgpack[c.name]
@@ -61,7 +70,7 @@ func TestEncodeBatchVectors(t *testing.T) {
 			t.Errorf("%s: not in %s", c.name, vectorsFile)
 			continue
 		}
-		got := hex.EncodeToString(EncodeBatch(c.ts, []KVEvent{c.ev}, 0, c.f))
+		got := hex.EncodeToString(EncodeBatch(c.ts, c.evs, 0, c.f))
 		if got != want.Hex {
 			t.Errorf("%s:\n got %s\nwant %s", c.name, got, want.Hex)
 		}

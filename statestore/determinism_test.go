@@ -131,6 +131,15 @@ func (m *refPrefix) apply(env *events.Envelope) {
 		switch ev := e.GetEvent().(type) {
 		case *pb.KvEvent_Stored:
 			s := ev.Stored
+			if events.IsOffloadStore(s) { // known hashes gain the tier
+				for _, h := range s.GetBlockHashes() {
+					if b, ok := tab[h]; ok {
+						b.tiers |= uint8(1) << normTier(s.GetTier())
+						tab[h] = b
+					}
+				}
+				continue
+			}
 			var parent uint64
 			has, orphan := false, false
 			if s.ParentBlockHash != nil {

@@ -34,6 +34,10 @@ func FuzzApply(f *testing.F) {
 		&pb.LoadSample{Worker: &pb.WorkerRef{WorkerId: "w00", DpRank: math.MaxUint32}, SampleTimeUnixNano: 1},
 		&pb.LoadSample{Worker: &pb.WorkerRef{WorkerId: "ghost", DpRank: 3}, SampleTimeUnixNano: math.MaxInt64},
 		kvRec("w00", 1023, 1, resetEv()),
+		// A device store, then an offload store of its blocks and of one
+		// never stored.
+		kvRec("w00", 0, 1, stored(pb.Tier_TIER_DEVICE, nil, []uint64{1, 2}, tokens("X", 0, 1, 4), 4),
+			stored(pb.Tier_TIER_HOST, nil, []uint64{2, 1, 9}, nil, 0)),
 	} {
 		v, _ := proto.Marshal(m)
 		t, _ := events.TopicOf(m)

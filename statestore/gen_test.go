@@ -116,6 +116,24 @@ func (g *generator) next() genEvent {
 	switch n := g.rng.IntN(100); {
 	case n < 40: // store a run of blocks: a root, or after a held block
 		held := w.held[rank]
+		if len(held) > 0 && g.rng.IntN(6) == 0 {
+			// An offload store: held blocks copied to another tier, named by
+			// engine hash only, sometimes with a hash never stored.
+			tier := pb.Tier_TIER_HOST
+			if g.rng.IntN(3) == 0 {
+				tier = pb.Tier_TIER_DISK
+			}
+			var hs []uint64
+			for i := 0; i < 1+g.rng.IntN(4); i++ {
+				b := held[g.rng.IntN(len(held))]
+				hs = append(hs, b.eng)
+				w.held[rank] = append(w.held[rank], genBlock{b.eng, b.text, b.block, tier})
+			}
+			if g.rng.IntN(10) == 0 {
+				hs = append(hs, g.rng.Uint64())
+			}
+			return kv(stored(tier, nil, hs, nil, w.bs*g.rng.IntN(2)))
+		}
 		text, first := g.texts[g.rng.IntN(len(g.texts))], 0
 		var parent *uint64
 		if len(held) > 0 && g.rng.IntN(3) > 0 {

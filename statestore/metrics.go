@@ -27,6 +27,7 @@ type Metrics struct {
 	blocks        *prometheus.GaugeVec
 	workers       *prometheus.GaugeVec
 	removeUnknown prometheus.Counter
+	storeUnknown  prometheus.Counter
 	orphans       prometheus.Counter
 	resets        *prometheus.CounterVec
 	staleLoads    prometheus.Counter
@@ -86,6 +87,10 @@ func newMetrics(reg prometheus.Registerer, dm *events.DecodeMetrics) *Metrics {
 		removeUnknown: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "pdrouter_kv_remove_unknown_total",
 			Help: "BlockRemoved hashes (or tiers) the worker was not known to hold; tolerated.",
+		}),
+		storeUnknown: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "pdrouter_kv_store_unknown_total",
+			Help: "Engine hashes of offload BlockStored events (host or disk, no tokens) the worker's engine table does not hold; skipped, never guessed.",
 		}),
 		orphans: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "pdrouter_kv_orphan_blocks_total",
@@ -170,7 +175,7 @@ func newMetrics(reg prometheus.Registerer, dm *events.DecodeMetrics) *Metrics {
 		m.decode.Invalid.WithLabelValues(string(t), reasonUnknownWorker)
 	}
 	if reg != nil {
-		reg.MustRegister(m.applied, m.applySeconds, m.offset, m.lag, m.topicLag, m.blocks, m.workers, m.removeUnknown,
+		reg.MustRegister(m.applied, m.applySeconds, m.offset, m.lag, m.topicLag, m.blocks, m.workers, m.removeUnknown, m.storeUnknown,
 			m.orphans, m.resets, m.staleLoads, m.afterTomb, m.active, m.races, m.indexBytes, m.kvMissing, m.bsMismatch, m.predicted, m.walk, m.diskSlow,
 			m.chainBytes, m.chainsRead)
 		reg.MustRegister(m.latency.collectors()...)
@@ -216,6 +221,7 @@ func (m *Metrics) partitionKnown(t events.Topic, partition int32, next int64) {
 // addStats moves the counters of apply rules into the metrics.
 func (m *Metrics) addStats(s *applyStats) {
 	m.removeUnknown.Add(float64(s.removeUnknown))
+	m.storeUnknown.Add(float64(s.storeUnknown))
 	m.orphans.Add(float64(s.orphans))
 	m.resets.WithLabelValues(causeCleared).Add(float64(s.cleared))
 	m.resets.WithLabelValues(causeSourceReset).Add(float64(s.resets))

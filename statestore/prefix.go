@@ -3,6 +3,7 @@ package statestore
 import (
 	"github.com/cockroachdb/pebble/v2"
 
+	"github.com/pdrouter/pdrouter/events"
 	pb "github.com/pdrouter/pdrouter/events/eventspb"
 	"github.com/pdrouter/pdrouter/kvhash"
 )
@@ -29,6 +30,11 @@ import (
 //     nothing: engines re-announce blocks. An engine hash re-stored with a
 //     different router hash (an engine that reuses hashes after a restart it
 //     did not announce) first drops the old block entirely.
+//   - Offload store (a host or disk BlockStored without tokens, as vLLM's
+//     OffloadingConnector sends): each engine hash resolves through the
+//     engine table to the block the device store hashed, which gains the
+//     tier; an engine hash the table does not hold is skipped and counted
+//     in pdrouter_kv_store_unknown_total.
 //   - BlockRemoved: clears the tier; the entry goes when no tier is left.
 //     A removal of an engine hash (or tier) the worker does not hold is
 //     tolerated and counted in pdrouter_kv_remove_unknown_total.
@@ -75,6 +81,10 @@ func (st *state) applyKv(b *pebble.Batch, rec *pb.KvEventRecord) {
 }
 
 func (st *state) storeBlocks(b *pebble.Batch, slot int32, s *pb.BlockStored) {
+	if events.IsOffloadStore(s) {
+		st.storeOffloaded(b, slot, s)
+		return
+	}
 	ws := st.workers[slot]
 	st.noteEventBlockSize(slot, s.GetBlockSize())
 	tier := normTier(s.GetTier())
@@ -113,6 +123,32 @@ func (st *state) storeBlocks(b *pebble.Batch, slot int32, s *pb.BlockStored) {
 		st.storeBlock(b, slot, h, r, up, orphan, tier)
 	}
 	st.stats.blockOps += int64(len(hashes))
+}
+
+// storeOffloaded applies an offload store (events.IsOffloadStore): each
+// engine hash is looked up in the worker's engine table and the tier is
+// added to the block it names, under the router hash and parent the device
+// store gave it. A hash the table does not hold is skipped and counted:
+// the blocks it names cannot be hashed without their tokens, and guessing
+// would credit a prefix the worker may not have. A known orphan gains the
+// tier as an orphan. The event's block size is not noted: an offloaded
+// block may span several device blocks.
+func (st *state) storeOffloaded(b *pebble.Batch, slot int32, s *pb.BlockStored) {
+	ws := st.workers[slot]
+	tier := normTier(s.GetTier())
+	for _, h := range s.GetBlockHashes() {
+		r, flags, ok := ws.blocks.get(h)
+		switch {
+		case !ok:
+			st.stats.storeUnknown++
+		case flags&flagOrphan != 0:
+			st.storeBlock(b, slot, h, r, 0, true, tier)
+		default:
+			up, _ := st.idx.parent(r)
+			st.storeBlock(b, slot, h, r, up, false, tier)
+		}
+	}
+	st.stats.blockOps += int64(len(s.GetBlockHashes()))
 }
 
 // storeBlock records one block; up is its parent's router hash (router

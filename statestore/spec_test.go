@@ -200,17 +200,21 @@ func (r *specRunner) event(f []string) error {
 		var ev *pb.KvEvent
 		switch pos[0] {
 		case "store":
-			text, from, to, err := blocksArg(kv["blocks"])
-			if err != nil {
-				return err
-			}
 			bs := r.blockSize(id, kv)
+			var toks []uint32 // none without blocks=: an offload store
+			if v, ok := kv["blocks"]; ok {
+				text, from, to, err := blocksArg(v)
+				if err != nil {
+					return err
+				}
+				toks = tokens(text, from, to, bs)
+			}
 			var parent *uint64
 			if v, ok := kv["parent"]; ok {
 				n, _ := strconv.ParseUint(v, 10, 64)
 				parent = &n
 			}
-			ev = stored(tierArg(kv["tier"]), parent, hashes(kv["eng"]), tokens(text, from, to, bs), bs)
+			ev = stored(tierArg(kv["tier"]), parent, hashes(kv["eng"]), toks, bs)
 		case "remove":
 			ev = removed(tierArg(kv["tier"]), hashes(kv["eng"])...)
 		case "clear":

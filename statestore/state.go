@@ -80,6 +80,7 @@ type state struct {
 type applyStats struct {
 	blockOps      int64
 	removeUnknown int64
+	storeUnknown  int64 // offload-store hashes the engine table does not hold
 	orphans       int64
 	cleared       int64
 	resets        int64

@@ -34,6 +34,16 @@ def stored(S, h, parent, toks):
              medium="GPU", lora_name=None, extra_keys=[None], group_idx=0, kv_cache_spec_kind="full_attention")
 
 
+def offload(S, R, C):
+    # vLLM's OffloadingConnector (CPU backend) names the blocks it copied off the GPU by
+    # their GPU hashes, with no tokens and no parent, and passes only these fields.
+    return [S(block_hashes=[hA, hB], parent_block_hash=None, token_ids=T1 + T2, block_size=16, lora_id=None,
+              medium="GPU", lora_name=None, extra_keys=[None, None], group_idx=0, kv_cache_spec_kind="full_attention"),
+            S(block_hashes=[hA, hB, 0xff01], parent_block_hash=None, token_ids=[], lora_id=None, block_size=16,
+              medium="CPU", lora_name=None),
+            R(block_hashes=[hB], medium="GPU", group_idx=0)]
+
+
 CASES = {
     "positional_BlockStored_batch": ("array", 1757500000.25, lambda S, R, C: [stored(S, hA, None, T1)]),
     "positional_BlockRemoved_batch": ("array", 1757500001.5, lambda S, R, C: [R(block_hashes=[hA, hB], medium="GPU", group_idx=0)]),
@@ -43,6 +53,8 @@ CASES = {
     "map_BlockRemoved_batch": ("map", 1757500001.5, lambda S, R, C: [R(block_hashes=[hB, hA], medium="GPU", group_idx=0)]),
     "map_AllBlocksCleared_batch": ("map", 1757500002.0, lambda S, R, C: [C()]),
     "map_BlockRemoved_bytes_hash_batch": ("map", 1757500003.0, lambda S, R, C: [R(block_hashes=[DIGEST1], medium="GPU", group_idx=0)]),
+    "positional_offload_CPU_batch": ("array", 1757500004.0, offload),
+    "map_offload_CPU_batch": ("map", 1757500004.0, offload),
 }
 
 
