@@ -60,12 +60,10 @@ type BlockPool struct {
 	key       []uint64
 	cached    []bool
 	index     map[uint64]int32
-	// The free queue: a doubly linked list over block ids.
-	prev, next []int32
-	inFree     []bool
-	head, tail int32
-	numFree    int
-	pending    []KVEvent
+	free      idList // the free queue, over block ids
+	inFree    []bool
+	numFree   int
+	pending   []KVEvent
 }
 
 // NewBlockPool returns a pool of numBlocks empty blocks, all free. seed makes this
@@ -75,8 +73,7 @@ func NewBlockPool(numBlocks, blockSize int, seed uint64) *BlockPool {
 		blockSize: blockSize, seed: seed,
 		ref: make([]int32, numBlocks), key: make([]uint64, numBlocks), cached: make([]bool, numBlocks),
 		index: map[uint64]int32{},
-		prev:  make([]int32, numBlocks), next: make([]int32, numBlocks), inFree: make([]bool, numBlocks),
-		head: -1, tail: -1,
+		free:  newIDList(numBlocks), inFree: make([]bool, numBlocks),
 	}
 	for i := range numBlocks {
 		p.pushTail(int32(i))
@@ -159,7 +156,7 @@ func (p *BlockPool) Allocate(n int) ([]int32, bool) {
 	ids := make([]int32, 0, n)
 	var evicted []uint64
 	for range n {
-		id := p.head
+		id := p.free.head
 		p.unlink(id)
 		if p.cached[id] {
 			delete(p.index, p.key[id])
@@ -257,13 +254,7 @@ func (p *BlockPool) CachedChainHashes() []uint64 {
 }
 
 func (p *BlockPool) pushTail(id int32) {
-	p.prev[id], p.next[id] = p.tail, -1
-	if p.tail >= 0 {
-		p.next[p.tail] = id
-	} else {
-		p.head = id
-	}
-	p.tail = id
+	p.free.pushTail(id)
 	p.inFree[id] = true
 	p.numFree++
 }
@@ -272,17 +263,7 @@ func (p *BlockPool) unlink(id int32) {
 	if !p.inFree[id] {
 		return
 	}
-	pv, nx := p.prev[id], p.next[id]
-	if pv >= 0 {
-		p.next[pv] = nx
-	} else {
-		p.head = nx
-	}
-	if nx >= 0 {
-		p.prev[nx] = pv
-	} else {
-		p.tail = pv
-	}
+	p.free.unlink(id)
 	p.inFree[id] = false
 	p.numFree--
 }

@@ -34,18 +34,16 @@ type HostTier struct {
 	index    map[uint64]int32
 	key      []uint64
 	ref      []int32 // loads reading the block; such a block is not evicted
-	// The LRU order: a doubly linked list over slots, least recent at head.
-	prev, next []int32
-	head, tail int32
-	free       []int32 // slots of evicted blocks, reused before new ones
-	pending    []KVEvent
+	lru      idList  // over slots, least recently used at head
+	free     []int32 // slots of evicted blocks, reused before new ones
+	pending  []KVEvent
 }
 
 // NewHostTier returns an empty tier of capacity blocks whose events name blocks by
 // hash (the engine's EngineHash). Slots are allocated as blocks arrive, so a large,
 // mostly empty tier costs little memory.
 func NewHostTier(capacity int, hash func(uint64) uint64) *HostTier {
-	return &HostTier{capacity: capacity, hash: hash, index: map[uint64]int32{}, head: -1, tail: -1}
+	return &HostTier{capacity: capacity, hash: hash, index: map[uint64]int32{}, lru: newIDList(0)}
 }
 
 // Capacity is the tier's size in blocks.
@@ -78,8 +76,8 @@ func (t *HostTier) Match(chain []uint64, from, maxBlocks int) int {
 func (t *HostTier) Touch(chain []uint64) {
 	for i := len(chain) - 1; i >= 0; i-- {
 		if id, ok := t.index[chain[i]]; ok {
-			t.unlink(id)
-			t.pushTail(id)
+			t.lru.unlink(id)
+			t.lru.pushTail(id)
 		}
 	}
 }
@@ -151,7 +149,7 @@ func (t *HostTier) evict(n int) bool {
 		return true
 	}
 	victims := make([]int32, 0, n)
-	for id := t.head; id >= 0 && len(victims) < n; id = t.next[id] {
+	for id := t.lru.head; id >= 0 && len(victims) < n; id = t.lru.next[id] {
 		if t.ref[id] == 0 {
 			victims = append(victims, id)
 		}
@@ -163,7 +161,7 @@ func (t *HostTier) evict(n int) bool {
 	for _, id := range victims {
 		ev.Hashes = append(ev.Hashes, t.hash(t.key[id]))
 		delete(t.index, t.key[id])
-		t.unlink(id)
+		t.lru.unlink(id)
 		t.free = append(t.free, id)
 	}
 	t.pending = append(t.pending, ev)
@@ -178,11 +176,11 @@ func (t *HostTier) insert(h uint64) {
 	} else {
 		id = int32(len(t.key))
 		t.key, t.ref = append(t.key, 0), append(t.ref, 0)
-		t.prev, t.next = append(t.prev, -1), append(t.next, -1)
+		t.lru.grow()
 	}
 	t.key[id], t.ref[id] = h, 0
 	t.index[h] = id
-	t.pushTail(id)
+	t.lru.pushTail(id)
 }
 
 // TakeEvents returns the events since the last call, in order.
@@ -190,29 +188,4 @@ func (t *HostTier) TakeEvents() []KVEvent {
 	ev := t.pending
 	t.pending = nil
 	return ev
-}
-
-func (t *HostTier) pushTail(id int32) {
-	t.prev[id], t.next[id] = t.tail, -1
-	if t.tail >= 0 {
-		t.next[t.tail] = id
-	} else {
-		t.head = id
-	}
-	t.tail = id
-}
-
-func (t *HostTier) unlink(id int32) {
-	pv, nx := t.prev[id], t.next[id]
-	if pv >= 0 {
-		t.next[pv] = nx
-	} else {
-		t.head = nx
-	}
-	if nx >= 0 {
-		t.prev[nx] = pv
-	} else {
-		t.tail = pv
-	}
-	t.prev[id], t.next[id] = -1, -1
 }
