@@ -9,6 +9,12 @@
 # it took a whole short run. Targets whose code runs goroutines (Pebble in
 # FuzzApply) see coverage that varies from run to run, so they find "new"
 # inputs to minimize all the time.
+# With PDR_FUZZ_FRESH=1 (make test's smoke), each target starts from its
+# seeds alone: the inputs that earlier runs added to the build cache's corpus
+# are removed first. Replaying that corpus ("gathering baseline coverage")
+# counts against -fuzztime, and on a machine that has fuzzed before it filled
+# a short run whole (10 of 23 targets executed no new input in 5 s), so a
+# smoke would fuzz only on fresh machines. `make fuzz` keeps the corpus.
 # With $1 = build, it only compiles each package's fuzzing build (the whole
 # dependency graph instrumented for coverage, a build configuration of its
 # own) into the build cache, so that `make test` can compile it while the
@@ -41,6 +47,9 @@ for f in $targets; do
   fi
   for fn in $(grep -oE '^func Fuzz[A-Za-z0-9_]*' "$f" | sed 's/^func //'); do
     echo "fuzz $dir $fn for $fuzztime"
+    if [ "${PDR_FUZZ_FRESH:-}" = 1 ]; then
+      rm -rf "$(go env GOCACHE)/fuzz/$(cd "$mod" && go list "$pkg")/$fn"
+    fi
     # -vet=off: fuzzing instruments every package, so go test's vet pass
     # would recompute every dependency's facts on that build again; go vet
     # (make vet, make test) is where the code is vetted.
