@@ -220,7 +220,7 @@ type SLOPrediction struct {
 	OthersBaseITLMs float64 `json:"others_base_itl_ms"`
 	// NextTTFTMs and NextITLMs are the predicted remote TTFT and ITL of the next
 	// request like this one on the decode worker if this prompt is prefilled there:
-	// a local prefill is charged their lost goodput, and on a tie the TTFT it adds.
+	// a local prefill is charged their lost goodput.
 	NextTTFTMs float64 `json:"next_ttft_ms"`
 	NextITLMs  float64 `json:"next_itl_ms"`
 	// RemoteDecodeTTFTMs is the part of RemoteTTFTMs the decode worker's features
@@ -228,7 +228,7 @@ type SLOPrediction struct {
 	RemoteDecodeTTFTMs float64 `json:"remote_decode_ttft_ms"`
 	LocalGoodput       float64 `json:"local_goodput"`
 	RemoteGoodput      float64 `json:"remote_goodput"`
-	// Margin is LocalGoodput − RemoteGoodput: local wins at or above −SLOTieMargin.
+	// Margin is LocalGoodput − RemoteGoodput: local wins above SLOTieMargin.
 	Margin float64 `json:"margin"`
 	// Fit is the model the predictions came from, so that a recompute from the record
 	// predicts the same.

@@ -14,8 +14,13 @@ package decider
 const (
 	SLOFallbackPrefillBusy = 2.0
 	SLOFallbackDecodeBusy  = 0.5
-	// SLOTieMargin is how much expected goodput remote prefill must gain over local
-	// prefill to be chosen: below it the paths tie and the cheaper one, local, wins.
+	// SLOTieMargin is how much expected goodput local prefill must gain over remote
+	// prefill to be chosen: within it the paths tie, and a tie goes remote. What a
+	// local prefill costs the decode worker's later requests is only partly in the
+	// prediction (their outcomes arrive seconds after it), so a local prefill must
+	// earn its place; two predictions that both meet the SLO cannot tell the paths
+	// apart, and taking local for them moves prompt computation onto the pool that
+	// decodes.
 	SLOTieMargin = 0.01
 	// SLOMissFactor: when both paths are predicted to miss, local prefill must miss by
 	// at most this fraction of remote's miss to be taken. A local prefill adds work to
@@ -120,9 +125,8 @@ func sloMode(dc *Decider, dst *Decision, d, p *Candidate) *Candidate {
 			SLOMissFactor*max(s.RemoteTTFTMs/cfg.SLOTTFTMs, s.RemoteITLMs/cfg.SLOITLMs) &&
 			2*s.RemoteDecodeTTFTMs <= s.RemoteTTFTMs
 	default:
-		// Ties (within SLOTieMargin) go to the cheaper path, local: no transfer, no
-		// prefill GPU.
-		local2 = s.Margin >= -SLOTieMargin
+		// Local must be better by more than SLOTieMargin; ties go remote.
+		local2 = s.Margin > SLOTieMargin
 	}
 	dst.PolicyBypass = local2
 	dst.DecidedBy, dst.Distance = CheckSLOGoodput, s.Margin

@@ -145,7 +145,7 @@ func modeOf(d *decider.Decision) ModeDecision {
 		m.Rule = "prompt_tokens == 0 always bypasses"
 		m.Summary = "the prompt is empty, which always bypasses remote prefill"
 	case decider.CheckSLOGoodput:
-		m.Rule = "local prefill iff its expected goodput ≥ remote's − " + num(decider.SLOTieMargin) + " (both missing: the smaller miss)"
+		m.Rule = "local prefill iff its expected goodput > remote's + " + num(decider.SLOTieMargin) + ", ties remote (both missing: the smaller miss)"
 		m.Summary = sloSummary(&d.SLO)
 	case decider.CheckSLOITLGuard:
 		m.Rule = "local prefill vetoed when it pushes the running requests' predicted ITL past slo_itl_ms"
