@@ -7,10 +7,10 @@ import (
 	"fmt"
 	"io"
 	"slices"
-	"strconv"
 	"time"
 
 	pb "github.com/pdrouter/pdrouter/events/eventspb"
+	"github.com/pdrouter/pdrouter/sim"
 )
 
 // TraceOptions configure ExportTrace.
@@ -128,7 +128,7 @@ func ExportTrace(ctx context.Context, src *KafkaLog, w io.Writer, o TraceOptions
 		return cmp.Or(cmp.Compare(x.decidedAt, y.decidedAt), cmp.Compare(x.decisionID, y.decisionID), cmp.Compare(a, b))
 	})
 	bw := bufio.NewWriter(w)
-	dense := map[uint64]int{}
+	trace := sim.NewMooncakeWriter()
 	var first int64
 	var line []byte
 	for n, id := range order {
@@ -155,25 +155,7 @@ func ExportTrace(ctx context.Context, src *KafkaLog, w io.Writer, o TraceOptions
 		if r.cut {
 			st.CutChains++
 		}
-		line = append(line[:0], `{"timestamp": `...)
-		line = strconv.AppendInt(line, (r.decidedAt-first)/int64(time.Millisecond), 10)
-		line = append(line, `, "input_length": `...)
-		line = strconv.AppendInt(line, int64(r.prompt), 10)
-		line = append(line, `, "output_length": `...)
-		line = strconv.AppendInt(line, int64(out), 10)
-		line = append(line, `, "hash_ids": [`...)
-		for k, h := range r.segments {
-			d, ok := dense[h]
-			if !ok {
-				d = len(dense)
-				dense[h] = d
-			}
-			if k > 0 {
-				line = append(line, ", "...)
-			}
-			line = strconv.AppendInt(line, int64(d), 10)
-		}
-		line = append(line, "]}\n"...)
+		line = trace.AppendLine(line[:0], (r.decidedAt-first)/int64(time.Millisecond), r.prompt, out, r.segments)
 		if _, err := bw.Write(line); err != nil {
 			return st, err
 		}

@@ -6,7 +6,6 @@ import (
 	"flag"
 	"os"
 	"slices"
-	"strconv"
 	"testing"
 )
 
@@ -155,28 +154,10 @@ func arrivedBefore(lines []sampleLine, t int) int {
 // formatMooncake writes lines as Mooncake JSONL. Hash ids are numbered in order of
 // first appearance, so the file reads like the published traces.
 func formatMooncake(lines []sampleLine) []byte {
-	ids := map[uint64]int{}
+	w := NewMooncakeWriter()
 	var b []byte
 	for _, l := range lines {
-		b = append(b, `{"timestamp": `...)
-		b = strconv.AppendInt(b, int64(l.timestamp), 10)
-		b = append(b, `, "input_length": `...)
-		b = strconv.AppendInt(b, int64(l.input), 10)
-		b = append(b, `, "output_length": `...)
-		b = strconv.AppendInt(b, int64(l.output), 10)
-		b = append(b, `, "hash_ids": [`...)
-		for i, k := range l.blocks {
-			id, ok := ids[k]
-			if !ok {
-				id = len(ids)
-				ids[k] = id
-			}
-			if i > 0 {
-				b = append(b, ", "...)
-			}
-			b = strconv.AppendInt(b, int64(id), 10)
-		}
-		b = append(b, "]}\n"...)
+		b = w.AppendLine(b, int64(l.timestamp), l.input, l.output, l.blocks)
 	}
 	return b
 }
