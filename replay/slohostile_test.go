@@ -1,0 +1,54 @@
+package replay_test
+
+import (
+	"context"
+	"math"
+	"testing"
+
+	pb "github.com/pdrouter/pdrouter/events/eventspb"
+	"github.com/pdrouter/pdrouter/replay"
+)
+
+// TestWhatIfSurvivesHostileFits: a record's recorded fit is read back from the
+// log, so any float can be in it. Replaying records whose fits hold NaN, ±Inf and
+// extreme values, or arrays cut short, under slo must answer every decision, never
+// panic.
+func TestWhatIfSurvivesHostileFits(t *testing.T) {
+	for _, v := range []float64{math.NaN(), math.Inf(1), math.Inf(-1), math.MaxFloat64, -math.MaxFloat64, 0} {
+		recs := sloRecords(t, 60, 7)
+		for _, r := range recs {
+			f := r.GetSlo().GetFit()
+			for i := range f.Coef {
+				f.Coef[i] = v
+			}
+			for i := range f.Sigma {
+				f.Sigma[i] = v
+			}
+		}
+		whatIfAll(t, recs, v)
+	}
+	recs := sloRecords(t, 60, 7)
+	for i, r := range recs {
+		f := r.GetSlo().GetFit()
+		switch i % 3 {
+		case 0:
+			f.Coef = f.Coef[:len(f.Coef)/2]
+		case 1:
+			f.Sigma = f.Sigma[:1]
+		case 2:
+			f.Samples = nil
+		}
+	}
+	whatIfAll(t, recs, "cut arrays")
+}
+
+func whatIfAll(t *testing.T, recs []*pb.DecisionRecord, what any) {
+	t.Helper()
+	rep, err := replay.WhatIf(context.Background(), sliceSource(recs), replay.WhatIfOptions{Disagg: []byte(`{"policy":"slo","slo_ttft_ms":900}`)})
+	if err != nil {
+		t.Fatalf("fits with %v: %v", what, err)
+	}
+	if rep.Decisions != len(recs) {
+		t.Fatalf("fits with %v: %d of %d decisions answered: %+v", what, rep.Decisions, len(recs), rep)
+	}
+}
