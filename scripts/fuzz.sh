@@ -42,7 +42,7 @@ for f in $targets; do
   esac
   if [ "$fuzztime" = build ]; then
     fn=$(grep -oE '^func Fuzz[A-Za-z0-9_]*' "$f" | sed 's/^func //' | head -1)
-    (cd "$mod" && go test "$pkg" -vet=off -c -o /dev/null -fuzz "^${fn}\$")
+    (cd "$mod" && go test "$pkg" -vet=off -ldflags=-w -c -o /dev/null -fuzz "^${fn}\$")
     continue
   fi
   for fn in $(grep -oE '^func Fuzz[A-Za-z0-9_]*' "$f" | sed 's/^func //'); do
@@ -52,7 +52,9 @@ for f in $targets; do
     fi
     # -vet=off: fuzzing instruments every package, so go test's vet pass
     # would recompute every dependency's facts on that build again; go vet
-    # (make vet, make test) is where the code is vetted.
-    (cd "$mod" && go test "$pkg" -vet=off -run '^$' -fuzz "^${fn}\$" -fuzztime "$fuzztime" -fuzzminimizetime "$minimize")
+    # (make vet, make test) is where the code is vetted. -ldflags=-w: no
+    # DWARF, as in make test's other test builds (linking is then a third of
+    # the time), and the same flags as the build above, whose links it reuses.
+    (cd "$mod" && go test "$pkg" -vet=off -ldflags=-w -run '^$' -fuzz "^${fn}\$" -fuzztime "$fuzztime" -fuzzminimizetime "$minimize")
   done
 done
