@@ -337,9 +337,11 @@ func (b *scaleBench) startReplica(ctx context.Context, prefix, dir string) (*sca
 	_ = l.Close()
 	// Every flag that shapes the run is given, so no PDR_ variable of this
 	// environment changes it; Kafka's TLS and SASL settings reach the
-	// replicas through the environment.
+	// replicas through the environment. Each listen address is the child's
+	// own: an inherited PDR_DEBUG_ADDR would be bound by the first replica
+	// and refused to the rest.
 	cmd := exec.CommandContext(ctx, b.binary, "serve", "--brokers", strings.Join(b.brokers, ","), "--topic-prefix", prefix,
-		"--data-dir", dir, "--http-addr", addr, "--router-conditional-disagg", "--log-level", "warn",
+		"--data-dir", dir, "--http-addr", addr, "--debug-addr", "", "--router-conditional-disagg", "--log-level", "warn",
 		"--log-format", b.a.logFormat)
 	out := &tailBuffer{max: 16 << 10}
 	cmd.Stdout, cmd.Stderr = out, out

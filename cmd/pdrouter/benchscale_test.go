@@ -25,6 +25,10 @@ func TestBenchScaleCommand(t *testing.T) {
 
 func checkBenchScale(t *testing.T, brokers []string, validate bool) {
 	t.Setenv("PDR_TEST_RUN_MAIN", "1") // for the replica children only
+	// An operator's environment names a debug address for their own replica;
+	// the children inherit it, and were they to take it, all but the first
+	// would fail to bind.
+	t.Setenv("PDR_DEBUG_ADDR", freeAddr(t))
 	args := []string{"bench", "scale", "--brokers", strings.Join(brokers, ","), "--json", "--duration", "2s", "--warmup", "1s",
 		"--clients", "3", "--decode-workers", "4", "--prefill-workers", "2", "--min-tokens", "64", "--max-tokens", "512",
 		"--log-level", "warn"}
