@@ -32,7 +32,9 @@ modroot() {
 }
 
 targets=$(grep -rl --include='*_test.go' --exclude-dir=.cache '^func Fuzz' . | sort)
-for f in $targets; do
+# One line per fuzz target: its module, its package (relative to the module)
+# and its name.
+list=$(for f in $targets; do
   dir=$(dirname "${f#./}")
   mod=$(modroot "$dir")
   case $mod in
@@ -40,21 +42,43 @@ for f in $targets; do
     "$dir") pkg=. ;;
     *) pkg=./${dir#"$mod"/} ;;
   esac
-  if [ "$fuzztime" = build ]; then
-    fn=$(grep -oE '^func Fuzz[A-Za-z0-9_]*' "$f" | sed 's/^func //' | head -1)
-    (cd "$mod" && go test "$pkg" -vet=off -ldflags=-w -c -o /dev/null -fuzz "^${fn}\$")
-    continue
-  fi
   for fn in $(grep -oE '^func Fuzz[A-Za-z0-9_]*' "$f" | sed 's/^func //'); do
-    echo "fuzz $dir $fn for $fuzztime"
-    if [ "${PDR_FUZZ_FRESH:-}" = 1 ]; then
-      rm -rf "$(go env GOCACHE)/fuzz/$(cd "$mod" && go list "$pkg")/$fn"
-    fi
-    # -vet=off: fuzzing instruments every package, so go test's vet pass
-    # would recompute every dependency's facts on that build again; go vet
-    # (make vet, make test) is where the code is vetted. -ldflags=-w: no
-    # DWARF, as in make test's other test builds (linking is then a third of
-    # the time), and the same flags as the build above, whose links it reuses.
-    (cd "$mod" && go test "$pkg" -vet=off -ldflags=-w -run '^$' -fuzz "^${fn}\$" -fuzztime "$fuzztime" -fuzzminimizetime "$minimize")
+    echo "$mod $pkg $fn"
   done
-done
+done)
+
+if [ "$fuzztime" = build ]; then
+  echo "$list" | awk '!seen[$1" "$2]++' | while read -r mod pkg fn; do
+    (cd "$mod" && go test "$pkg" -vet=off -ldflags=-w -c -o /dev/null -fuzz "^${fn}\$")
+  done
+  exit 0
+fi
+
+# PDR_FUZZ_JOBS targets fuzz at once (default 1), each with that share of
+# the machine's cores as workers (-parallel): make test runs two at a time
+# with one worker each, so that the per-target start (the coordinator, the
+# seeds' baseline coverage) of one overlaps the other's fuzzing, and the
+# smoke's wall time halves for the same executions per core.
+jobs=${PDR_FUZZ_JOBS:-1}
+workers=$(( $(nproc) / jobs ))
+[ "$workers" -ge 1 ] || workers=1
+export fuzztime minimize workers
+fuzz_one() {
+  local mod=$1 pkg=$2 fn=$3
+  if [ "${PDR_FUZZ_FRESH:-}" = 1 ]; then
+    rm -rf "$(go env GOCACHE)/fuzz/$(cd "$mod" && go list "$pkg")/$fn"
+  fi
+  # -vet=off: fuzzing instruments every package, so go test's vet pass
+  # would recompute every dependency's facts on that build again; go vet
+  # (make vet, make test) is where the code is vetted. -ldflags=-w: no
+  # DWARF, as in make test's other test builds (linking is then a third of
+  # the time), and the same flags as the build above, whose links it reuses.
+  local out rc=0
+  out=$(cd "$mod" && go test "$pkg" -vet=off -ldflags=-w -run '^$' -fuzz "^${fn}\$" -fuzztime "$fuzztime" \
+    -fuzzminimizetime "$minimize" -parallel "$workers" 2>&1) || rc=$?
+  # One block per target, whole, so that parallel targets do not interleave.
+  printf 'fuzz %s %s for %s\n%s\n' "$pkg" "$fn" "$fuzztime" "$out"
+  return $rc
+}
+export -f fuzz_one
+echo "$list" | xargs -P "$jobs" -L 1 bash -c 'fuzz_one "$@"' _
