@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"runtime/pprof"
+	"runtime/trace"
 
 	"github.com/spf13/cobra"
 
@@ -17,7 +18,7 @@ import (
 // to TTFT, against calling the engines directly.
 func newBenchDoorCmd(a *app) *cobra.Command {
 	cfg := doorbench.Config{Streams: 64, Requests: 2000, Workers: 4}
-	engines, scale, profile := "sim", 1.0, ""
+	engines, scale, profile, traceFile := "sim", 1.0, "", ""
 	cmd := &cobra.Command{
 		Use:   "door",
 		Short: "Measure what the OpenAI front door adds to TTFT at p50 and p99",
@@ -67,6 +68,17 @@ engine instead.`,
 				}
 				defer pprof.StopCPUProfile()
 			}
+			if traceFile != "" {
+				tf, err := os.Create(traceFile)
+				if err != nil {
+					return err
+				}
+				defer tf.Close()
+				if err := trace.Start(tf); err != nil {
+					return err
+				}
+				defer trace.Stop()
+			}
 			_, rows, err := doorbench.Run(cmd.Context(), cfg, a.stdout)
 			if err != nil {
 				return err
@@ -84,6 +96,8 @@ engine instead.`,
 	f.StringVar(&engines, "engines", engines, "sim (the simulated engines) or doortest (a minimal in-test engine)")
 	f.Float64Var(&scale, "time-scale", scale, "sim engines: simulated seconds per wall second")
 	f.StringVar(&profile, "cpuprofile", "", "write a CPU profile of the run (engines, clients and door) to this file")
+	f.StringVar(&traceFile, "trace", "", "write a runtime execution trace of the run to this file (`go tool trace -pprof=sched FILE` shows where goroutines waited for a core)")
+	f.BoolVar(&cfg.AA, "aa", false, "A/A run: send the door's rounds to the engines directly too, so the differences printed are the bench's noise")
 	f.DurationVar(&cfg.MaxAddedP99, "max-added-p99", 0, "fail when the door adds more than this to TTFT at p99 (0: report only)")
 	return cmd
 }

@@ -61,6 +61,10 @@ type Config struct {
 	// than two cores serve at all, and the bench would measure the queue
 	// for the CPU rather than the door.
 	PromptTokens, OutputTokens int
+	// AA sends the door's rounds to the engines directly too: an A/A run,
+	// whose "door adds" rows are the bench's noise (what two samples of
+	// one mode differ by), to judge a real run's differences against.
+	AA bool
 }
 
 // Result holds the TTFT percentiles of both modes, and the process's CPU
@@ -146,6 +150,9 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (Result, []benchtable.R
 	var rr atomic.Uint64
 	directURL := func() string { return ups[rr.Add(1)%uint64(len(ups))].URL() }
 	viaDoor := func() string { return srv.URL }
+	if cfg.AA {
+		viaDoor = directURL
+	}
 	body := requestBody(cfg)
 	// Warm both paths' connections.
 	if _, err := measure(ctx, client, directURL, body, cfg.Streams, cfg.Streams); err != nil {
@@ -193,7 +200,12 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (Result, []benchtable.R
 	rate := func(n int, wall time.Duration) float64 { return float64(n) / max(wall.Seconds(), 1e-9) }
 	cores := func(cpu, wall time.Duration) float64 { return cpu.Seconds() / max(wall.Seconds(), 1e-9) }
 	added50, added99 := res.Door[0]-res.Direct[0], res.Door[1]-res.Direct[1]
+	lo50, hi50 := diffInterval(dTTFT, vTTFT, 50)
+	lo99, hi99 := diffInterval(dTTFT, vTTFT, 99)
 	detail := fmt.Sprintf("%d closed-loop streams of %d prompt and %d output tokens, %d requests per mode in %d alternating rounds, %d engines", cfg.Streams, cfg.PromptTokens, cfg.OutputTokens, len(dt), cfg.Rounds, cfg.Workers)
+	if cfg.AA {
+		detail += "; A/A: the \"via door\" rounds went to the engines directly too"
+	}
 	rows := []benchtable.Row{
 		benchtable.NewRow("ttft direct p50 / p99", fmt.Sprintf("%s / %s", res.Direct[0], res.Direct[1]), "", "", detail),
 		benchtable.NewRow("ttft via door p50 / p99", fmt.Sprintf("%s / %s", res.Door[0], res.Door[1]), "", "", detail),
@@ -210,6 +222,8 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (Result, []benchtable.R
 		benchtable.NewRow("via door: first chunk read → first token at the client p50 / p99", p5099(sp.relay), "", "", "the relay: the door's read, parse and write, and the client's wake-up"),
 		benchtable.NewRow("via door: the door's own part of ttft p50 / p99", p5099(sp.door), "", "", "per request, the sum of the three rows that are not the engine's"),
 		benchtable.NewRow("door adds to ttft p50", added50.String(), "", "", "in-memory decider: the durable decision append is `bench api`'s"),
+		benchtable.NewRow("door adds to ttft p50 / p99, 95% bootstrap intervals", fmt.Sprintf("[%s, %s] / [%s, %s]", lo50.Round(10*time.Microsecond), hi50.Round(10*time.Microsecond), lo99.Round(10*time.Microsecond), hi99.Round(10*time.Microsecond)), "", "",
+			"what the difference could be, given the samples' spread: an interval wider than the bar cannot tell a door within it from one outside it (more --requests narrow it; --aa measures the noise)"),
 	}
 	bar, verdict := "", ""
 	if cfg.MaxAddedP99 > 0 {
