@@ -28,31 +28,44 @@ func newUpstream(cfg *config, m *metrics) *upstream {
 		dial = (&net.Dialer{}).DialContext
 	}
 	connect := cfg.connectTimeout
-	tr := &http.Transport{
-		// Proxies are ignored: the address connected to is the one the
-		// dialer checks (--engine-allow).
-		Proxy: nil,
-		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			ctx, cancel := context.WithTimeout(ctx, connect)
-			defer cancel()
-			c, err := dial(ctx, network, addr)
-			if err != nil {
-				return nil, &dialError{err}
-			}
-			return c, nil
+	dialEngine := func(ctx context.Context, network, addr string) (net.Conn, error) {
+		ctx, cancel := context.WithTimeout(ctx, connect)
+		defer cancel()
+		c, err := dial(ctx, network, addr)
+		if err != nil {
+			return nil, &dialError{err}
+		}
+		return c, nil
+	}
+	tr := &engineTransport{
+		dial:           dialEngine,
+		firstByte:      cfg.firstByte,
+		maxIdlePerHost: maxIdlePerEngine,
+		idleTimeout:    engineIdleTimeout,
+		tls: &http.Transport{
+			// Proxies are ignored: the address connected to is the one the
+			// dialer checks (--engine-allow).
+			Proxy:                 nil,
+			DialContext:           dialEngine,
+			MaxIdleConnsPerHost:   maxIdlePerEngine,
+			IdleConnTimeout:       engineIdleTimeout,
+			ResponseHeaderTimeout: cfg.firstByte,
+			// The door relays each chunk as it comes; compression would make
+			// the engine buffer.
+			DisableCompression: true,
 		},
-		MaxIdleConnsPerHost:   256,
-		IdleConnTimeout:       90 * time.Second,
-		ResponseHeaderTimeout: cfg.firstByte,
-		// The door relays each chunk as it comes; compression would make
-		// the engine buffer.
-		DisableCompression: true,
 	}
 	return &upstream{
 		client: &http.Client{Transport: tr, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }},
 		cfg:    cfg, metrics: m,
 	}
 }
+
+// The idle connections kept per engine, and for how long.
+const (
+	maxIdlePerEngine  = 256
+	engineIdleTimeout = 90 * time.Second
+)
 
 // dialError marks a failure to connect.
 type dialError struct{ err error }

@@ -1,0 +1,253 @@
+package door
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/pdrouter/pdrouter/door/doortest"
+)
+
+// engineTransportOf is the door's engine transport.
+func engineTransportOf(t *testing.T, d *Door) *engineTransport {
+	t.Helper()
+	tr, ok := d.up.client.Transport.(*engineTransport)
+	if !ok {
+		t.Fatalf("the door's transport is %T", d.up.client.Transport)
+	}
+	return tr
+}
+
+// TestEngineTransportKeepsConnections: streamed requests one after
+// another through the door use one connection to the engine: the relay
+// reads each answer to its end, which returns the connection.
+func TestEngineTransportKeepsConnections(t *testing.T) {
+	eng := doortest.New(t, "d")
+	r := newRig(t, []Decision{local(eng)}, nil)
+	for range 5 {
+		if resp, b := r.post("/v1/completions", `{"model":"m","prompt":[1,2],"stream":true}`); resp.StatusCode != 200 || !strings.Contains(string(b), "[DONE]") {
+			t.Fatalf("%d %s", resp.StatusCode, b)
+		}
+	}
+	if n := engineTransportOf(t, r.door).dials.Load(); n != 1 {
+		t.Fatalf("5 requests in turn opened %d connections to the engine, want 1", n)
+	}
+}
+
+// TestEngineTransportRetriesAClosedIdleConnection: an engine that closed
+// the door's idle connection (its keep-alive timeout, here right after
+// each answer) costs the next request nothing: it goes out again on a new
+// connection, and the client gets its answer with no retry on another
+// worker.
+func TestEngineTransportRetriesAClosedIdleConnection(t *testing.T) {
+	stream := `data: {"object":"text_completion","choices":[{"index":0,"text":" a"}]}` + "\n\n" + "data: [DONE]\n\n"
+	url := rawEngine(t, func(w *bufio.Writer) {
+		w.WriteString("HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: " + strconv.Itoa(len(stream)) + "\r\n\r\n" + stream)
+	})
+	r := newRig(t, []Decision{{Decode: Worker{ID: "d", HTTPURL: url}}}, nil)
+	body := `{"model":"m","prompt":[1,2],"stream":true}`
+	tr := engineTransportOf(t, r.door)
+	for i := range 3 {
+		resp, b := r.post("/v1/completions", body)
+		if resp.StatusCode != 200 || !strings.Contains(string(b), "[DONE]") {
+			t.Fatalf("request %d: %d %s", i, resp.StatusCode, b)
+		}
+		if i == 0 {
+			tr.mu.Lock()
+			idle := len(tr.idle[strings.TrimPrefix(url, "http://")])
+			tr.mu.Unlock()
+			if idle != 1 {
+				t.Fatalf("%d idle connections after an answer read to its end, want 1", idle)
+			}
+		}
+		time.Sleep(300 * time.Millisecond) // the engine closes the connection
+	}
+	if n := tr.dials.Load(); n != 3 {
+		t.Fatalf("%d connections, want 3 (each closed one, then a new one)", n)
+	}
+	if metric(t, r.door.metrics.retries) != 0 {
+		t.Fatal("a closed idle connection was taken for the worker's failure")
+	}
+}
+
+// rawEngine answers each connection with answer, whatever it was asked.
+func rawEngine(t *testing.T, answer func(w *bufio.Writer)) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				br := bufio.NewReader(c)
+				if _, err := http.ReadRequest(br); err != nil {
+					return
+				}
+				w := bufio.NewWriter(c)
+				answer(w)
+				_ = w.Flush()
+				time.Sleep(100 * time.Millisecond)
+			}()
+		}
+	}()
+	return "http://" + ln.Addr().String()
+}
+
+// TestEngineTransportBoundsHeaders: an engine that sends endless headers
+// is refused once they pass the bound, without waiting for their end.
+func TestEngineTransportBoundsHeaders(t *testing.T) {
+	url := rawEngine(t, func(w *bufio.Writer) {
+		w.WriteString("HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n")
+		for range 4 * maxEngineHeaderBytes / 64 {
+			w.WriteString("X-Padding: " + strings.Repeat("p", 50) + "\r\n")
+		}
+		w.WriteString("\r\n")
+	})
+	r := newRig(t, []Decision{{Decode: Worker{ID: "d", HTTPURL: url}}}, nil, WithRetryBudget(0))
+	resp, b := r.post("/v1/completions", `{"model":"m","prompt":[1],"stream":true}`)
+	if resp.StatusCode != http.StatusBadGateway || !strings.Contains(string(b), "headers are over") {
+		t.Fatalf("%d %s", resp.StatusCode, b)
+	}
+}
+
+// TestEngineTransportEarlyRefusal: an engine that refuses a request with
+// an answer before reading its body, and closes, is answered as a
+// refusal (its status and message), not as a broken connection.
+func TestEngineTransportEarlyRefusal(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		br := bufio.NewReader(c)
+		if _, err := http.ReadRequest(br); err != nil {
+			return
+		}
+		msg := `{"object":"error","message":"request body is larger than 1024 bytes","type":"invalid_request_error","code":413}`
+		io.WriteString(c, "HTTP/1.1 413 Request Entity Too Large\r\nContent-Type: application/json\r\nConnection: close\r\nContent-Length: "+
+			strconv.Itoa(len(msg))+"\r\n\r\n"+msg)
+	}()
+	tr := &engineTransport{dial: (&net.Dialer{}).DialContext, firstByte: 5 * time.Second, maxIdlePerHost: 4, idleTimeout: time.Minute}
+	// A body far over the socket buffers: the engine stops reading it.
+	req, _ := http.NewRequestWithContext(context.Background(), http.MethodPost, "http://"+ln.Addr().String()+"/v1/completions",
+		strings.NewReader(strings.Repeat("x", 32<<20)))
+	resp, err := tr.RoundTrip(req)
+	if err != nil {
+		t.Skipf("the refusal was lost with the connection's reset (%v): the kernel dropped what the engine sent", err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 413 || !strings.Contains(string(b), "larger than") {
+		t.Fatalf("%d %s", resp.StatusCode, b)
+	}
+}
+
+// TestEngineTransportHTTPS: an https engine is served by net/http's
+// Transport (the engine transport speaks plain HTTP only).
+func TestEngineTransportHTTPS(t *testing.T) {
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok") }))
+	defer srv.Close()
+	tr := &engineTransport{dial: (&net.Dialer{}).DialContext, firstByte: 5 * time.Second, maxIdlePerHost: 4, idleTimeout: time.Minute,
+		tls: srv.Client().Transport}
+	req, _ := http.NewRequest(http.MethodGet, srv.URL, nil)
+	resp, err := tr.RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if b, _ := io.ReadAll(resp.Body); string(b) != "ok" || tr.dials.Load() != 0 {
+		t.Fatalf("%q, %d plain connections", b, tr.dials.Load())
+	}
+}
+
+// BenchmarkEngineTransport: one streamed completion (4 token chunks) from
+// a loopback engine, read to its end, through net/http's Transport and
+// through the door's engine transport: what each costs a request on the
+// door's side of the engine connection. The parallel case runs 32 clients
+// per core, as streams share the door's cores, where every goroutine
+// hand-off is a wait in a run queue.
+func BenchmarkEngineTransport(b *testing.B) {
+	eng := doortest.New(b, "d")
+	body := []byte(`{"model":"m","prompt":[1,2,3],"stream":true}`)
+	dial := (&net.Dialer{}).DialContext
+	for _, c := range []struct {
+		name string
+		rt   http.RoundTripper
+	}{
+		{"net-http", &http.Transport{DialContext: dial, MaxIdleConnsPerHost: 64, ResponseHeaderTimeout: time.Minute, DisableCompression: true}},
+		{"engine", &engineTransport{dial: dial, firstByte: time.Minute, maxIdlePerHost: 64, idleTimeout: time.Minute}},
+	} {
+		client := &http.Client{Transport: c.rt}
+		// once returns the time to the first byte of the answer's body.
+		once := func() (time.Duration, error) {
+			start := time.Now()
+			req, _ := http.NewRequestWithContext(context.Background(), http.MethodPost, eng.URL()+"/v1/completions", bytes.NewReader(body))
+			req.Header.Set("Content-Type", "application/json")
+			resp, err := client.Do(req)
+			if err != nil {
+				return 0, err
+			}
+			var one [1]byte
+			_, _ = io.ReadFull(resp.Body, one[:])
+			first := time.Since(start)
+			_, _ = io.Copy(io.Discard, resp.Body)
+			return first, resp.Body.Close()
+		}
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := once(); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run(c.name+"-parallel", func(b *testing.B) {
+			b.ReportAllocs()
+			b.SetParallelism(32)
+			var mu sync.Mutex
+			var firsts []time.Duration
+			b.RunParallel(func(pb *testing.PB) {
+				var mine []time.Duration
+				for pb.Next() {
+					d, err := once()
+					if err != nil {
+						b.Error(err)
+						return
+					}
+					mine = append(mine, d)
+				}
+				mu.Lock()
+				firsts = append(firsts, mine...)
+				mu.Unlock()
+			})
+			slices.Sort(firsts)
+			if len(firsts) > 0 {
+				b.ReportMetric(float64(firsts[len(firsts)*99/100].Microseconds()), "p99-first-byte-µs")
+				b.ReportMetric(float64(firsts[len(firsts)/2].Microseconds()), "p50-first-byte-µs")
+			}
+		})
+	}
+}
