@@ -28,10 +28,12 @@ simulator at --time-scale) and a door in front of them (an in-memory decider
 picking the engines in turn, so the durable decision append, which ` + "`bench api`" + `
 measures, is left out). --streams closed-loop clients, each sending its next
 streamed completion when the previous answer has ended, send --requests to
-the engines directly and as many through the door, in alternating rounds. It
-prints the TTFT p50 and p99 of both, their differences (the door's own cost:
-parsing, forwarding, relaying the stream, measuring) and the process's CPU
-time per request in each mode. --engines doortest uses a minimal in-test
+the engines directly and as many through the door, in alternating rounds
+(the clients run on from one round into the next). It prints the TTFT p50 and
+p99 of both, their differences (the door's own cost: parsing, forwarding,
+relaying the stream, measuring) with bootstrap 95% intervals over pairs of
+rounds, and the process's CPU time per request in each mode. --aa sends both
+modes' rounds directly: the differences it prints are the bench's noise. --engines doortest uses a minimal in-test
 engine instead.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {

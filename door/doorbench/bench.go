@@ -8,7 +8,11 @@
 // connection and sends its next request when the previous answer has
 // ended, as a serving client does, rather than all requests arriving at
 // once. The two modes run in alternating rounds, so that a change of the
-// machine's load during the run weighs on both alike.
+// machine's load during the run weighs on both alike, and the clients run
+// on from one round into the next (no round starts with every client
+// sending at once). The p99 difference is reported with a bootstrap
+// interval over pairs of rounds (interval.go): a run says how far it can
+// be trusted, and --aa (both modes direct) measures the bench's noise.
 package doorbench
 
 import (
@@ -154,40 +158,25 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (Result, []benchtable.R
 		viaDoor = directURL
 	}
 	body := requestBody(cfg)
-	// Warm both paths' connections.
-	if _, err := measure(ctx, client, directURL, body, cfg.Streams, cfg.Streams); err != nil {
-		return Result{}, nil, err
-	}
-	if _, err := measure(ctx, client, viaDoor, body, cfg.Streams, cfg.Streams); err != nil {
-		return Result{}, nil, err
-	}
 	var (
 		res            Result
 		dt, vt         []sample
 		dCPU, vCPU     time.Duration
-		perRound       = max(1, cfg.Requests/cfg.Rounds)
 		directN, doorN int
 	)
-	fromDoor.Store(0)
-	toDoor.Store(0)
-	direct.Store(0)
-	for range cfg.Rounds {
-		for _, m := range []struct {
-			base func() string
-			out  *[]sample
-			cpu  *time.Duration
-			wall *time.Duration
-			n    *int
-		}{{directURL, &dt, &dCPU, &res.DirectWall, &directN}, {viaDoor, &vt, &vCPU, &res.DoorWall, &doorN}} {
-			c0, w0 := cpuTime(), time.Now()
-			t, err := measure(ctx, client, m.base, body, cfg.Streams, perRound)
-			*m.cpu += cpuTime() - c0
-			*m.wall += time.Since(w0)
-			if err != nil {
-				return res, nil, err
-			}
-			*m.out = append(*m.out, t...)
-			*m.n += len(t)
+	phases, err := runPhases(ctx, client, [2]func() string{directURL, viaDoor}, body, cfg.Streams, max(1, cfg.Requests/cfg.Rounds), cfg.Rounds,
+		func() { fromDoor.Store(0); toDoor.Store(0); direct.Store(0) })
+	if err != nil {
+		return Result{}, nil, err
+	}
+	var dRounds, vRounds [][]time.Duration
+	for i, ph := range phases {
+		if i%2 == 0 {
+			dt, dCPU, res.DirectWall, directN = append(dt, ph.samples...), dCPU+ph.cpu, res.DirectWall+ph.wall, directN+len(ph.samples)
+			dRounds = append(dRounds, ttfts(ph.samples))
+		} else {
+			vt, vCPU, res.DoorWall, doorN = append(vt, ph.samples...), vCPU+ph.cpu, res.DoorWall+ph.wall, doorN+len(ph.samples)
+			vRounds = append(vRounds, ttfts(ph.samples))
 		}
 	}
 	dTTFT, vTTFT := ttfts(dt), ttfts(vt)
@@ -200,8 +189,8 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (Result, []benchtable.R
 	rate := func(n int, wall time.Duration) float64 { return float64(n) / max(wall.Seconds(), 1e-9) }
 	cores := func(cpu, wall time.Duration) float64 { return cpu.Seconds() / max(wall.Seconds(), 1e-9) }
 	added50, added99 := res.Door[0]-res.Direct[0], res.Door[1]-res.Direct[1]
-	lo50, hi50 := diffInterval(dTTFT, vTTFT, 50)
-	lo99, hi99 := diffInterval(dTTFT, vTTFT, 99)
+	lo50, hi50 := diffInterval(dRounds, vRounds, 50)
+	lo99, hi99 := diffInterval(dRounds, vRounds, 99)
 	detail := fmt.Sprintf("%d closed-loop streams of %d prompt and %d output tokens, %d requests per mode in %d alternating rounds, %d engines", cfg.Streams, cfg.PromptTokens, cfg.OutputTokens, len(dt), cfg.Rounds, cfg.Workers)
 	if cfg.AA {
 		detail += "; A/A: the \"via door\" rounds went to the engines directly too"
@@ -223,7 +212,7 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (Result, []benchtable.R
 		benchtable.NewRow("via door: the door's own part of ttft p50 / p99", p5099(sp.door), "", "", "per request, the sum of the three rows that are not the engine's"),
 		benchtable.NewRow("door adds to ttft p50", added50.String(), "", "", "in-memory decider: the durable decision append is `bench api`'s"),
 		benchtable.NewRow("door adds to ttft p50 / p99, 95% bootstrap intervals", fmt.Sprintf("[%s, %s] / [%s, %s]", lo50.Round(10*time.Microsecond), hi50.Round(10*time.Microsecond), lo99.Round(10*time.Microsecond), hi99.Round(10*time.Microsecond)), "", "",
-			"what the difference could be, given the samples' spread: an interval wider than the bar cannot tell a door within it from one outside it (more --requests narrow it; --aa measures the noise)"),
+			"what the difference could be, resampling the pairs of adjacent rounds: an interval wider than the bar cannot tell a door within it from one outside it (more --requests and --rounds narrow it; --aa measures the noise)"),
 	}
 	bar, verdict := "", ""
 	if cfg.MaxAddedP99 > 0 {
@@ -273,37 +262,84 @@ func split(tl *timeline, s []sample) ttftSplit {
 	return sp
 }
 
-// measure sends n streamed completions from streams clients and returns
-// each one's TTFT: from sending to the first token chunk read.
-func measure(ctx context.Context, client *http.Client, base func() string, body string, streams, n int) ([]sample, error) {
+// phase is one round of one mode: its requests as their clients saw
+// them, and the process's CPU and wall time from its first request's send
+// to the next phase's.
+type phase struct {
+	samples   []sample
+	cpu, wall time.Duration
+}
+
+// runPhases runs streams closed-loop clients, each sending its next
+// streamed completion when the previous answer has ended, through
+// 2×rounds phases of perPhase requests: request i (in send order) belongs
+// to phase i/perPhase, sent to bases[phase%2]. The clients run on from one
+// phase into the next: their sends stay spread as a serving fleet's are,
+// instead of all 64 starting at once at each round (a burst whose first
+// requests, an eighth of a round's, would be its slowest and so its p99).
+// Before the measured phases a warm-up of 2×streams requests per mode
+// fills every pool and lets the clients' start burst pass; mark runs when
+// the first measured request is sent.
+func runPhases(ctx context.Context, client *http.Client, bases [2]func() string, body string, streams, perPhase, rounds int, mark func()) ([]phase, error) {
+	warm := 2 * streams
+	measured := 2 * rounds * perPhase
+	total := 2*warm + measured
+	type stamp struct {
+		cpu  time.Duration
+		wall time.Time
+	}
 	var (
-		mu    sync.Mutex
-		out   = make([]sample, 0, n)
-		left  atomic.Int64
-		first error
-		wg    sync.WaitGroup
+		mu     sync.Mutex
+		phases = make([]phase, 2*rounds)
+		starts = make([]stamp, 2*rounds+1)
+		sent   atomic.Int64
+		first  error
+		wg     sync.WaitGroup
 	)
-	left.Store(int64(n))
 	for range streams {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for left.Add(-1) >= 0 && ctx.Err() == nil {
-				t, err := once(ctx, client, base(), body)
+			for ctx.Err() == nil {
+				i := int(sent.Add(1) - 1)
+				if i >= total {
+					return
+				}
+				ph, mode := -1, i/warm%2
+				if j := i - 2*warm; j >= 0 {
+					ph = j / perPhase
+					mode = ph % 2
+					if j%perPhase == 0 {
+						if j == 0 {
+							mark()
+						}
+						mu.Lock()
+						starts[ph] = stamp{cpuTime(), time.Now()}
+						mu.Unlock()
+					}
+				}
+				t, err := once(ctx, client, bases[mode](), body)
 				mu.Lock()
 				if err != nil && first == nil {
 					first = err
 				}
-				out = append(out, t)
+				if ph >= 0 && err == nil {
+					phases[ph].samples = append(phases[ph].samples, t)
+				}
 				mu.Unlock()
 			}
 		}()
 	}
 	wg.Wait()
+	starts[2*rounds] = stamp{cpuTime(), time.Now()}
+	for i := range phases {
+		phases[i].cpu = starts[i+1].cpu - starts[i].cpu
+		phases[i].wall = starts[i+1].wall.Sub(starts[i].wall)
+	}
 	if first == nil {
 		first = ctx.Err()
 	}
-	return out, first
+	return phases, first
 }
 
 func once(ctx context.Context, client *http.Client, base, body string) (sample, error) {
