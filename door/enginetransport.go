@@ -3,12 +3,14 @@ package door
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 )
 
@@ -34,8 +36,8 @@ type engineTransport struct {
 	firstByte      time.Duration
 	maxIdlePerHost int
 	idleTimeout    time.Duration
-	maxHeaderBytes int64
-	tls            http.RoundTripper
+	// https serves the engines whose URL is https.
+	https http.RoundTripper
 
 	mu        sync.Mutex
 	idle      map[string][]*engineConn
@@ -93,7 +95,7 @@ func (b *budgetReader) Read(p []byte) (int, error) {
 // RoundTrip implements http.RoundTripper.
 func (t *engineTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if req.URL.Scheme != "http" {
-		return t.tls.RoundTrip(req)
+		return t.https.RoundTrip(req)
 	}
 	addr := req.URL.Host
 	if req.URL.Port() == "" {
@@ -103,6 +105,9 @@ func (t *engineTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	for attempt := 0; ; attempt++ {
 		ec, reused, err := t.conn(ctx, addr)
 		if err != nil {
+			if req.Body != nil {
+				req.Body.Close()
+			}
 			return nil, err
 		}
 		resp, err := t.exchange(ctx, ec, addr, req)
@@ -110,7 +115,7 @@ func (t *engineTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 			return resp, nil
 		}
 		replayable := req.Body == nil || req.Body == http.NoBody || req.GetBody != nil
-		if !reused || attempt > 0 || ec.in.n > 0 || ctx.Err() != nil || !replayable {
+		if !reused || attempt > 0 || ec.in.n > 0 || ctx.Err() != nil || !replayable || !closedByPeer(err) {
 			return nil, err
 		}
 		// The engine closed the idle connection before it read anything.
@@ -122,6 +127,14 @@ func (t *engineTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		req = again
 	}
+}
+
+// closedByPeer: err is what a connection the other end closed gives (and
+// not, say, a timeout: an engine that is slow to answer is not asked
+// again, which would double the first-byte bound).
+func closedByPeer(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
 }
 
 // exchange sends req on ec and reads the answer's headers. On success the

@@ -171,7 +171,7 @@ func TestEngineTransportHTTPS(t *testing.T) {
 	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok") }))
 	defer srv.Close()
 	tr := &engineTransport{dial: (&net.Dialer{}).DialContext, firstByte: 5 * time.Second, maxIdlePerHost: 4, idleTimeout: time.Minute,
-		tls: srv.Client().Transport}
+		https: srv.Client().Transport}
 	req, _ := http.NewRequest(http.MethodGet, srv.URL, nil)
 	resp, err := tr.RoundTrip(req)
 	if err != nil {
@@ -249,5 +249,55 @@ func BenchmarkEngineTransport(b *testing.B) {
 				b.ReportMetric(float64(firsts[len(firsts)/2].Microseconds()), "p50-first-byte-µs")
 			}
 		})
+	}
+}
+
+// TestEngineTransportNoRetryOnTimeout: a reused connection whose engine
+// does not answer within the first-byte bound is a slow worker, not a
+// connection closed while idle: the request is not sent again (which
+// would double the bound), and the client gets the timeout.
+func TestEngineTransportNoRetryOnTimeout(t *testing.T) {
+	stream := `data: {"object":"text_completion","choices":[{"index":0,"text":" a"}]}` + "\n\n" + "data: [DONE]\n\n"
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				br := bufio.NewReader(c)
+				for n := 0; ; n++ {
+					req, err := http.ReadRequest(br)
+					if err != nil {
+						return
+					}
+					_, _ = io.Copy(io.Discard, req.Body)
+					if n > 0 {
+						time.Sleep(3 * time.Second) // the second request on a connection hangs
+						return
+					}
+					io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: "+strconv.Itoa(len(stream))+"\r\n\r\n"+stream)
+				}
+			}()
+		}
+	}()
+	r := newRig(t, []Decision{{Decode: Worker{ID: "d", HTTPURL: "http://" + ln.Addr().String()}}}, nil,
+		WithRetryBudget(0), WithUpstreamTimeouts(time.Second, 300*time.Millisecond, 10*time.Second))
+	body := `{"model":"m","prompt":[1,2],"stream":true}`
+	if resp, b := r.post("/v1/completions", body); resp.StatusCode != 200 {
+		t.Fatalf("%d %s", resp.StatusCode, b)
+	}
+	resp, b := r.post("/v1/completions", body)
+	if resp.StatusCode != http.StatusGatewayTimeout {
+		t.Fatalf("%d %s", resp.StatusCode, b)
+	}
+	if n := engineTransportOf(t, r.door).dials.Load(); n != 1 {
+		t.Fatalf("%d connections: the timed-out request was sent again", n)
 	}
 }

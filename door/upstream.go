@@ -42,7 +42,7 @@ func newUpstream(cfg *config, m *metrics) *upstream {
 		firstByte:      cfg.firstByte,
 		maxIdlePerHost: maxIdlePerEngine,
 		idleTimeout:    engineIdleTimeout,
-		tls: &http.Transport{
+		https: &http.Transport{
 			// Proxies are ignored: the address connected to is the one the
 			// dialer checks (--engine-allow).
 			Proxy:                 nil,

@@ -206,7 +206,7 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (Result, []benchtable.R
 		benchtable.NewRow("new connections in the measured rounds", fmt.Sprintf("%d / %d / %d", res.DialsDirect, res.DialsToDoor, res.DialsFromDoor), "", "",
 			"clients→engines (direct) / clients→door / door→engines: 0 when the pools keep every stream's connection"),
 		benchtable.NewRow("via door: client send → decision p50 / p99", p5099(sp.toDecision), "", "", "the HTTP server, reading and parsing the body"),
-		benchtable.NewRow("via door: decision → request written to an engine p50 / p99", p5099(sp.toEngine), "", "", "the decision (in memory), the body, the HTTP client's hand-off to its writer"),
+		benchtable.NewRow("via door: decision → request written to an engine p50 / p99", p5099(sp.toEngine), "", "", "the decision (in memory), the body, its write to the engine's connection"),
 		benchtable.NewRow("via door: request written → first chunk read by the door p50 / p99", p5099(sp.engine), "", "", "the engine's TTFT, as the door's connection sees it"),
 		benchtable.NewRow("via door: first chunk read → first token at the client p50 / p99", p5099(sp.relay), "", "", "the relay: the door's read, parse and write, and the client's wake-up"),
 		benchtable.NewRow("via door: the door's own part of ttft p50 / p99", p5099(sp.door), "", "", "per request, the sum of the three rows that are not the engine's"),
