@@ -301,3 +301,49 @@ func TestEngineTransportNoRetryOnTimeout(t *testing.T) {
 		t.Fatalf("%d connections: the timed-out request was sent again", n)
 	}
 }
+
+// FuzzEngineTransportAnswer: whatever bytes an engine answers with, the
+// engine transport returns an error or a response whose body ends (with
+// io.EOF or an error), with headers no larger than its bound, and nothing
+// panics or hangs.
+func FuzzEngineTransportAnswer(f *testing.F) {
+	f.Add([]byte("HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n"))
+	f.Add([]byte("HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nabc"))
+	f.Add([]byte("HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 413 Too Large\r\nConnection: close\r\n\r\nno"))
+	f.Add([]byte("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nffffffffffffffff\r\nx"))
+	f.Add([]byte("HTTP/1.0 200 OK\r\n\r\nuntil close"))
+	f.Fuzz(func(t *testing.T, answer []byte) {
+		tr := &engineTransport{firstByte: 2 * time.Second, maxIdlePerHost: 1, idleTimeout: time.Minute,
+			dial: func(context.Context, string, string) (net.Conn, error) {
+				door, engine := net.Pipe()
+				go func() {
+					defer engine.Close()
+					_ = engine.SetDeadline(time.Now().Add(2 * time.Second))
+					if _, err := http.ReadRequest(bufio.NewReader(engine)); err != nil {
+						return
+					}
+					_, _ = engine.Write(answer)
+				}()
+				return door, nil
+			}}
+		req, _ := http.NewRequest(http.MethodPost, "http://engine/v1/completions", strings.NewReader(`{"prompt":[1]}`))
+		resp, err := tr.RoundTrip(req)
+		if err != nil {
+			return
+		}
+		defer resp.Body.Close()
+		size := 0
+		for k, v := range resp.Header {
+			size += len(k)
+			for _, x := range v {
+				size += len(x)
+			}
+		}
+		if size > maxEngineHeaderBytes {
+			t.Fatalf("%d bytes of headers read, over the bound", size)
+		}
+		if _, err := io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20)); err != nil && err.Error() == "" {
+			t.Fatal("an error without a message")
+		}
+	})
+}
