@@ -17,6 +17,7 @@ package doorbench
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -210,6 +211,7 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (Result, []benchtable.R
 		benchtable.NewRow("via door: request written → first chunk read by the door p50 / p99", p5099(sp.engine), "", "", "the engine's TTFT, as the door's connection sees it"),
 		benchtable.NewRow("via door: first chunk read → first token at the client p50 / p99", p5099(sp.relay), "", "", "the relay: the door's read, parse and write, and the client's wake-up"),
 		benchtable.NewRow("via door: the door's own part of ttft p50 / p99", p5099(sp.door), "", "", "per request, the sum of the three rows that are not the engine's"),
+		benchtable.NewRow("via door: the slowest 1% of the door's own part, mean of client → decision / decision → engine / relay", sp.tail(), "", "", "which of the door's stretches its p99 is made of"),
 		benchtable.NewRow("door adds to ttft p50", added50.String(), "", "", "in-memory decider: the durable decision append is `bench api`'s"),
 		benchtable.NewRow("door adds to ttft p50 / p99, 95% bootstrap intervals", fmt.Sprintf("[%s, %s] / [%s, %s]", lo50.Round(10*time.Microsecond), hi50.Round(10*time.Microsecond), lo99.Round(10*time.Microsecond), hi99.Round(10*time.Microsecond)), "", "",
 			"what the difference could be, resampling the pairs of adjacent rounds: an interval wider than the bar cannot tell a door within it from one outside it (more --requests and --rounds narrow it; --aa measures the noise)"),
@@ -260,6 +262,27 @@ func split(tl *timeline, s []sample) ttftSplit {
 		sp.door = append(sp.door, a+b+d)
 	}
 	return sp
+}
+
+// tail is the mean of each of the door's three stretches over the
+// requests whose own part is in its slowest 1%.
+func (sp ttftSplit) tail() string {
+	if len(sp.door) == 0 {
+		return "-"
+	}
+	idx := make([]int, len(sp.door))
+	for i := range idx {
+		idx[i] = i
+	}
+	slices.SortFunc(idx, func(a, b int) int { return cmp.Compare(sp.door[b], sp.door[a]) })
+	idx = idx[:max(1, len(idx)/100)]
+	var a, b, c time.Duration
+	for _, i := range idx {
+		a, b, c = a+sp.toDecision[i], b+sp.toEngine[i], c+sp.relay[i]
+	}
+	n := time.Duration(len(idx))
+	r := func(d time.Duration) time.Duration { return (d / n).Round(10 * time.Microsecond) }
+	return fmt.Sprintf("%s / %s / %s", r(a), r(b), r(c))
 }
 
 // phase is one round of one mode: its requests as their clients saw
