@@ -300,9 +300,10 @@ type phase struct {
 // phase into the next: their sends stay spread as a serving fleet's are,
 // instead of all 64 starting at once at each round (a burst whose first
 // requests, an eighth of a round's, would be its slowest and so its p99).
-// Before the measured phases a warm-up of 2×streams requests per mode
-// fills every pool and lets the clients' start burst pass; mark runs when
-// the first measured request is sent.
+// Before the measured phases each client sends one request each way
+// (every pool holds a connection per client), then a warm-up of 2×streams
+// requests per mode lets the clients' start burst pass; mark runs when the
+// first measured request is sent.
 func runPhases(ctx context.Context, client *http.Client, bases [2]func() string, body string, streams, perPhase, rounds int, mark func()) ([]phase, error) {
 	warm := 2 * streams
 	measured := 2 * rounds * perPhase
@@ -323,6 +324,15 @@ func runPhases(ctx context.Context, client *http.Client, bases [2]func() string,
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			// Each client first opens its connection to either side.
+			for _, base := range bases {
+				if _, err := once(ctx, client, base(), body); err != nil {
+					mu.Lock()
+					first = cmp.Or(first, err)
+					mu.Unlock()
+					return
+				}
+			}
 			for ctx.Err() == nil {
 				i := int(sent.Add(1) - 1)
 				if i >= total {
