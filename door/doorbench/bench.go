@@ -78,6 +78,10 @@ type Config struct {
 type Result struct {
 	Direct, Door       [2]time.Duration // p50, p99
 	DirectCPU, DoorCPU time.Duration
+	// DirectAlloc and DoorAlloc are the process's heap allocation per
+	// request in each mode: the difference is the door's, which sets its
+	// share of the collector's work.
+	DirectAlloc, DoorAlloc uint64
 	// DirectWall and DoorWall are each mode's time (its rounds, summed):
 	// requests over it are the request rate, CPU over it the cores kept
 	// busy.
@@ -163,6 +167,7 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (Result, []benchtable.R
 		res            Result
 		dt, vt         []sample
 		dCPU, vCPU     time.Duration
+		dAlloc, vAlloc uint64
 		directN, doorN int
 	)
 	phases, err := runPhases(ctx, client, [2]func() string{directURL, viaDoor}, body, cfg.Streams, max(1, cfg.Requests/cfg.Rounds), cfg.Rounds,
@@ -174,9 +179,11 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (Result, []benchtable.R
 	for i, ph := range phases {
 		if i%2 == 0 {
 			dt, dCPU, res.DirectWall, directN = append(dt, ph.samples...), dCPU+ph.cpu, res.DirectWall+ph.wall, directN+len(ph.samples)
+			dAlloc += ph.alloc
 			dRounds = append(dRounds, ttfts(ph.samples))
 		} else {
 			vt, vCPU, res.DoorWall, doorN = append(vt, ph.samples...), vCPU+ph.cpu, res.DoorWall+ph.wall, doorN+len(ph.samples)
+			vAlloc += ph.alloc
 			vRounds = append(vRounds, ttfts(ph.samples))
 		}
 	}
@@ -186,6 +193,7 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (Result, []benchtable.R
 	sp := split(tl, vt)
 	p5099 := func(d []time.Duration) string { return fmt.Sprintf("%s / %s", pct(d, 50), pct(d, 99)) }
 	res.DirectCPU, res.DoorCPU = dCPU/time.Duration(max(1, directN)), vCPU/time.Duration(max(1, doorN))
+	res.DirectAlloc, res.DoorAlloc = dAlloc/uint64(max(1, directN)), vAlloc/uint64(max(1, doorN))
 	res.DialsDirect, res.DialsToDoor, res.DialsFromDoor = direct.Load(), toDoor.Load(), fromDoor.Load()
 	rate := func(n int, wall time.Duration) float64 { return float64(n) / max(wall.Seconds(), 1e-9) }
 	cores := func(cpu, wall time.Duration) float64 { return cpu.Seconds() / max(wall.Seconds(), 1e-9) }
@@ -201,6 +209,8 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (Result, []benchtable.R
 		benchtable.NewRow("ttft via door p50 / p99", fmt.Sprintf("%s / %s", res.Door[0], res.Door[1]), "", "", detail),
 		benchtable.NewRow("cpu per request direct / via door", fmt.Sprintf("%s / %s", res.DirectCPU.Round(time.Microsecond), res.DoorCPU.Round(time.Microsecond)), "", "",
 			fmt.Sprintf("process CPU (client, engines, door) ÷ requests; the door's share: %s", (res.DoorCPU-res.DirectCPU).Round(time.Microsecond))),
+		benchtable.NewRow("heap allocated per request direct / via door", fmt.Sprintf("%.1f / %.1f KiB", float64(res.DirectAlloc)/1024, float64(res.DoorAlloc)/1024), "", "",
+			fmt.Sprintf("the process's (client, engines, door) ÷ requests; the door's share: %.1f KiB, which paces its share of the collector's cycles", (float64(res.DoorAlloc)-float64(res.DirectAlloc))/1024)),
 		benchtable.NewRow("requests/s direct / via door", fmt.Sprintf("%.0f / %.0f", rate(directN, res.DirectWall), rate(doorN, res.DoorWall)), "", "", "each mode's requests over its rounds' time"),
 		benchtable.NewRow("cores busy direct / via door", fmt.Sprintf("%.2f / %.2f", cores(dCPU, res.DirectWall), cores(vCPU, res.DoorWall)), "", "",
 			fmt.Sprintf("process CPU over wall time, of %d cores; near the count, requests queue for a core", runtime.NumCPU())),
@@ -286,11 +296,13 @@ func (sp ttftSplit) tail() string {
 }
 
 // phase is one round of one mode: its requests as their clients saw
-// them, and the process's CPU and wall time from its first request's send
-// to the next phase's.
+// them, and the process's CPU, wall time and heap allocation from its
+// first request's send to the next phase's.
 type phase struct {
 	samples   []sample
 	cpu, wall time.Duration
+	// alloc is the bytes the process allocated on its heap.
+	alloc uint64
 }
 
 // runPhases runs streams closed-loop clients, each sending its next
@@ -309,8 +321,9 @@ func runPhases(ctx context.Context, client *http.Client, bases [2]func() string,
 	measured := 2 * rounds * perPhase
 	total := 2*warm + measured
 	type stamp struct {
-		cpu  time.Duration
-		wall time.Time
+		cpu   time.Duration
+		wall  time.Time
+		alloc uint64
 	}
 	var (
 		mu     sync.Mutex
@@ -347,7 +360,7 @@ func runPhases(ctx context.Context, client *http.Client, bases [2]func() string,
 							mark()
 						}
 						mu.Lock()
-						starts[ph] = stamp{cpuTime(), time.Now()}
+						starts[ph] = stamp{cpuTime(), time.Now(), heapAllocated()}
 						mu.Unlock()
 					}
 				}
@@ -364,9 +377,10 @@ func runPhases(ctx context.Context, client *http.Client, bases [2]func() string,
 		}()
 	}
 	wg.Wait()
-	starts[2*rounds] = stamp{cpuTime(), time.Now()}
+	starts[2*rounds] = stamp{cpuTime(), time.Now(), heapAllocated()}
 	for i := range phases {
 		phases[i].cpu = starts[i+1].cpu - starts[i].cpu
+		phases[i].alloc = starts[i+1].alloc - starts[i].alloc
 		phases[i].wall = starts[i+1].wall.Sub(starts[i].wall)
 	}
 	if first == nil {

@@ -20,7 +20,7 @@ func TestRunSplitsTheDoorsTTFT(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Direct[0] <= 0 || res.Door[0] <= 0 || res.DoorWall <= 0 || res.DirectWall <= 0 {
+	if res.Direct[0] <= 0 || res.Door[0] <= 0 || res.DoorWall <= 0 || res.DirectWall <= 0 || res.DirectAlloc == 0 || res.DoorAlloc == 0 {
 		t.Fatalf("not measured: %+v", res)
 	}
 	// A client sends its next request as soon as its answer ends, which
