@@ -33,7 +33,9 @@ type engineTransport struct {
 	dial func(ctx context.Context, network, addr string) (net.Conn, error)
 	// firstByte bounds writing the request and reading the answer's
 	// headers.
-	firstByte      time.Duration
+	firstByte time.Duration
+	// maxHeaderBytes bounds an answer's headers (--door-max-upstream-header-bytes).
+	maxHeaderBytes int64
 	maxIdlePerHost int
 	idleTimeout    time.Duration
 	// https serves the engines whose URL is https.
@@ -46,19 +48,20 @@ type engineTransport struct {
 	dials atomic.Int64
 }
 
-// Bounds of the engine transport: what an engine's answer headers may
-// weigh (they are a few hundred bytes), and how big the write buffer is
-// (a 2000-token prompt goes in one write).
+// The engine transport's buffers (a 2000-token prompt goes in one write),
+// and how many informational (1xx) answers may come before the final one.
 const (
-	maxEngineHeaderBytes = 64 << 10
-	engineWriteBuf       = 16 << 10
-	engineReadBuf        = 4 << 10
-	maxInformational     = 8
+	engineWriteBuf   = 16 << 10
+	engineReadBuf    = 4 << 10
+	maxInformational = 8
 )
 
-// errEngineHeaderTooLarge: an engine's answer headers over
-// maxEngineHeaderBytes.
-var errEngineHeaderTooLarge = fmt.Errorf("the engine's answer headers are over %d bytes", maxEngineHeaderBytes)
+// headerTooLargeError: an engine's answer headers over the bound.
+type headerTooLargeError struct{ limit int64 }
+
+func (e *headerTooLargeError) Error() string {
+	return fmt.Sprintf("the engine's answer headers are over %d bytes (--door-max-upstream-header-bytes)", e.limit)
+}
 
 // engineConn is one connection to an engine.
 type engineConn struct {
@@ -81,7 +84,7 @@ func (b *budgetReader) Read(p []byte) (int, error) {
 	if b.limit >= 0 {
 		left := b.limit - b.n
 		if left <= 0 {
-			return 0, errEngineHeaderTooLarge
+			return 0, &headerTooLargeError{limit: b.limit}
 		}
 		if int64(len(p)) > left {
 			p = p[:left]
@@ -158,7 +161,7 @@ func (t *engineTransport) exchange(ctx context.Context, ec *engineConn, addr str
 	if werr == nil {
 		werr = ec.bw.Flush()
 	}
-	ec.in.limit = maxEngineHeaderBytes
+	ec.in.limit = t.maxHeaderBytes
 	resp, err := http.ReadResponse(ec.br, req)
 	for i := 0; err == nil && resp.StatusCode < 200 && resp.StatusCode != http.StatusSwitchingProtocols && i < maxInformational; i++ {
 		resp, err = http.ReadResponse(ec.br, req)

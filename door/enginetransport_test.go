@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/pdrouter/pdrouter/door/doortest"
+	"github.com/pdrouter/pdrouter/internal/rejects"
 )
 
 // engineTransportOf is the door's engine transport.
@@ -109,19 +110,32 @@ func rawEngine(t *testing.T, answer func(w *bufio.Writer)) string {
 }
 
 // TestEngineTransportBoundsHeaders: an engine that sends endless headers
-// is refused once they pass the bound, without waiting for their end.
+// is refused once they pass --door-max-upstream-header-bytes, without
+// waiting for their end, with an error that names the flag, counted as
+// header_too_large; the request goes to another worker.
 func TestEngineTransportBoundsHeaders(t *testing.T) {
 	url := rawEngine(t, func(w *bufio.Writer) {
 		w.WriteString("HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n")
-		for range 4 * maxEngineHeaderBytes / 64 {
+		for range 1 << 10 {
 			w.WriteString("X-Padding: " + strings.Repeat("p", 50) + "\r\n")
 		}
 		w.WriteString("\r\n")
 	})
-	r := newRig(t, []Decision{{Decode: Worker{ID: "d", HTTPURL: url}}}, nil, WithRetryBudget(0))
+	r := newRig(t, []Decision{{Decode: Worker{ID: "d", HTTPURL: url}}}, nil, WithRetryBudget(0), WithMaxUpstreamHeaderBytes(8<<10))
 	resp, b := r.post("/v1/completions", `{"model":"m","prompt":[1],"stream":true}`)
-	if resp.StatusCode != http.StatusBadGateway || !strings.Contains(string(b), "headers are over") {
+	if resp.StatusCode != http.StatusBadGateway || !strings.Contains(string(b), "over 8192 bytes (--door-max-upstream-header-bytes)") {
 		t.Fatalf("%d %s", resp.StatusCode, b)
+	}
+	if code, _, _ := openAIError(t, b); code != "upstream_header_too_large" {
+		t.Fatalf("code %q", code)
+	}
+	if r.door.metrics.rejects.Value(rejects.DoorUpstream, reasonHeaderTooLarge) != 1 {
+		t.Fatal("header_too_large not counted")
+	}
+	eng := doortest.New(t, "good")
+	r = newRig(t, []Decision{{Decode: Worker{ID: "d", HTTPURL: url}}, local(eng)}, nil, WithMaxUpstreamHeaderBytes(8<<10))
+	if resp, b := r.post("/v1/completions", `{"model":"m","prompt":[1],"stream":true}`); resp.StatusCode != 200 {
+		t.Fatalf("not retried on another worker: %d %s", resp.StatusCode, b)
 	}
 }
 
@@ -148,7 +162,7 @@ func TestEngineTransportEarlyRefusal(t *testing.T) {
 		io.WriteString(c, "HTTP/1.1 413 Request Entity Too Large\r\nContent-Type: application/json\r\nConnection: close\r\nContent-Length: "+
 			strconv.Itoa(len(msg))+"\r\n\r\n"+msg)
 	}()
-	tr := &engineTransport{dial: (&net.Dialer{}).DialContext, firstByte: 5 * time.Second, maxIdlePerHost: 4, idleTimeout: time.Minute}
+	tr := &engineTransport{dial: (&net.Dialer{}).DialContext, firstByte: 5 * time.Second, maxHeaderBytes: DefaultMaxHeaderBytes, maxIdlePerHost: 4, idleTimeout: time.Minute}
 	// A body far over the socket buffers: the engine stops reading it.
 	req, _ := http.NewRequestWithContext(context.Background(), http.MethodPost, "http://"+ln.Addr().String()+"/v1/completions",
 		strings.NewReader(strings.Repeat("x", 32<<20)))
@@ -168,7 +182,7 @@ func TestEngineTransportEarlyRefusal(t *testing.T) {
 func TestEngineTransportHTTPS(t *testing.T) {
 	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok") }))
 	defer srv.Close()
-	tr := &engineTransport{dial: (&net.Dialer{}).DialContext, firstByte: 5 * time.Second, maxIdlePerHost: 4, idleTimeout: time.Minute,
+	tr := &engineTransport{dial: (&net.Dialer{}).DialContext, firstByte: 5 * time.Second, maxHeaderBytes: DefaultMaxHeaderBytes, maxIdlePerHost: 4, idleTimeout: time.Minute,
 		https: srv.Client().Transport}
 	req, _ := http.NewRequest(http.MethodGet, srv.URL, nil)
 	resp, err := tr.RoundTrip(req)
@@ -198,7 +212,7 @@ func BenchmarkEngineTransport(b *testing.B) {
 		rt   http.RoundTripper
 	}{
 		{"net-http", &http.Transport{DialContext: dial, MaxIdleConnsPerHost: 64, ResponseHeaderTimeout: time.Minute, DisableCompression: true}},
-		{"engine", &engineTransport{dial: dial, firstByte: time.Minute, maxIdlePerHost: 64, idleTimeout: time.Minute}},
+		{"engine", &engineTransport{dial: dial, firstByte: time.Minute, maxHeaderBytes: DefaultMaxHeaderBytes, maxIdlePerHost: 64, idleTimeout: time.Minute}},
 	} {
 		client := &http.Client{Transport: c.rt}
 		once := func() error {
@@ -295,7 +309,7 @@ func FuzzEngineTransportAnswer(f *testing.F) {
 	f.Add([]byte("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nffffffffffffffff\r\nx"))
 	f.Add([]byte("HTTP/1.0 200 OK\r\n\r\nuntil close"))
 	f.Fuzz(func(t *testing.T, answer []byte) {
-		tr := &engineTransport{firstByte: 2 * time.Second, maxIdlePerHost: 1, idleTimeout: time.Minute,
+		tr := &engineTransport{firstByte: 2 * time.Second, maxHeaderBytes: DefaultMaxHeaderBytes, maxIdlePerHost: 1, idleTimeout: time.Minute,
 			dial: func(context.Context, string, string) (net.Conn, error) {
 				door, engine := net.Pipe()
 				go func() {
@@ -321,7 +335,7 @@ func FuzzEngineTransportAnswer(f *testing.F) {
 				size += len(x)
 			}
 		}
-		if size > maxEngineHeaderBytes {
+		if size > DefaultMaxHeaderBytes {
 			t.Fatalf("%d bytes of headers read, over the bound", size)
 		}
 		if _, err := io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20)); err != nil && err.Error() == "" {

@@ -48,6 +48,7 @@ const (
 	reasonFirstByte      = "first_byte_timeout"
 	reasonTotal          = "total_timeout"
 	reasonStatus         = "error_status"
+	reasonHeaderTooLarge = "header_too_large"
 )
 
 type metrics struct {
@@ -117,6 +118,6 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	m.cache.WithLabelValues("miss")
 	m.rejects.Init(rejects.Door, reasonBodyTooLarge, reasonInvalidJSON, reasonInvalidRequest, reasonTooManyMsgs, reasonTooManyTokens, reasonInFlight, reasonRouterOwned)
 	m.rejects.Init(rejects.DoorUpstream, reasonLineTooLong, reasonMalformedChunk, reasonRespTooLarge, reasonMalformedBody,
-		reasonConnect, reasonFirstByte, reasonTotal, reasonStatus)
+		reasonConnect, reasonFirstByte, reasonTotal, reasonStatus, reasonHeaderTooLarge)
 	return m
 }

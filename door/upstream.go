@@ -40,16 +40,18 @@ func newUpstream(cfg *config, m *metrics) *upstream {
 	tr := &engineTransport{
 		dial:           dialEngine,
 		firstByte:      cfg.firstByte,
+		maxHeaderBytes: cfg.maxHeaderBytes,
 		maxIdlePerHost: maxIdlePerEngine,
 		idleTimeout:    engineIdleTimeout,
 		https: &http.Transport{
 			// Proxies are ignored: the address connected to is the one the
 			// dialer checks (--engine-allow).
-			Proxy:                 nil,
-			DialContext:           dialEngine,
-			MaxIdleConnsPerHost:   maxIdlePerEngine,
-			IdleConnTimeout:       engineIdleTimeout,
-			ResponseHeaderTimeout: cfg.firstByte,
+			Proxy:                  nil,
+			DialContext:            dialEngine,
+			MaxIdleConnsPerHost:    maxIdlePerEngine,
+			IdleConnTimeout:        engineIdleTimeout,
+			ResponseHeaderTimeout:  cfg.firstByte,
+			MaxResponseHeaderBytes: cfg.maxHeaderBytes,
 			// The door relays each chunk as it comes; compression would make
 			// the engine buffer.
 			DisableCompression: true,
@@ -139,12 +141,16 @@ func (u *upstream) post(ctx, clientCtx context.Context, url, requestID string, b
 func (u *upstream) classify(ctx, clientCtx context.Context, err error) *failure {
 	var de *dialError
 	var ne net.Error
+	var he *headerTooLargeError
 	switch {
 	case clientCtx.Err() != nil:
 		return &failure{err: &Error{Status: 499, Type: typeInvalidRequest, Code: "client_disconnected", Message: "the client went away"}, clientGone: true, code: "client_disconnected"}
 	case errors.As(err, &de):
 		u.metrics.rejects.Inc(rejects.DoorUpstream, reasonConnect)
 		return &failure{err: badGateway("upstream_unreachable", "could not connect to the worker: "+textcut.Truncate(de.err.Error(), 256)), retriable: true, code: "upstream_unreachable"}
+	case errors.As(err, &he):
+		u.metrics.rejects.Inc(rejects.DoorUpstream, reasonHeaderTooLarge)
+		return &failure{err: badGateway("upstream_header_too_large", he.Error()), retriable: true, code: "upstream_header_too_large"}
 	case ctx.Err() != nil:
 		u.metrics.rejects.Inc(rejects.DoorUpstream, reasonTotal)
 		return &failure{err: &Error{Status: http.StatusGatewayTimeout, Type: typeServer, Code: "upstream_timeout",
