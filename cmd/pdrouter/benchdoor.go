@@ -98,7 +98,7 @@ engine instead.`,
 	f.StringVar(&engines, "engines", engines, "sim (the simulated engines) or doortest (a minimal in-test engine)")
 	f.Float64Var(&scale, "time-scale", scale, "sim engines: simulated seconds per wall second")
 	f.StringVar(&profile, "cpuprofile", "", "write a CPU profile of the run (engines, clients and door) to this file")
-	f.StringVar(&traceFile, "trace", "", "write a runtime execution trace of the run to this file (`go tool trace -pprof=sched FILE` shows where goroutines waited for a core)")
+	f.StringVar(&traceFile, "trace", "", "write a runtime execution trace of the run to this file (go tool trace -pprof=sched on it shows where goroutines waited for a core)")
 	f.BoolVar(&cfg.AA, "aa", false, "A/A run: send the door's rounds to the engines directly too, so the differences printed are the bench's noise")
 	f.DurationVar(&cfg.MaxAddedP99, "max-added-p99", 0, "fail when the door adds more than this to TTFT at p99 (0: report only)")
 	return cmd
