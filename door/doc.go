@@ -21,7 +21,7 @@
 // the same authentication.
 //
 // Every input is bounded: the client's body, messages and prompt ids, and
-// what engines answer (line length, chunk shape, body size, connect, first
+// what engines answer (headers, line length, chunk shape, body size, connect, first
 // byte and total time). Errors use OpenAI's shape,
 // {"error":{"message","type","param","code"}}, not the API's, because these
 // endpoints are called by OpenAI clients.

@@ -33,9 +33,9 @@ func New(deps Deps, opts ...Option) (*Door, error) {
 		o(&cfg)
 	}
 	if cfg.maxInFlight < 1 || cfg.maxBodyBytes < 1024 || cfg.maxMessages < 1 || cfg.maxPromptTokens < 1 ||
-		cfg.maxLineBytes < 1024 || cfg.maxRespBytes < 1024 || cfg.connectTimeout <= 0 || cfg.firstByte <= 0 ||
+		cfg.maxLineBytes < 1024 || cfg.maxRespBytes < 1024 || cfg.maxHeaderBytes < 1024 || cfg.connectTimeout <= 0 || cfg.firstByte <= 0 ||
 		cfg.total <= 0 || cfg.retryBudget < 0 || cfg.cacheTokens < 0 {
-		return nil, fmt.Errorf("door: limits out of range (max in flight ≥ 1, body, line and response ≥ 1024 bytes, messages and prompt tokens ≥ 1, timeouts > 0, retry budget and cache ≥ 0)")
+		return nil, fmt.Errorf("door: limits out of range (max in flight ≥ 1, body, line, response and headers ≥ 1024 bytes, messages and prompt tokens ≥ 1, timeouts > 0, retry budget and cache ≥ 0)")
 	}
 	if cfg.newID == nil {
 		var n atomic.Uint64

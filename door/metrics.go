@@ -48,6 +48,7 @@ const (
 	reasonFirstByte      = "first_byte_timeout"
 	reasonTotal          = "total_timeout"
 	reasonStatus         = "error_status"
+	reasonHeaderTooLarge = "header_too_large"
 )
 
 type metrics struct {
@@ -66,6 +67,16 @@ type metrics struct {
 // latencyBuckets span 1 ms to ~65 s.
 var latencyBuckets = prometheus.ExponentialBuckets(0.001, 2, 17)
 
+// addedBuckets resolve what the door adds before an engine sees a request,
+// which is judged against a 2 ms bar: from 100 µs to 10 ms no bucket is
+// wider than twice its start and one ends at the bar, and past 10 ms they
+// still reach a minute (a slow tokenize, or a decision append waiting on
+// the broker).
+var addedBuckets = []float64{
+	0.0001, 0.0002, 0.0003, 0.0005, 0.00075, 0.001, 0.0015, 0.002, 0.003, 0.005, 0.0075, 0.01,
+	0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60,
+}
+
 func newMetrics(reg prometheus.Registerer) *metrics {
 	m := &metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "pdrouter_door_requests_total",
@@ -76,7 +87,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		itl: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "pdrouter_door_itl_seconds",
 			Help: "Mean inter-token latency of each streamed request, by path.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)}, []string{"path"}),
 		added: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "pdrouter_door_added_latency_seconds",
-			Help: "What the door adds before an engine sees the request: from arrival to the first upstream request (parsing, tokenize, decision).", Buckets: latencyBuckets}),
+			Help: "What the door adds before an engine sees the request: from arrival to the first upstream request (parsing, tokenize, decision).", Buckets: addedBuckets}),
 		tokenize: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "pdrouter_door_tokenize_seconds",
 			Help: "Time to get a prompt's token ids from an engine's /tokenize (cache misses only).", Buckets: latencyBuckets}),
 		cache: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "pdrouter_door_tokenize_cache_total",
@@ -107,6 +118,6 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	m.cache.WithLabelValues("miss")
 	m.rejects.Init(rejects.Door, reasonBodyTooLarge, reasonInvalidJSON, reasonInvalidRequest, reasonTooManyMsgs, reasonTooManyTokens, reasonInFlight, reasonRouterOwned)
 	m.rejects.Init(rejects.DoorUpstream, reasonLineTooLong, reasonMalformedChunk, reasonRespTooLarge, reasonMalformedBody,
-		reasonConnect, reasonFirstByte, reasonTotal, reasonStatus)
+		reasonConnect, reasonFirstByte, reasonTotal, reasonStatus, reasonHeaderTooLarge)
 	return m
 }

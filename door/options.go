@@ -26,6 +26,7 @@ type config struct {
 	maxPromptTokens int
 	maxLineBytes    int
 	maxRespBytes    int64
+	maxHeaderBytes  int64
 	connectTimeout  time.Duration
 	firstByte       time.Duration
 	total           time.Duration
@@ -41,6 +42,7 @@ const (
 	DefaultMaxMessages         = 4096
 	DefaultMaxLineBytes        = 1 << 20
 	DefaultMaxResponseBytes    = 16 << 20
+	DefaultMaxHeaderBytes      = 64 << 10
 	DefaultConnectTimeout      = 3 * time.Second
 	DefaultFirstByteTimeout    = 2 * time.Minute
 	DefaultTotalTimeout        = 30 * time.Minute
@@ -58,6 +60,7 @@ func defaultConfig() config {
 		maxPromptTokens: 1 << 21,
 		maxLineBytes:    DefaultMaxLineBytes,
 		maxRespBytes:    DefaultMaxResponseBytes,
+		maxHeaderBytes:  DefaultMaxHeaderBytes,
 		connectTimeout:  DefaultConnectTimeout,
 		firstByte:       DefaultFirstByteTimeout,
 		total:           DefaultTotalTimeout,
@@ -115,6 +118,10 @@ func WithMaxUpstreamLineBytes(n int) Option { return func(c *config) { c.maxLine
 // WithMaxUpstreamResponseBytes caps a whole non-streamed engine answer
 // (and a /tokenize answer). Default 16 MiB.
 func WithMaxUpstreamResponseBytes(n int64) Option { return func(c *config) { c.maxRespBytes = n } }
+
+// WithMaxUpstreamHeaderBytes caps the headers of an engine's answer (a few
+// hundred bytes from a real engine). Default 64 KiB.
+func WithMaxUpstreamHeaderBytes(n int64) Option { return func(c *config) { c.maxHeaderBytes = n } }
 
 // WithUpstreamTimeouts bounds an engine call: the TCP connect, the wait for
 // the response headers (the first byte), and the whole call. Defaults 3 s,

@@ -28,31 +28,46 @@ func newUpstream(cfg *config, m *metrics) *upstream {
 		dial = (&net.Dialer{}).DialContext
 	}
 	connect := cfg.connectTimeout
-	tr := &http.Transport{
-		// Proxies are ignored: the address connected to is the one the
-		// dialer checks (--engine-allow).
-		Proxy: nil,
-		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			ctx, cancel := context.WithTimeout(ctx, connect)
-			defer cancel()
-			c, err := dial(ctx, network, addr)
-			if err != nil {
-				return nil, &dialError{err}
-			}
-			return c, nil
+	dialEngine := func(ctx context.Context, network, addr string) (net.Conn, error) {
+		ctx, cancel := context.WithTimeout(ctx, connect)
+		defer cancel()
+		c, err := dial(ctx, network, addr)
+		if err != nil {
+			return nil, &dialError{err}
+		}
+		return c, nil
+	}
+	tr := &engineTransport{
+		dial:           dialEngine,
+		firstByte:      cfg.firstByte,
+		maxHeaderBytes: cfg.maxHeaderBytes,
+		maxIdlePerHost: maxIdlePerEngine,
+		idleTimeout:    engineIdleTimeout,
+		https: &http.Transport{
+			// Proxies are ignored: the address connected to is the one the
+			// dialer checks (--engine-allow).
+			Proxy:                  nil,
+			DialContext:            dialEngine,
+			MaxIdleConnsPerHost:    maxIdlePerEngine,
+			IdleConnTimeout:        engineIdleTimeout,
+			ResponseHeaderTimeout:  cfg.firstByte,
+			MaxResponseHeaderBytes: cfg.maxHeaderBytes,
+			// The door relays each chunk as it comes; compression would make
+			// the engine buffer.
+			DisableCompression: true,
 		},
-		MaxIdleConnsPerHost:   256,
-		IdleConnTimeout:       90 * time.Second,
-		ResponseHeaderTimeout: cfg.firstByte,
-		// The door relays each chunk as it comes; compression would make
-		// the engine buffer.
-		DisableCompression: true,
 	}
 	return &upstream{
 		client: &http.Client{Transport: tr, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }},
 		cfg:    cfg, metrics: m,
 	}
 }
+
+// The idle connections kept per engine, and for how long.
+const (
+	maxIdlePerEngine  = 256
+	engineIdleTimeout = 90 * time.Second
+)
 
 // dialError marks a failure to connect.
 type dialError struct{ err error }
@@ -126,12 +141,16 @@ func (u *upstream) post(ctx, clientCtx context.Context, url, requestID string, b
 func (u *upstream) classify(ctx, clientCtx context.Context, err error) *failure {
 	var de *dialError
 	var ne net.Error
+	var he *headerTooLargeError
 	switch {
 	case clientCtx.Err() != nil:
 		return &failure{err: &Error{Status: 499, Type: typeInvalidRequest, Code: "client_disconnected", Message: "the client went away"}, clientGone: true, code: "client_disconnected"}
 	case errors.As(err, &de):
 		u.metrics.rejects.Inc(rejects.DoorUpstream, reasonConnect)
 		return &failure{err: badGateway("upstream_unreachable", "could not connect to the worker: "+textcut.Truncate(de.err.Error(), 256)), retriable: true, code: "upstream_unreachable"}
+	case errors.As(err, &he):
+		u.metrics.rejects.Inc(rejects.DoorUpstream, reasonHeaderTooLarge)
+		return &failure{err: badGateway("upstream_header_too_large", he.Error()), retriable: true, code: "upstream_header_too_large"}
 	case ctx.Err() != nil:
 		u.metrics.rejects.Inc(rejects.DoorUpstream, reasonTotal)
 		return &failure{err: &Error{Status: http.StatusGatewayTimeout, Type: typeServer, Code: "upstream_timeout",

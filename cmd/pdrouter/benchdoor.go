@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"runtime/pprof"
+	"runtime/trace"
 
 	"github.com/spf13/cobra"
 
@@ -17,7 +18,7 @@ import (
 // to TTFT, against calling the engines directly.
 func newBenchDoorCmd(a *app) *cobra.Command {
 	cfg := doorbench.Config{Streams: 64, Requests: 2000, Workers: 4}
-	engines, scale, profile := "sim", 1.0, ""
+	engines, scale, profile, traceFile := "sim", 1.0, "", ""
 	cmd := &cobra.Command{
 		Use:   "door",
 		Short: "Measure what the OpenAI front door adds to TTFT at p50 and p99",
@@ -27,10 +28,12 @@ simulator at --time-scale) and a door in front of them (an in-memory decider
 picking the engines in turn, so the durable decision append, which ` + "`bench api`" + `
 measures, is left out). --streams closed-loop clients, each sending its next
 streamed completion when the previous answer has ended, send --requests to
-the engines directly and as many through the door, in alternating rounds. It
-prints the TTFT p50 and p99 of both, their differences (the door's own cost:
-parsing, forwarding, relaying the stream, measuring) and the process's CPU
-time per request in each mode. --engines doortest uses a minimal in-test
+the engines directly and as many through the door, in alternating rounds
+(the clients run on from one round into the next). It prints the TTFT p50 and
+p99 of both, their differences (the door's own cost: parsing, forwarding,
+relaying the stream, measuring) with bootstrap 95% intervals over pairs of
+rounds, and the process's CPU time per request in each mode. --aa sends both
+modes' rounds directly: the differences it prints are the bench's noise. --engines doortest uses a minimal in-test
 engine instead.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -67,6 +70,17 @@ engine instead.`,
 				}
 				defer pprof.StopCPUProfile()
 			}
+			if traceFile != "" {
+				tf, err := os.Create(traceFile)
+				if err != nil {
+					return err
+				}
+				defer tf.Close()
+				if err := trace.Start(tf); err != nil {
+					return err
+				}
+				defer trace.Stop()
+			}
 			_, rows, err := doorbench.Run(cmd.Context(), cfg, a.stdout)
 			if err != nil {
 				return err
@@ -84,6 +98,8 @@ engine instead.`,
 	f.StringVar(&engines, "engines", engines, "sim (the simulated engines) or doortest (a minimal in-test engine)")
 	f.Float64Var(&scale, "time-scale", scale, "sim engines: simulated seconds per wall second")
 	f.StringVar(&profile, "cpuprofile", "", "write a CPU profile of the run (engines, clients and door) to this file")
+	f.StringVar(&traceFile, "trace", "", "write a runtime execution trace of the run to this file (go tool trace -pprof=sched on it shows where goroutines waited for a core)")
+	f.BoolVar(&cfg.AA, "aa", false, "A/A run: send the door's rounds to the engines directly too, so the differences printed are the bench's noise")
 	f.DurationVar(&cfg.MaxAddedP99, "max-added-p99", 0, "fail when the door adds more than this to TTFT at p99 (0: report only)")
 	return cmd
 }

@@ -22,6 +22,7 @@ type doorFlags struct {
 	maxMessages    int
 	maxLineBytes   int
 	maxRespBytes   int64
+	maxHeaderBytes int64
 	connectTimeout time.Duration
 	firstByte      time.Duration
 	total          time.Duration
@@ -37,6 +38,7 @@ func (f *doorFlags) bindFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&f.maxMessages, "door-max-messages", door.DefaultMaxMessages, "most messages in a chat completion request (400 above); prompt token ids are bounded by --max-prompt-tokens")
 	fs.IntVar(&f.maxLineBytes, "door-max-upstream-line-bytes", door.DefaultMaxLineBytes, "longest line (one chunk) of an engine's event stream; a longer one ends the stream with an error")
 	fs.Int64Var(&f.maxRespBytes, "door-max-upstream-response-bytes", door.DefaultMaxResponseBytes, "largest whole (non-streamed) engine answer, and /tokenize answer")
+	fs.Int64Var(&f.maxHeaderBytes, "door-max-upstream-header-bytes", door.DefaultMaxHeaderBytes, "largest headers of an engine's answer; larger ones fail the call, which is retried on another worker")
 	fs.DurationVar(&f.connectTimeout, "door-upstream-connect-timeout", door.DefaultConnectTimeout, "longest connect to an engine")
 	fs.DurationVar(&f.firstByte, "door-upstream-first-byte-timeout", door.DefaultFirstByteTimeout, "longest wait for an engine's answer headers, and for a stream's first event")
 	fs.DurationVar(&f.total, "door-upstream-timeout", door.DefaultTotalTimeout, "longest engine call, whole stream included")
@@ -45,8 +47,8 @@ func (f *doorFlags) bindFlags(fs *pflag.FlagSet) {
 }
 
 func (f *doorFlags) validate() error {
-	if f.maxInFlight < 1 || f.maxBodyBytes < 1024 || f.maxMessages < 1 || f.maxLineBytes < 1024 || f.maxRespBytes < 1024 {
-		return errors.New("--door-max-in-flight, --door-max-messages ≥ 1; --door-max-body-bytes, --door-max-upstream-line-bytes, --door-max-upstream-response-bytes ≥ 1024")
+	if f.maxInFlight < 1 || f.maxBodyBytes < 1024 || f.maxMessages < 1 || f.maxLineBytes < 1024 || f.maxRespBytes < 1024 || f.maxHeaderBytes < 1024 {
+		return errors.New("--door-max-in-flight, --door-max-messages ≥ 1; --door-max-body-bytes, --door-max-upstream-line-bytes, --door-max-upstream-response-bytes, --door-max-upstream-header-bytes ≥ 1024")
 	}
 	if f.connectTimeout <= 0 || f.firstByte <= 0 || f.total <= 0 || f.retryBudget < 0 || f.cacheTokens < 0 {
 		return errors.New("--door-upstream-connect-timeout, --door-upstream-first-byte-timeout and --door-upstream-timeout > 0; --door-retry-budget and --door-tokenize-cache-tokens ≥ 0")
@@ -66,7 +68,7 @@ func (f *doorFlags) option() (api.Option, error) {
 	return api.WithDoor(
 		door.WithDialer(allow.DialContext), door.WithMaxInFlight(f.maxInFlight), door.WithRetryBudget(f.retryBudget),
 		door.WithMaxBodyBytes(f.maxBodyBytes), door.WithMaxMessages(f.maxMessages),
-		door.WithMaxUpstreamLineBytes(f.maxLineBytes), door.WithMaxUpstreamResponseBytes(f.maxRespBytes),
+		door.WithMaxUpstreamLineBytes(f.maxLineBytes), door.WithMaxUpstreamResponseBytes(f.maxRespBytes), door.WithMaxUpstreamHeaderBytes(f.maxHeaderBytes),
 		door.WithUpstreamTimeouts(f.connectTimeout, f.firstByte, f.total), door.WithTokenizeCacheTokens(f.cacheTokens),
 	), nil
 }

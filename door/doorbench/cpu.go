@@ -1,6 +1,7 @@
 package doorbench
 
 import (
+	"runtime/metrics"
 	"syscall"
 	"time"
 )
@@ -12,4 +13,15 @@ func cpuTime() time.Duration {
 		return 0
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// heapAllocated is the bytes the process has allocated on its heap since
+// it started (not stopping the world, as runtime.ReadMemStats would).
+func heapAllocated() uint64 {
+	s := []metrics.Sample{{Name: "/gc/heap/allocs:bytes"}}
+	metrics.Read(s)
+	if s[0].Value.Kind() != metrics.KindUint64 {
+		return 0
+	}
+	return s[0].Value.Uint64()
 }
