@@ -147,6 +147,8 @@ type Fleet struct {
 	results  []*result
 	bySeq    map[*seq]*result
 	inflight int
+	// maxContext is the longest context (prompt plus output) every engine serves.
+	maxContext int
 	// transfers under way
 	transfers int
 	pending   int // arrivals not yet routed
@@ -219,6 +221,9 @@ func NewFleet(cfg FleetConfig, router Router, log *slog.Logger) (*Fleet, error) 
 		}
 		f.engines = append(f.engines, e)
 		f.byID[ec.ID] = e
+		if n := engineMaxModelLen(cfg.Hardware, ec); f.maxContext == 0 || n < f.maxContext {
+			f.maxContext = n
+		}
 	}
 	if fa, ok := router.(fleetAware); ok {
 		fa.attach(f)
@@ -300,6 +305,13 @@ func (f *Fleet) arrive(res *result) {
 	r := res.req
 	if r.PromptLen < 1 {
 		res.err = fmt.Errorf("request %s has an empty prompt", r.ID)
+		return
+	}
+	if r.PromptLen+r.OutputLen > f.maxContext {
+		// What every engine of the fleet answers with a 400, whichever the router
+		// picked: the request is not routed, so every policy fails it alike.
+		res.err = fmt.Errorf("request %s: %w: %d prompt + %d output tokens, context %d",
+			r.ID, errOverContext, r.PromptLen, r.OutputLen, f.maxContext)
 		return
 	}
 	tokens := r.Tokens()

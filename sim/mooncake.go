@@ -26,9 +26,14 @@ const (
 	// MaxMooncakeTimestampMs is the latest arrival: 30 days, far inside a
 	// time.Duration and longer than any trace a simulator replays.
 	MaxMooncakeTimestampMs = 30 * 24 * 3600 * 1000
-	// MaxMooncakeContext bounds input_length + output_length: the default model's
-	// context (max_position_embeddings), which no engine of the fleet could exceed.
+	// MaxMooncakeContext is the default model's context (max_position_embeddings). A
+	// request past it is read, and the simulated fleet refuses it as an engine would
+	// (a 400): the published synthetic trace holds ten, of up to 191,386 tokens.
 	MaxMooncakeContext = llama8BMaxModelLen
+	// MaxMooncakeRequestTokens bounds input_length and output_length each, so that
+	// no line can declare a request whose tokens would exhaust memory when it is
+	// served: 8 times the default context.
+	MaxMooncakeRequestTokens = 8 * MaxMooncakeContext
 )
 
 // mooncakeLine is one line of a Mooncake JSONL trace.
@@ -101,9 +106,9 @@ func readMooncake(r io.Reader, maxRequests int) (*Workload, error) {
 		if *l.InputLength < 1 {
 			return nil, fmt.Errorf("line %d: input_length 0: a request needs a prompt", line)
 		}
-		if *l.InputLength > MaxMooncakeContext || *l.OutputLength > MaxMooncakeContext-*l.InputLength {
-			return nil, fmt.Errorf("line %d: input_length %d + output_length %d exceeds the model's context of %d tokens",
-				line, *l.InputLength, *l.OutputLength, MaxMooncakeContext)
+		if *l.InputLength > MaxMooncakeRequestTokens || *l.OutputLength > MaxMooncakeRequestTokens {
+			return nil, fmt.Errorf("line %d: input_length %d or output_length %d is past %d tokens",
+				line, *l.InputLength, *l.OutputLength, MaxMooncakeRequestTokens)
 		}
 		idx := len(w.Requests)
 		req := &Request{

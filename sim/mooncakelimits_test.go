@@ -19,9 +19,9 @@ func TestReadMooncakeRefusesHostileInput(t *testing.T) {
 		{"negative", `{"timestamp": -1, "input_length": 10, "output_length": 5}`, "line 1: negative timestamp or length"},
 		{"huge timestamp", `{"timestamp": 1e300, "input_length": 10, "output_length": 5}`, "line 1: timestamp 1e+300 ms is past 2592000000 ms (30 days)"},
 		{"empty prompt", `{"timestamp": 0, "input_length": 0, "output_length": 5}`, "line 1: input_length 0: a request needs a prompt"},
-		{"long prompt", `{"timestamp": 0, "input_length": 131073, "output_length": 0}`, "line 1: input_length 131073 + output_length 0 exceeds the model's context of 131072 tokens"},
-		{"long output", `{"timestamp": 0, "input_length": 100, "output_length": 131000}`, "line 1: input_length 100 + output_length 131000 exceeds"},
-		{"overflowing output", `{"timestamp": 0, "input_length": 100, "output_length": 9223372036854775807}`, "line 1: input_length 100 + output_length 9223372036854775807 exceeds"},
+		{"huge prompt", `{"timestamp": 0, "input_length": 1048577, "output_length": 0}`, "line 1: input_length 1048577 or output_length 0 is past 1048576 tokens"},
+		{"huge output", `{"timestamp": 0, "input_length": 100, "output_length": 1048577}`, "line 1: input_length 100 or output_length 1048577 is past"},
+		{"overflowing output", `{"timestamp": 0, "input_length": 100, "output_length": 9223372036854775807}`, "line 1: input_length 100 or output_length 9223372036854775807 is past"},
 		{"long line", ok + `{"timestamp": 0, "input_length": 10, "output_length": 5, "hash_ids": [` + strings.Repeat("1,", MaxMooncakeLineBytes/2) + "1]}\n",
 			"line 2: longer than 1048576 bytes"},
 	} {
@@ -64,7 +64,7 @@ func FuzzReadMooncake(f *testing.F) {
 			for _, s := range r.Prompt {
 				n += s.Len
 			}
-			if r.PromptLen < 1 || n != r.PromptLen || r.PromptLen+r.OutputLen > MaxMooncakeContext+1 || r.OutputLen < 1 || r.Arrival < 0 {
+			if r.PromptLen < 1 || n != r.PromptLen || r.PromptLen > MaxMooncakeRequestTokens || r.OutputLen > MaxMooncakeRequestTokens || r.OutputLen < 1 || r.Arrival < 0 {
 				t.Fatalf("request %d out of bounds: %+v", i, r)
 			}
 			if i > 0 && r.Arrival < w.Requests[i-1].Arrival {

@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"slices"
@@ -15,6 +16,9 @@ type Latency struct {
 	N                   int
 }
 
+// errOverContext: a request longer than the engines' context.
+var errOverContext = errors.New("over the model's context")
+
 // Report is what a run shows a user. It is computed from simulated time only, so an
 // offline run's report is a pure function of its inputs.
 type Report struct {
@@ -22,6 +26,9 @@ type Report struct {
 	// Requests is the workload size; Completed finished, Failed could not be routed
 	// or served (a live router's errors), Unfinished were cut off (context ended).
 	Requests, Completed, Failed, Unfinished int
+	// OverContext counts the Failed requests whose prompt and output exceed the
+	// engines' context, which an engine refuses.
+	OverContext int
 	// Span is the simulated time from the first arrival to the last completion.
 	Span time.Duration
 	// TTFT over completed requests; ITL over completed requests with ≥ 2 output
@@ -137,6 +144,9 @@ func summarizeResults(label string, slo SLO, results []*result) *Report {
 		switch {
 		case r.err != nil:
 			rep.Failed++
+			if errors.Is(r.err, errOverContext) {
+				rep.OverContext++
+			}
 			continue
 		case !r.routed:
 			rep.Unfinished++
@@ -237,6 +247,9 @@ func (r *Report) Format(w io.Writer) {
 	fmt.Fprintf(w, "== %s ==\n", r.Label)
 	fmt.Fprintf(w, "requests     %d routed of %d; %d completed, %d failed, %d unfinished; span %s (simulated)\n",
 		r.Local+r.Remote+r.Unplaced, r.Requests, r.Completed, r.Failed, r.Unfinished, r.Span.Round(time.Millisecond))
+	if r.OverContext > 0 {
+		fmt.Fprintf(w, "             of the failed, %d over the model's context (an engine answers them 400)\n", r.OverContext)
+	}
 	fmt.Fprintf(w, "TTFT         p50 %s  p90 %s  p99 %s  mean %s\n", ms(r.TTFT.P50), ms(r.TTFT.P90), ms(r.TTFT.P99), ms(r.TTFT.Mean))
 	fmt.Fprintf(w, "ITL (mean/request) p50 %s  p90 %s  p99 %s  (%d requests with ≥ 2 tokens)\n", ms(r.ITL.P50), ms(r.ITL.P90), ms(r.ITL.P99), r.ITL.N)
 	fmt.Fprintf(w, "goodput      %d of %d requests (%.1f%%) within TTFT ≤ %s and ITL ≤ %s; %.2f good req/s\n",

@@ -15,7 +15,7 @@ const sampleTrace = "../../testdata/mooncake/sample.jsonl"
 func TestPlanFlagsRefused(t *testing.T) {
 	hostile := filepath.Join(t.TempDir(), "hostile.jsonl")
 	if err := os.WriteFile(hostile, []byte(`{"timestamp": 0, "input_length": 10, "output_length": 5, "hash_ids": [1]}`+"\n"+
-		`{"timestamp": 5, "input_length": 131072, "output_length": 1, "hash_ids": [2]}`+"\n"), 0o644); err != nil {
+		`{"timestamp": 5, "input_length": 2000000, "output_length": 1, "hash_ids": [2]}`+"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	for _, tc := range []struct {
@@ -41,7 +41,7 @@ func TestPlanFlagsRefused(t *testing.T) {
 		{[]string{"--trace", sampleTrace, "--policies", "nope"}, `--policies: unknown policy "nope"`},
 		{[]string{"--trace", sampleTrace, "--parallel", "-1"}, "--parallel -1"},
 		{[]string{"--trace", "/nonexistent/trace.jsonl"}, "no such file"},
-		{[]string{"--trace", hostile}, "hostile.jsonl: line 2: input_length 131072 + output_length 1 exceeds the model's context of 131072 tokens"},
+		{[]string{"--trace", hostile}, "hostile.jsonl: line 2: input_length 2000000 or output_length 1 is past 1048576 tokens"},
 	} {
 		_, _, err := run(t, nil, append([]string{"plan"}, tc.args...)...)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
