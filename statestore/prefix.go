@@ -67,6 +67,7 @@ func (st *state) applyKv(b *pebble.Batch, rec *pb.KvEventRecord) {
 			st.storeBlocks(b, slot, ev.Stored)
 		case *pb.KvEvent_Removed:
 			t := normTier(ev.Removed.GetTier())
+			st.warmSink += ws.blocks.warm(ev.Removed.GetBlockHashes())
 			for _, h := range ev.Removed.GetBlockHashes() {
 				st.removeBlock(b, slot, h, t)
 			}
@@ -101,11 +102,13 @@ func (st *state) storeBlocks(b *pebble.Batch, slot int32, s *pb.BlockStored) {
 		}
 	}
 	hashes := s.GetBlockHashes()
+	st.warmSink += ws.blocks.warm(hashes)
 	var routers []uint64
 	if !orphan {
 		// Validation guarantees len(tokens) == len(hashes)*block_size.
 		st.scratch = kvhash.Chain(st.scratch[:0], s.GetTokenIds(), int(s.GetBlockSize()), parent, hasParent)
 		routers = st.scratch
+		st.warmSink += st.idx.m.warm(routers)
 	} else {
 		st.stats.orphans += int64(len(hashes))
 	}
