@@ -3,6 +3,7 @@ package statestore
 import (
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -53,6 +54,8 @@ func (s *Store) Apply(recs []*kgo.Record) error {
 	counts := make([]int64, len(events.AllTopics))
 	// prep[k] is recs[lo+k] prepared; a chunk cut short keeps the rest.
 	prep := make([]preparedRecord, 0, min(len(recs), s.opts.ChunkRecords))
+	pw := prefixWritesPool.Get().(*prefixWrites)
+	defer func() { pw.reset(); prefixWritesPool.Put(pw) }()
 	for lo := 0; lo < len(recs); {
 		hi := min(lo+s.opts.ChunkRecords, len(recs))
 		if n := lo + len(prep); n < hi {
@@ -60,6 +63,7 @@ func (s *Store) Apply(recs []*kgo.Record) error {
 		}
 		s.mu.Lock()
 		st := s.st
+		st.pw = pw
 		held := time.Now()
 		for i, r := range recs[lo:hi] {
 			if i > 0 && i%8 == 0 && time.Since(held) > chunkHold {
@@ -105,9 +109,12 @@ func (s *Store) Apply(recs []*kgo.Record) error {
 		s.checkSlotFlags(false)
 		s.met.addStats(&st.stats)
 		st.wm.Store(nil) // offsets moved
+		st.pw = nil
 		s.notifyApplied()
 		s.mu.Unlock()
 	}
+	// Sorted outside the lock: readers need not wait for it.
+	pw.flush(b)
 	s.mu.RLock()
 	for tp := range touched {
 		_ = b.Set(offsetKey(tp.topic, tp.partition), i64Value(s.st.offsets[tp]), nil)
@@ -148,6 +155,9 @@ func (s *Store) Apply(recs []*kgo.Record) error {
 	s.met.applySeconds.Observe(time.Since(start).Seconds())
 	return nil
 }
+
+// prefixWritesPool keeps the buffers of prefixWrites between Apply calls.
+var prefixWritesPool = sync.Pool{New: func() any { return new(prefixWrites) }}
 
 // decisionBatchBytes is what the batch is sized for per decision record:
 // a header with the watermark of ~100 partitions, and its keys.

@@ -354,3 +354,15 @@ func (m *hotTable) resolve(keys []uint64, pos *[lookahead]int32) {
 // jump between two runs of the arena); the batch doubles only while
 // predictions keep failing.
 const minResolve = 1
+
+// warm reads the table slots of hashes hs (engTable.warm says why).
+func (m *hotTable) warm(hs []uint64) uint64 {
+	if len(m.tab) == 0 {
+		return 0
+	}
+	var s uint64
+	for _, h := range hs {
+		s += m.tab[m.home(h)]
+	}
+	return s
+}

@@ -123,11 +123,11 @@ func (st *state) applyTombstone(b *pebble.Batch, id string, logTime int64) {
 	}
 	_ = b.Delete(registryKey(id), nil)
 	lo, hi := workerSpan(famLoad, id)
-	_ = b.DeleteRange(lo, hi, nil)
+	st.deleteRange(b, lo, hi)
 	lo, hi = workerSpan(famPrefix, id)
-	_ = b.DeleteRange(lo, hi, nil)
+	st.deleteRange(b, lo, hi)
 	lo, hi = workerSpan(famHealth, id)
-	_ = b.DeleteRange(lo, hi, nil)
+	st.deleteRange(b, lo, hi)
 	st.stats.tombstones++
 }
 

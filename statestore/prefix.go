@@ -67,6 +67,7 @@ func (st *state) applyKv(b *pebble.Batch, rec *pb.KvEventRecord) {
 			st.storeBlocks(b, slot, ev.Stored)
 		case *pb.KvEvent_Removed:
 			t := normTier(ev.Removed.GetTier())
+			st.warmSink += ws.blocks.warm(ev.Removed.GetBlockHashes())
 			for _, h := range ev.Removed.GetBlockHashes() {
 				st.removeBlock(b, slot, h, t)
 			}
@@ -101,11 +102,13 @@ func (st *state) storeBlocks(b *pebble.Batch, slot int32, s *pb.BlockStored) {
 		}
 	}
 	hashes := s.GetBlockHashes()
+	st.warmSink += ws.blocks.warm(hashes)
 	var routers []uint64
 	if !orphan {
 		// Validation guarantees len(tokens) == len(hashes)*block_size.
 		st.scratch = kvhash.Chain(st.scratch[:0], s.GetTokenIds(), int(s.GetBlockSize()), parent, hasParent)
 		routers = st.scratch
+		st.warmSink += st.idx.m.warm(routers)
 	} else {
 		st.stats.orphans += int64(len(hashes))
 	}
@@ -173,9 +176,8 @@ func (st *state) storeBlock(b *pebble.Batch, slot int32, engine, router, up uint
 	ws.blocks.put(engine, router, flags)
 	ws.counts[t]++
 	st.tierBlocks[t]++
-	st.kbuf = prefixKey(st.kbuf[:0], ws.key, engine)
 	st.vbuf = prefixValue(st.vbuf[:0], router, up, flags)
-	_ = b.Set(st.kbuf, st.vbuf, nil)
+	st.setPrefix(b, ws.key, engine, st.vbuf, false)
 }
 
 // indexAdd and indexRemove keep the hot index and the duplicate counts:
@@ -240,15 +242,14 @@ func (st *state) removeBlock(b *pebble.Batch, slot int32, engine uint64, t Tier)
 	ws.counts[t]--
 	st.tierBlocks[t]--
 	flags &^= bit
-	st.kbuf = prefixKey(st.kbuf[:0], ws.key, engine)
 	if flags&tierMask == 0 {
 		ws.blocks.del(engine)
-		_ = b.Delete(st.kbuf, nil)
+		st.setPrefix(b, ws.key, engine, nil, true)
 		return
 	}
 	ws.blocks.put(engine, router, flags)
 	st.vbuf = prefixValue(st.vbuf[:0], router, up, flags)
-	_ = b.Set(st.kbuf, st.vbuf, nil)
+	st.setPrefix(b, ws.key, engine, st.vbuf, false)
 }
 
 // clearSlot drops every block of one (worker, rank).
@@ -273,7 +274,7 @@ func (st *state) clearSlot(b *pebble.Batch, slot int32) {
 		ws.counts[t] = 0
 	}
 	hi := append(append([]byte(nil), ws.key...), 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff)
-	_ = b.DeleteRange(ws.key, hi, nil)
+	st.deleteRange(b, ws.key, hi)
 	// Predictions are not engine blocks: they stay (approx.go).
 	st.restorePredictions(slot)
 }

@@ -65,10 +65,16 @@ type state struct {
 	stats   applyStats
 	scratch []uint64
 	kbuf    []byte
-	vbuf    []byte
-	ebuf    []byte // encodeEntry's (active.go)
-	dbuf    []byte // appendStoredDecision's (decisions.go)
-	ybuf    []byte // flushLatency's (latency.go)
+	// pw holds the prefix writes of the Apply in progress (prefixwrites.go);
+	// nil outside Apply.
+	pw *prefixWrites
+	// warmSink keeps the reads of the tables' warm methods from being
+	// optimized away.
+	warmSink uint64
+	vbuf     []byte
+	ebuf     []byte // encodeEntry's (active.go)
+	dbuf     []byte // appendStoredDecision's (decisions.go)
+	ybuf     []byte // flushLatency's (latency.go)
 
 	// The online latency model (latency.go) and its fit as of the last chunk.
 	lat    *latmodel.Model

@@ -99,9 +99,13 @@ type Options struct {
 	// The memtable is small on purpose: prefix keys end in engine block
 	// hashes, which are random, so every insert searches the memtable's
 	// skiplist down to a cold node, and a smaller skiplist is a shorter and
-	// warmer search. Measured with storebench (2M block ops, 128 workers):
-	// 4 MiB 690k ops/s, 16 MiB 600k, 64 MiB 490k, 128 MiB 457k; and a
-	// 10M-op replay took 17.5 s at 16 MiB against 22.2 s at 64 MiB.
+	// warmer search. Measured with storebench (2M block ops, 128 workers),
+	// writes in arrival order: 4 MiB 690k ops/s, 16 MiB 600k, 64 MiB 490k,
+	// 128 MiB 457k; and a 10M-op replay took 17.5 s at 16 MiB against
+	// 22.2 s at 64 MiB. With the prefix writes sorted (prefixwrites.go),
+	// CPU profiles of the same 2M ops: memtable inserts 0.7 s at 16 MiB
+	// and 1.5 s at 64 MiB, flushes and compactions 2.1-2.7 s against
+	// 1.6-1.8 s; about even, so 16 MiB stays.
 	MemTableSize uint64
 	CacheSize    int64
 	// ChunkRecords bounds how many records are applied under one hold of
