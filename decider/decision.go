@@ -27,7 +27,11 @@ const (
 	ReasonSLOLocalBetter    Reason = "slo_local_predicted_better"
 	ReasonSLORemoteBetter   Reason = "slo_remote_predicted_better"
 	ReasonSLODeniedITLGuard Reason = "slo_local_denied_itl_guard"
-	ReasonDisabled          Reason = "conditional_disagg_disabled"
+	// ReasonSLOPrefillGuard: local, though the model predicted remote better, because
+	// every prefill worker is busy past the prefill busy threshold and the decode
+	// worker is not (the prefill guard).
+	ReasonSLOPrefillGuard Reason = "slo_local_prefill_guard"
+	ReasonDisabled        Reason = "conditional_disagg_disabled"
 )
 
 // CheckName names the rule that decided, for explain and what-if tooling.

@@ -26,5 +26,6 @@ func Outcomes() []Outcome {
 		{ModeLocal, ReasonSLOLocalBetter},
 		{ModeRemote, ReasonSLORemoteBetter},
 		{ModeRemote, ReasonSLODeniedITLGuard},
+		{ModeLocal, ReasonSLOPrefillGuard},
 	}
 }

@@ -128,6 +128,8 @@ func sloMode(dc *Decider, dst *Decision, d, p *Candidate) *Candidate {
 		// Local must be better by more than SLOTieMargin; ties go remote.
 		local2 = s.Margin > SLOTieMargin
 	}
+	guard := !local2 && sloPrefillGuard(dc, dst, d, best)
+	local2 = local2 || guard
 	dst.PolicyBypass = local2
 	dst.DecidedBy, dst.Distance = CheckSLOGoodput, s.Margin
 	switch {
@@ -138,10 +140,48 @@ func sloMode(dc *Decider, dst *Decision, d, p *Candidate) *Candidate {
 		// SLO, whatever the goodput arithmetic says.
 		dst.Mode, dst.Reason = ModeRemote, ReasonSLODeniedITLGuard
 		dst.DecidedBy, dst.Distance = CheckSLOITLGuard, s.OthersITLMs-cfg.SLOITLMs
+	case guard:
+		dst.Mode, dst.Reason = ModeLocal, ReasonSLOPrefillGuard
+		dst.DecidedBy, dst.Distance = CheckPrefillBusy, dst.PrefillBusy.Value-dst.PrefillBusy.Limit
 	default:
 		dst.Mode, dst.Reason = ModeLocal, ReasonSLOLocalBetter
 	}
 	return best
+}
+
+// sloPrefillGuard reports whether every eligible prefill worker is busy past the
+// prefill busy threshold (its own load sample's queued prompt tokens) while the decode
+// worker is known not to be busy: then the request prefills locally whatever the
+// model predicts. The model is linear and learns from the last window of outcomes, so
+// a prefill queue growing past what that window saw is predicted too short, and
+// remote prefills keep joining it: on the Mooncake synthetic trace at 2P6D ×1.5 the
+// queue reached minutes and goodput fell to 67.8% against isl_or_load's 84.2%. The
+// static rule's signal, the queue itself, bounds that. It waits for every prefill
+// worker, because one with room is where the request goes (the model picks it), and
+// for the decode guard, because a decode worker that is itself busy must not take
+// the prompt. The check of the picked row is left in dst.PrefillBusy.
+func sloPrefillGuard(dc *Decider, dst *Decision, d, best *Candidate) bool {
+	thr := dc.prefillThreshold
+	if _, ok := dc.cfg.PrefillBusyThreshold(); !ok {
+		thr = SLOFallbackPrefillBusy
+	}
+	all := true
+	for i := range dst.Candidates {
+		row := &dst.Candidates[i]
+		if row.Pool == PoolPrefill && row.Eligible && row != best && !prefillBusy(dst, row, thr) {
+			all = false
+			break
+		}
+	}
+	if !prefillBusy(dst, best, thr) || !all {
+		return false
+	}
+	cfg := dc.cfg.Disagg // a copy: the fallback guard threshold must not leak
+	if !cfg.DecodeBusyThreshold.Set {
+		cfg.DecodeBusyThreshold = Some(SLOFallbackDecodeBusy)
+	}
+	known, busy := decodeBusy(dst, d, &cfg)
+	return known && !busy
 }
 
 // sloMeet is the expected probability that a request predicted at ttft and itl meets
