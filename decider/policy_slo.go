@@ -28,6 +28,13 @@ const (
 	// and what that costs the requests decoding there is not in this request's
 	// prediction.
 	SLOMissFactor = 0.5
+	// SLOPrefillGuardBusy is where the prefill guard (sloPrefillGuard) sees a prefill
+	// worker as busy: queued prompt tokens past this many times its
+	// max_num_batched_tokens, far past the cold start's 2.0, so that it takes over
+	// only from a model whose queues have run away, not from one that weighs a
+	// moderate queue against a local prefill. At 2.0 it cost 0.4–1.5 pp in most cells
+	// of the Mooncake conversation grid; at 8.0 no cell lost (docs/slo-policy.md).
+	SLOPrefillGuardBusy = 8.0
 )
 
 // latencyFitOf returns the view's latency model fit, or nil when the view has none.
@@ -149,22 +156,19 @@ func sloMode(dc *Decider, dst *Decision, d, p *Candidate) *Candidate {
 	return best
 }
 
-// sloPrefillGuard reports whether every eligible prefill worker is busy past the
-// prefill busy threshold (its own load sample's queued prompt tokens) while the decode
+// sloPrefillGuard reports whether every eligible prefill worker is busy past
+// SLOPrefillGuardBusy (its own load sample's queued prompt tokens) while the decode
 // worker is known not to be busy: then the request prefills locally whatever the
 // model predicts. The model is linear and learns from the last window of outcomes, so
 // a prefill queue growing past what that window saw is predicted too short, and
 // remote prefills keep joining it: on the Mooncake synthetic trace at 2P6D ×1.5 the
-// queue reached minutes and goodput fell to 67.8% against isl_or_load's 84.2%. The
-// static rule's signal, the queue itself, bounds that. It waits for every prefill
-// worker, because one with room is where the request goes (the model picks it), and
-// for the decode guard, because a decode worker that is itself busy must not take
-// the prompt. The check of the picked row is left in dst.PrefillBusy.
+// queues reached minutes and goodput fell to 67.8% against isl_or_load's 84.2%. The
+// queue itself bounds that. It waits for every prefill worker, because one with room
+// is where the request goes (the model picks it), and for the decode guard, because a
+// decode worker that is itself busy must not take the prompt. The check of the picked
+// row is left in dst.PrefillBusy.
 func sloPrefillGuard(dc *Decider, dst *Decision, d, best *Candidate) bool {
-	thr := dc.prefillThreshold
-	if _, ok := dc.cfg.PrefillBusyThreshold(); !ok {
-		thr = SLOFallbackPrefillBusy
-	}
+	thr := SLOPrefillGuardBusy
 	all := true
 	for i := range dst.Candidates {
 		row := &dst.Candidates[i]
