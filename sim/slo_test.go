@@ -44,7 +44,7 @@ func TestSLOLearnsDuringARun(t *testing.T) {
 			}
 			cold := rep.Reasons[string(decider.ReasonSLOColdLocal)] + rep.Reasons[string(decider.ReasonSLOColdRemote)]
 			warm := rep.Reasons[string(decider.ReasonSLOLocalBetter)] + rep.Reasons[string(decider.ReasonSLORemoteBetter)] +
-				rep.Reasons[string(decider.ReasonSLODeniedITLGuard)]
+				rep.Reasons[string(decider.ReasonSLODeniedITLGuard)] + rep.Reasons[string(decider.ReasonSLOPrefillGuard)]
 			if cold == 0 || warm == 0 || cold+warm != rep.Local+rep.Remote {
 				t.Fatalf("%s ×%g: %d cold and %d warm decisions of %d: %v", sh, load, cold, warm, rep.Local+rep.Remote, rep.Reasons)
 			}
