@@ -174,6 +174,6 @@ release_build "$bindir/exportfixture" ./replay/internal/exportfixture
 PDR_BIN="$bindir/pdrouter" PDR_EXPORTFIXTURE="$bindir/exportfixture" .cache/venv/bin/python -m pytest -q tests/python
 
 step "fuzz smoke (${PDR_FUZZTIME:-5s} per target)"
-PDR_FUZZ_FRESH=1 PDR_FUZZ_JOBS=2 ./scripts/fuzz.sh "${PDR_FUZZTIME:-5s}"
+PDR_FUZZ_FRESH=1 ./scripts/fuzz.sh "${PDR_FUZZTIME:-5s}"
 
 step "make test passed"
