@@ -79,8 +79,10 @@ func TestEngineTransportRetriesAClosedIdleConnection(t *testing.T) {
 	}
 }
 
-// rawEngine answers each connection with answer, whatever it was asked.
-func rawEngine(t *testing.T, answer func(w *bufio.Writer)) string {
+// rawServer serves each connection with serve, on its own goroutine, and
+// returns the server's http URL: an engine that writes whatever bytes a test
+// needs, framing errors included.
+func rawServer(t *testing.T, serve func(c net.Conn)) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -95,18 +97,24 @@ func rawEngine(t *testing.T, answer func(w *bufio.Writer)) string {
 			}
 			go func() {
 				defer c.Close()
-				br := bufio.NewReader(c)
-				if _, err := http.ReadRequest(br); err != nil {
-					return
-				}
-				w := bufio.NewWriter(c)
-				answer(w)
-				_ = w.Flush()
-				time.Sleep(100 * time.Millisecond)
+				serve(c)
 			}()
 		}
 	}()
 	return "http://" + ln.Addr().String()
+}
+
+// rawEngine answers each connection with answer, whatever it was asked.
+func rawEngine(t *testing.T, answer func(w *bufio.Writer)) string {
+	return rawServer(t, func(c net.Conn) {
+		if _, err := http.ReadRequest(bufio.NewReader(c)); err != nil {
+			return
+		}
+		w := bufio.NewWriter(c)
+		answer(w)
+		_ = w.Flush()
+		time.Sleep(100 * time.Millisecond)
+	})
 }
 
 // TestEngineTransportBoundsHeaders: an engine that sends endless headers
@@ -254,36 +262,22 @@ func BenchmarkEngineTransport(b *testing.B) {
 // would double the bound), and the client gets the timeout.
 func TestEngineTransportNoRetryOnTimeout(t *testing.T) {
 	stream := `data: {"object":"text_completion","choices":[{"index":0,"text":" a"}]}` + "\n\n" + "data: [DONE]\n\n"
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		for {
-			c, err := ln.Accept()
+	url := rawServer(t, func(c net.Conn) {
+		br := bufio.NewReader(c)
+		for n := 0; ; n++ {
+			req, err := http.ReadRequest(br)
 			if err != nil {
 				return
 			}
-			go func() {
-				defer c.Close()
-				br := bufio.NewReader(c)
-				for n := 0; ; n++ {
-					req, err := http.ReadRequest(br)
-					if err != nil {
-						return
-					}
-					_, _ = io.Copy(io.Discard, req.Body)
-					if n > 0 {
-						time.Sleep(3 * time.Second) // the second request on a connection hangs
-						return
-					}
-					io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: "+strconv.Itoa(len(stream))+"\r\n\r\n"+stream)
-				}
-			}()
+			_, _ = io.Copy(io.Discard, req.Body)
+			if n > 0 {
+				time.Sleep(3 * time.Second) // the second request on a connection hangs
+				return
+			}
+			io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: "+strconv.Itoa(len(stream))+"\r\n\r\n"+stream)
 		}
-	}()
-	r := newRig(t, []Decision{{Decode: Worker{ID: "d", HTTPURL: "http://" + ln.Addr().String()}}}, nil,
+	})
+	r := newRig(t, []Decision{{Decode: Worker{ID: "d", HTTPURL: url}}}, nil,
 		WithRetryBudget(0), WithUpstreamTimeouts(time.Second, 300*time.Millisecond, 10*time.Second))
 	body := `{"model":"m","prompt":[1,2],"stream":true}`
 	if resp, b := r.post("/v1/completions", body); resp.StatusCode != 200 {
