@@ -33,8 +33,8 @@ the engines directly and as many through the door, in alternating rounds
 p99 of both, their differences (the door's own cost: parsing, forwarding,
 relaying the stream, measuring) with bootstrap 95% intervals over pairs of
 rounds, and the process's CPU time per request in each mode. --aa sends both
-modes' rounds directly: the differences it prints are the bench's noise. --engines doortest uses a minimal in-test
-engine instead.`,
+modes' rounds directly: the differences it prints are the bench's noise.
+--engines doortest uses a minimal in-test engine instead.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			switch engines {
