@@ -289,6 +289,28 @@ func TestEngineClientErrorNotRetried(t *testing.T) {
 	}
 }
 
+// TestEngineClientErrorKeepsItsCode: the code of an engine's client error,
+// context_length_exceeded say, reaches the client, which acts on it (shortens
+// the prompt); a code that is not a plain identifier does not.
+func TestEngineClientErrorKeepsItsCode(t *testing.T) {
+	for _, c := range []struct{ engineCode, want string }{
+		{`"context_length_exceeded"`, "context_length_exceeded"},
+		{`400`, "upstream_error"},
+		{`"Bad\nCode"`, "upstream_error"},
+		{`"` + strings.Repeat("x", 65) + `"`, "upstream_error"},
+	} {
+		eng := doortest.New(t, "d")
+		eng.Status = 400
+		eng.ErrorBody = `{"error":{"message":"This model's maximum context length is 10 tokens.","type":"invalid_request_error","param":"prompt","code":` + c.engineCode + `}}`
+		r := newRig(t, []Decision{local(eng)}, nil)
+		resp, body := r.post("/v1/completions", `{"model":"m","prompt":[1]}`)
+		code, typ, msg := openAIError(t, body)
+		if resp.StatusCode != 400 || typ != typeInvalidRequest || code != c.want || !strings.Contains(msg, "maximum context length") {
+			t.Errorf("engine code %s: %d %s", c.engineCode, resp.StatusCode, body)
+		}
+	}
+}
+
 // TestClientDisconnectCancelsUpstream: a client that goes away mid-stream
 // cancels the engine's request, and the outcome is cancelled.
 func TestClientDisconnectCancelsUpstream(t *testing.T) {

@@ -131,6 +131,9 @@ func (u *upstream) post(ctx, clientCtx context.Context, url, requestID string, b
 	client := resp.StatusCode/100 == 4 && resp.StatusCode != http.StatusRequestTimeout && resp.StatusCode != http.StatusTooManyRequests
 	if client {
 		e.Type = typeInvalidRequest
+		if c := engineErrorCode(j.Error); c != "" {
+			e.Code = c
+		}
 		return nil, &failure{err: e, code: "upstream_refused"}
 	}
 	e.Status = http.StatusBadGateway
@@ -175,4 +178,30 @@ func (u *upstream) readBody(resp *http.Response, limit int64) ([]byte, *failure)
 		return nil, &failure{err: badGateway("upstream_response_too_large", fmt.Sprintf("the worker's answer is over %d bytes (--door-max-upstream-response-bytes)", limit)), retriable: true, code: "upstream_response_too_large"}
 	}
 	return raw, nil
+}
+
+// maxEngineErrorCode bounds the engine's error code that a client error
+// passes on.
+const maxEngineErrorCode = 64
+
+// engineErrorCode is the code of an engine's OpenAI error object when it is
+// a plain identifier (lower case, digits, underscores, at most
+// maxEngineErrorCode bytes), such as context_length_exceeded, which clients
+// act on; "" for anything else (vLLM's numeric codes, null, text an engine
+// made up), which the door's own code replaces.
+func engineErrorCode(errField json.RawMessage) string {
+	var e struct {
+		Code json.RawMessage `json:"code"`
+	}
+	var code string
+	if json.Unmarshal(errField, &e) != nil || json.Unmarshal(e.Code, &code) != nil ||
+		code == "" || len(code) > maxEngineErrorCode {
+		return ""
+	}
+	for i := 0; i < len(code); i++ {
+		if c := code[i]; !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '_') {
+			return ""
+		}
+	}
+	return code
 }

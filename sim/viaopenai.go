@@ -180,6 +180,11 @@ func streamCompletion(ctx context.Context, client *http.Client, endpoint string,
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		if resp.StatusCode == http.StatusBadRequest && errorCode(msg) == rejectPromptTooLong {
+			// What the offline fleet counts as over the context, so that the two
+			// reports agree on it.
+			return nil, fmt.Errorf("%s answered %d: %w: %s", endpoint, resp.StatusCode, errOverContext, bytes.TrimSpace(msg))
+		}
 		return nil, fmt.Errorf("%s answered %d: %s", endpoint, resp.StatusCode, bytes.TrimSpace(msg))
 	}
 	out := &streamed{decisionID: resp.Header.Get(headerDecisionID), reason: resp.Header.Get(headerReason)}
@@ -237,4 +242,19 @@ func streamCompletion(ctx context.Context, client *http.Client, endpoint string,
 		return nil, err
 	}
 	return nil, fmt.Errorf("the stream ended without [DONE]")
+}
+
+// errorCode is the code of an OpenAI error body ({"error": {"code": …}}), or "" when
+// the body is not one (a truncated or foreign body).
+func errorCode(body []byte) string {
+	var e struct {
+		Error struct {
+			Code any `json:"code"`
+		} `json:"error"`
+	}
+	if json.Unmarshal(body, &e) != nil {
+		return ""
+	}
+	c, _ := e.Error.Code.(string)
+	return c
 }

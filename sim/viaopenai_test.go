@@ -9,6 +9,7 @@ import (
 	"maps"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -64,6 +65,41 @@ func TestRunViaOpenAIAgainstEngine(t *testing.T) {
 	rep, err = RunViaOpenAI(ctx, OpenAIRunConfig{BaseURL: bad.URL + "/v1", TimeScale: 1000}, w, nil, nil)
 	if err != nil || rep.Failed != 8 || rep.Completed != 0 {
 		t.Fatalf("against errors: %v\n%s", err, rep)
+	}
+}
+
+// TestRunViaOpenAICountsOverContext: a request longer than the engines' context is
+// answered 400 context_length_exceeded, and a live run counts it among the failed as
+// over the context, as the offline fleet does, not as a failure of the router.
+func TestRunViaOpenAICountsOverContext(t *testing.T) {
+	fc := DefaultFleet()
+	fc.Prefill, fc.Decode = 1, 1
+	w := shortSynthetic(t, 8)
+	// A context that the longer half of the workload exceeds.
+	var lens []int
+	for _, r := range w.Requests {
+		lens = append(lens, r.PromptLen+r.OutputLen)
+	}
+	slices.Sort(lens)
+	fc.Hardware.MaxModelLen = lens[len(lens)/2]
+	over := 0
+	for _, n := range lens {
+		if n > fc.Hardware.MaxModelLen {
+			over++
+		}
+	}
+	if over == 0 || over == len(lens) {
+		t.Fatalf("context %d splits no workload of lengths %v", fc.Hardware.MaxModelLen, lens)
+	}
+	sf := startServingFleet(t, fc, nil, 10, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	rep, err := RunViaOpenAI(ctx, OpenAIRunConfig{BaseURL: sf.url("decode-0", "/v1"), Model: fc.Hardware.ModelName, TimeScale: 10}, w, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Failed != over || rep.OverContext != over || rep.Completed != len(lens)-over {
+		t.Fatalf("context %d, %d requests over it; report:\n%s", fc.Hardware.MaxModelLen, over, rep)
 	}
 }
 

@@ -34,9 +34,15 @@ p99 of both, their differences (the door's own cost: parsing, forwarding,
 relaying the stream, measuring) with bootstrap 95% intervals over pairs of
 rounds, and the process's CPU time per request in each mode. --aa sends both
 modes' rounds directly: the differences it prints are the bench's noise.
---engines doortest uses a minimal in-test engine instead.`,
+--engines doortest uses a minimal in-test engine instead. --memory-limit and
+--gc-percent apply as they do to serve, whose door this is: under a memory
+limit (a container's, with the default auto) the collector runs at
+--gc-percent, and its cycles are part of the p99 measured.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := a.tuneMemory(); err != nil {
+				return err
+			}
 			switch engines {
 			case "sim":
 				fc := sim.DefaultFleet()

@@ -37,6 +37,9 @@ type Engine struct {
 	Garbage bool          // send a malformed chunk first
 	NoDone  bool          // end the stream without [DONE]
 	Tail    time.Duration // after [DONE], before the answer ends
+	// ErrorBody is the body of a Status answer (empty: vLLM's error of an
+	// engine that is down).
+	ErrorBody string
 	// Cancelled gets one value when a request's context ends before the
 	// stream does (the door cancelled it).
 	Cancelled chan struct{}
@@ -117,7 +120,11 @@ func (e *Engine) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	if e.Status != 0 {
 		w.WriteHeader(e.Status)
-		_, _ = io.WriteString(w, `{"object":"error","message":"engine down","type":"InternalServerError","param":null,"code":500}`)
+		body := e.ErrorBody
+		if body == "" {
+			body = `{"object":"error","message":"engine down","type":"InternalServerError","param":null,"code":500}`
+		}
+		_, _ = io.WriteString(w, body)
 		return
 	}
 	chat := r.URL.Path == "/v1/chat/completions"
