@@ -2,10 +2,13 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/pdrouter/pdrouter/decider"
 )
 
 const sampleTrace = "../../testdata/mooncake/sample.jsonl"
@@ -75,7 +78,10 @@ func TestPlanOutputSameWhateverParallel(t *testing.T) {
 			t.Errorf("%s differs or is missing: %v %v", f, err1, err2)
 		}
 	}
-	for _, want := range []string{"plan: ../../testdata/mooncake/sample.jsonl, 40 requests, 3 GPUs, load ×1 ×2, 26 runs",
+	// Each load runs aggregated serving once, and each of the two shapes under
+	// always-local, always-remote and every policy of the decider's table.
+	runs := 2 * (1 + 2*(2+len(decider.Policies())))
+	for _, want := range []string{fmt.Sprintf("plan: ../../testdata/mooncake/sample.jsonl, 40 requests, 3 GPUs, load ×1 ×2, %d runs", runs),
 		"1P2D", "2P1D", "recommended (SLO 2000/50):", "recommended (SLO 800/30):", "aggregated (3D)"} {
 		if !strings.Contains(outs[0], want) {
 			t.Errorf("output lacks %q:\n%s", want, outs[0])
@@ -89,7 +95,7 @@ func TestPlanOutputSameWhateverParallel(t *testing.T) {
 		Recommendations []struct{ Shape, Policy string }
 		Cells           []json.RawMessage
 	}
-	if err := json.Unmarshal([]byte(js), &p); err != nil || len(p.Recommendations) != 2 || len(p.Cells) != 26 {
+	if err := json.Unmarshal([]byte(js), &p); err != nil || len(p.Recommendations) != 2 || len(p.Cells) != runs {
 		t.Fatalf("--json: %v %+v\n%s", err, p, js)
 	}
 	if !strings.Contains(outs[0], "recommended (SLO 2000/50): "+p.Recommendations[0].Shape+" with "+p.Recommendations[0].Policy) {
