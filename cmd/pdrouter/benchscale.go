@@ -37,6 +37,7 @@ type scaleBench struct {
 	json     bool
 	validate bool
 	binary   string
+	profiles string // directory for the replicas' CPU profiles, or ""
 	brokers  []string
 	opts     []kgo.Opt
 }
@@ -77,6 +78,7 @@ replicas, the load generator and the broker share this machine.`,
 	f.BoolVar(&b.json, "json", false, "print the model as one JSON object")
 	f.BoolVar(&b.validate, "validate", false, "also run groups of 2 and 3 replicas, and compare their CPU with the model's")
 	f.StringVar(&b.binary, "replica-binary", "", "pdrouter binary the replicas run (default: this one)")
+	f.StringVar(&b.profiles, "profile-dir", "", "write each replica's CPU profile over the measured time to this directory (replicas-N-R.pprof)")
 	f.IntVar(&b.cfg.Clients, "clients", b.cfg.Clients, "concurrent closed-loop clients")
 	f.DurationVar(&b.cfg.Duration, "duration", b.cfg.Duration, "measured time of each group")
 	f.DurationVar(&b.cfg.Warmup, "warmup", b.cfg.Warmup, "unmeasured time before it")
@@ -219,15 +221,18 @@ func (b *scaleBench) runGroup(ctx context.Context, n int, spread bool) (groupRun
 			g.cpu[i] += sign * c
 		}
 	}
+	var profiling sync.WaitGroup
 	cfg.OnMeasure = func(measuring bool) {
 		if measuring {
 			read(-1)
+			b.startProfiles(ctx, &profiling, reps)
 		} else {
 			read(+1)
 		}
 	}
 	b.a.log.Info("bench scale: group", "replicas", n, "load_on", map[bool]string{true: "every replica", false: "the first replica"}[spread])
 	res, err := loadgen.Run(ctx, cfg)
+	profiling.Wait()
 	if err != nil {
 		return groupRun{}, err
 	}
@@ -238,6 +243,26 @@ func (b *scaleBench) runGroup(ctx context.Context, n int, spread bool) (groupRun
 	g.answered = make([]int, n)
 	copy(g.answered, res.ByTarget)
 	return g, nil
+}
+
+// startProfiles has each replica profile its CPU over the measured time,
+// through its debug endpoint, when --profile-dir asks for it. A profile
+// that cannot be taken is logged, not fatal: the figures stand without it.
+func (b *scaleBench) startProfiles(ctx context.Context, wg *sync.WaitGroup, reps []*scaleReplica) {
+	if b.profiles == "" {
+		return
+	}
+	secs := max(1, int(b.cfg.Duration.Seconds()))
+	for i, r := range reps {
+		path := filepath.Join(b.profiles, fmt.Sprintf("replicas-%d-%d.pprof", len(reps), i))
+		wg.Go(func() {
+			if err := r.profile(ctx, secs, path); err != nil {
+				b.a.log.Warn("bench scale: no CPU profile", "replica", i, "err", err)
+				return
+			}
+			b.a.log.Info("bench scale: CPU profile", "replica", i, "path", path)
+		})
+	}
 }
 
 func (b *scaleBench) printModel(g groupRun, m scalemodel.Model) {
@@ -297,10 +322,46 @@ func loadAverage() string {
 
 // scaleReplica is one `pdrouter serve` process of a bench group.
 type scaleReplica struct {
-	cmd  *exec.Cmd
-	url  string
-	done chan error
-	out  *tailBuffer // its stdout and stderr, for the error when it fails
+	cmd      *exec.Cmd
+	url      string
+	debugURL string // its --debug-addr, when --profile-dir gave it one
+	done     chan error
+	out      *tailBuffer // its stdout and stderr, for the error when it fails
+}
+
+// loopbackAddr is a loopback address with a port free at the time of the call.
+func loopbackAddr() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
+}
+
+// profile writes the replica's CPU profile over the next secs seconds.
+func (r *scaleReplica) profile(ctx context.Context, secs int, path string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", r.debugURL, secs), nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s: %s", req.URL, resp.Status)
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		_ = f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 // tailBuffer keeps the last max bytes written to it. A replica's output
@@ -329,19 +390,23 @@ func (t *tailBuffer) String() string {
 }
 
 func (b *scaleBench) startReplica(ctx context.Context, prefix, dir string) (*scaleReplica, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := loopbackAddr()
 	if err != nil {
 		return nil, err
 	}
-	addr := l.Addr().String()
-	_ = l.Close()
 	// Every flag that shapes the run is given, so no PDR_ variable of this
 	// environment changes it; Kafka's TLS and SASL settings reach the
 	// replicas through the environment. Each listen address is the child's
 	// own: an inherited PDR_DEBUG_ADDR would be bound by the first replica
 	// and refused to the rest.
+	debugAddr := ""
+	if b.profiles != "" {
+		if debugAddr, err = loopbackAddr(); err != nil {
+			return nil, err
+		}
+	}
 	cmd := exec.CommandContext(ctx, b.binary, "serve", "--brokers", strings.Join(b.brokers, ","), "--topic-prefix", prefix,
-		"--data-dir", dir, "--http-addr", addr, "--debug-addr", "", "--router-conditional-disagg", "--log-level", "warn",
+		"--data-dir", dir, "--http-addr", addr, "--debug-addr", debugAddr, "--router-conditional-disagg", "--log-level", "warn",
 		"--log-format", b.a.logFormat)
 	out := &tailBuffer{max: 16 << 10}
 	cmd.Stdout, cmd.Stderr = out, out
@@ -350,7 +415,7 @@ func (b *scaleBench) startReplica(ctx context.Context, prefix, dir string) (*sca
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("bench scale: starting a replica (%s): %w", b.binary, err)
 	}
-	r := &scaleReplica{cmd: cmd, url: "http://" + addr, done: make(chan error, 1), out: out}
+	r := &scaleReplica{cmd: cmd, url: "http://" + addr, debugURL: "http://" + debugAddr, done: make(chan error, 1), out: out}
 	go func() { r.done <- cmd.Wait() }()
 	return r, nil
 }

@@ -1,7 +1,12 @@
 package main
 
 import (
+	"bytes"
+	"compress/gzip"
 	"encoding/json"
+	"io"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -32,8 +37,11 @@ func checkBenchScale(t *testing.T, brokers []string, validate bool) {
 	args := []string{"bench", "scale", "--brokers", strings.Join(brokers, ","), "--json", "--duration", "2s", "--warmup", "1s",
 		"--clients", "3", "--decode-workers", "4", "--prefill-workers", "2", "--min-tokens", "64", "--max-tokens", "512",
 		"--log-level", "warn"}
+	profiles := t.TempDir()
 	if validate {
 		args = append(args, "--validate")
+	} else {
+		args = append(args, "--profile-dir", profiles)
 	}
 	out, errOut, err := run(t, map[string]string{"PDR_DATA_DIR": t.TempDir()}, args...)
 	if err != nil && !strings.Contains(err.Error(), "from the model's") {
@@ -53,6 +61,22 @@ func checkBenchScale(t *testing.T, brokers []string, validate bool) {
 		t.Fatalf("implausible model: %+v", m)
 	}
 	if !validate {
+		// Each replica of the model's group profiled its measured time.
+		for _, name := range []string{"replicas-2-0.pprof", "replicas-2-1.pprof"} {
+			raw, err := os.ReadFile(filepath.Join(profiles, name))
+			if err != nil {
+				t.Fatalf("--profile-dir: %v\n%s", err, errOut)
+			}
+			// A profile is a gzipped protobuf; an error page or a cut
+			// body is not.
+			zr, err := gzip.NewReader(bytes.NewReader(raw))
+			if err != nil {
+				t.Fatalf("--profile-dir: %s is not a profile: %v", name, err)
+			}
+			if body, err := io.ReadAll(zr); err != nil || len(body) == 0 {
+				t.Fatalf("--profile-dir: %s is not a whole profile: %d bytes, %v", name, len(body), err)
+			}
+		}
 		return
 	}
 	// The validation tables (on stderr, stdout being the JSON alone):
