@@ -252,6 +252,10 @@ func (b *scaleBench) startProfiles(ctx context.Context, wg *sync.WaitGroup, reps
 	if b.profiles == "" {
 		return
 	}
+	if err := os.MkdirAll(b.profiles, 0o755); err != nil {
+		b.a.log.Warn("bench scale: no CPU profiles", "err", err)
+		return
+	}
 	secs := max(1, int(b.cfg.Duration.Seconds()))
 	for i, r := range reps {
 		path := filepath.Join(b.profiles, fmt.Sprintf("replicas-%d-%d.pprof", len(reps), i))

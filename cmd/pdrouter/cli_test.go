@@ -135,7 +135,7 @@ func TestBadInputIsAPreciseError(t *testing.T) {
 		{nil, []string{"sim", "compare", "--load-scale", "0"}, "--load-scale 0: must be in (0, 100]"},
 		{nil, []string{"sim", "compare", "--shapes", "2P6D,3P6D"}, "a sweep splits one fleet"},
 		{nil, []string{"serve", "--brokers", "127.0.0.1:1", "--fetch-max-wait", "5ms"}, "--fetch-max-wait 5ms: want at least 1 byte and 10ms"},
-		{map[string]string{"PDR_FETCH_MIN_BYTES": "0"}, []string{"serve", "--brokers", "127.0.0.1:1"}, "--fetch-min-bytes 0, --fetch-max-wait 10ms: want at least 1 byte and 10ms"},
+		{map[string]string{"PDR_FETCH_MIN_BYTES": "0"}, []string{"serve", "--brokers", "127.0.0.1:1"}, "--fetch-min-bytes 0, --fetch-max-wait 50ms: want at least 1 byte and 10ms"},
 		{map[string]string{"PDR_SIM_VIA": "carrier-pigeon"}, []string{"dev", "--sim"}, `--sim-via "carrier-pigeon": want route or door`},
 		{nil, []string{"sim", "--router", "http://127.0.0.1:1", "--max-requests", "1", "--kv-hold-timeout", "0s"}, "--kv-hold-timeout 0s: must be > 0"},
 	}

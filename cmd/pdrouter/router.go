@@ -72,6 +72,21 @@ type routerFlags struct {
 	door doorFlags
 }
 
+// The materializer's default fetch batch. Under load a replica spends a
+// fixed cost per fetch (the client's response handling, a Pebble commit, a
+// scheduler wake-up) besides its cost per record, and every replica tails
+// every peer's decisions: at ~1,800 decisions/s, fetches answered at 256 KiB
+// or 10 ms (~6 ms apart) cost a peer 133–152 µs of CPU per applied decision
+// and these 84–98 µs, the answering replica 466–542 and 405–419 µs
+// (`bench scale`, docs/scaling.md). The price is apply lag: on a quiet log
+// a record waits up to defaultFetchMaxWait to be applied, which `after`
+// waits and a replica's view of its peers' decisions feel; its own
+// decisions count at once.
+const (
+	defaultFetchMinBytes = 4 << 20
+	defaultFetchMaxWait  = 50 * time.Millisecond
+)
+
 func (f *routerFlags) bindFlags(fs *pflag.FlagSet) {
 	f.decider = deciderflags.Register(fs)
 	f.door.bindFlags(fs)
@@ -88,8 +103,8 @@ func (f *routerFlags) bindFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&f.bootstrapFrom, "bootstrap-from", "", "when the store is empty, start from a snapshot of this peer (http://peer:8080/v1/state/snapshot) instead of replaying the whole log; sends --auth-token; falls back to replaying when the peer has none")
 	fs.DurationVar(&f.shutdownTimout, "shutdown-timeout", 15*time.Second, "how long in-flight requests may take on SIGTERM")
 	fs.StringVar(&f.debugAddr, "debug-addr", "", "serve Go's /debug/pprof profiles on this address (keep it private: it exposes internals)")
-	fs.Int32Var(&f.fetchMinBytes, "fetch-min-bytes", 256<<10, "the broker answers the state's log fetches once it holds this many bytes, or after --fetch-max-wait: fewer, larger fetches cost the broker less CPU under load")
-	fs.DurationVar(&f.fetchMaxWait, "fetch-max-wait", 10*time.Millisecond, "longest a log fetch waits for --fetch-min-bytes (≥ 10ms); also the most it adds to apply lag, and so to `after` waits, when the log is quiet")
+	fs.Int32Var(&f.fetchMinBytes, "fetch-min-bytes", defaultFetchMinBytes, "the broker answers the state's log fetches once it holds this many bytes, or after --fetch-max-wait: fewer, larger fetches cost this replica and the broker less CPU per record under load")
+	fs.DurationVar(&f.fetchMaxWait, "fetch-max-wait", defaultFetchMaxWait, "longest a log fetch waits for --fetch-min-bytes (≥ 10ms); also the most it adds to apply lag, and so to `after` waits, when the log is quiet")
 	fs.DurationVar(&f.httpReadTimeout, "http-read-timeout", 30*time.Second, "longest a request's body may take to arrive, from the end of its headers (408 past it, or the connection is closed)")
 	fs.DurationVar(&f.httpReadHeaderTimeout, "http-read-header-timeout", 10*time.Second, "longest a request's line and headers may take to arrive (the connection is closed past it)")
 	fs.DurationVar(&f.httpIdleTimeout, "http-idle-timeout", 2*time.Minute, "how long a keep-alive connection may wait for its next request")
