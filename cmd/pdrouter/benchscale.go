@@ -38,6 +38,7 @@ type scaleBench struct {
 	validate bool
 	binary   string
 	profiles string // directory for the replicas' CPU profiles, or ""
+	memory   string // the replicas' --memory-limit
 	brokers  []string
 	opts     []kgo.Opt
 }
@@ -53,7 +54,9 @@ func newBenchScaleCmd(a *app) *cobra.Command {
 fresh topics of --brokers (a real Kafka; default PDR_BROKERS, else
 PDR_TEST_BROKERS), registers 128 decode and 32 prefill workers, and loads
 the first replica with --clients closed-loop clients sending prompts of
-1k-32k tokens (as bench api does, lifecycle events included). Over the
+1k-32k tokens (as bench api does, lifecycle events included). The replicas
+run under the memory limit the shipped Deployment gives them
+(--replica-memory-limit), so their collector runs as deployed. Over the
 measured time it reads each replica's process CPU (its
 process_cpu_seconds_total) and gives:
 
@@ -78,6 +81,7 @@ replicas, the load generator and the broker share this machine.`,
 	f.BoolVar(&b.json, "json", false, "print the model as one JSON object")
 	f.BoolVar(&b.validate, "validate", false, "also run groups of 2 and 3 replicas, and compare their CPU with the model's")
 	f.StringVar(&b.binary, "replica-binary", "", "pdrouter binary the replicas run (default: this one)")
+	f.StringVar(&b.memory, "replica-memory-limit", replicaMemoryLimit, "the replicas' --memory-limit (default: what auto sets under the shipped Deployment's 4Gi limit, so they collect at --gc-percent as deployed); none for Go's defaults")
 	f.StringVar(&b.profiles, "profile-dir", "", "write each replica's CPU profile over the measured time to this directory (replicas-N-R.pprof)")
 	f.IntVar(&b.cfg.Clients, "clients", b.cfg.Clients, "concurrent closed-loop clients")
 	f.DurationVar(&b.cfg.Duration, "duration", b.cfg.Duration, "measured time of each group")
@@ -92,6 +96,14 @@ replicas, the load generator and the broker share this machine.`,
 // testBrokersEnv is the variable the test broker is announced in
 // (internal/kafkatest.EnvBrokers, which the binary does not import).
 const testBrokersEnv = "PDR_TEST_BROKERS"
+
+// replicaMemoryLimit is what --memory-limit auto gives a replica under the
+// memory limit of deployments/k8s/base/deployment.yaml (4Gi, of which
+// 90%). Under a limit a replica collects at --gc-percent 400 instead of the
+// runtime's 100, which took ~15% off both a and p here (docs/scaling.md):
+// a machine without a cgroup limit would otherwise measure replicas that
+// collect four times as often as deployed ones.
+const replicaMemoryLimit = "3.6GiB"
 
 // scaleTolerance is how far a replica's measured CPU may be from the
 // model's for --validate to pass.
@@ -410,7 +422,7 @@ func (b *scaleBench) startReplica(ctx context.Context, prefix, dir string) (*sca
 		}
 	}
 	cmd := exec.CommandContext(ctx, b.binary, "serve", "--brokers", strings.Join(b.brokers, ","), "--topic-prefix", prefix,
-		"--data-dir", dir, "--http-addr", addr, "--debug-addr", debugAddr, "--router-conditional-disagg", "--log-level", "warn",
+		"--data-dir", dir, "--http-addr", addr, "--debug-addr", debugAddr, "--memory-limit", b.memory, "--router-conditional-disagg", "--log-level", "warn",
 		"--log-format", b.a.logFormat)
 	out := &tailBuffer{max: 16 << 10}
 	cmd.Stdout, cmd.Stderr = out, out
