@@ -157,6 +157,9 @@ func (t *engineTransport) exchange(ctx context.Context, ec *engineConn, addr str
 	}
 	ec.in.n, ec.in.limit = 0, -1
 	_ = ec.c.SetDeadline(time.Now().Add(t.firstByte))
+	// The body is written here, on the caller's goroutine, or abandoned
+	// with the connection: RoundTrip never reads it after it returns, and
+	// the door reuses its buffer then (bodybuf.go).
 	werr := req.Write(ec.bw)
 	if werr == nil {
 		werr = ec.bw.Flush()

@@ -115,9 +115,10 @@ type edit struct {
 	value []byte
 }
 
-// render is the body with the edits applied, the client's own bytes when
-// they change nothing.
-func (f *bodyFields) render(edits []edit) ([]byte, error) {
+// render appends the body with the edits applied to dst: the client's own
+// bytes when they change nothing. It copies them even then, so that the
+// engine's request never shares the client's buffer.
+func (f *bodyFields) render(dst []byte, edits []edit) ([]byte, error) {
 	var todo [nFields]bool
 	var set [nFields][]byte
 	changes := false
@@ -129,16 +130,17 @@ func (f *bodyFields) render(edits []edit) ([]byte, error) {
 		changes = true
 	}
 	if !changes {
-		return f.raw, nil
+		return append(dst, f.raw...), nil
 	}
 	if !f.exact {
-		return f.renderViaMap(edits)
+		out, err := f.renderViaMap(edits)
+		return append(dst, out...), err
 	}
 	extra := 0
 	for _, e := range edits {
 		extra += len(fieldNames[e.field]) + len(e.value) + 4
 	}
-	out := make([]byte, 0, len(f.raw)+extra)
+	out := slices.Grow(dst, len(f.raw)+extra)
 	out = append(out, '{')
 	n := 0
 	member := func(key string, text ...[]byte) {

@@ -48,6 +48,9 @@ func (d *Door) serve(c *gin.Context, k kind) {
 	defer func() { d.inFlight.Add(-1); d.metrics.inFlight.Dec() }()
 
 	req, perr := d.read(c, k)
+	if req != nil {
+		defer putBodyBuffer(req.fields.raw)
+	}
 	if perr != nil {
 		d.metrics.rejects.Inc(rejects.Door, perr.reason)
 		d.metrics.requests.WithLabelValues(ep, pathNone, resultRejected).Inc()
@@ -70,7 +73,7 @@ func (d *Door) serve(c *gin.Context, k kind) {
 
 // read reads and parses the body, bounded.
 func (d *Door) read(c *gin.Context, k kind) (*request, *parseError) {
-	body, err := readBody(http.MaxBytesReader(c.Writer, c.Request.Body, d.cfg.maxBodyBytes), c.Request.ContentLength)
+	body, err := readBody(http.MaxBytesReader(c.Writer, c.Request.Body, d.cfg.maxBodyBytes), c.Request.ContentLength, bodyBuffer())
 	// The API bounds the body's arrival with a read deadline; a stream
 	// answered for minutes must not hit it (the server would cancel the
 	// request when it does).
@@ -78,11 +81,19 @@ func (d *Door) read(c *gin.Context, k kind) (*request, *parseError) {
 	var mbe *http.MaxBytesError
 	switch {
 	case errors.As(err, &mbe):
+		putBodyBuffer(body)
 		return nil, refuse(reasonBodyTooLarge, tooLarge("body_too_large", "", fmt.Sprintf("the body is over %d bytes (--door-max-body-bytes)", d.cfg.maxBodyBytes)))
 	case err != nil:
+		putBodyBuffer(body)
 		return nil, refuse(reasonInvalidJSON, invalid("invalid_body", "", "the body could not be read: "+textcut.Truncate(err.Error(), 200)))
 	}
-	return parseRequest(k, body, limits{maxMessages: d.cfg.maxMessages, maxPromptTokens: d.cfg.maxPromptTokens})
+	req, perr := parseRequest(k, body, limits{maxMessages: d.cfg.maxMessages, maxPromptTokens: d.cfg.maxPromptTokens})
+	if perr != nil {
+		// Nothing of a refusal refers to the body: its message is built
+		// from copies.
+		putBodyBuffer(body)
+	}
+	return req, perr
 }
 
 // bodyPresize bounds what the door allocates for a body on the word of its
@@ -93,15 +104,18 @@ func (d *Door) read(c *gin.Context, k kind) (*request, *parseError) {
 // request, whose collection shows in the TTFT tail.
 const bodyPresize = 64 << 10
 
-// readBody reads r to its end, starting from a buffer of the declared length
-// (plus the byte that finds the end) up to bodyPresize; past it, the buffer
-// grows as the bytes come.
-func readBody(r io.Reader, declared int64) ([]byte, error) {
+// readBody reads r to its end into buf (whose contents it drops), which it
+// first grows to the declared length (plus the byte that finds the end) up
+// to bodyPresize; past it, the buffer grows as the bytes come.
+func readBody(r io.Reader, declared int64, buf []byte) ([]byte, error) {
 	n := int64(512)
 	if declared >= 0 {
 		n = min(declared+1, bodyPresize)
 	}
-	b := make([]byte, 0, n)
+	b := buf[:0]
+	if int64(cap(b)) < n {
+		b = make([]byte, 0, n)
+	}
 	for {
 		if len(b) == cap(b) {
 			b = append(b, 0)[:len(b)]
@@ -216,12 +230,14 @@ func (d *Door) forward(c *gin.Context, req *request, dec Decision, m *measure) (
 	var kv json.RawMessage
 	var prefillDone chan struct{}
 	if dec.Remote {
-		body, err := prefillBody(req)
+		body, err := prefillBody(bodyBuffer(), req)
 		if err != nil {
+			putBodyBuffer(body)
 			return nil, &failure{err: invalid("invalid_body", "", err.Error()), code: "invalid_request"}
 		}
 		d.sending(m)
 		resp, f := d.up.post(cctx, ctx, dec.Prefill.HTTPURL+req.kind.path(), dec.RequestID, body)
+		putBodyBuffer(body)
 		if f != nil {
 			return nil, f
 		}
@@ -240,12 +256,14 @@ func (d *Door) forward(c *gin.Context, req *request, dec Decision, m *measure) (
 			d.appendOutcome(ctx, Outcome{RequestID: dec.RequestID, DecisionID: dec.DecisionID, Kind: PrefillDone})
 		}()
 	}
-	body, err := decodeBody(req, kv)
+	body, err := decodeBody(bodyBuffer(), req, kv)
 	if err != nil {
+		putBodyBuffer(body)
 		return prefillDone, &failure{err: invalid("invalid_body", "", err.Error()), code: "invalid_request"}
 	}
 	d.sending(m)
 	resp, f := d.up.post(cctx, ctx, dec.Decode.HTTPURL+req.kind.path(), dec.RequestID, body)
+	putBodyBuffer(body)
 	if f != nil {
 		return prefillDone, f
 	}

@@ -18,11 +18,11 @@ import (
 // prefillRequestParams are the kv_transfer_params of the prefill leg.
 var prefillRequestParams = json.RawMessage(`{"do_remote_decode":true,"do_remote_prefill":false,"remote_engine_id":null,"remote_block_ids":null,"remote_host":null,"remote_port":null}`)
 
-// prefillBody is the prefill leg: the client's request with stream off,
+// prefillBody appends the prefill leg to dst: the client's request with stream off,
 // max_tokens 1 (and max_completion_tokens 1 when present), no
 // stream_options, no min_tokens / min_completion_tokens (a one-token
 // answer cannot honour them), asking for a remote decode.
-func prefillBody(r *request) ([]byte, error) {
+func prefillBody(dst []byte, r *request) ([]byte, error) {
 	one := []byte("1")
 	edits := []edit{
 		{fStream, []byte("false")}, {fMaxTokens, one}, {fStreamOptions, nil},
@@ -31,14 +31,14 @@ func prefillBody(r *request) ([]byte, error) {
 	if r.fields.has(fMaxCompletionTokens) {
 		edits = append(edits, edit{fMaxCompletionTokens, one})
 	}
-	return r.fields.render(edits)
+	return r.fields.render(dst, edits)
 }
 
-// decodeBody is the decode leg (or the local path, kv nil): the client's
+// decodeBody appends the decode leg (or the local path, kv nil): the client's
 // request, with the prefill's kv_transfer_params. A streamed request asks
 // for the final usage chunk so the door counts output tokens exactly; the
 // door drops that chunk when the client did not ask for it.
-func decodeBody(r *request, kv json.RawMessage) ([]byte, error) {
+func decodeBody(dst []byte, r *request, kv json.RawMessage) ([]byte, error) {
 	// A client's kv_transfer_params are refused by parseRequest; a null
 	// one is dropped here, so the local path never carries any.
 	edits := make([]edit, 0, 2)
@@ -49,7 +49,7 @@ func decodeBody(r *request, kv json.RawMessage) ([]byte, error) {
 			edits = append(edits, edit{fStreamOptions, so})
 		}
 	}
-	return r.fields.render(edits)
+	return r.fields.render(dst, edits)
 }
 
 var includeUsageOnly = []byte(`{"include_usage":true}`)
