@@ -14,7 +14,7 @@ import (
 // streamed and not, each reach the engines with their own prompt, whole.
 // Request v's prompt is v repeated promptLen(v) times, so a buffer reused
 // while still read shows up as a prompt that is not one value of its
-// length (and, under -race, as a race).
+// length (and, under -race, as a race). Refused requests come between them.
 func TestPooledBodiesStayTheirRequests(t *testing.T) {
 	const clients, each = 8, 24
 	p, d := doortest.New(t, "p"), doortest.New(t, "d")
@@ -36,6 +36,12 @@ func TestPooledBodiesStayTheirRequests(t *testing.T) {
 				body := fmt.Sprintf(`{"model":"m","prompt":[%s],"max_tokens":%d,"stream":%t}`, ids, 1+v%7, v%3 == 0)
 				if resp, b := r.post("/v1/completions", body); resp.StatusCode != 200 {
 					t.Errorf("request %d: %d %s", v, resp.StatusCode, b)
+				}
+				// A request refused for its prompt, after its body was
+				// parsed: its buffer goes back to the pool once, not twice
+				// (twice, two later requests would share it).
+				if resp, b := r.post("/v1/completions", `{"model":"m","prompt":[-1]}`); resp.StatusCode != 400 {
+					t.Errorf("a negative token id: %d %s", resp.StatusCode, b)
 				}
 			}
 		})

@@ -48,15 +48,13 @@ func (d *Door) serve(c *gin.Context, k kind) {
 	defer func() { d.inFlight.Add(-1); d.metrics.inFlight.Dec() }()
 
 	req, perr := d.read(c, k)
-	if req != nil {
-		defer putBodyBuffer(req.fields.raw)
-	}
 	if perr != nil {
 		d.metrics.rejects.Inc(rejects.Door, perr.reason)
 		d.metrics.requests.WithLabelValues(ep, pathNone, resultRejected).Inc()
 		d.fail(c, perr.Error)
 		return
 	}
+	defer putBodyBuffer(req.fields.raw) // read gave a refused request's back
 	ids := req.tokenIDs
 	if ids == nil {
 		var f *failure
@@ -90,10 +88,12 @@ func (d *Door) read(c *gin.Context, k kind) (*request, *parseError) {
 	req, perr := parseRequest(k, body, limits{maxMessages: d.cfg.maxMessages, maxPromptTokens: d.cfg.maxPromptTokens})
 	if perr != nil {
 		// Nothing of a refusal refers to the body: its message is built
-		// from copies.
+		// from copies. (parseRequest may return its request with a
+		// refusal; the caller must not give the body back again.)
 		putBodyBuffer(body)
+		return nil, perr
 	}
-	return req, perr
+	return req, nil
 }
 
 // bodyPresize bounds what the door allocates for a body on the word of its
