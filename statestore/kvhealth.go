@@ -26,6 +26,9 @@ import (
 //	missing = latest load time − from > A   (load for longer than A with no KV event since)
 //	      and now − latest load time ≤ A    (and load still coming: a worker that
 //	                                         stopped sending load is another failure)
+//	      and the latest sample is not idle (it runs or queues a request, or
+//	                                         does not say: an idle worker has
+//	                                         nothing to publish)
 //
 // So it covers both "load for longer than A and no KV event ever" and "no
 // KV event for longer than A while load keeps coming". Never in
@@ -117,7 +120,15 @@ func (st *state) kvEventsMissing(slot int32) bool {
 	}
 	last := ws.load.GetSampleTimeUnixNano()
 	from := max(ws.firstLoadAt, ws.lastKvAt)
-	return last-from > after && st.now-last <= after
+	return last-from > after && st.now-last <= after && !idle(ws.load)
+}
+
+// idle reports whether a load sample says its worker runs and queues no
+// request. Such a worker computes and evicts no blocks, so it has no KV
+// event to publish: its silence is no evidence. A sample that does not
+// say counts as busy.
+func idle(s *pb.LoadSample) bool {
+	return s.NumRequestsRunning != nil && s.GetNumRequestsRunning() == 0 && s.GetNumRequestsWaiting() == 0
 }
 
 // kvEventsNote says what is wrong with a slot flagged missing, and why it

@@ -226,7 +226,14 @@ func (r *specRunner) event(f []string) error {
 	case "load":
 		id, rank := workerArg(pos[1])
 		used, _ := strconv.ParseUint(kv["used"], 10, 64)
-		h.put(id, &pb.LoadSample{Worker: &pb.WorkerRef{WorkerId: id, DpRank: rank}, SampleTimeUnixNano: r.at(kv), KvUsedBlocks: &used})
+		ls := &pb.LoadSample{Worker: &pb.WorkerRef{WorkerId: id, DpRank: rank}, SampleTimeUnixNano: r.at(kv), KvUsedBlocks: &used}
+		for name, f := range map[string]**uint64{"running": &ls.NumRequestsRunning, "waiting": &ls.NumRequestsWaiting} {
+			if v, ok := kv[name]; ok {
+				n, _ := strconv.ParseUint(v, 10, 64)
+				*f = &n
+			}
+		}
+		h.put(id, ls)
 	case "decide", "local-decide":
 		d := &pb.DecisionRecord{DecisionId: pos[1], RequestId: kv["req"], Mode: kv["mode"], DecidedAtUnixNano: r.at(kv), ReplicaId: kv["replica"]}
 		if d.Mode == "" {
