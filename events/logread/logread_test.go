@@ -551,6 +551,21 @@ func TestReadRecreatedTopic(t *testing.T) {
 		createTopic(t, brokers, topic, 1, nil)
 		cl.PurgeTopicsFromClient(topic)
 		produce(t, cl, &kgo.Record{Topic: topic, Value: []byte("new")})
+		// A real broker applies a deletion and the creation after it
+		// asynchronously, and for a moment after the new topic exists may
+		// still serve the old one's log. Wait until a Reader with no cache
+		// reads the new record: what is tested is rd's stale cache, once
+		// the cluster has settled.
+		settled := logread.New(kafkatest.Client(t, brokers))
+		for deadline := time.Now().Add(10 * time.Second); ; {
+			if rec, err := settled.Read(ctx, topic, 0, 0); err == nil && string(rec.Value) == "new" {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("the broker did not serve the recreated topic within 10 s")
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
 		rec, err := rd.Read(ctx, topic, 0, 0)
 		if err != nil {
 			t.Fatalf("after recreating: %v", err)
