@@ -14,7 +14,8 @@ import (
 // streamed and not, each reach the engines with their own prompt, whole.
 // Request v's prompt is v repeated promptLen(v) times, so a buffer reused
 // while still read shows up as a prompt that is not one value of its
-// length (and, under -race, as a race). Refused requests come between them.
+// length. (The race detector does not see it: the pool orders the Put
+// before the Get.) Refused requests come between them.
 func TestPooledBodiesStayTheirRequests(t *testing.T) {
 	const clients, each = 8, 24
 	p, d := doortest.New(t, "p"), doortest.New(t, "d")
