@@ -76,9 +76,9 @@ type routerFlags struct {
 // fixed cost per fetch (the client's response handling, a Pebble commit, a
 // scheduler wake-up) besides its cost per record, and every replica tails
 // every peer's decisions: at ~1,800 decisions/s, fetches answered at 256 KiB
-// or 10 ms (~6 ms apart) cost a peer 133–152 µs of CPU per applied decision
-// and these 84–98 µs, the answering replica 466–542 and 405–419 µs
-// (`bench scale`, docs/scaling.md). The price is apply lag: on a quiet log
+// or 10 ms (~6 ms apart) cost a peer 117–139 µs of CPU per applied decision
+// and these 90–92 µs, in three alternated `bench scale` runs each
+// (docs/scaling.md, "Fewer, larger fetches"). The price is apply lag: on a quiet log
 // a record waits up to defaultFetchMaxWait to be applied, which `after`
 // waits and a replica's view of its peers' decisions feel; its own
 // decisions count at once.
