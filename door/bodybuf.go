@@ -13,11 +13,11 @@ import "sync"
 //   - the client's body when serve returns: the door alone reads it, and
 //     what outlives the request (token ids, the model name, error
 //     messages) is copied out of it;
-//   - an engine request's body when post returns. The door's transport
-//     writes a plain-http request on the caller's goroutine and is done with
-//     its body when RoundTrip returns (enginetransport.go); net/http's,
-//     which the door uses for https engines, may still be writing it then,
-//     so post gives that one a copy of its own.
+//   - an engine request's body when post returns: the engine transport never
+//     reads a body after its RoundTrip returns. It writes a plain-http
+//     request on the caller's goroutine, and gives net/http's Transport,
+//     which serves https engines and may still be writing a body then, a
+//     copy of its own (enginetransport.go).
 
 // maxPooledBody is the largest buffer kept for reuse: a rare huge prompt
 // must not pin its size in the pool.

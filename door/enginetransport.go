@@ -2,6 +2,7 @@ package door
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -95,9 +96,18 @@ func (b *budgetReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// RoundTrip implements http.RoundTripper.
+// RoundTrip implements http.RoundTripper. It never reads req's body after
+// it returns, whatever the scheme: the door reuses the body's buffer then
+// (bodybuf.go).
 func (t *engineTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if req.URL.Scheme != "http" {
+		// net/http's Transport may still be writing a body after its
+		// RoundTrip returned (an engine that answered before reading it
+		// all): it gets a copy of its own.
+		req, err := withOwnBody(req)
+		if err != nil {
+			return nil, err
+		}
 		return t.https.RoundTrip(req)
 	}
 	addr := req.URL.Host
@@ -130,6 +140,23 @@ func (t *engineTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		req = again
 	}
+}
+
+// withOwnBody returns req with its body read into a buffer of its own,
+// which nothing else refers to (req itself when it has no body).
+func withOwnBody(req *http.Request) (*http.Request, error) {
+	if req.Body == nil || req.Body == http.NoBody {
+		return req, nil
+	}
+	b, err := io.ReadAll(req.Body)
+	req.Body.Close()
+	if err != nil {
+		return nil, err
+	}
+	own := req.Clone(req.Context())
+	own.Body, own.ContentLength = io.NopCloser(bytes.NewReader(b)), int64(len(b))
+	own.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(b)), nil }
+	return own, nil
 }
 
 // closedByPeer: err is what a connection the other end closed gives (and

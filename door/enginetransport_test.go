@@ -203,6 +203,45 @@ func TestEngineTransportHTTPS(t *testing.T) {
 	}
 }
 
+// lateReader is an https transport that answers at once and reads the
+// request's body only when told to, as net/http's may when an engine
+// answers before it has read the whole request.
+type lateReader struct {
+	read chan struct{}
+	got  chan []byte
+}
+
+func (l lateReader) RoundTrip(req *http.Request) (*http.Response, error) {
+	go func() {
+		<-l.read
+		b, _ := io.ReadAll(req.Body)
+		req.Body.Close()
+		l.got <- b
+	}()
+	return &http.Response{StatusCode: 200, Body: http.NoBody, Request: req}, nil
+}
+
+// TestEngineTransportHTTPSBodyIsItsOwn: the door reuses a body's buffer once
+// RoundTrip returns (bodybuf.go), so what net/http reads after that must be
+// a copy: the engine gets the request it was sent, not the next one.
+func TestEngineTransportHTTPSBodyIsItsOwn(t *testing.T) {
+	late := lateReader{read: make(chan struct{}), got: make(chan []byte, 1)}
+	tr := &engineTransport{dial: (&net.Dialer{}).DialContext, firstByte: 5 * time.Second, maxHeaderBytes: DefaultMaxHeaderBytes, maxIdlePerHost: 4, idleTimeout: time.Minute,
+		https: late}
+	buf := []byte(`{"prompt":[1,2,3]}`)
+	req, _ := http.NewRequest(http.MethodPost, "https://engine.invalid/v1/completions", bytes.NewReader(buf))
+	resp, err := tr.RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	copy(buf, `{"prompt":[9,9,9]}`) // the buffer's next request
+	close(late.read)
+	if got := <-late.got; string(got) != `{"prompt":[1,2,3]}` {
+		t.Fatalf("the https transport read %s, want the request it was given", got)
+	}
+}
+
 // BenchmarkEngineTransport: one streamed completion (4 token chunks) from
 // a loopback engine, read to its end, through net/http's Transport and
 // through the door's engine transport: what each costs a request on the

@@ -9,7 +9,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/pdrouter/pdrouter/internal/rejects"
@@ -95,11 +94,9 @@ const maxErrorBody = 64 << 10
 // post sends body to url. ctx carries the call's total deadline and the
 // client's cancellation. A 2xx answer is returned for the caller to read
 // (and close); anything else is a failure. The caller may reuse body's
-// buffer once post returns (bodybuf.go).
+// buffer once post returns: the engine transport is done with it then
+// (bodybuf.go).
 func (u *upstream) post(ctx, clientCtx context.Context, url, requestID string, body []byte) (*http.Response, *failure) {
-	if len(url) < len("http://") || !strings.EqualFold(url[:len("http://")], "http://") {
-		body = bytes.Clone(body) // net/http's Transport may still read it after RoundTrip
-	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
 	if err != nil {
 		return nil, &failure{err: badGateway("upstream_unreachable", "the worker's http_url is not a URL: "+err.Error()), retriable: true, code: "upstream_unreachable"}
