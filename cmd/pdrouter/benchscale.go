@@ -23,6 +23,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/pdrouter/pdrouter/api/loadgen"
+	"github.com/pdrouter/pdrouter/internal/memlimit"
 	"github.com/pdrouter/pdrouter/internal/scalemodel"
 	"github.com/pdrouter/pdrouter/migrations"
 )
@@ -112,6 +113,11 @@ const scaleTolerance = 0.20
 func (b *scaleBench) run(ctx context.Context) error {
 	if b.cores <= 0 || b.cfg.Clients < 1 || b.cfg.MinTokens < 1 || b.cfg.MaxTokens < b.cfg.MinTokens || b.cfg.DecodeWorkers < 1 {
 		return errors.New("bench scale: need --cores > 0, --clients ≥ 1, 1 ≤ --min-tokens ≤ --max-tokens, --decode-workers ≥ 1")
+	}
+	// Refused here, not by replicas that would fail to start after the
+	// bench made their topics.
+	if _, err := memlimit.Plan(memlimit.Config{Limit: b.memory}, memlimit.SystemDeps(b.a.env)); err != nil {
+		return fmt.Errorf("--replica-memory-limit: %w", err)
 	}
 	b.brokers = b.a.kafka.Brokers
 	if len(b.brokers) == 0 {

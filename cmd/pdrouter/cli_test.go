@@ -134,6 +134,7 @@ func TestBadInputIsAPreciseError(t *testing.T) {
 		{map[string]string{"PDR_LATENCY_MODEL_MAX_ENTRIES": "0"}, []string{"serve", "--brokers", "127.0.0.1:1"}, "--latency-model-max-entries 0"},
 		{nil, []string{"sim", "compare", "--load-scale", "0"}, "--load-scale 0: must be in (0, 100]"},
 		{nil, []string{"sim", "compare", "--shapes", "2P6D,3P6D"}, "a sweep splits one fleet"},
+		{nil, []string{"bench", "scale", "--replica-memory-limit", "lots"}, `--replica-memory-limit: --memory-limit "lots"`},
 		{nil, []string{"serve", "--brokers", "127.0.0.1:1", "--fetch-max-wait", "5ms"}, "--fetch-max-wait 5ms: want at least 1 byte and 10ms"},
 		{map[string]string{"PDR_FETCH_MIN_BYTES": "0"}, []string{"serve", "--brokers", "127.0.0.1:1"}, "--fetch-min-bytes 0, --fetch-max-wait 50ms: want at least 1 byte and 10ms"},
 		{map[string]string{"PDR_SIM_VIA": "carrier-pigeon"}, []string{"dev", "--sim"}, `--sim-via "carrier-pigeon": want route or door`},
