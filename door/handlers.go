@@ -54,7 +54,7 @@ func (d *Door) serve(c *gin.Context, k kind) {
 		d.fail(c, perr.Error)
 		return
 	}
-	defer putBodyBuffer(req.fields.raw) // read gave a refused request's back
+	defer putBodyBuffer(req.fields.raw) // only an accepted one: read gives a refused one's back
 	ids := req.tokenIDs
 	if ids == nil {
 		var f *failure
