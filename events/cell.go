@@ -1,0 +1,151 @@
+package events
+
+import (
+	"encoding/binary"
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// Cells: partition ownership.
+//
+// A replica group applies every record of its topics, so every replica
+// pays for every worker's KV events and every peer's decisions
+// (docs/scaling.md). A cell is the share of the log one group applies
+// instead: cell i of n holds the partitions p with p mod n = i, of every
+// topic. Every record about a worker is keyed by the worker's id
+// (WorkerKey), and Kafka's default partitioner (murmur2 of the key, modulo
+// the partition count; franz-go's default too) puts it in partition
+// murmur2(id) mod P. When n divides every topic's P, that partition's cell
+// is murmur2(id) mod n whatever the topic: a worker's registration, KV
+// events, load samples, and the decisions and outcomes keyed by it as the
+// decode worker, all fall in one cell, chosen by the key alone. So a
+// cell's replicas see whole workers, decide among them, and their own
+// decisions land back in their cell; the state of a cell is the state of
+// its partitions, and replaying those partitions rebuilds it.
+//
+// The invariant this rests on: n divides the partition count of every
+// topic (CheckPartitionCount). The topics' defaults (16, 8, 4, 16, 16)
+// allow 1, 2 and 4 cells.
+
+// MaxCells bounds the cell count: no more than the most partitions a topic
+// may be declared with (migrations).
+const MaxCells = 10000
+
+// Cell names the share of the log a replica applies. The zero value, like
+// any Count ≤ 1, is the whole log.
+type Cell struct {
+	Index int32
+	Count int32
+}
+
+// Whole reports whether c is the whole log.
+func (c Cell) Whole() bool { return c.Count <= 1 }
+
+func (c Cell) String() string {
+	if c.Whole() {
+		return "0/1"
+	}
+	return strconv.Itoa(int(c.Index)) + "/" + strconv.Itoa(int(c.Count))
+}
+
+// ParseCell reads "i/n": cell i of n, 0 ≤ i < n ≤ MaxCells. "0/1" is the
+// whole log.
+func ParseCell(s string) (Cell, error) {
+	is, ns, ok := strings.Cut(s, "/")
+	i, err1 := strconv.ParseInt(is, 10, 32)
+	n, err2 := strconv.ParseInt(ns, 10, 32)
+	if !ok || err1 != nil || err2 != nil {
+		return Cell{}, fmt.Errorf("cell %q: want i/n, e.g. 0/4 (cell 0 of 4)", s)
+	}
+	if n < 1 || n > MaxCells || i < 0 || i >= n {
+		return Cell{}, fmt.Errorf("cell %q: want 0 ≤ i < n ≤ %d", s, MaxCells)
+	}
+	return Cell{Index: int32(i), Count: int32(n)}, nil
+}
+
+// OwnsPartition reports whether partition p of any topic is in c.
+func (c Cell) OwnsPartition(p int32) bool {
+	return c.Whole() || (p >= 0 && p%c.Count == c.Index)
+}
+
+// OwnsKey reports whether the default partitioner puts a record keyed key
+// in c, for any topic whose partition count c.Count divides.
+func (c Cell) OwnsKey(key []byte) bool {
+	return c.Whole() || KeyPartition(key, c.Count) == c.Index
+}
+
+// OwnsWorker reports whether worker id's records are in c.
+func (c Cell) OwnsWorker(id string) bool { return c.OwnsKey(WorkerKey(id)) }
+
+// CellOfWorker returns the cell of n that holds worker id's records.
+func CellOfWorker(id string, n int32) Cell {
+	if n <= 1 {
+		return Cell{}
+	}
+	return Cell{Index: KeyPartition(WorkerKey(id), n), Count: n}
+}
+
+// CheckPartitionCount returns an error unless c can own whole workers of
+// a topic with n partitions: c.Count must divide n.
+func (c Cell) CheckPartitionCount(topic string, n int) error {
+	if c.Whole() || (n > 0 && n%int(c.Count) == 0) {
+		return nil
+	}
+	return fmt.Errorf("cell %s: topic %s has %d partitions, not a multiple of %d, so one worker's records would fall in different cells (run %d cells, or recreate the topics with a multiple of %d partitions)",
+		c, topic, n, c.Count, largestCellCount(n, c.Count), c.Count)
+}
+
+// largestCellCount is the largest count ≤ want that divides n (1 at worst).
+func largestCellCount(n int, want int32) int32 {
+	for k := want; k > 1; k-- {
+		if n > 0 && n%int(k) == 0 {
+			return k
+		}
+	}
+	return 1
+}
+
+// KeyPartition is the partition, of n, that Kafka's default partitioner
+// gives a record keyed key: the positive part of murmur2 (Kafka's variant,
+// seed 0x9747b28c) modulo n. Producers in Java, librdkafka's
+// murmur2_random and franz-go's defaults all agree on it.
+func KeyPartition(key []byte, n int32) int32 {
+	if n <= 1 {
+		return 0
+	}
+	return int32(murmur2(key)&0x7fffffff) % n
+}
+
+// murmur2 is Kafka's 32-bit MurmurHash2 (Utils.murmur2).
+func murmur2(b []byte) uint32 {
+	const (
+		seed = 0x9747b28c
+		m    = 0x5bd1e995
+		r    = 24
+	)
+	h := uint32(seed) ^ uint32(len(b))
+	for ; len(b) >= 4; b = b[4:] {
+		k := binary.LittleEndian.Uint32(b)
+		k *= m
+		k ^= k >> r
+		k *= m
+		h *= m
+		h ^= k
+	}
+	switch len(b) {
+	case 3:
+		h ^= uint32(b[2]) << 16
+		fallthrough
+	case 2:
+		h ^= uint32(b[1]) << 8
+		fallthrough
+	case 1:
+		h ^= uint32(b[0])
+		h *= m
+	}
+	h ^= h >> 13
+	h *= m
+	h ^= h >> 15
+	return h
+}
