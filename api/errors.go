@@ -35,6 +35,10 @@ func unprocessable(code, field, msg string) *Error {
 	return &Error{Status: http.StatusUnprocessableEntity, Code: code, Field: field, Message: msg}
 }
 
+func misdirected(code, field, msg string) *Error {
+	return &Error{Status: http.StatusMisdirectedRequest, Code: code, Field: field, Message: msg}
+}
+
 func notFound(code, msg string) *Error {
 	return &Error{Status: http.StatusNotFound, Code: code, Message: msg}
 }

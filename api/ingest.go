@@ -93,6 +93,9 @@ func (s *Server) checkRank(ctx context.Context, id string, rank uint32) error {
 	if err := events.ValidateDPRank(rank); err != nil {
 		return unprocessable("invalid_value", "dp_rank", err.Error())
 	}
+	if err := s.checkKeyCell(events.WorkerKey(id)); err != nil {
+		return err // not unknown_worker: another cell's replicas know it
+	}
 	dpSize, ok := s.registered(ctx, id)
 	if !ok {
 		return unprocessable("unknown_worker", "worker_id", fmt.Sprintf(
@@ -345,6 +348,10 @@ func (s *Server) deregisterWorker(c *gin.Context) {
 		fail(c, unprocessable("invalid_value", "worker_id", err.Error()))
 		return
 	}
+	if err := s.checkKeyCell(events.WorkerKey(id)); err != nil {
+		fail(c, err)
+		return
+	}
 	known := false
 	for _, w := range s.deps.State.Workers() {
 		known = known || w.WorkerID == id
@@ -387,6 +394,12 @@ func (s *Server) appendAndAnswer(c *gin.Context, key []byte, msg proto.Message) 
 }
 
 func (s *Server) appendRecords(c *gin.Context, r ...*kgoRecord) {
+	for _, rec := range r {
+		if err := s.checkKeyCell(rec.Key); err != nil {
+			fail(c, err)
+			return
+		}
+	}
 	ctx, cancel := context.WithTimeout(c.Request.Context(), s.cfg.auditTimeout)
 	defer cancel()
 	pos, err := s.deps.Log.Append(ctx, r...)

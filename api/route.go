@@ -140,6 +140,9 @@ func (s *Server) parseRoute(c *gin.Context) (*parsed, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := s.checkAfterCell(after); err != nil {
+		return nil, err
+	}
 	p.after = after
 	return p, nil
 }

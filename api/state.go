@@ -152,6 +152,9 @@ type WorkerLoad struct {
 
 // StateStatus is the body of GET /v1/state.
 type StateStatus struct {
+	// Cell is the share of the log the state holds, "i/n" ("0/1": the
+	// whole log).
+	Cell string `json:"cell"`
 	// Applied is the offset vector the state reflects.
 	Applied map[string]map[string]int64 `json:"applied"`
 	// Lag per topic and partition: end offset minus applied.

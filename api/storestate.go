@@ -139,7 +139,7 @@ func (s *StoreState) Workers() []WorkerStatus {
 
 // Status implements State.
 func (s *StoreState) Status(ctx context.Context) (StateStatus, error) {
-	st := StateStatus{Applied: map[string]map[string]int64{}, Lag: map[string]map[string]int64{}}
+	st := StateStatus{Cell: s.Store.Cell().String(), Applied: map[string]map[string]int64{}, Lag: map[string]map[string]int64{}}
 	for _, o := range s.Store.Offsets() {
 		put(st.Applied, o.Topic, o.Partition, o.Next)
 	}

@@ -2,6 +2,7 @@ package events
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -86,24 +87,38 @@ func CellOfWorker(id string, n int32) Cell {
 	return Cell{Index: KeyPartition(WorkerKey(id), n), Count: n}
 }
 
-// CheckPartitionCount returns an error unless c can own whole workers of
-// a topic with n partitions: c.Count must divide n.
-func (c Cell) CheckPartitionCount(topic string, n int) error {
-	if c.Whole() || (n > 0 && n%int(c.Count) == 0) {
+// ErrCellPartitions is matched by the error of a topic whose partition
+// count the cell count does not divide.
+var ErrCellPartitions = errors.New("partition count not a multiple of the cell count")
+
+// CheckPartitionCounts returns an error matching ErrCellPartitions unless
+// c can own whole workers of topics with these partition counts: c.Count
+// must divide every one. The error names the first topic that breaks it
+// and the cell counts the topics allow (the divisors of their counts'
+// greatest common divisor).
+func (c Cell) CheckPartitionCounts(topics []string, counts []int) error {
+	if c.Whole() {
 		return nil
 	}
-	return fmt.Errorf("cell %s: topic %s has %d partitions, not a multiple of %d, so one worker's records would fall in different cells (run %d cells, or recreate the topics with a multiple of %d partitions)",
-		c, topic, n, c.Count, largestCellCount(n, c.Count), c.Count)
+	g := 0
+	for _, n := range counts {
+		g = gcd(g, n)
+	}
+	for i, n := range counts {
+		if n > 0 && n%int(c.Count) == 0 {
+			continue
+		}
+		return fmt.Errorf("%w: cell %s: topic %s has %d partitions, not a multiple of %d, so one worker's records would fall in different cells; these topics allow a cell count that divides %d, or recreate them with multiples of %d partitions",
+			ErrCellPartitions, c, topics[i], n, c.Count, g, c.Count)
+	}
+	return nil
 }
 
-// largestCellCount is the largest count ≤ want that divides n (1 at worst).
-func largestCellCount(n int, want int32) int32 {
-	for k := want; k > 1; k-- {
-		if n > 0 && n%int(k) == 0 {
-			return k
-		}
+func gcd(a, b int) int {
+	for b != 0 {
+		a, b = b, a%b
 	}
-	return 1
+	return a
 }
 
 // KeyPartition is the partition, of n, that Kafka's default partitioner

@@ -1,6 +1,7 @@
 package events
 
 import (
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"strings"
@@ -91,19 +92,27 @@ func TestParseCell(t *testing.T) {
 	}
 }
 
-func TestCheckPartitionCount(t *testing.T) {
+func TestCheckPartitionCounts(t *testing.T) {
 	c := Cell{Index: 1, Count: 4}
-	for n, ok := range map[int]bool{4: true, 8: true, 16: true, 6: false, 2: false, 0: false} {
-		err := c.CheckPartitionCount("workers", n)
-		if (err == nil) != ok {
-			t.Errorf("%d partitions: %v", n, err)
+	topics := []string{"kv-events", "load", "workers"}
+	for _, tc := range []struct {
+		counts []int
+		want   string // "" for no error
+	}{
+		{[]int{16, 8, 4}, ""},
+		{[]int{16, 8, 6}, "topic workers has 6 partitions, not a multiple of 4, so one worker's records would fall in different cells; these topics allow a cell count that divides 2"},
+		{[]int{16, 2, 4}, "topic load has 2 partitions"},
+		{[]int{0, 8, 4}, "topic kv-events has 0 partitions"},
+	} {
+		err := c.CheckPartitionCounts(topics, tc.counts)
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("%v: %v", tc.counts, err)
+		case tc.want != "" && (!errors.Is(err, ErrCellPartitions) || !strings.Contains(err.Error(), tc.want)):
+			t.Errorf("%v: %v, want it to say %q", tc.counts, err, tc.want)
 		}
 	}
-	err := c.CheckPartitionCount("workers", 6)
-	if want := "run 3 cells"; err == nil || !strings.Contains(err.Error(), want) {
-		t.Errorf("error %v: want it to say %q", err, want)
-	}
-	if err := (Cell{}).CheckPartitionCount("x", 7); err != nil {
+	if err := (Cell{}).CheckPartitionCounts([]string{"x"}, []int{7}); err != nil {
 		t.Errorf("the whole log owns any topic: %v", err)
 	}
 }

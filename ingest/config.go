@@ -28,6 +28,10 @@ type Config struct {
 	// WatchWorkers follows the workers topic: registrations with a
 	// kv_events_endpoint become sources, tombstones remove them.
 	WatchWorkers bool
+	// Cell limits WatchWorkers to the workers of one cell of the log
+	// (events.Cell): each cell's ingest then reads its own engines, and no
+	// engine is read twice. The zero value is every worker.
+	Cell events.Cell
 
 	// ReplayTimeout bounds one replay request (default 5s).
 	ReplayTimeout time.Duration

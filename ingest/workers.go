@@ -83,6 +83,9 @@ func (ing *Ingest) applyWorker(r *kgo.Record) {
 	if !ok {
 		return
 	}
+	if !ing.cfg.Cell.OwnsWorker(reg.GetWorkerId()) {
+		return // another cell's ingest reads it
+	}
 	ing.mu.Lock()
 	ing.regs[reg.GetWorkerId()] = reg
 	ing.mu.Unlock()

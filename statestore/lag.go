@@ -30,7 +30,8 @@ type Lag struct {
 	Unknown int
 }
 
-// Lag lists the end (and start) offsets of every partition and subtracts
+// Lag lists the end (and start) offsets of every partition of the store's
+// cell (all of them, for the whole log) and subtracts
 // what the store applied. A partition the store never read counts from its
 // log start, so a partition emptied by retention is not lag. This is a
 // round trip to the brokers: callers that poll (readiness probes) should
@@ -49,7 +50,7 @@ func (m *Materializer) Lag(ctx context.Context) (Lag, error) {
 	var out Lag
 	ends.Each(func(lo kadm.ListedOffset) {
 		t, ok := m.names.Logical(lo.Topic)
-		if !ok {
+		if !ok || !m.s.opts.Cell.OwnsPartition(lo.Partition) {
 			return
 		}
 		if lo.Err != nil {

@@ -51,7 +51,8 @@ type MaterializerOptions struct {
 	FetchMaxWait  time.Duration
 }
 
-// Materializer tails every partition of the five topics into a Store.
+// Materializer tails every partition of the five topics into a Store, or
+// of the store's cell (Options.Cell) only.
 //
 // It consumes directly, with no consumer group: every replica reads every
 // partition, and its position is the offset vector stored in Pebble, not a
@@ -129,10 +130,16 @@ func (m *Materializer) discover(ctx context.Context) (map[string]map[int32]kgo.O
 	if err != nil {
 		return nil, err
 	}
+	if err := m.checkCell(ends); err != nil {
+		return nil, err
+	}
 	stored := m.s.Offsets()
 	add := map[string]map[int32]kgo.Offset{}
 	m.incomplete = false
 	ends.Each(func(lo kadm.ListedOffset) {
+		if !m.s.opts.Cell.OwnsPartition(lo.Partition) {
+			return // another cell's
+		}
 		if lo.Err != nil {
 			m.incomplete = true
 			return // a topic not created yet, or a partition without a leader: found on a later discovery
@@ -211,6 +218,9 @@ func (m *Materializer) run(ctx context.Context, done func() bool) error {
 			start, err = m.discover(ctx)
 			if err == nil && len(start) > 0 {
 				break
+			}
+			if errors.Is(err, events.ErrCellPartitions) {
+				return err
 			}
 			if err != nil && ctx.Err() == nil {
 				m.log.Warn("statestore: listing partitions failed; retrying", "err", err)
@@ -296,7 +306,11 @@ func (m *Materializer) run(ctx context.Context, done func() bool) error {
 		}
 		if every := m.o.DiscoverEvery; time.Since(lastDiscover) >= every || (m.incomplete && time.Since(lastDiscover) >= time.Second) {
 			lastDiscover = time.Now()
-			if add, err := m.discover(ctx); err == nil && len(add) > 0 {
+			add, err := m.discover(ctx)
+			if errors.Is(err, events.ErrCellPartitions) {
+				return err
+			}
+			if err == nil && len(add) > 0 {
 				m.log.Info("statestore: new partitions", "partitions", fmt.Sprint(add))
 				m.cl.AddConsumePartitions(add)
 			}
@@ -308,6 +322,24 @@ func (m *Materializer) run(ctx context.Context, done func() bool) error {
 			}
 		}
 	}
+}
+
+// checkCell returns an error matching events.ErrCellPartitions when a
+// topic's partition count breaks the store's cell: its records of one
+// worker would fall in different cells (events/cell.go). Checked at every
+// discovery, because partitions added to a topic move keys.
+func (m *Materializer) checkCell(ends kadm.ListedOffsets) error {
+	if m.s.opts.Cell.Whole() {
+		return nil
+	}
+	var topics []string
+	var counts []int
+	for _, t := range m.physicalTopics() {
+		if ps, ok := ends[t]; ok {
+			topics, counts = append(topics, t), append(counts, len(ps))
+		}
+	}
+	return m.s.opts.Cell.CheckPartitionCounts(topics, counts)
 }
 
 // transientOutOfRange tells a real "offset no longer in the log" from a

@@ -83,6 +83,15 @@ type Options struct {
 	// (conditional-disagg.md, requirements); default 60 s.
 	KvEventsMissingAfter time.Duration
 
+	// Cell is the share of the log this store holds (events/cell.go): the
+	// materializer consumes the cell's partitions only, and Open refuses a
+	// store that holds offsets of another cell's partitions, since its
+	// state is not the cell's. The zero value is the whole log. The cell
+	// is not stored: the state of a cell is the state of its partitions,
+	// which the stored offsets name, so a cell's store and a store rebuilt
+	// from the same partitions (explain's) are the same bytes.
+	Cell events.Cell
+
 	// MaxWorkers caps the registered worker ids (--max-workers); default
 	// DefaultMaxWorkers. A registration of a new id beyond it is skipped
 	// on apply and counted (too_many_workers). The cap shapes the state, so
@@ -275,12 +284,34 @@ func Open(dir string, o Options) (*Store, error) {
 	}
 	s.st = st
 	s.committed = st.sortedOffsets()
+	if err := checkCellOffsets(o.Cell, s.committed); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("statestore: %s: %w", dir, err)
+	}
 	s.checkSlotFlags(true)
 	s.met.observeState(st)
 	s.log.Info("statestore: ready", "dir", dir, "workers", len(st.workers), "blocks", st.tierBlocks[TierDevice]+st.tierBlocks[TierHost]+st.tierBlocks[TierDisk],
 		"active_requests", st.act.active, "took", time.Since(start).Round(time.Millisecond))
 	return s, nil
 }
+
+// ErrWrongCell is matched by the error of opening a store that holds
+// partitions outside the cell it is opened for.
+var ErrWrongCell = errors.New("the store holds another cell's partitions")
+
+// checkCellOffsets refuses offsets of partitions outside c.
+func checkCellOffsets(c events.Cell, offs Offsets) error {
+	for _, o := range offs {
+		if !c.OwnsPartition(o.Partition) {
+			return fmt.Errorf("%w: it has applied %s/%d, which cell %s does not own; it was built for another cell or the whole log: delete it to rebuild the cell by replay",
+				ErrWrongCell, o.Topic, o.Partition, c)
+		}
+	}
+	return nil
+}
+
+// Cell is the share of the log the store holds.
+func (s *Store) Cell() events.Cell { return s.opts.Cell }
 
 // pebbleOptions: the WAL is off because Kafka is the log. A crash loses
 // the memtable, and with it only whole batches (each batch, offsets

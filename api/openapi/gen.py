@@ -138,9 +138,10 @@ schemas = {
     }, ["worker_id", "pool", "model", "block_size", "cached_blocks", "load", "kv_events_missing",
         "kv_events_block_size", "kv_block_size_mismatch"]),
     "Workers": obj({"workers": {"type": "array", "items": ref("WorkerStatus")}}, ["workers"]),
-    "State": obj({"applied": OFFSETS, "lag": OFFSETS, "total_lag": I64, "digest": STR,
+    "State": obj({"cell": {"type": "string", "description": "the share of the log the state holds, i/n (0/1: the whole log)"},
+                  "applied": OFFSETS, "lag": OFFSETS, "total_lag": I64, "digest": STR,
                   "snapshot": {"type": "object", "nullable": True, "additionalProperties": True}},
-                 ["applied", "lag", "total_lag", "digest", "snapshot"]),
+                 ["cell", "applied", "lag", "total_lag", "digest", "snapshot"]),
     "Explanation": {"type": "object", "additionalProperties": True,
                     "description": "replay.Explanation: the pure recompute from the record, the candidate table, runner-up and margin, and the deciding rule",
                     "required": ["pure_check"],
@@ -174,6 +175,7 @@ def errors(*codes, body=False):
              "408": "the body did not arrive within the read timeout (request_timeout)",
              "409": "conflict: the request_id was decided for another request (request_id_conflict)",
              "413": "too large",
+             "421": "the worker or partition is in another cell than this replica's (wrong_cell; the message names the cell)",
              "431": "the request line and headers are over the limit (headers_too_large)", "415": "not JSON", "422": "well-formed but invalid",
              "503": "not ready, or the log cannot take more (Retry-After)", "504": "a wait bound ran out",
              "410": "the replica holds the decision, but the decisions topic no longer holds its record (its retention is shorter)",
@@ -189,7 +191,7 @@ def op(summary, responses, body=None, params=None):
     return o
 
 ID = lambda name, desc: {"name": name, "in": "path", "required": True, "schema": {"type": "string"}, "description": desc}
-INGEST_ERRS = errors("400", "401", "413", "415", "422", "503", body=True)
+INGEST_ERRS = errors("400", "401", "413", "415", "421", "422", "503", body=True)
 
 doc = {
     "openapi": "3.0.3",
@@ -203,7 +205,7 @@ doc = {
     "paths": {
         "/v1/route": {"post": op("Decide where a request goes", {
             "200": resp("the decision (made durable on the decisions topic before answering)", ref("RouteResponse")),
-            **errors("400", "401", "409", "410", "415", "422", "500", "503", "504", body=True),
+            **errors("400", "401", "409", "410", "415", "421", "422", "500", "503", "504", body=True),
             "413": resp("too large: the body, the prompt, or the decision's record (not retryable: the same request fails the same way)", ref("RouteTooLarge"))},
             body=ref("RouteRequest"),
             params=[{"name": "explain", "in": "query", "schema": {"type": "string", "enum": ["true", "false"]},
@@ -215,7 +217,7 @@ doc = {
             "200": resp("the explanation", ref("Explanation")), **errors("401", "404", "410", "500", "503")},
             params=[ID("decision_id", "a decision id")])},
         "/v1/requests/{request_id}/events": {"post": op("A request lifecycle event (frees accounting)", {
-            "202": resp("written; the offsets it was written at", ref("IngestAccepted")), **errors("400", "401", "404", "413", "415", "422", "503", body=True)},
+            "202": resp("written; the offsets it was written at", ref("IngestAccepted")), **errors("400", "401", "404", "413", "415", "421", "422", "503", body=True)},
             body=ref("RequestEvent"), params=[ID("request_id", "the request id of a routed request")])},
         "/v1/workers": {
             "post": op("Register a worker (the last registration wins)", {"202": resp("written", ref("IngestAccepted")), **INGEST_ERRS},
@@ -223,7 +225,7 @@ doc = {
             "get": op("Every worker with its status", {"200": resp("workers", ref("Workers")), **errors("401")}),
         },
         "/v1/workers/{worker_id}": {"delete": op("Deregister a worker and purge its cached blocks", {
-            "202": resp("tombstone written", ref("IngestAccepted")), **errors("401", "404", "422", "503")},
+            "202": resp("tombstone written", ref("IngestAccepted")), **errors("401", "404", "421", "422", "503")},
             params=[ID("worker_id", "a worker id")])},
         "/v1/events/kv": {"post": op("KV cache events of one worker", {"202": resp("written", ref("IngestAccepted")), **INGEST_ERRS},
                                      body=ref("KvEvents"))},

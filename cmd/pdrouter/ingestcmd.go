@@ -131,7 +131,10 @@ func (f *ingestFlags) config(a *app) (ingest.Config, error) {
 }
 
 func newIngestCmd(a *app) *cobra.Command {
-	var f ingestFlags
+	var (
+		f    ingestFlags
+		cell string
+	)
 	cmd := &cobra.Command{
 		Use:   "ingest",
 		Short: "Read engines' KV events and load into Kafka",
@@ -154,6 +157,9 @@ workers topic (--watch-workers), and --bind for engines that connect.`,
 			cfg, err := f.config(a)
 			if err != nil {
 				return err
+			}
+			if cfg.Cell, err = events.ParseCell(cell); err != nil {
+				return fmt.Errorf("--cell: %w", err)
 			}
 			if err := a.tuneMemory(); err != nil {
 				return err
@@ -184,6 +190,7 @@ workers topic (--watch-workers), and --bind for engines that connect.`,
 		},
 	}
 	f.bindFlags(cmd.Flags())
+	cmd.Flags().StringVar(&cell, "cell", "0/1", "with --watch-workers, read only the engines of the workers in this cell of the log, i/n (see `serve --cell`)")
 	return cmd
 }
 

@@ -60,6 +60,9 @@ type routerFlags struct {
 	maxAfterPartitions    int
 	// maxWorkers is statestore.Options.MaxWorkers and the API's cap.
 	maxWorkers int
+	// cell is --cell; parsed into cellOf by validate.
+	cell   string
+	cellOf events.Cell
 	// latencyWindow and latencyMaxEntries shape the online latency model
 	// (statestore.Options.LatencyModel, docs/slo-policy.md).
 	latencyWindow     time.Duration
@@ -112,6 +115,7 @@ func (f *routerFlags) bindFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&f.maxAfterPartitions, "max-after-partitions", 1024, "most entries, topics and partitions together, in the \"after\" vector of /v1/route (422 above)")
 	fs.DurationVar(&f.latencyWindow, "latency-model-window", latmodel.DefaultBuckets*latmodel.DefaultBucketWidth, "event time of outcomes the slo policy's latency model learns from (a multiple of 30s). Give every replica the same value: it shapes the state they compare")
 	fs.IntVar(&f.latencyMaxEntries, "latency-model-max-entries", latmodel.DefaultMaxEntries, "most decisions and outcomes the latency model holds while it joins them; facts beyond it are dropped and counted in pdrouter_latency_model_dropped_total{reason=\"max_entries\"}")
+	fs.StringVar(&f.cell, "cell", "0/1", "the cell of the log this replica applies and answers for, i/n: partitions p with p mod n = i of every topic, and so the workers whose ids hash there (docs/scaling.md, Cells). n must divide every topic's partition count; every replica of a cell gives the same value. 0/1 is the whole log")
 	fs.IntVar(&f.maxWorkers, "max-workers", statestore.DefaultMaxWorkers, "most registered worker ids: a registration of a new id beyond it is answered 422 too_many_workers and skipped by every replica that applies it. Give every replica the same value: it shapes the state they compare")
 	fs.IntVar(&f.decisionMaxCandidates, "decision-max-candidates", api.DefaultDecisionMaxCandidates, "candidate rows a decision record keeps: the picked workers, then the best ranked others; the record counts the rows it leaves out")
 	fs.IntVar(&f.decisionRecordMaxBytes, "decision-record-max-bytes", api.DefaultDecisionRecordMaxBytes, fmt.Sprintf("largest decision record value, in bytes (%d to %d): hash chains are cut to fit, and a decision whose record still does not fit is answered 413 decision_record_too_large; keep it below the decisions topic's max.message.bytes (serve warns)", api.MinDecisionRecordMaxBytes, api.MaxDecisionRecordMaxBytes))
@@ -140,6 +144,11 @@ func (f *routerFlags) validate() error {
 	if f.maxWorkers < 1 {
 		return fmt.Errorf("--max-workers %d: want at least 1", f.maxWorkers)
 	}
+	c, err := events.ParseCell(f.cell)
+	if err != nil {
+		return fmt.Errorf("--cell: %w", err)
+	}
+	f.cellOf = c
 	if f.decisionMaxCandidates < api.MinDecisionMaxCandidates || f.decisionRecordMaxBytes < api.MinDecisionRecordMaxBytes || f.decisionRecordMaxBytes > api.MaxDecisionRecordMaxBytes {
 		return fmt.Errorf("--decision-max-candidates %d, --decision-record-max-bytes %d: want at least %d rows, and %d to %d bytes",
 			f.decisionMaxCandidates, f.decisionRecordMaxBytes, api.MinDecisionMaxCandidates, api.MinDecisionRecordMaxBytes, api.MaxDecisionRecordMaxBytes)
@@ -187,7 +196,7 @@ func (r *routerRun) storeOptions(cfg decider.Config, reg prometheus.Registerer) 
 	return statestore.Options{
 		Names: r.a.names(), Logger: r.a.log, Registerer: reg,
 		ActiveExpiry: cfg.ActiveRequestExpiry, Approximate: cfg.Approximate(),
-		DecisionRetention: r.f.decisionRetention, MaxWorkers: r.f.maxWorkers,
+		DecisionRetention: r.f.decisionRetention, MaxWorkers: r.f.maxWorkers, Cell: r.f.cellOf,
 		LatencyModel: latmodel.Config{Buckets: int(r.f.latencyWindow / latmodel.DefaultBucketWidth), MaxEntries: r.f.latencyMaxEntries},
 	}
 }
@@ -275,6 +284,7 @@ func (r *routerRun) run(ctx context.Context) error {
 	go warnDecisionTopicShort(ctx, kadm.NewClient(prod), a.names().Physical(events.TopicDecisions), f.decisionRetention, a.log)
 	go warnDecisionTopicSmall(ctx, kadm.NewClient(prod), a.names().Physical(events.TopicDecisions), f.decisionRecordMaxBytes, a.log)
 	if r.ingestCfg != nil {
+		r.ingestCfg.Cell = f.cellOf
 		cl, err := kgo.NewClient(append(slices.Clone(r.connOpts), append(ingest.ProducerOpts(r.ingestCfg.MaxRecordBytes), kafkaconn.Metrics(reg, "ingest"))...)...)
 		if err != nil {
 			return err
@@ -290,6 +300,7 @@ func (r *routerRun) run(ctx context.Context) error {
 		api.WithAuditTimeout(f.auditTimeout), api.WithBodyLimit(f.bodyLimit), api.WithMaxTokens(f.maxTokens), api.WithMaxWorkers(f.maxWorkers),
 		api.WithReadTimeout(f.httpReadTimeout), api.WithMaxHeaderBytes(f.httpMaxHeaderBytes), api.WithMaxAfterPartitions(f.maxAfterPartitions),
 		api.WithDecisionMaxCandidates(f.decisionMaxCandidates), api.WithDecisionRecordMaxBytes(f.decisionRecordMaxBytes),
+		api.WithCell(f.cellOf),
 	}
 	doorOpt, err := f.door.option()
 	if err != nil {

@@ -93,7 +93,16 @@ func Prefix(t testing.TB) string {
 // reading it.
 func Migrate(t testing.TB, brokers []string, prefix string) {
 	t.Helper()
-	specs, err := migrations.Declarations(migrations.SingleNodeOptions(prefix))
+	MigratePartitions(t, brokers, prefix, nil)
+}
+
+// MigratePartitions is Migrate with the partition counts of some topics
+// overridden (migrations.Options.Partitions).
+func MigratePartitions(t testing.TB, brokers []string, prefix string, partitions map[events.Topic]int32) {
+	t.Helper()
+	o := migrations.SingleNodeOptions(prefix)
+	o.Partitions = partitions
+	specs, err := migrations.Declarations(o)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,91 @@
+package api_test
+
+import (
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/pdrouter/pdrouter/api"
+	"github.com/pdrouter/pdrouter/events"
+	"github.com/pdrouter/pdrouter/internal/kafkatest"
+	"github.com/pdrouter/pdrouter/internal/rejects"
+	"github.com/pdrouter/pdrouter/statestore"
+)
+
+// workerIn returns a worker id with the prefix whose records fall in cell c.
+func workerIn(prefix string, c events.Cell) string {
+	for i := 0; ; i++ {
+		id := prefix + strconv.Itoa(i)
+		if c.OwnsWorker(id) {
+			return id
+		}
+	}
+}
+
+// TestCellReplicaAnswersForItsCell, on the real broker: a replica of cell
+// 1/2 takes its own workers' records and routes among them; a record of a
+// worker in cell 0/2, which it would write where it never reads, and an
+// `after` wait on cell 0/2's partitions are refused 421 wrong_cell, naming
+// the cell that takes them, and counted.
+func TestCellReplicaAnswersForItsCell(t *testing.T) {
+	brokers := kafkatest.Brokers(t)
+	mine, theirs := events.Cell{Index: 1, Count: 2}, events.Cell{Index: 0, Count: 2}
+	h := newHarness(t, brokers, harnessOpt{apiOpts: []api.Option{api.WithCell(mine)}, store: statestore.Options{Cell: mine}})
+	own, foreign := workerIn("decode-", mine), workerIn("decode-", theirs)
+	reg := func(id string) string {
+		return `{"worker_id":"` + id + `","pool":"decode","model":"m","block_size":16,"total_kv_blocks":1000}`
+	}
+	var o offsets
+	h.mustDo(http.StatusAccepted, "POST", "/v1/workers", reg(own), &o)
+	waitWorkers(t, h, 1)
+
+	wrongCell := func(what string, code int, body []byte, field string) {
+		t.Helper()
+		want := []string{`"code":"wrong_cell"`, `"field":"` + field + `"`, "cell 0/2", "serves cell 1/2"}
+		for _, w := range want {
+			if code != http.StatusMisdirectedRequest || !strings.Contains(string(body), w) {
+				t.Fatalf("%s: %d %s, want 421 saying %q", what, code, body, w)
+			}
+		}
+	}
+	code, _, body := h.do("POST", "/v1/workers", reg(foreign), nil)
+	wrongCell("registering "+foreign, code, body, "worker_id")
+	code, _, body = h.do("POST", "/v1/events/load", `{"worker_id":"`+foreign+`"}`, nil)
+	wrongCell("a load sample of "+foreign, code, body, "worker_id")
+	code, _, body = h.do("DELETE", "/v1/workers/"+foreign, nil, nil)
+	wrongCell("deregistering "+foreign, code, body, "worker_id")
+	code, _, body = h.do("POST", "/v1/route", map[string]any{"token_ids": tokens(64, 0),
+		"after": map[string]map[string]int64{"decisions": {"3": 0, "2": 0, "4": 0}}}, nil)
+	wrongCell("after on partition 2", code, body, "after.decisions.2")
+	if n := rejects.For(h.reg).Value(rejects.HTTP, "wrong_cell"); n != 4 {
+		t.Fatalf("rejected_total{http,wrong_cell} = %v, want 4", n)
+	}
+
+	// Its own worker routes, after its own partitions.
+	var r struct {
+		DecodeWorker string `json:"decode_worker"`
+	}
+	h.mustDo(http.StatusOK, "POST", "/v1/route", map[string]any{"token_ids": tokens(64, 0), "after": o.Offsets}, &r)
+	if r.DecodeWorker != own {
+		t.Fatalf("routed to %q, want %s", r.DecodeWorker, own)
+	}
+	var st struct {
+		Cell    string                      `json:"cell"`
+		Applied map[string]map[string]int64 `json:"applied"`
+	}
+	h.mustDo(http.StatusOK, "GET", "/v1/state", nil, &st)
+	if st.Cell != "1/2" {
+		t.Fatalf("GET /v1/state cell %q, want 1/2", st.Cell)
+	}
+	for topic, ps := range st.Applied {
+		for p := range ps {
+			if n, _ := strconv.Atoi(p); n%2 != 1 {
+				t.Errorf("the replica of cell 1/2 applied %s/%s", topic, p)
+			}
+		}
+	}
+	if len(st.Applied) == 0 {
+		t.Fatal("GET /v1/state applied nothing")
+	}
+}
