@@ -64,13 +64,20 @@ func (st *state) flushHealth(b *pebble.Batch) {
 		ws := st.workers[slot]
 		ws.healthDirty = false
 		k := workerRankKey(nil, famHealth, ws.wr.id, ws.wr.rank)
-		if !ws.hasFirstLoad && ws.lastKvAt == 0 && ws.eventBlockSize == 0 {
+		if ws.healthEmpty() {
 			_ = b.Delete(k, nil)
 			continue
 		}
 		_ = b.Set(k, healthValue(ws), nil)
 	}
 	st.healthDirty = st.healthDirty[:0]
+}
+
+// healthEmpty reports whether a slot has no health to keep: its 'h' key is
+// absent. A slot with health is never freed (freeQueued): the slot made
+// again for its worker would start from zero and write that over the key.
+func (ws *slotState) healthEmpty() bool {
+	return !ws.hasFirstLoad && ws.lastKvAt == 0 && ws.eventBlockSize == 0
 }
 
 func healthValue(ws *slotState) []byte {

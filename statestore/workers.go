@@ -116,7 +116,7 @@ func rankLimit(r *pb.WorkerRegistration) uint32 { return max(r.GetDpSize(), 1) }
 func (st *state) queueFree(slot int32) { st.toFree = append(st.toFree, slot) }
 
 // freeQueued frees the queued slots that hold nothing any more: no
-// blocks, load, predictions or active accounting, and no active request
+// blocks, load, KV-event health, predictions or active accounting, and no active request
 // entry naming them (an entry keeps its slot until it expires; the slot is
 // freed by the next purge of its worker after that, or reused by its own
 // id if it comes back). Called at the end of a chunk, after flushHealth,
@@ -145,7 +145,7 @@ func (st *state) freeQueued() {
 	for _, slot := range st.toFree {
 		ws := st.workers[slot]
 		if ws.freed || referenced[slot] || st.slots[ws.wr] != slot || ws.blocks.len() > 0 || ws.hasLoad || len(ws.pred) > 0 ||
-			ws.activeDistinct != 0 || ws.activeExtra != 0 || ws.prefillTokens != 0 || ws.localPending != 0 || ws.healthDirty {
+			ws.activeDistinct != 0 || ws.activeExtra != 0 || ws.prefillTokens != 0 || ws.localPending != 0 || ws.healthDirty || !ws.healthEmpty() {
 			continue
 		}
 		delete(st.slots, ws.wr)
