@@ -66,8 +66,11 @@ process_cpu_seconds_total) and gives:
 
 A group of N replicas of --cores cores then answers at most
 N·C / (a + (N−1)·p) decisions/s, with a scaling efficiency of
-a / (a + (N−1)·p); the table gives N = 1, 2, 4, 8, 16, and --json prints
-only {"cpu_us_per_answered", "cpu_us_per_applied", "capacity", "efficiency"}.
+a / (a + (N−1)·p); the table gives N = 1, 2, 4, 8, 16. Split into K cells
+(serve --cell), a replica applies only its own cell's decisions, and N
+replicas answer N·C / (a + (N/K−1)·p); a second table gives K = 2 and 4.
+--json prints only {"cpu_us_per_answered", "cpu_us_per_applied",
+"capacity", "efficiency", "cells"}.
 
 --validate then checks the model on groups of 2 and 3 replica processes
 loaded evenly (--clients per replica): each replica's measured CPU against a·(decisions it
@@ -302,6 +305,17 @@ func (b *scaleBench) printModel(g groupRun, m scalemodel.Model) {
 	fmt.Fprintf(w, "replicas\tdecisions/s\tefficiency\t\n")
 	for _, n := range scalemodel.Sizes {
 		fmt.Fprintf(w, "%d\t%.0f\t%.3f\t\n", n, m.Capacity(n, b.cores), m.Efficiency(n))
+	}
+	_ = w.Flush()
+	fmt.Fprintf(b.a.stdout, "\nthe same N replicas split into K cells of N/K (serve --cell): capacity N·C/(a+(N/K−1)·p), efficiency a/(a+(N/K−1)·p)\n")
+	w = tabwriter.NewWriter(b.a.stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(w, "replicas\tcells\tdecisions/s\tefficiency\t\n")
+	for _, k := range scalemodel.Cells {
+		for _, n := range scalemodel.Sizes {
+			if e := m.CellEfficiency(n, k); e > 0 {
+				fmt.Fprintf(w, "%d\t%d\t%.0f\t%.3f\t\n", n, k, m.CellCapacity(n, k, b.cores), e)
+			}
+		}
 	}
 	_ = w.Flush()
 }

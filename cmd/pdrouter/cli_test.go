@@ -129,6 +129,8 @@ func TestBadInputIsAPreciseError(t *testing.T) {
 		{nil, []string{"ingest", "--brokers", "127.0.0.1:1", "--gc-percent", "-3"}, "--gc-percent -3: want ≥ 0"},
 		{nil, []string{"bench", "api", "--router", "http://127.0.0.1:1", "--in-flight", "-1"}, "--in-flight ≥ 0"},
 		{nil, []string{"serve", "--brokers", "127.0.0.1:1", "--decision-retention", "0s"}, "--decision-retention 0s: want at least 1s"},
+		{nil, []string{"serve", "--brokers", "127.0.0.1:1", "--cell", "4/4"}, `--cell: cell "4/4": want 0 ≤ i < n`},
+		{map[string]string{"PDR_CELL": "half"}, []string{"ingest", "--brokers", "127.0.0.1:1"}, `--cell: cell "half": want i/n`},
 		{map[string]string{"PDR_MAX_WORKERS": "0"}, []string{"serve", "--brokers", "127.0.0.1:1"}, "--max-workers 0: want at least 1"},
 		{nil, []string{"serve", "--brokers", "127.0.0.1:1", "--latency-model-window", "45s"}, "--latency-model-window 45s: want a multiple of 30s"},
 		{map[string]string{"PDR_LATENCY_MODEL_MAX_ENTRIES": "0"}, []string{"serve", "--brokers", "127.0.0.1:1"}, "--latency-model-max-entries 0"},
@@ -176,15 +178,18 @@ func TestVersionListsSchemas(t *testing.T) {
 // TestRouterFlagsReachTheStore: the replica flags that shape the state
 // arrive in the statestore's options.
 func TestRouterFlagsReachTheStore(t *testing.T) {
-	rf := parseRouterFlags(t, nil, "--decision-retention", "90m", "--router-active-request-expiry", "7m", "--fetch-min-bytes", "4096", "--fetch-max-wait", "25ms", "--max-workers", "17")
+	rf := parseRouterFlags(t, nil, "--decision-retention", "90m", "--router-active-request-expiry", "7m", "--fetch-min-bytes", "4096", "--fetch-max-wait", "25ms", "--max-workers", "17", "--cell", "3/4")
+	if err := rf.validate(); err != nil {
+		t.Fatal(err)
+	}
 	a := &app{env: func(string) (string, bool) { return "", false }, log: slog.New(slog.DiscardHandler)}
 	cfg, err := rf.decider.Config(a.env)
 	if err != nil {
 		t.Fatal(err)
 	}
 	o := (&routerRun{a: a, f: rf}).storeOptions(cfg, nil)
-	if o.DecisionRetention != 90*time.Minute || o.ActiveExpiry != 7*time.Minute || o.MaxWorkers != 17 {
-		t.Fatalf("store options: decision retention %s, active expiry %s, max workers %d; want 90m, 7m and 17", o.DecisionRetention, o.ActiveExpiry, o.MaxWorkers)
+	if o.DecisionRetention != 90*time.Minute || o.ActiveExpiry != 7*time.Minute || o.MaxWorkers != 17 || o.Cell != (events.Cell{Index: 3, Count: 4}) {
+		t.Fatalf("store options: decision retention %s, active expiry %s, max workers %d, cell %s; want 90m, 7m, 17 and 3/4", o.DecisionRetention, o.ActiveExpiry, o.MaxWorkers, o.Cell)
 	}
 	if m := (&routerRun{a: a, f: rf}).materializerOptions(prometheus.NewRegistry()); m.FetchMinBytes != 4096 || m.FetchMaxWait != 25*time.Millisecond {
 		t.Fatalf("materializer options: fetch min bytes %d, max wait %s; want 4096 and 25ms", m.FetchMinBytes, m.FetchMaxWait)

@@ -36,23 +36,46 @@ type Model struct {
 	AppliedUS float64
 }
 
+// Cells are the cell counts the bench models besides the whole log.
+var Cells = []int{2, 4}
+
 // Capacity is the most decisions per second a group of n replicas of
 // cores cores each answers at full CPU use.
-func (m Model) Capacity(n int, cores float64) float64 {
-	per := m.AnsweredUS + float64(n-1)*m.AppliedUS
+func (m Model) Capacity(n int, cores float64) float64 { return m.CellCapacity(n, 1, cores) }
+
+// Efficiency is Capacity(n) / (n · Capacity(1)).
+func (m Model) Efficiency(n int) float64 { return m.CellEfficiency(n, 1) }
+
+// CellCapacity is the capacity of n replicas split evenly into cells
+// (events.Cell), n/cells to a cell: a replica applies only its own cell's
+// decisions, so a decision costs a + (n/cells − 1)·p, and a fleet of
+// cells answers cells times what one cell does, as long as its load
+// spreads evenly over them (the gateway's job). n must be a multiple of
+// cells; 0 otherwise.
+func (m Model) CellCapacity(n, cells int, cores float64) float64 {
+	per := m.perDecision(n, cells)
 	if per <= 0 {
 		return 0
 	}
 	return float64(n) * cores * 1e6 / per
 }
 
-// Efficiency is Capacity(n) / (n · Capacity(1)).
-func (m Model) Efficiency(n int) float64 {
-	per := m.AnsweredUS + float64(n-1)*m.AppliedUS
+// CellEfficiency is CellCapacity(n, cells) / (n · Capacity(1)).
+func (m Model) CellEfficiency(n, cells int) float64 {
+	per := m.perDecision(n, cells)
 	if per <= 0 {
 		return 0
 	}
 	return m.AnsweredUS / per
+}
+
+// perDecision is the CPU µs a decision costs its cell; 0 when n replicas
+// do not split evenly into cells.
+func (m Model) perDecision(n, cells int) float64 {
+	if cells < 1 || n < cells || n%cells != 0 {
+		return 0
+	}
+	return m.AnsweredUS + float64(n/cells-1)*m.AppliedUS
 }
 
 // ReplicaCPU is the CPU seconds the model gives a replica that answered
@@ -65,27 +88,53 @@ func (m Model) ReplicaCPU(answered, total int) float64 {
 // order:
 //
 //	{"cpu_us_per_answered": a, "cpu_us_per_applied": p,
-//	 "capacity": {"1": …, …, "16": …}, "efficiency": {"1": …, …, "16": …}}
+//	 "capacity": {"1": …, …, "16": …}, "efficiency": {"1": …, …, "16": …},
+//	 "cells": {"2": {"capacity": {"2": …, …}, "efficiency": {…}}, "4": {…}}}
 //
 // Capacity is in decisions per second (rounded), efficiency a fraction
-// (three decimals).
+// (three decimals). "cells" holds, per cell count of Cells, the sizes of
+// Sizes that split evenly into that many cells.
 func (m Model) JSON(cores float64) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, `{"cpu_us_per_answered": %s, "cpu_us_per_applied": %s, "capacity": {`,
+	fmt.Fprintf(&b, `{"cpu_us_per_answered": %s, "cpu_us_per_applied": %s, `,
 		strconv.FormatFloat(m.AnsweredUS, 'f', 1, 64), strconv.FormatFloat(m.AppliedUS, 'f', 1, 64))
-	for i, n := range Sizes {
+	m.appendCell(&b, 1, cores)
+	b.WriteString(`, "cells": {`)
+	for i, k := range Cells {
 		if i > 0 {
 			b.WriteString(", ")
 		}
-		fmt.Fprintf(&b, `"%d": %s`, n, strconv.FormatFloat(m.Capacity(n, cores), 'f', 0, 64))
-	}
-	b.WriteString(`}, "efficiency": {`)
-	for i, n := range Sizes {
-		if i > 0 {
-			b.WriteString(", ")
-		}
-		fmt.Fprintf(&b, `"%d": %s`, n, strconv.FormatFloat(m.Efficiency(n), 'f', 3, 64))
+		fmt.Fprintf(&b, `"%d": {`, k)
+		m.appendCell(&b, k, cores)
+		b.WriteString("}")
 	}
 	b.WriteString("}}")
 	return b.String()
+}
+
+// appendCell writes `"capacity": {…}, "efficiency": {…}` for the sizes of
+// Sizes that split into cells.
+func (m Model) appendCell(b *strings.Builder, cells int, cores float64) {
+	for j, key := range []string{"capacity", "efficiency"} {
+		if j > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(b, `"%s": {`, key)
+		first := true
+		for _, n := range Sizes {
+			if m.perDecision(n, cells) == 0 {
+				continue
+			}
+			if !first {
+				b.WriteString(", ")
+			}
+			first = false
+			if key == "capacity" {
+				fmt.Fprintf(b, `"%d": %s`, n, strconv.FormatFloat(m.CellCapacity(n, cells, cores), 'f', 0, 64))
+			} else {
+				fmt.Fprintf(b, `"%d": %s`, n, strconv.FormatFloat(m.CellEfficiency(n, cells), 'f', 3, 64))
+			}
+		}
+		b.WriteString("}")
+	}
 }
