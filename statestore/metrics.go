@@ -42,6 +42,7 @@ type Metrics struct {
 	chainsRead    *prometheus.CounterVec
 	walk          *prometheus.CounterVec
 	diskSlow      prometheus.Counter
+	cell, cells   prometheus.Gauge
 	// The walk's children, resolved once: MatchPrefix adds to them on the
 	// hot path.
 	walkPredicted, walkLinked, walkLookedUp prometheus.Counter
@@ -146,6 +147,14 @@ func newMetrics(reg prometheus.Registerer, dm *events.DecodeMetrics) *Metrics {
 		Help: "Blocks of overlap queries (MatchPrefix) by how the hot index found them: predicted (the arena entry next to the block before), linked (where the chain went on last) or looked_up (hash table). A growing looked_up share means the arena has drifted from chain order; a restart lays it out again.",
 	}, []string{"step"})
 	m.walkPredicted, m.walkLinked, m.walkLookedUp = m.walk.WithLabelValues("predicted"), m.walk.WithLabelValues("linked"), m.walk.WithLabelValues("looked_up")
+	m.cell = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "pdrouter_statestore_cell",
+		Help: "The cell of the log this store holds (--cell i/n: i), 0 for the whole log.",
+	})
+	m.cells = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "pdrouter_statestore_cells",
+		Help: "How many cells the log is split into (--cell i/n: n), 1 for the whole log; the replica applies the partitions p with p mod n = i.",
+	})
 	m.diskSlow = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "pdrouter_statestore_disk_slow_total",
 		Help: "Pebble file operations still running after 5s (Pebble's disk health check): a sign of a saturated or failing data disk.",
@@ -177,7 +186,7 @@ func newMetrics(reg prometheus.Registerer, dm *events.DecodeMetrics) *Metrics {
 	if reg != nil {
 		reg.MustRegister(m.applied, m.applySeconds, m.offset, m.lag, m.topicLag, m.blocks, m.workers, m.removeUnknown, m.storeUnknown,
 			m.orphans, m.resets, m.staleLoads, m.afterTomb, m.active, m.races, m.indexBytes, m.kvMissing, m.bsMismatch, m.predicted, m.walk, m.diskSlow,
-			m.chainBytes, m.chainsRead)
+			m.chainBytes, m.chainsRead, m.cell, m.cells)
 		reg.MustRegister(m.latency.collectors()...)
 	}
 	return m

@@ -238,6 +238,8 @@ func Open(dir string, o Options) (*Store, error) {
 	s := &Store{dir: dir, opts: o, log: o.Logger, applied: make(chan struct{}), cache: newDecisionCache(o.DecisionCacheSize),
 		expecting: expectedDecisions{m: map[string]expectedDecision{}}}
 	s.met = newMetrics(o.Registerer, o.DecodeMetrics)
+	s.met.cell.Set(float64(o.Cell.Index))
+	s.met.cells.Set(float64(max(o.Cell.Count, 1)))
 	start := time.Now()
 	found, exists, err := readSchema(o.FS, dir)
 	if err != nil {

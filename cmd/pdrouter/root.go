@@ -79,7 +79,7 @@ PDR_TOPIC_PREFIX. A flag on the command line wins over the environment.`,
 	pf.StringVar(&a.memory.Limit, "memory-limit", "auto", "soft memory limit of the Go runtime for serve, dev, ingest and bench door: auto (90% of the cgroup's memory limit, if any), none, or a size such as 3.5GiB; GOMEMLIMIT wins")
 	pf.IntVar(&a.memory.GCPercent, "gc-percent", 400, "Go GC percent while a memory limit is in effect (the runtime's 100 without one); GOGC wins")
 
-	root.AddCommand(newMigrateCmd(a), newLogCmd(a), newDevCmd(a), newServeCmd(a), newIngestCmd(a), newStateCmd(a), newBenchCmd(a), newSimCmd(a), newExplainCmd(a), newWhatifCmd(a), newTuneCmd(a), newExportCmd(a), newPlanCmd(a), newVersionCmd(a))
+	root.AddCommand(newMigrateCmd(a), newLogCmd(a), newDevCmd(a), newServeCmd(a), newIngestCmd(a), newStateCmd(a), newBenchCmd(a), newSimCmd(a), newExplainCmd(a), newWhatifCmd(a), newTuneCmd(a), newExportCmd(a), newPlanCmd(a), newCellCmd(a), newVersionCmd(a))
 	// Annotate after every command has registered its flags.
 	var annotate func(c *cobra.Command)
 	annotate = func(c *cobra.Command) {
