@@ -23,6 +23,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/pdrouter/pdrouter/events"
 	"github.com/pdrouter/pdrouter/kvhash"
 )
 
@@ -66,6 +67,12 @@ type Config struct {
 	// The fleet is registered through URL; the others reach its state
 	// through the log (every request waits for the setup's offsets).
 	Spread []string
+	// Cells, when above 1, is how many cells the routers split the log
+	// into (serve --cell): router i of URL and Spread serves cell
+	// i mod Cells. Each worker is registered and warmed through the first
+	// router of its cell, and requests to a router wait for its cell's
+	// setup offsets only (the others are another cell's partitions).
+	Cells int
 	// OnMeasure, when set, is called when the measured time begins (true)
 	// and when it ends (false), so a caller can read other processes'
 	// counters over exactly that time.
@@ -159,18 +166,22 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	for i := range prefixes {
 		prefixes[i] = randTokens(rng, cfg.MinTokens/2)
 	}
+	cells := max(cfg.Cells, 1)
+	if len(targets) < cells {
+		return Result{}, fmt.Errorf("loadgen: %d cells need a router each at least, have %d", cells, len(targets))
+	}
 	after, err := setup(ctx, cl, cfg, prefixes)
 	if err != nil {
 		return Result{}, err
 	}
 	// Pre-build a pool of request bodies, so the generator spends its CPU on
-	// sending, not on building JSON.
+	// sending, not on building JSON: bodies[i] goes to cell i mod cells.
 	bodies := make([][]byte, 512)
 	for i := range bodies {
 		n := cfg.MinTokens + rng.IntN(cfg.MaxTokens-cfg.MinTokens+1)
 		p := prefixes[rng.IntN(len(prefixes))]
 		toks := append(append([]uint32(nil), p[:min(len(p), n)]...), randTokens(rng, max(0, n-len(p)))...)
-		req := map[string]any{"model": "bench", "after": after}
+		req := map[string]any{"model": "bench", "after": after[i%cells]}
 		if cfg.Hashes {
 			req["block_hashes"] = kvhash.Chain(nil, toks, cfg.BlockSize, 0, false)
 			req["block_size"], req["prompt_tokens"] = cfg.BlockSize, len(toks)
@@ -238,7 +249,10 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 				id := seq.Add(1)
 				start := time.Now()
 				head = withRequestID(head[:0], cfg.RunID, id)
-				code, isLocal, replay := send(k, head, bodies[i%len(bodies)][1:])
+				// A body of this client's cell: client c sends to router
+				// c mod len(targets), of cell (c mod len(targets)) mod cells.
+				b := i%(len(bodies)/cells)*cells + c%len(targets)%cells
+				code, isLocal, replay := send(k, head, bodies[b][1:])
 				d := time.Since(start)
 				if code == http.StatusOK && cfg.InFlight > 0 {
 					running = append(running, id)
@@ -392,8 +406,27 @@ func randTokens(rng *rand.Rand, n int) []uint32 {
 	return t
 }
 
+// workerIDs names n workers prefix000, prefix001, …; with cells, ids of
+// that sequence, in order, chosen to fill the cells in turn (worker k in
+// cell k mod cells), so that every cell has its share of the fleet.
+func workerIDs(prefix string, n int, cells int32) []string {
+	ids := make([]string, 0, n)
+	next := 0
+	for k := range n {
+		for ; ; next++ {
+			if id := fmt.Sprintf("%s%03d", prefix, next); cells <= 1 || events.CellOfWorker(id, cells).Index == int32(k)%cells {
+				ids = append(ids, id)
+				next++
+				break
+			}
+		}
+	}
+	return ids
+}
+
 // setup registers the fleet and warms caches: decode worker i holds shared
-// prefix i mod SharedPrefixes. It returns the `after` vector covering it all.
+// prefix i mod SharedPrefixes. It returns, per cell, the `after` vector
+// covering its workers.
 // readyTimeout bounds the wait for the router to be ready before setup.
 const readyTimeout = 2 * time.Minute
 
@@ -421,14 +454,23 @@ func waitReady(ctx context.Context, cl *http.Client, url string) error {
 	}
 }
 
-func setup(ctx context.Context, cl *http.Client, cfg Config, prefixes [][]uint32) (map[string]map[string]int64, error) {
-	if err := waitReady(ctx, cl, cfg.URL); err != nil {
-		return nil, err
+func setup(ctx context.Context, cl *http.Client, cfg Config, prefixes [][]uint32) ([]map[string]map[string]int64, error) {
+	cells := int32(max(cfg.Cells, 1))
+	routers := append([]string{cfg.URL}, cfg.Spread...)
+	for _, u := range routers[:cells] {
+		if err := waitReady(ctx, cl, u); err != nil {
+			return nil, err
+		}
 	}
-	after := map[string]map[string]int64{}
-	postJSON := func(path string, v any) error {
+	afters := make([]map[string]map[string]int64, cells)
+	for i := range afters {
+		afters[i] = map[string]map[string]int64{}
+	}
+	postJSON := func(worker, path string, v any) error {
+		c := events.CellOfWorker(worker, cells).Index
+		after := afters[c]
 		b, _ := json.Marshal(v)
-		req, _ := http.NewRequestWithContext(ctx, "POST", cfg.URL+path, bytes.NewReader(b))
+		req, _ := http.NewRequestWithContext(ctx, "POST", routers[c]+path, bytes.NewReader(b))
 		req.Header.Set("Content-Type", "application/json")
 		resp, err := cl.Do(req)
 		if err != nil {
@@ -455,9 +497,8 @@ func setup(ctx context.Context, cl *http.Client, cfg Config, prefixes [][]uint32
 		}
 		return nil
 	}
-	for i := 0; i < cfg.DecodeWorkers; i++ {
-		id := fmt.Sprintf("bench-decode-%03d", i)
-		if err := postJSON("/v1/workers", map[string]any{"worker_id": id, "pool": "decode", "model": "bench",
+	for i, id := range workerIDs("bench-decode-", cfg.DecodeWorkers, cells) {
+		if err := postJSON(id, "/v1/workers", map[string]any{"worker_id": id, "pool": "decode", "model": "bench",
 			"block_size": cfg.BlockSize, "total_kv_blocks": 1 << 20, "max_num_batched_tokens": 8192}); err != nil {
 			return nil, err
 		}
@@ -467,16 +508,16 @@ func setup(ctx context.Context, cl *http.Client, cfg Config, prefixes [][]uint32
 		for j := range hashes {
 			hashes[j] = uint64(i)<<32 | uint64(j+1)
 		}
-		if err := postJSON("/v1/events/kv", map[string]any{"worker_id": id, "events": []map[string]any{{
+		if err := postJSON(id, "/v1/events/kv", map[string]any{"worker_id": id, "events": []map[string]any{{
 			"type": "stored", "block_hashes": hashes, "token_ids": p[:n*cfg.BlockSize], "block_size": cfg.BlockSize, "medium": "GPU"}}}); err != nil {
 			return nil, err
 		}
 	}
-	for i := 0; i < cfg.PrefillWorkers; i++ {
-		if err := postJSON("/v1/workers", map[string]any{"worker_id": fmt.Sprintf("bench-prefill-%03d", i), "pool": "prefill",
+	for _, id := range workerIDs("bench-prefill-", cfg.PrefillWorkers, cells) {
+		if err := postJSON(id, "/v1/workers", map[string]any{"worker_id": id, "pool": "prefill",
 			"model": "bench", "block_size": cfg.BlockSize, "max_num_batched_tokens": 8192}); err != nil {
 			return nil, err
 		}
 	}
-	return after, nil
+	return afters, nil
 }

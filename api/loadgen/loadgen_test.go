@@ -6,10 +6,13 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/pdrouter/pdrouter/events"
 )
 
 // replayingRouter answers like a router's idempotency index: a request id
@@ -120,5 +123,23 @@ func TestRunReportsWindows(t *testing.T) {
 	}
 	if uncovered > cfg.Window/5+cfg.Window/2 {
 		t.Fatalf("the windows leave %s of the run uncovered; at most a short last window may be left out", uncovered)
+	}
+}
+
+// Without cells the fleet is prefix000 … in order; with cells, every cell
+// gets its share, each id in the cell it is counted for, none twice.
+func TestWorkerIDs(t *testing.T) {
+	if got := workerIDs("w-", 3, 1); !slices.Equal(got, []string{"w-000", "w-001", "w-002"}) {
+		t.Fatalf("no cells: %v", got)
+	}
+	for _, cells := range []int32{2, 4} {
+		ids := workerIDs("bench-decode-", 10, cells)
+		seen := map[string]bool{}
+		for k, id := range ids {
+			if c := events.CellOfWorker(id, cells); c.Index != int32(k)%cells || seen[id] {
+				t.Fatalf("%d cells: id %d is %s, of cell %s (or repeated)", cells, k, id, c)
+			}
+			seen[id] = true
+		}
 	}
 }

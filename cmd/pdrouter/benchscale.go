@@ -23,6 +23,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/pdrouter/pdrouter/api/loadgen"
+	"github.com/pdrouter/pdrouter/events"
 	"github.com/pdrouter/pdrouter/internal/memlimit"
 	"github.com/pdrouter/pdrouter/internal/scalemodel"
 	"github.com/pdrouter/pdrouter/migrations"
@@ -73,8 +74,10 @@ replicas answer N·C / (a + (N/K−1)·p); a second table gives K = 2 and 4.
 "capacity", "efficiency", "cells"}.
 
 --validate then checks the model on groups of 2 and 3 replica processes
-loaded evenly (--clients per replica): each replica's measured CPU against a·(decisions it
-answered) + p·(decisions the others answered), within 20%. CPU per
+loaded evenly (--clients per replica), and on 2 and 4 replicas split into 2
+cells (the fleet split evenly between them): each replica's measured CPU
+against a·(decisions it answered) + p·(decisions the other replicas of its
+cell answered), within 20%. CPU per
 decision does not depend on how busy the machine is, unlike a rate; the
 replicas, the load generator and the broker share this machine.`,
 		Args: cobra.NoArgs,
@@ -83,7 +86,7 @@ replicas, the load generator and the broker share this machine.`,
 	f := cmd.Flags()
 	f.Float64Var(&b.cores, "cores", 2, "cores per replica, for the modelled capacity")
 	f.BoolVar(&b.json, "json", false, "print the model as one JSON object")
-	f.BoolVar(&b.validate, "validate", false, "also run groups of 2 and 3 replicas, and compare their CPU with the model's")
+	f.BoolVar(&b.validate, "validate", false, "also run groups of 2 and 3 replicas, and 2 and 4 replicas in 2 cells, and compare their CPU with the model's")
 	f.StringVar(&b.binary, "replica-binary", "", "pdrouter binary the replicas run (default: this one)")
 	f.StringVar(&b.memory, "replica-memory-limit", replicaMemoryLimit, "the replicas' --memory-limit (default: what auto sets under the shipped Deployment's 4Gi limit, so they collect at --gc-percent as deployed); none for Go's defaults")
 	f.StringVar(&b.profiles, "profile-dir", "", "write each replica's CPU profile over the measured time to this directory (replicas-N-R.pprof)")
@@ -144,7 +147,7 @@ func (b *scaleBench) run(ctx context.Context) error {
 	}
 	b.cfg.Log = b.a.log
 	// The model: one replica answers, one applies.
-	g, err := b.runGroup(ctx, 2, false)
+	g, err := b.runGroup(ctx, 2, 1, false)
 	if err != nil {
 		return err
 	}
@@ -162,8 +165,10 @@ func (b *scaleBench) run(ctx context.Context) error {
 		out = b.a.stderr // stdout holds the JSON object alone
 	}
 	missed := false
-	for _, n := range []int{2, 3} {
-		g, err := b.runGroup(ctx, n, true)
+	// Two groups of one cell, then two cells of one and of two replicas:
+	// a replica of a cell must cost only its cell's decisions.
+	for _, size := range [][2]int{{2, 1}, {3, 1}, {2, 2}, {4, 2}} {
+		g, err := b.runGroup(ctx, size[0], size[1], true)
 		if err != nil {
 			return err
 		}
@@ -177,16 +182,16 @@ func (b *scaleBench) run(ctx context.Context) error {
 
 // groupRun is one measured run of a replica group.
 type groupRun struct {
-	n         int
+	n, cells  int
 	res       loadgen.Result
 	decisions int       // answered over the measured time, whole group
 	answered  []int     // by replica
 	cpu       []float64 // CPU seconds over the measured time, by replica
 }
 
-// runGroup runs n replicas on fresh topics; spread sends the load to all
-// of them, else to the first only.
-func (b *scaleBench) runGroup(ctx context.Context, n int, spread bool) (groupRun, error) {
+// runGroup runs n replicas on fresh topics, replica i in cell i mod
+// cells; spread sends the load to all of them, else to the first only.
+func (b *scaleBench) runGroup(ctx context.Context, n, cells int, spread bool) (groupRun, error) {
 	prefix := fmt.Sprintf("bench-scale-%d.", time.Now().UnixNano())
 	specs, err := migrations.Declarations(migrations.SingleNodeOptions(prefix))
 	if err != nil {
@@ -208,7 +213,7 @@ func (b *scaleBench) runGroup(ctx context.Context, n int, spread bool) (groupRun
 		}
 	}()
 	for i := range n {
-		r, err := b.startReplica(ctx, prefix, filepath.Join(dir, strconv.Itoa(i)))
+		r, err := b.startReplica(ctx, prefix, filepath.Join(dir, strconv.Itoa(i)), events.Cell{Index: int32(i % cells), Count: int32(cells)})
 		if err != nil {
 			return groupRun{}, err
 		}
@@ -220,7 +225,7 @@ func (b *scaleBench) runGroup(ctx context.Context, n int, spread bool) (groupRun
 		}
 	}
 	cfg := b.cfg
-	cfg.URL = reps[0].url
+	cfg.URL, cfg.Cells = reps[0].url, cells
 	if spread {
 		for _, r := range reps[1:] {
 			cfg.Spread = append(cfg.Spread, r.url)
@@ -231,7 +236,7 @@ func (b *scaleBench) runGroup(ctx context.Context, n int, spread bool) (groupRun
 		// and cost more CPU per decision than the model measured.
 		cfg.Clients *= n
 	}
-	g := groupRun{n: n, cpu: make([]float64, n)}
+	g := groupRun{n: n, cells: cells, cpu: make([]float64, n)}
 	var readErr error
 	read := func(sign float64) {
 		for i, r := range reps {
@@ -251,7 +256,7 @@ func (b *scaleBench) runGroup(ctx context.Context, n int, spread bool) (groupRun
 			read(+1)
 		}
 	}
-	b.a.log.Info("bench scale: group", "replicas", n, "load_on", map[bool]string{true: "every replica", false: "the first replica"}[spread])
+	b.a.log.Info("bench scale: group", "replicas", n, "cells", cells, "load_on", map[bool]string{true: "every replica", false: "the first replica"}[spread])
 	res, err := loadgen.Run(ctx, cfg)
 	profiling.Wait()
 	if err != nil {
@@ -323,22 +328,28 @@ func (b *scaleBench) printModel(g groupRun, m scalemodel.Model) {
 // printValidation prints a group's measured CPU against the model's and
 // reports whether a replica missed the tolerance.
 func (b *scaleBench) printValidation(out io.Writer, g groupRun, m scalemodel.Model) bool {
-	fmt.Fprintf(out, "\nvalidate: %d replicas, load spread over all (%d clients each); %d decisions in %s (%.0f/s), load average %s\n",
-		g.n, b.cfg.Clients, g.decisions, g.res.Elapsed.Round(time.Millisecond), g.res.Throughput, loadAverage())
+	fmt.Fprintf(out, "\nvalidate: %d replicas in %d cell(s), load spread over all (%d clients each); %d decisions in %s (%.0f/s), load average %s\n",
+		g.n, g.cells, b.cfg.Clients, g.decisions, g.res.Elapsed.Round(time.Millisecond), g.res.Throughput, loadAverage())
 	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(w, "replica\tanswered\tapplied\tmeasured cpu s\tmodelled cpu s\tmeasured/modelled\t\n")
+	fmt.Fprintf(w, "replica\tcell\tanswered\tapplied\tmeasured cpu s\tmodelled cpu s\tmeasured/modelled\t\n")
 	missed := false
 	var sumM, sumP float64
+	// A replica applies the decisions its cell's other replicas answered.
+	cellTotal := make([]int, g.cells)
 	for i := range g.n {
-		modelled := m.ReplicaCPU(g.answered[i], g.decisions)
+		cellTotal[i%g.cells] += g.answered[i]
+	}
+	for i := range g.n {
+		total := cellTotal[i%g.cells]
+		modelled := m.ReplicaCPU(g.answered[i], total)
 		ratio := g.cpu[i] / modelled
 		if math.IsNaN(ratio) || math.Abs(ratio-1) > scaleTolerance {
 			missed = true
 		}
 		sumM, sumP = sumM+g.cpu[i], sumP+modelled
-		fmt.Fprintf(w, "%d\t%d\t%d\t%.2f\t%.2f\t%.3f\t\n", i, g.answered[i], g.decisions-g.answered[i], g.cpu[i], modelled, ratio)
+		fmt.Fprintf(w, "%d\t%d/%d\t%d\t%d\t%.2f\t%.2f\t%.3f\t\n", i, i%g.cells, g.cells, g.answered[i], total-g.answered[i], g.cpu[i], modelled, ratio)
 	}
-	fmt.Fprintf(w, "group\t%d\t\t%.2f\t%.2f\t%.3f\t\n", g.decisions, sumM, sumP, sumM/sumP)
+	fmt.Fprintf(w, "group\t\t%d\t\t%.2f\t%.2f\t%.3f\t\n", g.decisions, sumM, sumP, sumM/sumP)
 	_ = w.Flush()
 	fmt.Fprintf(out, "verdict\t%s (each replica within %.0f%%)\n", map[bool]string{true: "MISSED", false: "ok"}[missed], scaleTolerance*100)
 	return missed
@@ -425,7 +436,7 @@ func (t *tailBuffer) String() string {
 	return string(t.b)
 }
 
-func (b *scaleBench) startReplica(ctx context.Context, prefix, dir string) (*scaleReplica, error) {
+func (b *scaleBench) startReplica(ctx context.Context, prefix, dir string, cell events.Cell) (*scaleReplica, error) {
 	addr, err := loopbackAddr()
 	if err != nil {
 		return nil, err
@@ -443,7 +454,7 @@ func (b *scaleBench) startReplica(ctx context.Context, prefix, dir string) (*sca
 	}
 	cmd := exec.CommandContext(ctx, b.binary, "serve", "--brokers", strings.Join(b.brokers, ","), "--topic-prefix", prefix,
 		"--data-dir", dir, "--http-addr", addr, "--debug-addr", debugAddr, "--memory-limit", b.memory, "--router-conditional-disagg", "--log-level", "warn",
-		"--log-format", b.a.logFormat)
+		"--log-format", b.a.logFormat, "--cell", cell.String())
 	out := &tailBuffer{max: 16 << 10}
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }

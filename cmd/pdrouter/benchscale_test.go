@@ -18,7 +18,7 @@ import (
 // bench scale at a tiny size: replica processes are this test binary
 // re-executed as pdrouter (TestMain, PDR_TEST_RUN_MAIN). --json prints the
 // model alone on stdout; --validate loads groups of 2 and 3 replicas with
-// every replica answering. At this size the idle cost of a replica is a
+// every replica answering, then two cells of one and of two replicas. At this size the idle cost of a replica is a
 // large share of its CPU, so the verdict may be MISSED; the run must
 // still measure every replica. The validation, two more groups of replica
 // processes, runs on the real broker, where bench scale is meant to run;
@@ -80,18 +80,18 @@ func checkBenchScale(t *testing.T, brokers []string, validate bool) {
 		return
 	}
 	// The validation tables (on stderr, stdout being the JSON alone):
-	// every replica of each group answered some decisions.
-	for _, n := range []int{2, 3} {
-		if !strings.Contains(errOut, "validate: "+strconv.Itoa(n)+" replicas") {
-			t.Fatalf("no validation of %d replicas:\n%s", n, errOut)
+	// every replica of each group, cells included, answered some decisions.
+	for _, g := range []string{"2 replicas in 1 cell(s)", "3 replicas in 1 cell(s)", "2 replicas in 2 cell(s)", "4 replicas in 2 cell(s)"} {
+		if !strings.Contains(errOut, "validate: "+g) {
+			t.Fatalf("no validation of %s:\n%s", g, errOut)
 		}
 	}
-	rows := regexp.MustCompile(`(?m)^\s+(\d)\s+(\d+)\s+(\d+)\s+[\d.]+\s+[\d.]+\s+[\d.]+\s*$`).FindAllStringSubmatch(errOut, -1)
-	if len(rows) != 5 {
-		t.Fatalf("want 5 replica rows (2 + 3), got %d:\n%s", len(rows), errOut)
+	rows := regexp.MustCompile(`(?m)^\s+(\d)\s+(\d)/(\d)\s+(\d+)\s+(\d+)\s+[\d.]+\s+[\d.]+\s+[\d.]+\s*$`).FindAllStringSubmatch(errOut, -1)
+	if len(rows) != 11 {
+		t.Fatalf("want 11 replica rows (2 + 3 + 2 + 4), got %d:\n%s", len(rows), errOut)
 	}
 	for _, r := range rows {
-		if answered, _ := strconv.Atoi(r[2]); answered == 0 {
+		if answered, _ := strconv.Atoi(r[4]); answered == 0 {
 			t.Errorf("replica %s answered nothing: the load was not spread:\n%s", r[1], errOut)
 		}
 	}
