@@ -142,15 +142,5 @@ func TestRealKafkaCellNeedsDivisiblePartitions(t *testing.T) {
 
 func openCellReplica(t testing.TB, dir string, brokers []string, prefix string, c events.Cell) *replica {
 	t.Helper()
-	s, err := Open(dir, Options{Names: events.Names{Prefix: prefix}, Registerer: prometheus.NewRegistry(), Cell: c})
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := NewMaterializer(s, MaterializerOptions{Client: []kgo.Opt{kgo.SeedBrokers(brokers...)}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := &replica{s, m}
-	t.Cleanup(r.close)
-	return r
+	return openReplicaWith(t, dir, brokers, Options{Names: events.Names{Prefix: prefix}, Cell: c})
 }

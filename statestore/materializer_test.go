@@ -61,7 +61,17 @@ type replica struct {
 
 func openReplica(t testing.TB, dir string, brokers []string, prefix string) *replica {
 	t.Helper()
-	s, err := Open(dir, Options{Names: events.Names{Prefix: prefix}, Registerer: prometheus.NewRegistry()})
+	return openReplicaWith(t, dir, brokers, Options{Names: events.Names{Prefix: prefix}})
+}
+
+// openReplicaWith is openReplica with the store's options (a registry of
+// its own unless o names one).
+func openReplicaWith(t testing.TB, dir string, brokers []string, o Options) *replica {
+	t.Helper()
+	if o.Registerer == nil {
+		o.Registerer = prometheus.NewRegistry()
+	}
+	s, err := Open(dir, o)
 	if err != nil {
 		t.Fatal(err)
 	}
