@@ -3,6 +3,7 @@ package statestore
 import (
 	"context"
 	"errors"
+	"net/http/httptest"
 	"path/filepath"
 	"slices"
 	"testing"
@@ -106,6 +107,28 @@ func TestRealKafkaCellsPartitionTheLog(t *testing.T) {
 	}
 	if a, b := cells[1].catchUp(t), twin.catchUp(t); a.Hash != b.Hash || a.Offsets.String() != b.Offsets.String() {
 		t.Errorf("two replicas of cell 1/2 differ: %s at %s, %s at %s: %v", a, a.Offsets, b, b.Offsets, diffKeys(dumpKeys(t, cells[1].s), dumpKeys(t, twin.s)))
+	}
+
+	// A peer's snapshot bootstraps a replica of its own cell only.
+	srv := httptest.NewServer(cells[0].s.SnapshotHandler(filepath.Join(dir, "tmp")))
+	defer srv.Close()
+	for _, c := range []events.Cell{{Index: 1, Count: 2}, {Index: 0, Count: 2}} {
+		s, _, err := BootstrapFromPeer(context.Background(), srv.Client(), srv.URL, filepath.Join(dir, "boot-"+c.String()[:1]),
+			Options{Names: events.Names{Prefix: prefix}, Registerer: prometheus.NewRegistry(), Cell: c})
+		if c.Index == 1 {
+			if !errors.Is(err, ErrWrongCell) {
+				t.Fatalf("cell 0/2's snapshot bootstrapped a replica of cell 1/2: %v", err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		d, _ := s.Digest()
+		_ = s.Close()
+		if want := cells[0].catchUp(t); d.Hash != want.Hash {
+			t.Fatalf("bootstrapped from cell 0/2's snapshot: %s, want %s", d, want)
+		}
 	}
 
 	// A store opens only for the cell it holds.
