@@ -75,7 +75,7 @@ replicas answer N·C / (a + (N/K−1)·p); a second table gives K = 2 and 4.
 
 --validate then checks the model on groups of 2 and 3 replica processes
 loaded evenly (--clients per replica), and on 2 and 4 replicas split into 2
-cells (the fleet split evenly between them): each replica's measured CPU
+cells (each cell with the model's fleet): each replica's measured CPU
 against a·(decisions it answered) + p·(decisions the other replicas of its
 cell answered), within 20%. CPU per
 decision does not depend on how busy the machine is, unlike a rate; the
@@ -226,6 +226,13 @@ func (b *scaleBench) runGroup(ctx context.Context, n, cells int, spread bool) (g
 	}
 	cfg := b.cfg
 	cfg.URL, cfg.Cells = reps[0].url, cells
+	// Each cell gets the model's fleet, so its decisions cost what the
+	// model's do and the run checks the model's structure: a replica
+	// applies its own cell's decisions only. Splitting one fleet into
+	// cells also makes each decision cheaper (fewer candidates, a smaller
+	// record), which the model, measured on the whole fleet, leaves out.
+	cfg.DecodeWorkers *= cells
+	cfg.PrefillWorkers *= cells
 	if spread {
 		for _, r := range reps[1:] {
 			cfg.Spread = append(cfg.Spread, r.url)
