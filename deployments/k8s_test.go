@@ -210,6 +210,30 @@ func TestKustomizeExampleOverlay(t *testing.T) {
 	}
 }
 
+// The cells overlays: the example overlay twice, in a namespace per cell,
+// the router replicas of each started with their cell (PDR_CELL), and
+// nothing else changed: every check of a deployment holds for each.
+func TestKustomizeCellOverlays(t *testing.T) {
+	for i := range 2 {
+		r := build(t, path("k8s", "overlays", "cells", fmt.Sprintf("cell-%d", i)))
+		checkRendered(t, r)
+		ns := fmt.Sprintf("pdrouter-cell-%d", i)
+		if len(r.namespaceSet) != 1 || !r.namespaceSet[ns] || r.namespaces[ns] == nil {
+			t.Errorf("cell %d: every resource in namespace %s, which it creates; got %v", i, ns, r.namespaceSet)
+		}
+		for _, pod := range podsOf(r) {
+			env := containerEnv(t, r, pod.where, pod.c)
+			want := ""
+			if strings.Contains(pod.where, "Deployment pdrouter") && !strings.Contains(pod.where, "ingest") {
+				want = fmt.Sprintf("%d/2", i)
+			}
+			if env["PDR_CELL"] != want {
+				t.Errorf("cell %d: %s has PDR_CELL %q, want %q", i, pod.where, env["PDR_CELL"], want)
+			}
+		}
+	}
+}
+
 // The bootstrap component, applied over the example overlay: replicas join
 // from a ready peer's snapshot through the Service.
 func TestKustomizeBootstrapComponent(t *testing.T) {
