@@ -127,6 +127,11 @@ func checkOversized(t *testing.T, brokers []string, tc oversized) {
 	store := oneRecordInMemory
 	store.MaxWorkers = 20000
 	h := newHarness(t, brokers, harnessOpt{store: store, apiOpts: []api.Option{api.WithAfterTimeout(time.Minute), api.WithMaxWorkers(20000)}})
+	// The route waits up to the after timeout for the registrations to be
+	// applied; the client must wait longer than that, or a loaded machine
+	// (CI runs packages in parallel under the race detector) fails a
+	// request the replica is still rightly holding.
+	h.client.Timeout = 2 * time.Minute
 	after := registerDirect(t, h, tc.workers()...)
 	var r routeResp
 	h.mustDo(http.StatusOK, "POST", "/v1/route?explain=true", map[string]any{"request_id": "big", "model": "m", "token_ids": tc.tokens, "after": after}, &r)
