@@ -63,12 +63,28 @@ func TestCellReplicaAnswersForItsCell(t *testing.T) {
 	}
 
 	// Its own worker routes, after its own partitions.
-	var r struct {
-		DecodeWorker string `json:"decode_worker"`
-	}
+	var r routeResp
 	h.mustDo(http.StatusOK, "POST", "/v1/route", map[string]any{"token_ids": tokens(64, 0), "after": o.Offsets}, &r)
 	if r.DecodeWorker != own {
 		t.Fatalf("routed to %q, want %s", r.DecodeWorker, own)
+	}
+	// Its record explains itself: the watermark names the cell's partitions.
+	var exp struct {
+		PureCheck struct {
+			Identical bool `json:"identical"`
+		} `json:"pure_check"`
+	}
+	if raw := h.mustDo(http.StatusOK, "GET", "/v1/decisions/"+r.DecisionID+"/explain", nil, &exp); !exp.PureCheck.Identical {
+		t.Fatalf("explain of a cell's decision: %s", raw)
+	}
+	for _, d := range readDecisions(t, h, 1) {
+		for _, tp := range d.GetWatermark().GetTopics() {
+			for _, p := range tp.GetPartitions() {
+				if p.GetPartition()%2 != 1 {
+					t.Errorf("the decision's watermark names %s/%d, of cell 0/2", tp.GetTopic(), p.GetPartition())
+				}
+			}
+		}
 	}
 	var st struct {
 		Cell    string                      `json:"cell"`
