@@ -355,7 +355,7 @@ func (r *routerRun) run(ctx context.Context) error {
 		runtime.SetMutexProfileFraction(5)
 		runtime.SetBlockProfileRate(100000)
 	}
-	a.log.Info("router serving", "http_addr", ln.Addr().String(), "replica_id", f.replicaID, "policy", cfg.Disagg.Policy,
+	a.log.Info("router serving", "http_addr", ln.Addr().String(), "replica_id", f.replicaID, "cell", f.cellOf.String(), "policy", cfg.Disagg.Policy,
 		"conditional_disagg", cfg.ConditionalDisagg, "approximate", cfg.Approximate(), "config_hash", dec.ConfigHash())
 	if r.registered != nil {
 		r.registered(reg)
