@@ -8,7 +8,7 @@ import (
 	"github.com/pdrouter/pdrouter/events"
 )
 
-// A replica of one cell (WithCell) applies only its cell's partitions, so
+// A replica of one cell (State.Cell) applies only its cell's partitions, so
 // it refuses what it could not see through: a record it would write into
 // another cell's partitions (the default partitioner places it by key), and
 // an `after` wait on a partition it never reads, which would otherwise run
@@ -21,32 +21,34 @@ const reasonWrongCell = "wrong_cell"
 
 // checkKeyCell refuses a record keyed key (a worker id) outside the cell.
 func (s *Server) checkKeyCell(key []byte) error {
-	if s.cfg.cell.OwnsKey(key) {
+	cell := s.deps.State.Cell()
+	if cell.OwnsKey(key) {
 		return nil
 	}
-	owner := events.CellOfWorker(string(key), s.cfg.cell.Count)
+	owner := events.CellOfWorker(string(key), cell.Count)
 	return misdirected(reasonWrongCell, "worker_id", fmt.Sprintf("worker %s is in cell %s, and this replica serves cell %s: send it to a replica of cell %s",
-		quoted(string(key)), owner, s.cfg.cell, owner))
+		quoted(string(key)), owner, cell, owner))
 }
 
 // checkAfterCell refuses an `after` vector naming another cell's
 // partitions. It reports the smallest such partition, so the answer does
 // not depend on map order.
 func (s *Server) checkAfterCell(after Offsets) error {
-	if s.cfg.cell.Whole() {
+	cell := s.deps.State.Cell()
+	if cell.Whole() {
 		return nil
 	}
 	for _, t := range events.AllTopics {
 		var foreign []int32
 		for p := range after[t] {
-			if !s.cfg.cell.OwnsPartition(p) {
+			if !cell.OwnsPartition(p) {
 				foreign = append(foreign, p)
 			}
 		}
 		if len(foreign) > 0 {
 			p := slices.Min(foreign)
 			return misdirected(reasonWrongCell, "after."+string(t)+"."+strconv.Itoa(int(p)),
-				fmt.Sprintf("partition %d is in cell %d/%d, and this replica serves cell %s, whose partitions it alone reads", p, p%s.cfg.cell.Count, s.cfg.cell.Count, s.cfg.cell))
+				fmt.Sprintf("partition %d is in cell %d/%d, and this replica serves cell %s, whose partitions it alone reads", p, p%cell.Count, cell.Count, cell))
 		}
 	}
 	return nil

@@ -6,7 +6,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/pdrouter/pdrouter/api"
 	"github.com/pdrouter/pdrouter/events"
 	"github.com/pdrouter/pdrouter/internal/kafkatest"
 	"github.com/pdrouter/pdrouter/internal/rejects"
@@ -31,7 +30,7 @@ func workerIn(prefix string, c events.Cell) string {
 func TestCellReplicaAnswersForItsCell(t *testing.T) {
 	brokers := kafkatest.Brokers(t)
 	mine, theirs := events.Cell{Index: 1, Count: 2}, events.Cell{Index: 0, Count: 2}
-	h := newHarness(t, brokers, harnessOpt{apiOpts: []api.Option{api.WithCell(mine)}, store: statestore.Options{Cell: mine}})
+	h := newHarness(t, brokers, harnessOpt{store: statestore.Options{Cell: mine}})
 	own, foreign := workerIn("decode-", mine), workerIn("decode-", theirs)
 	reg := func(id string) string {
 		return `{"worker_id":"` + id + `","pool":"decode","model":"m","block_size":16,"total_kv_blocks":1000}`

@@ -7,7 +7,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pdrouter/pdrouter/door"
-	"github.com/pdrouter/pdrouter/events"
 )
 
 // Option configures a Server.
@@ -31,7 +30,6 @@ type config struct {
 	maxHeaderBytes int
 	maxAfter       int
 	maxWorkers     int
-	cell           events.Cell
 	budget         recordBudget
 	// door, when set, serves the OpenAI front door with these options
 	// (WithDoor).
@@ -94,12 +92,6 @@ func WithReadyLag(n int64) Option { return func(c *config) { c.readyLag = n } }
 // (statestore.Options.MaxWorkers), which skips such registrations on apply
 // anyway. Default 4096.
 func WithMaxWorkers(n int) Option { return func(c *config) { c.maxWorkers = n } }
-
-// WithCell makes the server answer for one cell of the log (events.Cell;
-// give the state's): records of workers in other cells are refused with
-// 421 wrong_cell, since this replica would never read them back, and so
-// are `after` waits on other cells' partitions. Default: the whole log.
-func WithCell(c events.Cell) Option { return func(cfg *config) { cfg.cell = c } }
 
 // WithAuditTimeout bounds how long a decision waits to be durable on the
 // decisions topic before /v1/route answers 503. Default 10 s.

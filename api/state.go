@@ -46,6 +46,10 @@ type State interface {
 	// Status reports offsets, lag and the state digest. The digest reads
 	// the whole store: this is for tools, not probes.
 	Status(ctx context.Context) (StateStatus, error)
+	// Cell is the share of the log the state holds (events.Cell; the
+	// zero value is the whole log). The API refuses what it would write
+	// into, or wait for on, another cell's partitions (cell.go).
+	Cell() events.Cell
 	// TotalLag is the records the state is behind the log, for /readyz.
 	TotalLag(ctx context.Context) (int64, error)
 }

@@ -137,9 +137,12 @@ func (s *StoreState) Workers() []WorkerStatus {
 	return out
 }
 
+// Cell implements State.
+func (s *StoreState) Cell() events.Cell { return s.Store.Cell() }
+
 // Status implements State.
 func (s *StoreState) Status(ctx context.Context) (StateStatus, error) {
-	st := StateStatus{Cell: s.Store.Cell().String(), Applied: map[string]map[string]int64{}, Lag: map[string]map[string]int64{}}
+	st := StateStatus{Cell: s.Cell().String(), Applied: map[string]map[string]int64{}, Lag: map[string]map[string]int64{}}
 	for _, o := range s.Store.Offsets() {
 		put(st.Applied, o.Topic, o.Partition, o.Next)
 	}

@@ -300,7 +300,6 @@ func (r *routerRun) run(ctx context.Context) error {
 		api.WithAuditTimeout(f.auditTimeout), api.WithBodyLimit(f.bodyLimit), api.WithMaxTokens(f.maxTokens), api.WithMaxWorkers(f.maxWorkers),
 		api.WithReadTimeout(f.httpReadTimeout), api.WithMaxHeaderBytes(f.httpMaxHeaderBytes), api.WithMaxAfterPartitions(f.maxAfterPartitions),
 		api.WithDecisionMaxCandidates(f.decisionMaxCandidates), api.WithDecisionRecordMaxBytes(f.decisionRecordMaxBytes),
-		api.WithCell(f.cellOf),
 	}
 	doorOpt, err := f.door.option()
 	if err != nil {
