@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/pdrouter/pdrouter/api"
 	"github.com/pdrouter/pdrouter/events"
 	"github.com/pdrouter/pdrouter/internal/kafkatest"
 	"github.com/pdrouter/pdrouter/internal/rejects"
@@ -30,7 +31,9 @@ func workerIn(prefix string, c events.Cell) string {
 func TestCellReplicaAnswersForItsCell(t *testing.T) {
 	brokers := kafkatest.Brokers(t)
 	mine, theirs := events.Cell{Index: 1, Count: 2}, events.Cell{Index: 0, Count: 2}
-	h := newHarness(t, brokers, harnessOpt{store: statestore.Options{Cell: mine}})
+	// A cap of one worker, which its own worker fills: another cell's
+	// worker is misdirected, not one too many.
+	h := newHarness(t, brokers, harnessOpt{store: statestore.Options{Cell: mine}, apiOpts: []api.Option{api.WithMaxWorkers(1)}})
 	own, foreign := workerIn("decode-", mine), workerIn("decode-", theirs)
 	reg := func(id string) string {
 		return `{"worker_id":"` + id + `","pool":"decode","model":"m","block_size":16,"total_kv_blocks":1000}`
@@ -52,13 +55,15 @@ func TestCellReplicaAnswersForItsCell(t *testing.T) {
 	wrongCell("registering "+foreign, code, body, "worker_id")
 	code, _, body = h.do("POST", "/v1/events/load", `{"worker_id":"`+foreign+`"}`, nil)
 	wrongCell("a load sample of "+foreign, code, body, "worker_id")
+	code, _, body = h.do("POST", "/v1/events/kv", `{"worker_id":"`+foreign+`","events":[{"type":"cleared"}]}`, nil)
+	wrongCell("KV events of "+foreign, code, body, "worker_id")
 	code, _, body = h.do("DELETE", "/v1/workers/"+foreign, nil, nil)
 	wrongCell("deregistering "+foreign, code, body, "worker_id")
 	code, _, body = h.do("POST", "/v1/route", map[string]any{"token_ids": tokens(64, 0),
 		"after": map[string]map[string]int64{"decisions": {"3": 0, "2": 0, "4": 0}}}, nil)
 	wrongCell("after on partition 2", code, body, "after.decisions.2")
-	if n := rejects.For(h.reg).Value(rejects.HTTP, "wrong_cell"); n != 4 {
-		t.Fatalf("rejected_total{http,wrong_cell} = %v, want 4", n)
+	if n := rejects.For(h.reg).Value(rejects.HTTP, "wrong_cell"); n != 5 {
+		t.Fatalf("rejected_total{http,wrong_cell} = %v, want 5", n)
 	}
 
 	// Its own worker routes, after its own partitions.

@@ -301,6 +301,12 @@ func (s *Server) registerWorker(c *gin.Context) {
 		fail(c, validationError(err))
 		return
 	}
+	// Before the cap: the cap counts this cell's workers, and another
+	// cell's worker is misdirected, not one too many.
+	if err := s.checkKeyCell(events.WorkerKey(b.WorkerID)); err != nil {
+		fail(c, err)
+		return
+	}
 	if err := s.checkWorkerCap(b.WorkerID); err != nil {
 		fail(c, err)
 		return
