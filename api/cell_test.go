@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/pdrouter/pdrouter/api"
 	"github.com/pdrouter/pdrouter/events"
 	"github.com/pdrouter/pdrouter/internal/kafkatest"
@@ -93,19 +95,49 @@ func TestCellReplicaAnswersForItsCell(t *testing.T) {
 	var st struct {
 		Cell    string                      `json:"cell"`
 		Applied map[string]map[string]int64 `json:"applied"`
+		Lag     map[string]map[string]int64 `json:"lag"`
 	}
 	h.mustDo(http.StatusOK, "GET", "/v1/state", nil, &st)
 	if st.Cell != "1/2" {
 		t.Fatalf("GET /v1/state cell %q, want 1/2", st.Cell)
 	}
-	for topic, ps := range st.Applied {
-		for p := range ps {
-			if n, _ := strconv.Atoi(p); n%2 != 1 {
-				t.Errorf("the replica of cell 1/2 applied %s/%s", topic, p)
+	// Applied and lag name the cell's partitions only: lag of every
+	// partition of the cell (16 of 32 for decisions), none of the other's.
+	for what, vec := range map[string]map[string]map[string]int64{"applied": st.Applied, "lag": st.Lag} {
+		if len(vec) == 0 {
+			t.Fatalf("GET /v1/state: no %s", what)
+		}
+		for topic, ps := range vec {
+			for p := range ps {
+				if n, _ := strconv.Atoi(p); n%2 != 1 {
+					t.Errorf("GET /v1/state: %s names %s/%s, of cell 0/2", what, topic, p)
+				}
 			}
 		}
 	}
-	if len(st.Applied) == 0 {
-		t.Fatal("GET /v1/state applied nothing")
+	if n := len(st.Lag["decisions"]); n != 8 {
+		t.Errorf("GET /v1/state: lag of %d decisions partitions, want the cell's 8 of 16", n)
 	}
+	// The cell is exported from the start.
+	for name, want := range map[string]float64{"pdrouter_statestore_cell": 1, "pdrouter_statestore_cells": 2} {
+		if got := gaugeValue(t, h.reg, name); got != want {
+			t.Errorf("%s = %v, want %v", name, got, want)
+		}
+	}
+}
+
+// gaugeValue reads an unlabelled gauge from reg.
+func gaugeValue(t *testing.T, reg prometheus.Gatherer, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name && len(mf.GetMetric()) == 1 {
+			return mf.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	t.Fatalf("no gauge %s", name)
+	return 0
 }
