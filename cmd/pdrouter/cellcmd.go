@@ -19,6 +19,10 @@ import (
 // maxCellInputBytes bounds what `cell` reads from stdin.
 const maxCellInputBytes = 64 << 20
 
+// maxNamesScan bounds the ids --names-for hashes: about count·n of them
+// (a cell holds one id in n), a few seconds of CPU at this bound.
+const maxNamesScan = 100_000_000
+
 func newCellCmd(a *app) *cobra.Command {
 	var (
 		cells    int32
@@ -49,6 +53,9 @@ in cell i of n.`,
 				if len(args) != 1 || count < 1 || count > 1_000_000 {
 					return errors.New("--names-for takes one prefix and --count 1 to 1000000")
 				}
+				if scan := int64(count) * int64(c.Count); scan > maxNamesScan {
+					return fmt.Errorf("--names-for %s --count %d hashes ~%d ids, over %d: ask for fewer ids, or fewer cells", c, count, scan, maxNamesScan)
+				}
 				return printNamesFor(a.stdout, c, args[0], count)
 			}
 			if cells < 1 || cells > events.MaxCells {
@@ -72,15 +79,20 @@ in cell i of n.`,
 
 // printNamesFor prints the first count ids prefix+k (k = 0, 1, …) in c.
 func printNamesFor(w io.Writer, c events.Cell, prefix string, count int) error {
-	if err := events.ValidateWorkerID(prefix + "0"); err != nil {
-		return fmt.Errorf("prefix %q: %w", textcut.Truncate(prefix, 64), err)
-	}
 	bw := bufio.NewWriter(w)
 	for k := 0; count > 0; k++ {
-		if id := prefix + strconv.Itoa(k); c.OwnsWorker(id) {
-			fmt.Fprintln(bw, id)
-			count--
+		id := prefix + strconv.Itoa(k)
+		if !c.OwnsWorker(id) {
+			continue
 		}
+		// Every id printed is one a registration takes (a longer k can
+		// make it too long).
+		if err := events.ValidateWorkerID(id); err != nil {
+			_ = bw.Flush()
+			return fmt.Errorf("prefix %q: %w", textcut.Truncate(prefix, 64), err)
+		}
+		fmt.Fprintln(bw, id)
+		count--
 	}
 	return bw.Flush()
 }
@@ -123,6 +135,8 @@ func printCells(w io.Writer, ids []string, cells int32) error {
 		pool, id, hasPool := strings.Cut(in, "/")
 		if !hasPool {
 			pool, id = "", in
+		} else if pool != "decode" && pool != "prefill" {
+			return fmt.Errorf("%q: pool %q: want decode or prefill", textcut.Truncate(in, 64), textcut.Truncate(pool, 64))
 		}
 		if err := events.ValidateWorkerID(id); err != nil {
 			return fmt.Errorf("%q: %w", textcut.Truncate(in, 64), err)

@@ -51,6 +51,13 @@ func TestCellCommand(t *testing.T) {
 		{[]string{"cell", "bad\x00id"}, `"bad\x00id"`},
 		{[]string{"cell", "--names-for", "4/4", "p"}, "--names-for: cell \"4/4\""},
 		{[]string{"cell", "--names-for", "1/4", "--count", "0", "p"}, "--count 1 to 1000000"},
+		// Pools are the two a worker can be in: arbitrary ones would make
+		// the summary a column per line of input.
+		{[]string{"cell", "pool7/w"}, `pool "pool7": want decode or prefill`},
+		// The scan for ids is bounded: ~count·n ids are hashed.
+		{[]string{"cell", "--names-for", "1/10000", "--count", "1000000", "p"}, "hashes ~10000000000 ids"},
+		// Every id printed is one a registration takes.
+		{[]string{"cell", "--names-for", "0/2", "--count", "20", strings.Repeat("x", events.MaxWorkerIDLen-1)}, "is 254 bytes"},
 	} {
 		if _, _, err := run(t, nil, c.args...); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%q: error %v, want it to say %s", c.args, err, c.want)
