@@ -123,8 +123,9 @@ func gcd(a, b int) int {
 
 // KeyPartition is the partition, of n, that Kafka's default partitioner
 // gives a record keyed key: the positive part of murmur2 (Kafka's variant,
-// seed 0x9747b28c) modulo n. Producers in Java, librdkafka's
-// murmur2_random and franz-go's defaults all agree on it.
+// seed 0x9747b28c) modulo n. Java's default partitioner and franz-go's
+// (pdrouter's writers) agree on it, as do librdkafka producers set to
+// partitioner=murmur2_random; librdkafka's own default (CRC32) does not.
 func KeyPartition(key []byte, n int32) int32 {
 	if n <= 1 {
 		return 0

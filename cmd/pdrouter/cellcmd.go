@@ -38,7 +38,7 @@ i/n) route to it, take its registration, and whose ingest (--cell) reads its
 engine. The cell follows from the id alone (Kafka's default partitioner hashes
 it), so plan workers and cells with it before registering: a registration sent
 to another cell's replica is answered 421 wrong_cell. The summary counts each
-pool's share when ids are given as pool/id (e.g. decode/decode-7).
+pool.s share when ids are given as pool/id, the pool decode or prefill (e.g. decode/decode-7).
 
 Hashing spreads workers unevenly: decode-0 … decode-127 fall 32, 24, 33 and 39
 into 4 cells. To fill each cell evenly, name workers with --names-for i/n
