@@ -400,6 +400,9 @@ func (s *Server) appendAndAnswer(c *gin.Context, key []byte, msg proto.Message) 
 }
 
 func (s *Server) appendRecords(c *gin.Context, r ...*kgoRecord) {
+	// Nothing this replica writes lands in another cell's partitions.
+	// Handlers check the cell earlier only where another refusal (an
+	// unknown worker, the worker cap) would otherwise answer first.
 	for _, rec := range r {
 		if err := s.checkKeyCell(rec.Key); err != nil {
 			fail(c, err)
