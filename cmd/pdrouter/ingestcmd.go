@@ -190,7 +190,7 @@ workers topic (--watch-workers), and --bind for engines that connect.`,
 		},
 	}
 	f.bindFlags(cmd.Flags())
-	cmd.Flags().StringVar(&cell, "cell", "0/1", "with --watch-workers, read only the engines of the workers in this cell of the log, i/n (see `serve --cell`)")
+	cmd.Flags().StringVar(&cell, "cell", "0/1", "with --watch-workers, read only the engines of the workers in this cell of the log, i/n (as serve --cell)")
 	return cmd
 }
 

@@ -16,9 +16,10 @@ func newServeCmd(a *app) *cobra.Command {
 		Use:   "serve",
 		Short: "Run a router replica: materializer, decider and API",
 		Long: `serve runs one stateless router replica against a real Kafka (--brokers). It
-materializes every partition of the five topics into its Pebble store under
---data-dir (or bootstraps from a peer's snapshot with --bootstrap-from), and
-answers POST /v1/route and the rest of the API on --http-addr. Every decision
+materializes every partition of the five topics (only its cell's, with
+--cell) into its Pebble store under --data-dir (or bootstraps from a peer's
+snapshot with --bootstrap-from), and answers POST /v1/route and the rest of
+the API on --http-addr. Every decision
 is durable on the decisions topic before it is answered. /readyz answers 200
 once the state is within --ready-lag records of the log. With --ingest it
 also runs ingest in the same process.`,
