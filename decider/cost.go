@@ -52,6 +52,7 @@ func scoreRow(row *Candidate, in *costInputs) {
 		hostCredit*float64(in.overlap.Host) + diskCredit*float64(in.overlap.Disk)
 	row.PrefillTerm = in.prefillScale * max(0, row.RawPrefillBlocks-row.OverlapCredit)
 	blocks := row.PrefillTerm
+	row.RecentRequests = in.active.RecentRequests
 	if in.decode {
 		row.ActiveDecodeBlocks = in.active.DecodeBlocks
 		row.ActiveRequests = in.active.Requests

@@ -144,6 +144,8 @@ type Candidate struct {
 	// RecentLocalPrefill is ActiveLoad.RecentLocalPrefill (decode rows; encoded only
 	// when not zero).
 	RecentLocalPrefill int64 `json:"recent_local_prefill,omitempty"`
+	// RecentRequests is ActiveLoad.RecentRequests (encoded only when not zero).
+	RecentRequests int64 `json:"recent_requests,omitempty"`
 	// Picked marks the worker selection chose in this pool. A picked prefill row in a
 	// local decision is the worker the load policy asked about.
 	Picked bool `json:"picked"`
@@ -232,7 +234,16 @@ type SLOPrediction struct {
 	RemoteDecodeTTFTMs float64 `json:"remote_decode_ttft_ms"`
 	LocalGoodput       float64 `json:"local_goodput"`
 	RemoteGoodput      float64 `json:"remote_goodput"`
-	// Margin is LocalGoodput − RemoteGoodput: local wins above SLOTieMargin.
+	// LocalDelayCharge and RemoteDelayCharge are the goodput each path's prefill is
+	// expected to cost the requests that queue behind it on the worker it occupies
+	// (the decode worker, the prefill worker), judged on a request of TypicalTTFTMs,
+	// the remote path's mean TTFT over the model's window. LocalGoodput already has
+	// the local charge taken off.
+	LocalDelayCharge  float64 `json:"local_delay_charge"`
+	RemoteDelayCharge float64 `json:"remote_delay_charge"`
+	TypicalTTFTMs     float64 `json:"typical_ttft_ms"`
+	// Margin is LocalGoodput − (RemoteGoodput − RemoteDelayCharge): local wins above
+	// SLOTieMargin.
 	Margin float64 `json:"margin"`
 	// Fit is the model the predictions came from, so that a recompute from the record
 	// predicts the same.

@@ -113,6 +113,9 @@ func (c *Candidate) appendJSON(b []byte) []byte {
 	if c.RecentLocalPrefill != 0 {
 		o.int("recent_local_prefill", c.RecentLocalPrefill)
 	}
+	if c.RecentRequests != 0 {
+		o.int("recent_requests", c.RecentRequests)
+	}
 	o.bool("picked", c.Picked)
 	return o.close()
 }
@@ -136,6 +139,9 @@ func (s *SLOPrediction) appendJSON(b []byte) []byte {
 	o.float("remote_decode_ttft_ms", s.RemoteDecodeTTFTMs)
 	o.float("local_goodput", s.LocalGoodput)
 	o.float("remote_goodput", s.RemoteGoodput)
+	o.float("local_delay_charge", s.LocalDelayCharge)
+	o.float("remote_delay_charge", s.RemoteDelayCharge)
+	o.float("typical_ttft_ms", s.TypicalTTFTMs)
 	o.float("margin", s.Margin)
 	return o.close()
 }

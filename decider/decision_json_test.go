@@ -46,8 +46,8 @@ func TestCanonicalJSONRoundTrip(t *testing.T) {
 // from the record without anyone noticing.
 func TestCanonicalJSONCoversEveryField(t *testing.T) {
 	var d decider.Decision
-	d.Candidates = []decider.Candidate{{ActiveRequests: 1, RecentLocalPrefill: 1}} // encoded only when not 0
-	d.SLO.Evaluated = true                                                         // encoded only under slo
+	d.Candidates = []decider.Candidate{{ActiveRequests: 1, RecentLocalPrefill: 1, RecentRequests: 1}} // encoded only when not 0
+	d.SLO.Evaluated = true                                                                            // encoded only under slo
 	var m map[string]any
 	if err := json.Unmarshal(d.AppendCanonicalJSON(nil), &m); err != nil {
 		t.Fatal(err)

@@ -100,6 +100,9 @@ type LatencyFit struct {
 	Samples [NumPaths][NumTargets]int64
 	Coef    [NumPaths][NumTargets][LatencyK]float64
 	Sigma   [NumPaths][NumTargets]float64
+	// Mean is the mean of the target over the samples (ms): the latency of the path's
+	// typical request, which the slo policy's delay charges judge a delay on.
+	Mean [NumPaths][NumTargets]float64
 }
 
 // Predict returns the predicted value (ms, never negative) of target on path for the

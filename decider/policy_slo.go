@@ -35,6 +35,12 @@ const (
 	// moderate queue against a local prefill. At 2.0 it cost 0.4–1.5 pp in most cells
 	// of the Mooncake conversation grid; at 8.0 no cell lost (docs/slo-policy.md).
 	SLOPrefillGuardBusy = 8.0
+	// SLOMissChargeLimit: when both paths are predicted to miss, a local prefill is
+	// also refused if it is expected to cost the other requests this much more goodput
+	// than the remote prefill would (its charges less remote's delay charge): half a
+	// request. This request probably misses either way, and it must not take others
+	// down with it.
+	SLOMissChargeLimit = 0.5
 )
 
 // latencyFitOf returns the view's latency model fit, or nil when the view has none.
@@ -114,8 +120,12 @@ func sloMode(dc *Decider, dst *Decision, d, p *Candidate) *Candidate {
 	s.NextTTFTMs = fit.Predict(PathRemote, TargetTTFT, &next)
 	s.NextITLMs = fit.Predict(PathRemote, TargetITL, &next)
 	loss += float64(d.ActiveRequests) * max(s.RemoteGoodput-dc.sloMeet(fit, PathRemote, s.NextTTFTMs, s.NextITLMs), 0)
+	if dc.delayCharges {
+		dc.sloDelayCharges(dst, fit, d, best, &bestIn)
+		loss += s.LocalDelayCharge
+	}
 	s.LocalGoodput = selfLocal - loss
-	s.Margin = s.LocalGoodput - s.RemoteGoodput
+	s.Margin = s.LocalGoodput - (s.RemoteGoodput - s.RemoteDelayCharge)
 	s.RemoteDecodeTTFTMs = fit.DecodeSide(PathRemote, TargetTTFT, &bestIn)
 
 	var local2 bool
@@ -130,7 +140,8 @@ func sloMode(dc *Decider, dst *Decision, d, p *Candidate) *Candidate {
 		// bottleneck, and a local prefill adds to it.
 		local2 = max(s.LocalTTFTMs/cfg.SLOTTFTMs, s.LocalITLMs/cfg.SLOITLMs) <=
 			SLOMissFactor*max(s.RemoteTTFTMs/cfg.SLOTTFTMs, s.RemoteITLMs/cfg.SLOITLMs) &&
-			2*s.RemoteDecodeTTFTMs <= s.RemoteTTFTMs
+			2*s.RemoteDecodeTTFTMs <= s.RemoteTTFTMs &&
+			(!dc.delayCharges || loss-s.RemoteDelayCharge < SLOMissChargeLimit)
 	default:
 		// Local must be better by more than SLOTieMargin; ties go remote.
 		local2 = s.Margin > SLOTieMargin
@@ -154,6 +165,55 @@ func sloMode(dc *Decider, dst *Decision, d, p *Candidate) *Candidate {
 		dst.Mode, dst.Reason = ModeLocal, ReasonSLOLocalBetter
 	}
 	return best
+}
+
+// sloDelayCharges sets the delay charges of both paths (LocalDelayCharge,
+// RemoteDelayCharge, TypicalTTFTMs). A prefill occupies the worker that computes it,
+// and the requests that arrive there meanwhile wait behind it: on a decode worker,
+// prefill chunks fill the steps' token budget, so it admits no new request until the
+// local prefills queued there are done; on a prefill worker, the queue is first come,
+// first served. The model predicts this request's own latency on each path, not what
+// its prefill does to the requests after it; where decode workers are few, that is
+// what a long local prefill costs, holding up the remote requests waiting to start
+// decoding there (docs/slo-policy.md). So each path is charged, for the requests expected to
+// arrive at its worker while that worker is busy through this prefill, the goodput a
+// typical request loses to the delay this prefill adds:
+//
+//	charge = arrivals × (P(typical meets) − P(typical + delay meets))
+//	arrivals = RecentRequests / RecentLocalWindow × busy
+//
+// with the TTFT SLO and the remote residual. Local: busy is the time to this prompt's
+// first token there (its predicted TTFT, at least the prefill time of the prompt
+// tokens queued there and its own), and the delay is this prompt's share of it.
+// Remote: busy is the prefill time of the picked worker's queue and this prompt, and
+// the delay this prompt's prefill time. The prefill time per token is the remote TTFT
+// fit's coefficient of uncached tokens: the path whose TTFT is mostly prefill. The
+// typical request is the remote path's mean TTFT, the path most requests take when a
+// worker is busy. Charging both paths keeps a fleet whose prefill workers are the
+// scarce ones taking local prefills: there a remote prefill delays more requests.
+func (dc *Decider) sloDelayCharges(dst *Decision, fit *LatencyFit, d, best *Candidate, bestIn *LatencyInputs) {
+	s := &dst.SLO
+	perToken := max(fit.Coef[PathRemote][TargetTTFT][1], 0)
+	s.TypicalTTFTMs = fit.Mean[PathRemote][TargetTTFT]
+	queued := float64(d.ActivePrefillTokens + dst.EffectiveISL)
+	busy := max(s.LocalTTFTMs, perToken*queued)
+	share := busy
+	if queued > 0 {
+		share = busy * float64(dst.EffectiveISL) / queued
+	}
+	s.LocalDelayCharge = dc.delayCharge(fit, d.RecentRequests, busy, share)
+	if best != nil {
+		s.RemoteDelayCharge = dc.delayCharge(fit, best.RecentRequests, perToken*float64(bestIn.Queued+bestIn.Uncached),
+			perToken*float64(bestIn.Uncached))
+	}
+}
+
+// delayCharge is the goodput lost by the requests arriving at a worker that took
+// recent requests in the last RecentLocalWindow, over busyMs, each delayed by delayMs.
+func (dc *Decider) delayCharge(fit *LatencyFit, recent int64, busyMs, delayMs float64) float64 {
+	typical, sigma, limit := fit.Mean[PathRemote][TargetTTFT], fit.Sigma[PathRemote][TargetTTFT], dc.cfg.Disagg.SLOTTFTMs
+	arrivals := float64(recent) * busyMs / float64(RecentLocalWindow.Milliseconds())
+	return arrivals * max(meetProbability(typical, sigma, limit)-meetProbability(typical+delayMs, sigma, limit), 0)
 }
 
 // sloPrefillGuard reports whether every eligible prefill worker is busy past

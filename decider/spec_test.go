@@ -303,9 +303,10 @@ func runSpecCase(t *testing.T, c specCase) {
 			view.Store(id, memview.Disk, take(dev+host, disk)...)
 		case "active":
 			view.SetActive(id, decider.ActiveLoad{
-				DecodeBlocks:  atoi(t, l, or(m["decode_blocks"], "0")),
-				PrefillTokens: atoi(t, l, or(m["prefill_tokens"], "0")),
-				Requests:      atoi(t, l, or(m["requests"], "0")),
+				DecodeBlocks:   atoi(t, l, or(m["decode_blocks"], "0")),
+				PrefillTokens:  atoi(t, l, or(m["prefill_tokens"], "0")),
+				Requests:       atoi(t, l, or(m["requests"], "0")),
+				RecentRequests: atoi(t, l, or(m["recent"], "0")),
 			})
 			view.MarkActive(id, take(0, atoi(t, l, or(m["shared"], "0")))...)
 		case "load":
@@ -413,6 +414,8 @@ func specField(d *decider.Decision, key string) (string, error) {
 			"others_base_itl": fmtF(s.OthersBaseITLMs), "local_goodput": fmtF(s.LocalGoodput),
 			"remote_goodput": fmtF(s.RemoteGoodput), "margin": fmtF(s.Margin), "running": strconv.FormatInt(s.RunningRequests, 10),
 			"next_ttft": fmtF(s.NextTTFTMs), "next_itl": fmtF(s.NextITLMs), "remote_decode_ttft": fmtF(s.RemoteDecodeTTFTMs),
+			"local_delay_charge": fmtF(s.LocalDelayCharge), "remote_delay_charge": fmtF(s.RemoteDelayCharge),
+			"typical_ttft": fmtF(s.TypicalTTFTMs),
 		}
 		if got, ok := v[rest]; ok {
 			return got, nil
@@ -522,6 +525,8 @@ func specFit(t *testing.T, l specLine, fit *decider.LatencyFit) {
 			fit.Samples[p][tg] = atoi(t, l, v)
 		case "sigma":
 			fit.Sigma[p][tg] = atof(t, l, v)
+		case "mean":
+			fit.Mean[p][tg] = atof(t, l, v)
 		case "c":
 			for i, c := range strings.Split(v, ",") {
 				if i >= decider.LatencyK {

@@ -10,7 +10,10 @@ import "fmt"
 //   - 2: the Step 1 cost in tokens (block cost × B), so that workers of different block
 //     sizes compare (cost.go). Same decisions as 1 in a fleet of one power-of-two block
 //     size; the recorded costs are B times larger.
-const Version uint32 = 2
+//   - 3: the slo policy charges each path the goodput its prefill is expected to cost
+//     the requests that queue behind it (policy_slo.go, delay charges). Other
+//     policies decide as in 2.
+const Version uint32 = 3
 
 // SupportsVersion reports whether NewAt can decide with version v's semantics.
 func SupportsVersion(v uint32) bool { return v >= 1 && v <= Version }
@@ -27,5 +30,6 @@ func NewAt(cfg Config, version uint32) (*Decider, error) {
 		return nil, err
 	}
 	dc.tokenCost = version >= 2
+	dc.delayCharges = version >= 3
 	return dc, nil
 }

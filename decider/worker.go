@@ -73,6 +73,11 @@ type ActiveLoad struct {
 	// worker in the last RecentLocalWindow of event time: the rate at which prefills
 	// take its steps from its decoding requests, a feature of the latency model.
 	RecentLocalPrefill int64
+	// RecentRequests is the requests decided onto the worker in the last
+	// RecentLocalWindow of event time: as their decode worker, or as the prefill worker
+	// of a remote prefill. Over the window it is the rate at which requests arrive at
+	// the worker, which the slo policy's delay charges read.
+	RecentRequests int64
 }
 
 // RecentLocalWindow is the event-time window of ActiveLoad.RecentLocalPrefill.

@@ -172,7 +172,8 @@ func appendCandidate(b []byte, c *pb.Candidate) []byte {
 	b = appendUvarint(b, 24, uint64(c.LoadPrefillTokens))
 	b = appendBool(b, 25, c.Picked)
 	b = appendUvarint(b, 26, uint64(c.ActiveRequests))
-	return appendUvarint(b, 27, uint64(c.RecentLocalPrefill))
+	b = appendUvarint(b, 27, uint64(c.RecentLocalPrefill))
+	return appendUvarint(b, 28, uint64(c.RecentRequests))
 }
 
 func appendSloPrediction(b []byte, s *pb.SloPrediction) []byte {
@@ -194,7 +195,10 @@ func appendSloPrediction(b []byte, s *pb.SloPrediction) []byte {
 	b = appendMessage(b, 16, s.Fit, appendLatencyFit)
 	b = appendDouble(b, 17, s.NextTtftMs)
 	b = appendDouble(b, 18, s.NextItlMs)
-	return appendDouble(b, 19, s.RemoteDecodeTtftMs)
+	b = appendDouble(b, 19, s.RemoteDecodeTtftMs)
+	b = appendDouble(b, 20, s.LocalDelayCharge)
+	b = appendDouble(b, 21, s.RemoteDelayCharge)
+	return appendDouble(b, 22, s.TypicalTtftMs)
 }
 
 func appendLatencyFit(b []byte, f *pb.LatencyFit) []byte {
@@ -211,7 +215,7 @@ func appendLatencyFit(b []byte, f *pb.LatencyFit) []byte {
 	for _, x := range []struct {
 		num protowire.Number
 		vs  []float64
-	}{{2, f.Sigma}, {3, f.Coef}} {
+	}{{2, f.Sigma}, {3, f.Coef}, {4, f.Mean}} {
 		if len(x.vs) > 0 {
 			b = appendVarint(appendTag(b, x.num, protowire.BytesType), uint64(8*len(x.vs)))
 			for _, v := range x.vs {

@@ -60,6 +60,7 @@ func (m *Model) computeFit() *decider.LatencyFit {
 			}
 			dof := max(n-float64(k), 1)
 			f.Sigma[p][t] = math.Sqrt(max(rss, 0)/dof) * unit
+			f.Mean[p][t] = b[0] / n * unit
 		}
 	}
 	if !any {

@@ -82,7 +82,7 @@ func candidateOf(c *pb.Candidate) decider.Candidate {
 		Cost: c.GetCost(), TieHash: decider.Hash64(c.GetTieHash()), Probability: c.GetProbability(), TotalKVBlocks: c.GetTotalKvBlocks(),
 		MaxNumBatchedTokens: c.GetMaxNumBatchedTokens(), LoadKnown: c.GetLoadKnown(), LoadKVUsedBlocks: c.GetLoadKvUsedBlocks(),
 		LoadPrefillTokens: c.GetLoadPrefillTokens(), Picked: c.GetPicked(), ActiveRequests: c.GetActiveRequests(),
-		RecentLocalPrefill: c.GetRecentLocalPrefill(),
+		RecentLocalPrefill: c.GetRecentLocalPrefill(), RecentRequests: c.GetRecentRequests(),
 	}
 }
 
@@ -108,7 +108,7 @@ func fillCandidate(dst *pb.Candidate, ref *pb.WorkerRef, c *decider.Candidate) {
 		Cost: c.Cost, TieHash: uint64(c.TieHash), Probability: c.Probability, TotalKvBlocks: c.TotalKVBlocks,
 		MaxNumBatchedTokens: c.MaxNumBatchedTokens, LoadKnown: c.LoadKnown, LoadKvUsedBlocks: c.LoadKVUsedBlocks,
 		LoadPrefillTokens: c.LoadPrefillTokens, Picked: c.Picked, ActiveRequests: c.ActiveRequests,
-		RecentLocalPrefill: c.RecentLocalPrefill,
+		RecentLocalPrefill: c.RecentLocalPrefill, RecentRequests: c.RecentRequests,
 	}
 }
 

@@ -69,7 +69,7 @@ func (v *RecordView) Load(ref decider.WorkerRef) (decider.LoadSample, bool) {
 func (v *RecordView) Active(ref decider.WorkerRef) decider.ActiveLoad {
 	c := v.rows[ref]
 	return decider.ActiveLoad{DecodeBlocks: c.GetActiveDecodeBlocks(), PrefillTokens: c.GetActivePrefillTokens(),
-		Requests: c.GetActiveRequests(), RecentLocalPrefill: c.GetRecentLocalPrefill()}
+		Requests: c.GetActiveRequests(), RecentLocalPrefill: c.GetRecentLocalPrefill(), RecentRequests: c.GetRecentRequests()}
 }
 
 // MatchActive implements decider.ActiveAccounting from the recorded shared

@@ -18,6 +18,7 @@ func sloOf(s *pb.SloPrediction) decider.SLOPrediction {
 		RunningRequests: s.GetRunningRequests(), OthersITLMs: s.GetOthersItlMs(), OthersBaseITLMs: s.GetOthersBaseItlMs(),
 		NextTTFTMs: s.GetNextTtftMs(), NextITLMs: s.GetNextItlMs(), RemoteDecodeTTFTMs: s.GetRemoteDecodeTtftMs(),
 		LocalGoodput: s.GetLocalGoodput(), RemoteGoodput: s.GetRemoteGoodput(), Margin: s.GetMargin(),
+		LocalDelayCharge: s.GetLocalDelayCharge(), RemoteDelayCharge: s.GetRemoteDelayCharge(), TypicalTTFTMs: s.GetTypicalTtftMs(),
 		Fit: fitOf(s.GetFit()),
 	}
 }
@@ -33,6 +34,7 @@ func sloPB(s *decider.SLOPrediction) *pb.SloPrediction {
 		RunningRequests: s.RunningRequests, OthersItlMs: s.OthersITLMs, OthersBaseItlMs: s.OthersBaseITLMs,
 		NextTtftMs: s.NextTTFTMs, NextItlMs: s.NextITLMs, RemoteDecodeTtftMs: s.RemoteDecodeTTFTMs,
 		LocalGoodput: s.LocalGoodput, RemoteGoodput: s.RemoteGoodput, Margin: s.Margin, Fit: fitPB(&s.Fit),
+		LocalDelayCharge: s.LocalDelayCharge, RemoteDelayCharge: s.RemoteDelayCharge, TypicalTtftMs: s.TypicalTTFTMs,
 	}
 }
 
@@ -48,6 +50,7 @@ func fitPB(f *decider.LatencyFit) *pb.LatencyFit {
 			out.Samples = append(out.Samples, f.Samples[p][t])
 			out.Sigma = append(out.Sigma, f.Sigma[p][t])
 			out.Coef = append(out.Coef, f.Coef[p][t][:]...)
+			out.Mean = append(out.Mean, f.Mean[p][t])
 		}
 	}
 	return out
@@ -55,19 +58,25 @@ func fitPB(f *decider.LatencyFit) *pb.LatencyFit {
 
 // fitOf is the inverse of fitPB. A fit of another shape (a record from a build with
 // other features) is not guessed at: it reads as no fit, and the recompute falls back
-// as the cold policy does.
+// as the cold policy does. Means are absent in records of builds before them (decider
+// version 2, which does not read them): they read as 0.
 func fitOf(f *pb.LatencyFit) decider.LatencyFit {
 	var out decider.LatencyFit
 	const n = decider.NumPaths * decider.NumTargets
-	if f == nil || len(f.GetSamples()) != n || len(f.GetSigma()) != n || len(f.GetCoef()) != n*decider.LatencyK {
+	if f == nil || len(f.GetSamples()) != n || len(f.GetSigma()) != n || len(f.GetCoef()) != n*decider.LatencyK ||
+		len(f.GetMean()) != 0 && len(f.GetMean()) != n {
 		return out
 	}
+	mean := f.GetMean()
 	i := 0
 	for p := range out.Samples {
 		for t := range out.Samples[p] {
 			out.Samples[p][t] = f.GetSamples()[i]
 			out.Sigma[p][t] = f.GetSigma()[i]
 			copy(out.Coef[p][t][:], f.GetCoef()[i*decider.LatencyK:])
+			if len(mean) == n {
+				out.Mean[p][t] = mean[i]
+			}
 			i++
 		}
 	}

@@ -98,8 +98,10 @@ func (lr *LocalRouter) Route(_ context.Context, r *Request, tokens []uint32) (De
 	ent.chain = req.Chains[chainIndex(chains, dw.BlockSize)].Hashes
 	ent.extra = int64(ceilDiv(len(tokens), dw.BlockSize) - len(ent.chain))
 	v.active[ent.decode].add(ent.chain, ent.extra)
+	v.active[ent.decode].decided = append(v.active[ent.decode].decided, v.q.now)
 	if d.Mode == decider.ModeRemote {
 		ent.prefillAt = v.ref(d.PrefillWorker)
+		v.active[ent.prefillAt].decided = append(v.active[ent.prefillAt].decided, v.q.now)
 		for i := range d.Candidates {
 			if c := &d.Candidates[i]; c.Worker == d.PrefillWorker && c.Pool == decider.PoolPrefill {
 				ent.prefillTok = int64(len(tokens)) - min(int64(c.OverlapBlocks*c.BlockSize), int64(len(tokens)))
@@ -193,6 +195,10 @@ type workerActive struct {
 	// decider.RecentLocalWindow; recentTok sums them.
 	recent    []localPrefill
 	recentTok int64
+	// decided holds the times of the decisions that named this worker (decode
+	// worker, or prefill worker of a remote prefill), oldest first, until they leave
+	// the same window.
+	decided []simTime
 }
 
 type localPrefill struct {
@@ -214,6 +220,17 @@ func (a *workerActive) recentLocal(now simTime) int64 {
 	}
 	a.recent = a.recent[n:]
 	return a.recentTok
+}
+
+// recentRequests is the number of decisions that named the worker in the window
+// ending at now.
+func (a *workerActive) recentRequests(now simTime) int64 {
+	n := 0
+	for n < len(a.decided) && a.decided[n]+decider.RecentLocalWindow <= now {
+		n++
+	}
+	a.decided = a.decided[n:]
+	return int64(len(a.decided))
 }
 
 func (a *workerActive) add(chain []uint64, extra int64) {
@@ -277,7 +294,7 @@ func (v *fleetView) Load(w decider.WorkerRef) (decider.LoadSample, bool) {
 func (v *fleetView) Active(w decider.WorkerRef) decider.ActiveLoad {
 	a := &v.active[w]
 	return decider.ActiveLoad{DecodeBlocks: a.distinct + a.extra, PrefillTokens: a.prefillTok, Requests: a.requests,
-		RecentLocalPrefill: a.recentLocal(v.q.now)}
+		RecentLocalPrefill: a.recentLocal(v.q.now), RecentRequests: a.recentRequests(v.q.now)}
 }
 
 // LatencyFit implements decider.LatencyModel: the model learned so far in this run.

@@ -106,7 +106,7 @@ type reqEntry struct {
 	onPrefill   bool
 	local       bool  // a RecordLocalDecision entry
 	effLast     int64 // last event time of the effective facts
-	recentOn    bool  // counted in its decode slot's recentLocal
+	recentOn    bool  // counted in its workers' recent counts (setRecent)
 }
 
 type activeTable struct {
@@ -357,7 +357,7 @@ func (st *state) refresh(b *pebble.Batch, e *reqEntry, write bool) {
 		last = tP
 	}
 	e.effLast = last
-	st.setRecent(e, flags&fLocalMode != 0 && flags&fDecision != 0 && !e.local && e.tD+recentWindow > now)
+	st.setRecent(e, flags&fDecision != 0 && !e.local && e.tD+recentWindow > now)
 	alive := eff&fDecision != 0 && eff&fTerminal == 0 && last+a.cfg.expiry > now
 	// Remove the old share before the facts it was computed from go.
 	st.setContribution(e, alive, alive && eff&fPrefillDone == 0 && e.prefillTok > 0)
@@ -509,22 +509,31 @@ func (st *state) setContribution(e *reqEntry, decode, prefill bool) {
 	}
 }
 
-// recentWindow is decider.RecentLocalWindow in ns: a local decision's prefill tokens
-// count in its decode worker's RecentLocalPrefill while its decided_at is within it
-// of the clock. It is shorter than any fact's retention, so the count is a function
-// of the facts present and the clock, like the rest of the accounting.
+// recentWindow is decider.RecentLocalWindow in ns: a decision counts in its workers'
+// RecentRequests, and a local decision's prefill tokens in its decode worker's
+// RecentLocalPrefill, while its decided_at is within it of the clock. It is shorter
+// than any fact's retention, so the counts are a function of the facts present and
+// the clock, like the rest of the accounting.
 const recentWindow = int64(decider.RecentLocalWindow)
 
-// setRecent adds or removes a local decision's prefill tokens from its decode
-// worker's recent local prefill.
+// setRecent adds or removes a decision from its workers' recent counts: the request
+// on its decode worker and, for a remote prefill, on its prefill worker; a local
+// prefill's tokens on its decode worker. The entry's mode and slots do not change
+// while it is counted: they go with its decision fact, after it leaves the counts.
 func (st *state) setRecent(e *reqEntry, on bool) {
 	if e.recentOn == on {
 		return
 	}
-	if on {
-		st.workers[e.decodeSlot].recentLocal += e.prefillTok
-	} else {
-		st.workers[e.decodeSlot].recentLocal -= e.prefillTok
+	sign := int64(1)
+	if !on {
+		sign = -1
+	}
+	ws := st.workers[e.decodeSlot]
+	ws.recentRequests += sign
+	if e.flags&fLocalMode != 0 {
+		ws.recentLocal += sign * e.prefillTok
+	} else if e.prefillSlot >= 0 {
+		st.workers[e.prefillSlot].recentRequests += sign
 	}
 	e.recentOn = on
 }

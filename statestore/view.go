@@ -106,7 +106,7 @@ func (v View) KvSilence(ref decider.WorkerRef) (time.Duration, bool) {
 func (v View) Active(ref decider.WorkerRef) decider.ActiveLoad {
 	ws := v.st.workers[v.st.viewSlots[ref]]
 	return decider.ActiveLoad{DecodeBlocks: ws.activeDistinct + ws.activeExtra, PrefillTokens: ws.prefillTokens,
-		Requests: ws.activeRequests, RecentLocalPrefill: ws.recentLocal}
+		Requests: ws.activeRequests, RecentLocalPrefill: ws.recentLocal, RecentRequests: ws.recentRequests}
 }
 
 // Registration returns the worker's latest registration (the last one

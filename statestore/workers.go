@@ -38,6 +38,9 @@ type slotState struct {
 	// recentLocal is the prompt tokens of local prefills decided here in the
 	// last decider.RecentLocalWindow (active.go setRecent).
 	recentLocal int64
+	// recentRequests is the decisions that named the worker (as decode worker, or as
+	// the prefill worker of a remote prefill) in the same window (setRecent).
+	recentRequests int64
 
 	load     *pb.LoadSample
 	hasLoad  bool

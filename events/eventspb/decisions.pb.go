@@ -397,8 +397,14 @@ type SloPrediction struct {
 	NextItlMs  float64 `protobuf:"fixed64,18,opt,name=next_itl_ms,json=nextItlMs,proto3" json:"next_itl_ms,omitempty"`
 	// The part of remote_ttft_ms the decode worker's features explain.
 	RemoteDecodeTtftMs float64 `protobuf:"fixed64,19,opt,name=remote_decode_ttft_ms,json=remoteDecodeTtftMs,proto3" json:"remote_decode_ttft_ms,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// The goodput each path's prefill is expected to cost the requests that
+	// queue behind it (decider version 3 on), judged on a request of
+	// typical_ttft_ms, the remote path's mean TTFT.
+	LocalDelayCharge  float64 `protobuf:"fixed64,20,opt,name=local_delay_charge,json=localDelayCharge,proto3" json:"local_delay_charge,omitempty"`
+	RemoteDelayCharge float64 `protobuf:"fixed64,21,opt,name=remote_delay_charge,json=remoteDelayCharge,proto3" json:"remote_delay_charge,omitempty"`
+	TypicalTtftMs     float64 `protobuf:"fixed64,22,opt,name=typical_ttft_ms,json=typicalTtftMs,proto3" json:"typical_ttft_ms,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *SloPrediction) Reset() {
@@ -564,15 +570,39 @@ func (x *SloPrediction) GetRemoteDecodeTtftMs() float64 {
 	return 0
 }
 
+func (x *SloPrediction) GetLocalDelayCharge() float64 {
+	if x != nil {
+		return x.LocalDelayCharge
+	}
+	return 0
+}
+
+func (x *SloPrediction) GetRemoteDelayCharge() float64 {
+	if x != nil {
+		return x.RemoteDelayCharge
+	}
+	return 0
+}
+
+func (x *SloPrediction) GetTypicalTtftMs() float64 {
+	if x != nil {
+		return x.TypicalTtftMs
+	}
+	return 0
+}
+
 // LatencyFit is the online latency model's fit: per path (local, remote) and
 // target (TTFT, ITL), in that nesting order, the sample count, the residual
-// standard deviation (ms) and the coefficients (ms per feature, 8 per path
+// standard deviation (ms) and the coefficients (ms per feature, 10 per path
 // and target, in the order of docs/slo-policy.md).
 type LatencyFit struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Samples       []int64                `protobuf:"varint,1,rep,packed,name=samples,proto3" json:"samples,omitempty"`
-	Sigma         []float64              `protobuf:"fixed64,2,rep,packed,name=sigma,proto3" json:"sigma,omitempty"`
-	Coef          []float64              `protobuf:"fixed64,3,rep,packed,name=coef,proto3" json:"coef,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Samples []int64                `protobuf:"varint,1,rep,packed,name=samples,proto3" json:"samples,omitempty"`
+	Sigma   []float64              `protobuf:"fixed64,2,rep,packed,name=sigma,proto3" json:"sigma,omitempty"`
+	Coef    []float64              `protobuf:"fixed64,3,rep,packed,name=coef,proto3" json:"coef,omitempty"`
+	// The mean of each path and target's samples (ms); absent in records of
+	// builds before it.
+	Mean          []float64 `protobuf:"fixed64,4,rep,packed,name=mean,proto3" json:"mean,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -624,6 +654,13 @@ func (x *LatencyFit) GetSigma() []float64 {
 func (x *LatencyFit) GetCoef() []float64 {
 	if x != nil {
 		return x.Coef
+	}
+	return nil
+}
+
+func (x *LatencyFit) GetMean() []float64 {
+	if x != nil {
+		return x.Mean
 	}
 	return nil
 }
@@ -803,8 +840,12 @@ type Candidate struct {
 	// Decode rows: the prompt tokens of the local prefills decided onto the
 	// worker in the last 30 s of event time (docs/slo-policy.md).
 	RecentLocalPrefill int64 `protobuf:"varint,27,opt,name=recent_local_prefill,json=recentLocalPrefill,proto3" json:"recent_local_prefill,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// The requests decided onto the worker in the last 30 s of event time, as
+	// their decode worker or as the prefill worker of a remote prefill (0: none
+	// or not counted by the writer).
+	RecentRequests int64 `protobuf:"varint,28,opt,name=recent_requests,json=recentRequests,proto3" json:"recent_requests,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *Candidate) Reset() {
@@ -1026,6 +1067,13 @@ func (x *Candidate) GetRecentLocalPrefill() int64 {
 	return 0
 }
 
+func (x *Candidate) GetRecentRequests() int64 {
+	if x != nil {
+		return x.RecentRequests
+	}
+	return 0
+}
+
 // Check is one comparison of the policy or the guard, with both sides. For
 // the ISL checks hit means value < limit (bypass allowed by that check); for
 // the busy checks hit means value > limit (busy).
@@ -1173,7 +1221,7 @@ const file_pdrouter_events_v1_decisions_proto_rawDesc = "" +
 	"\x0fdecider_version\x18\x18 \x01(\rR\x0edeciderVersion\x12T\n" +
 	"\x12omitted_candidates\x18  \x01(\v2%.pdrouter.events.v1.OmittedCandidatesR\x11omittedCandidates\x12/\n" +
 	"\x14retry_of_decision_id\x18! \x01(\tR\x11retryOfDecisionId\x123\n" +
-	"\x03slo\x18( \x01(\v2!.pdrouter.events.v1.SloPredictionR\x03slo\"\xb0\x05\n" +
+	"\x03slo\x18( \x01(\v2!.pdrouter.events.v1.SloPredictionR\x03slo\"\xb6\x06\n" +
 	"\rSloPrediction\x12\x1c\n" +
 	"\tevaluated\x18\x01 \x01(\bR\tevaluated\x12\x12\n" +
 	"\x04warm\x18\x02 \x01(\bR\x04warm\x12\x18\n" +
@@ -1197,12 +1245,16 @@ const file_pdrouter_events_v1_decisions_proto_rawDesc = "" +
 	"\fnext_ttft_ms\x18\x11 \x01(\x01R\n" +
 	"nextTtftMs\x12\x1e\n" +
 	"\vnext_itl_ms\x18\x12 \x01(\x01R\tnextItlMs\x121\n" +
-	"\x15remote_decode_ttft_ms\x18\x13 \x01(\x01R\x12remoteDecodeTtftMs\"P\n" +
+	"\x15remote_decode_ttft_ms\x18\x13 \x01(\x01R\x12remoteDecodeTtftMs\x12,\n" +
+	"\x12local_delay_charge\x18\x14 \x01(\x01R\x10localDelayCharge\x12.\n" +
+	"\x13remote_delay_charge\x18\x15 \x01(\x01R\x11remoteDelayCharge\x12&\n" +
+	"\x0ftypical_ttft_ms\x18\x16 \x01(\x01R\rtypicalTtftMs\"d\n" +
 	"\n" +
 	"LatencyFit\x12\x18\n" +
 	"\asamples\x18\x01 \x03(\x03R\asamples\x12\x14\n" +
 	"\x05sigma\x18\x02 \x03(\x01R\x05sigma\x12\x12\n" +
-	"\x04coef\x18\x03 \x03(\x01R\x04coef\"a\n" +
+	"\x04coef\x18\x03 \x03(\x01R\x04coef\x12\x12\n" +
+	"\x04mean\x18\x04 \x03(\x01R\x04mean\"a\n" +
 	"\x11OmittedCandidates\x12\x16\n" +
 	"\x06decode\x18\x01 \x01(\rR\x06decode\x12\x18\n" +
 	"\aprefill\x18\x02 \x01(\rR\aprefill\x12\x1a\n" +
@@ -1211,7 +1263,7 @@ const file_pdrouter_events_v1_decisions_proto_rawDesc = "" +
 	"\n" +
 	"block_size\x18\x01 \x01(\rR\tblockSize\x12!\n" +
 	"\fblock_hashes\x18\x02 \x03(\x06R\vblockHashes\x12%\n" +
-	"\x0eomitted_blocks\x18\x03 \x01(\rR\romittedBlocks\"\xbe\b\n" +
+	"\x0eomitted_blocks\x18\x03 \x01(\rR\romittedBlocks\"\xe7\b\n" +
 	"\tCandidate\x125\n" +
 	"\x06worker\x18\x01 \x01(\v2\x1d.pdrouter.events.v1.WorkerRefR\x06worker\x12,\n" +
 	"\x04pool\x18\x02 \x01(\x0e2\x18.pdrouter.events.v1.PoolR\x04pool\x12\x1a\n" +
@@ -1244,7 +1296,8 @@ const file_pdrouter_events_v1_decisions_proto_rawDesc = "" +
 	"\x13load_prefill_tokens\x18\x18 \x01(\x03R\x11loadPrefillTokens\x12\x16\n" +
 	"\x06picked\x18\x19 \x01(\bR\x06picked\x12'\n" +
 	"\x0factive_requests\x18\x1a \x01(\x03R\x0eactiveRequests\x120\n" +
-	"\x14recent_local_prefill\x18\x1b \x01(\x03R\x12recentLocalPrefill\"\xa1\x01\n" +
+	"\x14recent_local_prefill\x18\x1b \x01(\x03R\x12recentLocalPrefill\x12'\n" +
+	"\x0frecent_requests\x18\x1c \x01(\x03R\x0erecentRequests\"\xa1\x01\n" +
 	"\x05Check\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1c\n" +
 	"\tevaluated\x18\x02 \x01(\bR\tevaluated\x12\x14\n" +

@@ -506,7 +506,9 @@ type BlockStored struct {
 	// The engine hash of the block before block_hashes[0]; absent at the start
 	// of a sequence.
 	ParentBlockHash *uint64 `protobuf:"fixed64,2,opt,name=parent_block_hash,json=parentBlockHash,proto3,oneof" json:"parent_block_hash,omitempty"`
-	// len(block_hashes) * block_size token ids, concatenated.
+	// len(block_hashes) * block_size token ids, concatenated; or none in an
+	// offload store (tier host or disk, events.IsOffloadStore), which names
+	// blocks by the engine hashes they had on the device.
 	TokenIds  []uint32 `protobuf:"varint,3,rep,packed,name=token_ids,json=tokenIds,proto3" json:"token_ids,omitempty"`
 	BlockSize uint32   `protobuf:"varint,4,opt,name=block_size,json=blockSize,proto3" json:"block_size,omitempty"`
 	Tier      Tier     `protobuf:"varint,5,opt,name=tier,proto3,enum=pdrouter.events.v1.Tier" json:"tier,omitempty"`

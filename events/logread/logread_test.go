@@ -553,20 +553,27 @@ func TestReadRecreatedTopic(t *testing.T) {
 		produce(t, cl, &kgo.Record{Topic: topic, Value: []byte("new")})
 		// A real broker applies a deletion and the creation after it
 		// asynchronously, and for a moment after the new topic exists may
-		// still serve the old one's log. Wait until a Reader with no cache
-		// reads the new record: what is tested is rd's stale cache, once
-		// the cluster has settled.
+		// still serve the old one's log, so the record may even have gone
+		// to the log being deleted: it is produced again every 2 s until
+		// a Reader with no cache reads it. What is tested is rd's stale
+		// cache, once the cluster has settled.
 		settled := logread.New(kafkatest.Client(t, brokers))
-		for deadline := time.Now().Add(10 * time.Second); ; {
-			if rec, err := settled.Read(ctx, topic, 0, 0); err == nil && string(rec.Value) == "new" {
+		wait, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		for again := time.Now().Add(2 * time.Second); ; {
+			if rec, err := settled.Read(wait, topic, 0, 0); err == nil && string(rec.Value) == "new" {
 				break
 			}
-			if time.Now().After(deadline) {
-				t.Fatal("the broker did not serve the recreated topic within 10 s")
+			if wait.Err() != nil {
+				t.Fatal("the broker did not serve the recreated topic within 30 s")
+			}
+			if time.Now().After(again) {
+				produce(t, cl, &kgo.Record{Topic: topic, Value: []byte("new")})
+				again = time.Now().Add(2 * time.Second)
 			}
 			time.Sleep(20 * time.Millisecond)
 		}
-		rec, err := rd.Read(ctx, topic, 0, 0)
+		rec, err := rd.Read(readCtx(t), topic, 0, 0)
 		if err != nil {
 			t.Fatalf("after recreating: %v", err)
 		}
