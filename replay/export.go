@@ -107,6 +107,9 @@ type DecisionRow struct {
 
 	Candidates []CandidateRow `parquet:"candidates,list" json:"candidates"`
 
+	// SLO is the slo policy's predictions, null under other policies.
+	SLO *SLORow `parquet:"slo,optional" json:"slo"`
+
 	// The request's outcome (--join-outcomes), null when not joined or
 	// when no outcome of the request was in the window.
 	Outcome       *string    `parquet:"outcome,optional,dict" json:"outcome"`
@@ -145,6 +148,9 @@ type CandidateRow struct {
 	LoadKVUsedBlocks      int64   `parquet:"load_kv_used_blocks" json:"load_kv_used_blocks"`
 	LoadPrefillTokens     int64   `parquet:"load_prefill_tokens" json:"load_prefill_tokens"`
 	Picked                bool    `parquet:"picked" json:"picked"`
+	ActiveRequests        int64   `parquet:"active_requests" json:"active_requests"`
+	RecentLocalPrefill    int64   `parquet:"recent_local_prefill" json:"recent_local_prefill"`
+	RecentRequests        int64   `parquet:"recent_requests" json:"recent_requests"`
 }
 
 // OutcomeRow is one row of `pdrouter export outcomes`: one lifecycle event.
@@ -216,9 +222,11 @@ func DecisionRowOf(rec *pb.DecisionRecord, pos Position) DecisionRow {
 			SharedActiveBlocks: x.SharedActiveBlocks, PotentialDecodeBlocks: x.PotentialDecodeBlocks, Cost: x.Cost,
 			TieHash: hex64(uint64(x.TieHash)), Probability: x.Probability, TotalKVBlocks: x.TotalKVBlocks,
 			MaxNumBatchedTokens: x.MaxNumBatchedTokens, LoadKnown: x.LoadKnown, LoadKVUsedBlocks: x.LoadKVUsedBlocks,
-			LoadPrefillTokens: x.LoadPrefillTokens, Picked: x.Picked,
+			LoadPrefillTokens: x.LoadPrefillTokens, Picked: x.Picked, ActiveRequests: x.ActiveRequests,
+			RecentLocalPrefill: x.RecentLocalPrefill, RecentRequests: x.RecentRequests,
 		}
 	}
+	r.SLO = sloRowOf(rec.GetSlo())
 	if s := selectionOf(d, decider.PoolDecode, 0); s.RunnerUp != "" {
 		r.RunnerUp, r.RunnerUpMargin = strPtr(s.RunnerUp), &s.Margin
 	}
@@ -257,6 +265,7 @@ func RecordOfRow(r *DecisionRow) (*pb.DecisionRecord, error) {
 		DecodeBusyCheck:   &pb.Check{Name: string(decider.CheckDecodeBusy), Evaluated: r.DecodeBusyCheckEvaluated, Known: r.DecodeBusyCheckKnown, Value: r.DecodeBusyCheckValue, Limit: r.DecodeBusyCheckLimit, Hit: r.DecodeBusyCheckHit, Note: r.DecodeBusyCheckNote},
 		DecidedAtUnixNano: int64(r.DecidedAt), ReplicaId: r.ReplicaID, DeciderVersion: uint32(r.DeciderVersion),
 		Candidates: make([]*pb.Candidate, len(r.Candidates)),
+		Slo:        r.SLO.record(),
 	}
 	// A check the decider did not evaluate carries no name (its zero value).
 	for _, c := range []*pb.Check{rec.EffIslCheck, rec.RatioCheck, rec.PrefillBusyCheck, rec.DecodeBusyCheck} {
@@ -280,7 +289,8 @@ func RecordOfRow(r *DecisionRow) (*pb.DecisionRecord, error) {
 			SharedActiveBlocks: x.SharedActiveBlocks, PotentialDecodeBlocks: x.PotentialDecodeBlocks, Cost: x.Cost,
 			TieHash: decider.Hash64(th), Probability: x.Probability, TotalKVBlocks: x.TotalKVBlocks,
 			MaxNumBatchedTokens: x.MaxNumBatchedTokens, LoadKnown: x.LoadKnown, LoadKVUsedBlocks: x.LoadKVUsedBlocks,
-			LoadPrefillTokens: x.LoadPrefillTokens, Picked: x.Picked,
+			LoadPrefillTokens: x.LoadPrefillTokens, Picked: x.Picked, ActiveRequests: x.ActiveRequests,
+			RecentLocalPrefill: x.RecentLocalPrefill, RecentRequests: x.RecentRequests,
 		})
 	}
 	return rec, nil

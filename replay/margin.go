@@ -214,8 +214,18 @@ func num(f float64) string { return strings.TrimSuffix(fmt.Sprintf("%.10g", f), 
 func sloSummary(s *decider.SLOPrediction) string {
 	return fmt.Sprintf("predicted local TTFT %s ms, ITL %s ms (goodput %.3f) against remote TTFT %s ms, ITL %s ms (goodput %.3f) "+
 		"under SLOs TTFT ≤ %s ms, ITL ≤ %s ms; margin %.3f; the %d running requests' ITL %s → %s ms with a local prefill, "+
-		"and the next request's remote TTFT %s ms, ITL %s ms; %s ms of remote's TTFT from the decode worker",
+		"and the next request's remote TTFT %s ms, ITL %s ms; %s ms of remote's TTFT from the decode worker%s",
 		num(s.LocalTTFTMs), num(s.LocalITLMs), s.LocalGoodput, num(s.RemoteTTFTMs), num(s.RemoteITLMs), s.RemoteGoodput,
 		num(s.TTFTLimitMs), num(s.ITLLimitMs), s.Margin, s.RunningRequests, num(s.OthersBaseITLMs), num(s.OthersITLMs),
-		num(s.NextTTFTMs), num(s.NextITLMs), num(s.RemoteDecodeTTFTMs))
+		num(s.NextTTFTMs), num(s.NextITLMs), num(s.RemoteDecodeTTFTMs), delaySummary(s))
+}
+
+// delaySummary states the delay charges, when the decision had them (decider version
+// 3 on, a warm model).
+func delaySummary(s *decider.SLOPrediction) string {
+	if s.LocalDelayCharge == 0 && s.RemoteDelayCharge == 0 && s.TypicalTTFTMs == 0 {
+		return ""
+	}
+	return fmt.Sprintf("; delay charges on a typical request of %s ms: local %.3f, remote %.3f",
+		num(s.TypicalTTFTMs), s.LocalDelayCharge, s.RemoteDelayCharge)
 }

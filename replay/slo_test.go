@@ -2,8 +2,12 @@ package replay_test
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+
+	"google.golang.org/protobuf/proto"
 
 	"github.com/pdrouter/pdrouter/decider"
 	pb "github.com/pdrouter/pdrouter/events/eventspb"
@@ -29,6 +33,7 @@ func sloRecords(t *testing.T, n int, seed uint64) []*pb.DecisionRecord {
 	}
 	fit.Coef[decider.PathLocal][decider.TargetTTFT] = [decider.LatencyK]float64{100, 0.3, 0, 0.2}
 	fit.Coef[decider.PathRemote][decider.TargetTTFT] = [decider.LatencyK]float64{400, 0.1, 0, 0.1}
+	fit.Mean[decider.PathRemote][decider.TargetTTFT] = 1900 // near the SLO, so that delays cost goodput
 	fit.Coef[decider.PathLocal][decider.TargetITL][0] = 20
 	fit.Coef[decider.PathRemote][decider.TargetITL][0] = 15
 	var out []*pb.DecisionRecord
@@ -66,6 +71,15 @@ func TestWhatIfUnderSLO(t *testing.T) {
 	}
 	if same.Flips != 0 || same.BaselineMismatches != 0 || same.Skipped != 0 || same.LocalBefore != local || local == 0 || local == len(recs) {
 		t.Fatalf("same config: %+v (local %d of %d)", same, local, len(recs))
+	}
+	charged := 0
+	for _, r := range recs {
+		if s := r.GetSlo(); s.GetLocalDelayCharge() > 0 && s.GetRemoteDelayCharge() > 0 && s.GetTypicalTtftMs() == 1900 {
+			charged++
+		}
+	}
+	if charged == 0 {
+		t.Fatal("no record carries both delay charges: the what-if does not exercise them")
 	}
 	strict, err := replay.WhatIf(context.Background(), sliceSource(recs), replay.WhatIfOptions{Disagg: []byte(`{"policy":"slo","slo_ttft_ms":900}`)})
 	if err != nil {
@@ -132,12 +146,62 @@ func TestExplainShowsSLOPredictions(t *testing.T) {
 	if err := e.WriteText(&b); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"slo: warm true", "margin", "predicted local TTFT"} {
+	for _, want := range []string{"slo: warm true", "margin", "predicted local TTFT", "delay charges on a typical request of 1900 ms"} {
 		if !strings.Contains(b.String(), want) {
 			t.Fatalf("explain text lacks %q:\n%s", want, b.String())
 		}
 	}
 	if pc := e.PureCheck; !pc.Identical || !pc.RecordBytesIdentical {
 		t.Fatalf("pure check: %+v", e.PureCheck)
+	}
+}
+
+// TestExportKeepsSLOPredictions: an slo record exported as parquet or JSON lines turns
+// back into the same record (its predictions, fit and the candidate rows' counts
+// included), so `whatif --input` on an export recomputes slo decisions warm, as on
+// the log.
+func TestExportKeepsSLOPredictions(t *testing.T) {
+	recs := sloRecords(t, 40, 9)
+	dir := t.TempDir()
+	for _, f := range []replay.Format{replay.FormatParquet, replay.FormatJSONL} {
+		path := filepath.Join(dir, "decisions."+string(f))
+		out, err := os.Create(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w, err := replay.NewRowWriter[replay.DecisionRow](out, f, "decisions")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, r := range recs {
+			if err := w.Write(replay.DecisionRowOf(r, replay.Position{Partition: 0, Offset: int64(i)})); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := w.Close(); err != nil {
+			t.Fatal(err)
+		}
+		out.Close()
+		rows, err := replay.ReadRows[replay.DecisionRow](path)
+		if err != nil || len(rows) != len(recs) {
+			t.Fatalf("%s: %d rows, %v", f, len(rows), err)
+		}
+		var back []*pb.DecisionRecord
+		for i := range rows {
+			rec, err := replay.RecordOfRow(&rows[i])
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := proto.Clone(recs[i]).(*pb.DecisionRecord)
+			want.Chains = nil
+			if !proto.Equal(rec, want) {
+				t.Fatalf("%s row %d does not turn back into its record:\n%v\n%v", f, i, rec, want)
+			}
+			back = append(back, rec)
+		}
+		rep, err := replay.WhatIf(context.Background(), sliceSource(back), replay.WhatIfOptions{Disagg: []byte(`{"policy":"slo"}`)})
+		if err != nil || rep.Flips != 0 || rep.BaselineMismatches != 0 || rep.Skipped != 0 {
+			t.Fatalf("%s: what-if of the export under its own config: %+v, %v", f, rep, err)
+		}
 	}
 }

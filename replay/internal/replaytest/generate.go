@@ -45,13 +45,17 @@ func Generate(n int, seed uint64, cfg decider.Config) ([]Case, error) {
 		for w := 0; w < 4; w++ {
 			id := fmt.Sprintf("decode-%d", w)
 			v.Add(decider.WorkerInfo{ID: id, Pool: decider.PoolDecode, Model: "m", BlockSize: 16, TotalKVBlocks: 8000})
-			v.SetActive(id, decider.ActiveLoad{DecodeBlocks: rng.Int64N(400), PrefillTokens: rng.Int64N(4000)})
+			a := decider.ActiveLoad{DecodeBlocks: rng.Int64N(400), PrefillTokens: rng.Int64N(4000)}
+			a.RecentRequests = a.PrefillTokens % 50 // derived, so the draws of other fields stay as they were
+			v.SetActive(id, a)
 			v.SetLoad(id, decider.LoadSample{KVUsedBlocks: rng.Int64N(7000), ActivePrefillTokens: rng.Int64N(4000)})
 		}
 		for w := 0; w < 2; w++ {
 			id := fmt.Sprintf("prefill-%d", w)
 			v.Add(decider.WorkerInfo{ID: id, Pool: decider.PoolPrefill, Model: "m", BlockSize: 16, MaxNumBatchedTokens: 8192})
-			v.SetActive(id, decider.ActiveLoad{PrefillTokens: rng.Int64N(16000)})
+			a := decider.ActiveLoad{PrefillTokens: rng.Int64N(16000)}
+			a.RecentRequests = a.PrefillTokens % 80
+			v.SetActive(id, a)
 			v.SetLoad(id, decider.LoadSample{ActivePrefillTokens: rng.Int64N(8192)})
 		}
 		p := 1 + rng.Int64N(8192)
