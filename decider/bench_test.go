@@ -62,7 +62,8 @@ func benchFleet(fullChain bool) (*memview.View, decider.Request) {
 		case x.pool == decider.PoolDecode:
 			v.Store(x.id, memview.Device, chain[:64]...)
 		}
-		v.SetActive(x.id, decider.ActiveLoad{DecodeBlocks: rng.Int64N(8000), PrefillTokens: rng.Int64N(16000)})
+		// RecentRequests is derived, not drawn, so the other draws stay comparable across builds.
+		v.SetActive(x.id, decider.ActiveLoad{DecodeBlocks: rng.Int64N(8000), PrefillTokens: rng.Int64N(16000), RecentRequests: int64(i % 97)})
 		if i%3 == 0 {
 			v.MarkActive(x.id, chain[:64]...)
 		}
@@ -94,7 +95,7 @@ func benchSLO(v *memview.View) decider.Config {
 	f := &decider.LatencyFit{}
 	for p := range f.Samples {
 		for t := range f.Samples[p] {
-			f.Samples[p][t], f.Sigma[p][t] = 1000, 100
+			f.Samples[p][t], f.Sigma[p][t], f.Mean[p][t] = 1000, 100, 900
 			for i := range f.Coef[p][t] {
 				f.Coef[p][t][i] = 0.01 * float64(i+1)
 			}
