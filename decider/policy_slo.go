@@ -210,9 +210,11 @@ func (dc *Decider) sloDelayCharges(dst *Decision, fit *LatencyFit, d, best *Cand
 
 // delayCharge is the goodput lost by the requests arriving at a worker that took
 // recent requests in the last RecentLocalWindow, over busyMs, each delayed by delayMs.
+// It is never negative, whatever a recorded row or fit holds: a charge can only make a
+// path worse.
 func (dc *Decider) delayCharge(fit *LatencyFit, recent int64, busyMs, delayMs float64) float64 {
 	typical, sigma, limit := fit.Mean[PathRemote][TargetTTFT], fit.Sigma[PathRemote][TargetTTFT], dc.cfg.Disagg.SLOTTFTMs
-	arrivals := float64(recent) * busyMs / float64(RecentLocalWindow.Milliseconds())
+	arrivals := float64(max(recent, 0)) * max(busyMs, 0) / float64(RecentLocalWindow.Milliseconds())
 	return arrivals * max(meetProbability(typical, sigma, limit)-meetProbability(typical+delayMs, sigma, limit), 0)
 }
 

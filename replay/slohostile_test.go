@@ -24,8 +24,21 @@ func TestWhatIfSurvivesHostileFits(t *testing.T) {
 			for i := range f.Sigma {
 				f.Sigma[i] = v
 			}
+			for i := range f.Mean {
+				f.Mean[i] = v
+			}
 		}
 		whatIfAll(t, recs, v)
+	}
+	// The rows' counts come from the log too: the delay charges read recent_requests.
+	for _, n := range []int64{math.MaxInt64, math.MinInt64, -1} {
+		recs := sloRecords(t, 60, 7)
+		for _, r := range recs {
+			for _, c := range r.GetCandidates() {
+				c.RecentRequests = n
+			}
+		}
+		whatIfAll(t, recs, n)
 	}
 	recs := sloRecords(t, 60, 7)
 	for i, r := range recs {
