@@ -4,6 +4,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pdrouter/pdrouter/decider"
+	pb "github.com/pdrouter/pdrouter/events/eventspb"
 )
 
 // metrics of the API. Label values are bounded: mode, reason and policy are
@@ -20,6 +21,7 @@ type metrics struct {
 	idempotent    prometheus.Counter
 	auditInFlight prometheus.Gauge
 	recordReads   *prometheus.CounterVec
+	delayCharges  *prometheus.HistogramVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -69,11 +71,33 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Whole decision records read back from the decisions topic (the store keeps headers), by result: ok, gone (past the topic's retention) or error.",
 		}, []string{"result"}),
 	}
+	m.delayCharges = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name: "pdrouter_slo_delay_charge",
+		Help: "The slo policy's delay charge of each path, per warm decision: the goodput (in requests) its prefill " +
+			"was expected to cost the requests queued behind it (docs/slo-policy.md). Large local charges mean " +
+			"decode workers the policy keeps long prompts off; large remote ones, a prefill pool it relieves.",
+		Buckets: []float64{0.001, 0.01, 0.03, 0.1, 0.3, 1, 3, 10},
+	}, []string{"path"})
 	for _, r := range []string{"ok", "gone", "error"} {
 		m.recordReads.WithLabelValues(r)
 	}
-	reg.MustRegister(m.decisions, m.decisionSecs, m.effISL, m.requests, m.requestSecs, m.auditFailures, m.auditSecs, m.idempotent, m.auditInFlight, m.recordReads)
+	for _, p := range []string{"local", "remote"} {
+		m.delayCharges.WithLabelValues(p)
+	}
+	reg.MustRegister(m.decisions, m.decisionSecs, m.effISL, m.requests, m.requestSecs, m.auditFailures, m.auditSecs,
+		m.idempotent, m.auditInFlight, m.recordReads, m.delayCharges)
 	return m
+}
+
+// observeDecision counts a decision made durable: its mode and reason, its
+// effective ISL and, for a warm slo decision, its delay charges.
+func (m *metrics) observeDecision(rec *pb.DecisionRecord) {
+	m.decisions.WithLabelValues(rec.GetMode(), rec.GetReason(), rec.GetPolicy()).Inc()
+	m.effISL.Observe(float64(rec.GetEffectiveIsl()))
+	if s := rec.GetSlo(); s.GetWarm() {
+		m.delayCharges.WithLabelValues("local").Observe(s.GetLocalDelayCharge())
+		m.delayCharges.WithLabelValues("remote").Observe(s.GetRemoteDelayCharge())
+	}
 }
 
 // initDecisions creates every series of pdrouter_decisions_total this server

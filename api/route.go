@@ -268,8 +268,7 @@ func (s *Server) commitDecision(ctx context.Context, p *parsed, retryOf string, 
 	} else {
 		s.deps.State.RecordLocalDecision(rec)
 	}
-	s.metrics.decisions.WithLabelValues(rec.GetMode(), rec.GetReason(), rec.GetPolicy()).Inc()
-	s.metrics.effISL.Observe(float64(rec.GetEffectiveIsl()))
+	s.metrics.observeDecision(rec)
 	return rec, nil
 }
 
