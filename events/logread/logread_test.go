@@ -568,7 +568,15 @@ func TestReadRecreatedTopic(t *testing.T) {
 				t.Fatal("the broker did not serve the recreated topic within 30 s")
 			}
 			if time.Now().After(again) {
-				produce(t, cl, &kgo.Record{Topic: topic, Value: []byte("new")})
+				// A fresh client: the first one may hold the deleted topic's ID,
+				// which the broker now refuses (UNKNOWN_TOPIC_ID). An error here
+				// is the cluster still settling, and the loop tries again.
+				fresh := producer(t, brokers)
+				pctx, cancel := context.WithTimeout(wait, 5*time.Second)
+				if err := fresh.ProduceSync(pctx, &kgo.Record{Topic: topic, Value: []byte("new")}).FirstErr(); err != nil {
+					t.Logf("producing the record again: %v", err)
+				}
+				cancel()
 				again = time.Now().Add(2 * time.Second)
 			}
 			time.Sleep(20 * time.Millisecond)
