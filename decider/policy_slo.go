@@ -175,9 +175,9 @@ func sloMode(dc *Decider, dst *Decision, d, p *Candidate) *Candidate {
 // first served. The model predicts this request's own latency on each path, not what
 // its prefill does to the requests after it; where decode workers are few, that is
 // what a long local prefill costs, holding up the remote requests waiting to start
-// decoding there (docs/slo-policy.md). So each path is charged, for the requests expected to
-// arrive at its worker while that worker is busy through this prefill, the goodput a
-// typical request loses to the delay this prefill adds:
+// decoding there (docs/slo-policy.md). So each path is charged, for the requests
+// expected to arrive at its worker while that worker is busy through this prefill, the
+// goodput a typical request loses to the delay this prefill adds:
 //
 //	charge = arrivals × (P(typical meets) − P(typical + delay meets))
 //	arrivals = RecentRequests / RecentLocalWindow × busy
