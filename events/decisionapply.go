@@ -215,10 +215,15 @@ func appendChain(d *pb.DecisionRecord, val []byte) error {
 }
 
 // walkChain walks a HashChain's encoding: it counts the hashes and, with
-// c, fills c's scalars and appends the hashes to hs.
+// c, fills c's scalars, appends the hashes to hs and keeps every other field
+// as an unknown field of c, in order, as proto.Unmarshal does (a field of a
+// later schema, or a known number with another wire type), so that a chain
+// read for apply is the chain the record holds.
 func walkChain(b []byte, c *pb.HashChain, hs *[]uint64) (int, bool) {
 	count := 0
+	var unknown []byte
 	for len(b) > 0 {
+		field := b
 		num, typ, n := consumeTag(b)
 		if n < 0 {
 			return 0, false
@@ -228,6 +233,7 @@ func walkChain(b []byte, c *pb.HashChain, hs *[]uint64) (int, bool) {
 		if m < 0 {
 			return 0, false
 		}
+		field = field[:n+m]
 		switch {
 		case num == 2 && typ == protowire.BytesType:
 			packed, _ := protowire.ConsumeBytes(b)
@@ -250,8 +256,15 @@ func walkChain(b []byte, c *pb.HashChain, hs *[]uint64) (int, bool) {
 			} else {
 				c.OmittedBlocks = uint32(x)
 			}
+		default:
+			if c != nil {
+				unknown = append(unknown, field...)
+			}
 		}
 		b = b[m:]
+	}
+	if len(unknown) > 0 {
+		c.ProtoReflect().SetUnknown(unknown)
 	}
 	return count, true
 }

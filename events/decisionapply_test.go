@@ -262,3 +262,34 @@ func BenchmarkDecodeDecision(b *testing.B) {
 		b.ReportMetric(float64(cpu)/float64(b.N), "cpu-ns/op")
 	})
 }
+
+// TestChainUnknownFieldsKept: a chain field of a later schema, or a known
+// number with another wire type, stays in the chain read for apply as an
+// unknown field, as proto.Unmarshal keeps it (the fuzzer found the partial
+// decoder dropping it).
+func TestChainUnknownFieldsKept(t *testing.T) {
+	chain := protowire.AppendTag(nil, 1, protowire.VarintType)
+	chain = protowire.AppendVarint(chain, 16)
+	chain = protowire.AppendTag(chain, 2, protowire.Fixed64Type)
+	chain = protowire.AppendFixed64(chain, 42)
+	later := protowire.AppendTag(nil, 15, protowire.VarintType)
+	later = protowire.AppendVarint(later, 13)
+	later = protowire.AppendTag(later, 3, protowire.BytesType) // omitted_blocks, but not a varint
+	later = protowire.AppendBytes(later, []byte("x"))
+	chain = append(chain, later...)
+	d := &pb.DecisionRecord{DecisionId: "d", RequestId: "r", DecodeWorker: &pb.WorkerRef{WorkerId: "w"}}
+	v, err := marshal.Marshal(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v = protowire.AppendBytes(protowire.AppendTag(v, decisionChainsField, protowire.BytesType), chain)
+	checkForApply(t, v)
+	got, _, err := UnmarshalDecisionForApply(v, true)
+	if err != nil || len(got.GetChains()) != 1 {
+		t.Fatalf("%v, %v", got, err)
+	}
+	c := got.GetChains()[0]
+	if c.GetBlockSize() != 16 || len(c.GetBlockHashes()) != 1 || string(c.ProtoReflect().GetUnknown()) != string(later) {
+		t.Fatalf("chain %v, unknown %x, want %x", c, c.ProtoReflect().GetUnknown(), later)
+	}
+}
