@@ -3,6 +3,7 @@ package replay_test
 import (
 	"context"
 	"math"
+	"strings"
 	"testing"
 
 	pb "github.com/pdrouter/pdrouter/events/eventspb"
@@ -63,5 +64,24 @@ func whatIfAll(t *testing.T, recs []*pb.DecisionRecord, what any) {
 	}
 	if rep.Decisions != len(recs) {
 		t.Fatalf("fits with %v: %d of %d decisions answered: %+v", what, rep.Decisions, len(recs), rep)
+	}
+}
+
+// TestExplainSurvivesHostileSLOFields: explain reads a record's slo fields as
+// written, so NaN and ±Inf in its predictions, delay charges and fit means must
+// still give an explanation and its text, never a panic.
+func TestExplainSurvivesHostileSLOFields(t *testing.T) {
+	for _, v := range []float64{math.NaN(), math.Inf(1), math.Inf(-1)} {
+		rec := sloRecords(t, 3, 7)[0]
+		s := rec.GetSlo()
+		s.LocalDelayCharge, s.RemoteDelayCharge, s.TypicalTtftMs, s.Margin, s.LocalTtftMs = v, v, v, v, v
+		for i := range s.GetFit().GetMean() {
+			s.GetFit().Mean[i] = v
+		}
+		e := replay.Explain(context.Background(), rec, replay.ExplainOptions{})
+		var b strings.Builder
+		if err := e.WriteText(&b); err != nil || !strings.Contains(b.String(), "delay charges") {
+			t.Fatalf("%v: explain text %v:\n%s", v, err, b.String())
+		}
 	}
 }
