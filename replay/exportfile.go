@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"reflect"
 	"strconv"
 	"strings"
 
@@ -83,7 +84,17 @@ type jsonlWriter[T any] struct {
 
 func (j *jsonlWriter[T]) Write(rows ...T) error {
 	for i := range rows {
-		if err := j.enc.Encode(&rows[i]); err != nil {
+		err := j.enc.Encode(&rows[i])
+		var unsupported *json.UnsupportedValueError
+		if errors.As(err, &unsupported) {
+			// A non-finite float read from the log: written as null rather
+			// than ending the export (appendFiniteJSON).
+			var line []byte
+			if line, err = appendFiniteJSON(nil, reflect.ValueOf(rows[i])); err == nil {
+				_, err = j.bw.Write(append(line, '\n'))
+			}
+		}
+		if err != nil {
 			return err
 		}
 	}
