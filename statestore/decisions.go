@@ -99,13 +99,16 @@ type decisionLog struct {
 	// record with these exact bytes is this record: Apply then uses it
 	// instead of decoding (apply.go prepare).
 	localValue map[string][]byte
+
+	// reqs: the request ids the request index may hold (reqfilter.go).
+	reqs *requestFilter
 }
 
-func newDecisionLog() *decisionLog {
+func newDecisionLog(retention int64) *decisionLog {
 	return &decisionLog{
 		pending: map[string]pendingDecision{}, pendingReq: map[string][]string{},
 		local: map[string]*pb.DecisionRecord{}, localReq: map[string][]string{}, localValue: map[string][]byte{},
-		nextExpiry: math.MinInt64,
+		nextExpiry: math.MinInt64, reqs: newRequestFilter(retention),
 	}
 }
 
@@ -146,6 +149,7 @@ func (st *state) applyDecisionLog(b *pebble.Batch, d *pb.DecisionRecord, partiti
 	}
 	st.dbuf = v // Set copies it
 	tD := d.GetDecidedAtUnixNano()
+	dl.reqs.add(req, tD, 0) // before the key: the filter's invariant
 	_ = b.Set(decisionKey(id), v, nil)
 	_ = b.Set(requestKey(req, id), requestIndexValue(d), nil)
 	_ = b.Set(expiryKey(tD, id), []byte(req), nil)
@@ -241,6 +245,7 @@ func (dl *decisionLog) committed(cache *decisionCache) {
 func (s *Store) sweepDecisions(b *pebble.Batch) {
 	st := s.st
 	dl, ret, now := st.dec, st.act.cfg.decisionRetention, st.reqNow
+	dl.reqs.sweep(now)
 	if now < dl.nextExpiry {
 		return
 	}
@@ -467,11 +472,17 @@ func (s *Store) forRequest(requestID string) (mem StoredDecision, stored Decisio
 		consider(st.dec.pending[id])
 	}
 	now := st.reqNow
+	// Under the same lock as the pending decisions: no pending decision and
+	// no committed key of requestID if it says no (reqfilter.go).
+	indexed := st.dec.reqs.mayContain(requestID)
 	s.mu.RUnlock()
 	if memP.sd.Record != nil {
 		if sd, ok := memP.lookup(); ok {
 			mem = sd
 		}
+	}
+	if !indexed {
+		return mem, DecisionRef{}, false
 	}
 	// Committed decisions: the first present key of the request's span is
 	// the lowest decision id. Read after the memory sources: a decision

@@ -125,6 +125,10 @@ func (s *Store) rebuild() (*state, error) {
 			return nil, err
 		}
 	}
+	// The request ids of the request index, before any lookup can ask.
+	if err := s.loadRequests(st); err != nil {
+		return nil, fmt.Errorf("request index: %w", err)
+	}
 	// Approximate mode's predictions, from the decision records of the last
 	// TTL (approx.go). Decision records need no memory: Pebble serves them.
 	if err := s.rebuildPredictions(st); err != nil {

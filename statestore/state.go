@@ -113,7 +113,7 @@ func newState(cfg activeConfig) *state {
 		regs:    map[string]*pb.WorkerRegistration{},
 		tombs:   map[string]int64{},
 		act:     newActiveTable(cfg),
-		dec:     newDecisionLog(),
+		dec:     newDecisionLog(cfg.decisionRetention),
 		offsets: map[topicPartition]int64{},
 	}
 }

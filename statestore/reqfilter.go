@@ -1,0 +1,205 @@
+package statestore
+
+import (
+	"encoding/binary"
+	"hash/maphash"
+	"math/bits"
+
+	"github.com/cockroachdb/pebble/v2"
+)
+
+// requestFilter answers "may the request index ('q' keys) hold request id
+// R?" in memory, so that the idempotency lookup of a request id never seen
+// (nearly every POST /v1/route, keys.go) skips opening a Pebble iterator
+// and seeking every level, which was ~10 µs of CPU per lookup.
+//
+// The invariant, which makes a "no" safe: every request id with a 'q' key
+// in Pebble, or in an Apply batch not committed yet, was added, unless its
+// decision is absent at reqNow (retention: such keys are never served).
+// It holds because
+//
+//   - Open fills the filter from every 'q' key in the store (loadRequests),
+//     after migrations ran and before any lookup, whichever way the store
+//     came to be (a restart, a snapshot, a rebuild: all go through Open);
+//   - applyDecisionLog, the only writer of 'q' keys, adds the request id
+//     before it sets the key, under mu, the lock forRequest reads the filter
+//     under, with the pending decisions: a lookup that does not find the id
+//     in the filter finds no pending decision and no committed key of it
+//     either, as a lookup made at that instant would;
+//   - a bucket is dropped only when every decision added to it is absent at
+//     reqNow (its latest decided_at + retention ≤ reqNow), under mu, and
+//     reqNow never goes back.
+//
+// A "maybe" costs the Pebble seek as before: false positives (~1%, and
+// the ids of decisions deleted, or of batches that failed to commit) are
+// harmless. The filter is memory only, so the keyspace and the digest do
+// not depend on it.
+//
+// Memory: ~10 bits per decision in retention (rate × DecisionRetention),
+// bucketed by decided_at so that whole buckets leave with retention, and
+// never more than maxFilterBytes: past it a bucket stops growing and only
+// its false positives grow.
+type requestFilter struct {
+	seed  maphash.Seed
+	width int64 // of a bucket, in ns of decided_at
+	ret   int64
+	// buckets by epoch (decided_at / width); few: present decisions span
+	// one retention.
+	buckets map[int64]*filterBucket
+	bytes   int // all buckets' blocks
+}
+
+type filterBucket struct {
+	layers []*bloomLayer // probed all; added to the last
+	n      int
+	maxT   int64 // the latest decided_at added
+}
+
+// bloomLayer is a split-block Bloom filter: a key sets one bit in each of
+// the 8 words of one 256-bit block, so a probe touches one cache line.
+type bloomLayer struct {
+	blocks [][8]uint32
+	n, cap int
+}
+
+const (
+	bloomBitsPerKey = 10
+	minLayerKeys    = 1 << 12
+	maxFilterBytes  = 256 << 20
+)
+
+// bloomSalt are the odd multipliers of the split-block Bloom filter
+// (Apache Parquet's).
+var bloomSalt = [8]uint32{0x47b6137b, 0x44974d91, 0x8824ad5b, 0xa2b7289d, 0x705495c7, 0x2df1424b, 0x9efc4947, 0x5c6bfb31}
+
+func newBloomLayer(keys int) *bloomLayer {
+	nb := 1 << bits.Len(uint((keys*bloomBitsPerKey+255)/256-1))
+	return &bloomLayer{blocks: make([][8]uint32, nb), cap: keys}
+}
+
+func (l *bloomLayer) block(h uint64) *[8]uint32 {
+	return &l.blocks[(h>>32)&uint64(len(l.blocks)-1)]
+}
+
+func (l *bloomLayer) add(h uint64) {
+	b, x := l.block(h), uint32(h)
+	for i, s := range bloomSalt {
+		b[i] |= 1 << ((x * s) >> 27)
+	}
+	l.n++
+}
+
+func (l *bloomLayer) has(h uint64) bool {
+	b, x := l.block(h), uint32(h)
+	for i, s := range bloomSalt {
+		if b[i]&(1<<((x*s)>>27)) == 0 {
+			return false
+		}
+	}
+	return true
+}
+
+func newRequestFilter(retention int64) *requestFilter {
+	return &requestFilter{seed: maphash.MakeSeed(), width: max(retention/4, 1), ret: retention, buckets: map[int64]*filterBucket{}}
+}
+
+func (f *requestFilter) epoch(t int64) int64 {
+	e := t / f.width
+	if t%f.width < 0 {
+		e--
+	}
+	return e
+}
+
+// add records that request id has a 'q' key of a decision made at t.
+// sizeHint, when positive, is how many keys its bucket will get (Open).
+func (f *requestFilter) add(id string, t int64, sizeHint int) {
+	f.addHash(maphash.String(f.seed, id), t, sizeHint)
+}
+
+func (f *requestFilter) addHash(h uint64, t int64, sizeHint int) {
+	e := f.epoch(t)
+	b := f.buckets[e]
+	if b == nil {
+		// A new bucket starts at the size of the largest: the rate of
+		// decisions changes slowly.
+		keys := max(sizeHint, minLayerKeys)
+		if f.bytes < maxFilterBytes {
+			for _, o := range f.buckets {
+				keys = max(keys, o.n)
+			}
+		}
+		b = &filterBucket{maxT: t, layers: []*bloomLayer{f.newLayer(keys)}}
+		f.buckets[e] = b
+	}
+	last := b.layers[len(b.layers)-1]
+	if last.n >= last.cap && f.bytes < maxFilterBytes {
+		last = f.newLayer(2 * last.cap)
+		b.layers = append(b.layers, last)
+	}
+	last.add(h)
+	b.n++
+	b.maxT = max(b.maxT, t)
+}
+
+func (f *requestFilter) newLayer(keys int) *bloomLayer {
+	l := newBloomLayer(keys)
+	f.bytes += 32 * len(l.blocks)
+	return l
+}
+
+// mayContain is false only if no 'q' key of request id is present.
+func (f *requestFilter) mayContain(id string) bool {
+	if len(f.buckets) == 0 {
+		return false
+	}
+	h := maphash.String(f.seed, id)
+	for _, b := range f.buckets {
+		for _, l := range b.layers {
+			if l.has(h) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// sweep drops the buckets whose every decision is absent at now.
+func (f *requestFilter) sweep(now int64) {
+	for e, b := range f.buckets {
+		if addSat(b.maxT, f.ret) <= now {
+			for _, l := range b.layers {
+				f.bytes -= 32 * len(l.blocks)
+			}
+			delete(f.buckets, e)
+		}
+	}
+}
+
+// loadRequests fills st's filter from the request index in Pebble: a
+// first pass counts each bucket's keys, so that each is one layer of the
+// right size, the second adds them. A key or value this version did not
+// write is never served by a lookup (firstStoredDecision), so it is left
+// out.
+func (s *Store) loadRequests(st *state) error {
+	f := st.dec.reqs
+	counts := map[int64]int{}
+	each := func(fn func(id []byte, t int64)) error {
+		it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: []byte{famRequest}, UpperBound: []byte{famRequest + 1}})
+		if err != nil {
+			return err
+		}
+		for it.First(); it.Valid(); it.Next() {
+			k, v := it.Key()[1:], it.Value()
+			n, w := binary.Uvarint(k)
+			if w > 0 && uint64(len(k)-w) >= n && len(v) >= 8 {
+				fn(k[w:w+int(n)], int64(binary.LittleEndian.Uint64(v)))
+			}
+		}
+		return it.Close()
+	}
+	if err := each(func(_ []byte, t int64) { counts[f.epoch(t)]++ }); err != nil {
+		return err
+	}
+	return each(func(id []byte, t int64) { f.addHash(maphash.Bytes(f.seed, id), t, counts[f.epoch(t)]) })
+}
