@@ -60,7 +60,9 @@ import (
 // position (StoredDecision).
 //
 // Memory is therefore bounded by MaxLocalDecisions + one Apply batch +
-// DecisionCacheSize headers, whatever the retention.
+// DecisionCacheSize headers, whatever the retention, and the request
+// filter (reqfilter.go): ~10 bits per decision in retention, 128 MiB at
+// most.
 //
 // Retention, by event time: a decision is present iff it was seen and
 // decided_at + DecisionRetention > reqNow (the clock of decisions and
@@ -453,36 +455,65 @@ func (s *Store) DecisionRefForRequest(requestID string) (DecisionRef, bool) {
 // lowest-id present decision in memory (this replica's own, and those
 // applied but not committed yet), and the first present entry of the
 // request index in Pebble.
+//
+// The request filter (reqfilter.go), read under the same lock as the
+// pending decisions, spares the Pebble seek when it can: when the index
+// holds no key of the request, and when it holds at most one and that one
+// is known, as a pending decision or in the records cache (a lifecycle
+// event soon after its decision). Whatever a lookup then finds is what a
+// seek made at that instant would have found.
 func (s *Store) forRequest(requestID string) (mem StoredDecision, stored DecisionRef, storedOK bool) {
 	s.mu.RLock()
 	st := s.st
 	var memP pendingDecision
-	consider := func(p pendingDecision) {
+	sawPending := false // a present pending decision: its key is in the index
+	consider := func(p pendingDecision, pending bool) {
 		d := p.sd.Record
-		if d != nil && st.decisionPresent(d) && (memP.sd.Record == nil || d.GetDecisionId() < memP.sd.Record.GetDecisionId()) {
+		if d == nil || !st.decisionPresent(d) {
+			return
+		}
+		sawPending = sawPending || pending
+		if memP.sd.Record == nil || d.GetDecisionId() < memP.sd.Record.GetDecisionId() {
 			memP = p
 		}
 	}
 	for _, id := range st.dec.localReq[requestID] {
 		if d := st.dec.local[id]; d != nil {
-			consider(pendingDecision{sd: inMemory(d)})
+			consider(pendingDecision{sd: inMemory(d)}, false)
 		}
 	}
 	for _, id := range st.dec.pendingReq[requestID] {
-		consider(st.dec.pending[id])
+		consider(st.dec.pending[id], true)
 	}
 	now := st.reqNow
-	// Under the same lock as the pending decisions: no pending decision and
-	// no committed key of requestID if it says no (reqfilter.go).
-	indexed := st.dec.reqs.mayContain(requestID)
+	indexed, single := st.dec.reqs.lookup(requestID)
+	var cached pendingDecision
+	if indexed && single && !sawPending {
+		// The cache only holds decisions whose keys were added to the
+		// filter before this lock was taken (committed ones).
+		cached, _ = s.cache.forRequest(requestID)
+	}
 	s.mu.RUnlock()
 	if memP.sd.Record != nil {
 		if sd, ok := memP.lookup(); ok {
 			mem = sd
 		}
 	}
-	if !indexed {
+	switch {
+	case !indexed, single && sawPending:
+		// No key, or only the pending decision's own.
 		return mem, DecisionRef{}, false
+	case cached.sd.Record != nil && addSat(cached.sd.Record.GetDecidedAtUnixNano(), st.act.cfg.decisionRetention) > now:
+		// The one key is the cached decision's (decoded once, if another
+		// replica's).
+		sd, ok := s.cache.get(cached.sd.Record.GetDecisionId())
+		if !ok {
+			sd, ok = cached.lookup()
+		}
+		if ok {
+			d := sd.Record
+			return mem, DecisionRef{DecisionID: d.GetDecisionId(), DecodeWorker: d.GetDecodeWorker(), PrefillWorker: d.GetPrefillWorker()}, true
+		}
 	}
 	// Committed decisions: the first present key of the request's span is
 	// the lowest decision id. Read after the memory sources: a decision
@@ -605,10 +636,23 @@ type decisionCache struct {
 	cap int
 	ll  *list.List // front: most recently used; values *pendingDecision
 	m   map[string]*list.Element
+	// byReq: the cached decision last put of each request id.
+	byReq map[string]*list.Element
 }
 
 func newDecisionCache(n int) *decisionCache {
-	return &decisionCache{cap: n, ll: list.New(), m: map[string]*list.Element{}}
+	return &decisionCache{cap: n, ll: list.New(), m: map[string]*list.Element{}, byReq: map[string]*list.Element{}}
+}
+
+// forRequest returns the cached decision last put for request id, as it is
+// held (lookup decodes it).
+func (c *decisionCache) forRequest(id string) (pendingDecision, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e := c.byReq[id]; e != nil {
+		return *e.Value.(*pendingDecision), true
+	}
+	return pendingDecision{}, false
 }
 
 func (c *decisionCache) get(id string) (StoredDecision, bool) {
@@ -638,11 +682,17 @@ func (c *decisionCache) putPending(id string, p pendingDecision) {
 		c.ll.MoveToFront(e)
 		return
 	}
-	c.m[id] = c.ll.PushFront(&p)
+	e := c.ll.PushFront(&p)
+	c.m[id] = e
+	c.byReq[p.sd.Record.GetRequestId()] = e
 	for c.ll.Len() > c.cap {
 		e := c.ll.Back()
 		c.ll.Remove(e)
-		delete(c.m, e.Value.(*pendingDecision).sd.Record.GetDecisionId())
+		d := e.Value.(*pendingDecision).sd.Record
+		delete(c.m, d.GetDecisionId())
+		if c.byReq[d.GetRequestId()] == e {
+			delete(c.byReq, d.GetRequestId())
+		}
 	}
 }
 

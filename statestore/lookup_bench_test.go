@@ -11,7 +11,8 @@ import (
 // BenchmarkRequestLookup: the idempotency lookup of POST /v1/route and of
 // every lifecycle event, on a store holding 200,000 decisions spread over
 // sstables (several flushes, then whatever compaction did), for request ids
-// the store has never seen (nearly every route) and for known ones.
+// the store has never seen (nearly every route), for known ones, and for
+// the 512 decided last (a lifecycle event soon after its decision).
 func BenchmarkRequestLookup(b *testing.B) {
 	h := newHarnessWith(b, 4, Options{})
 	const n, chunk = 200_000, 5_000
@@ -31,6 +32,15 @@ func BenchmarkRequestLookup(b *testing.B) {
 		for b.Loop() {
 			if _, ok := h.s.DecisionRefForRequest(fmt.Sprintf("new-%07d", i)); ok {
 				b.Fatal("found")
+			}
+			i++
+		}
+	})
+	b.Run("recent", func(b *testing.B) {
+		i := 0
+		for b.Loop() {
+			if _, ok := h.s.DecisionRefForRequest(fmt.Sprintf("req-%07d", n-1-i%512)); !ok {
+				b.Fatal("not found")
 			}
 			i++
 		}

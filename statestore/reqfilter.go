@@ -9,9 +9,12 @@ import (
 )
 
 // requestFilter answers "may the request index ('q' keys) hold request id
-// R?" in memory, so that the idempotency lookup of a request id never seen
-// (nearly every POST /v1/route, keys.go) skips opening a Pebble iterator
-// and seeking every level, which was ~10 µs of CPU per lookup.
+// R, and may it hold more than one key of R?" in memory, so that the
+// idempotency lookup of a request id never seen (nearly every POST
+// /v1/route) skips opening a Pebble iterator and seeking every level
+// (~10 µs of CPU per lookup), and so does the lookup of a request whose
+// one decision is in memory (a lifecycle event soon after its decision,
+// decisions.go forRequest).
 //
 // The invariant, which makes a "no" safe: every request id with a 'q' key
 // in Pebble, or in an Apply batch not committed yet, was added, unless its
@@ -29,6 +32,9 @@ import (
 //   - a bucket is dropped only when every decision added to it is absent at
 //     reqNow (its latest decided_at + retention ≤ reqNow), under mu, and
 //     reqNow never goes back.
+//
+// The same holds of dups, the ids added while the filter already held
+// them, for "at most one present key" (lookup).
 //
 // A "maybe" costs the Pebble seek as before: false positives (~1%, and
 // the ids of decisions deleted, or of batches that failed to commit) are
@@ -49,10 +55,19 @@ type requestFilter struct {
 	bytes   int // all buckets' blocks
 }
 
+// filterBucket holds the request ids added with a decided_at in its epoch:
+// all of them in ids, and in dups those that the filter may already have
+// held when they were added (a request decided twice, or a false
+// positive).
 type filterBucket struct {
-	layers []*bloomLayer // probed all; added to the last
-	n      int
-	maxT   int64 // the latest decided_at added
+	ids, dups bloomSet
+	maxT      int64 // the latest decided_at added
+}
+
+// bloomSet is a Bloom filter that grows: when its last layer is full a
+// layer twice its size is added, and every layer is probed.
+type bloomSet struct {
+	layers []*bloomLayer
 }
 
 // bloomLayer is a split-block Bloom filter: a key sets one bit in each of
@@ -65,7 +80,7 @@ type bloomLayer struct {
 const (
 	bloomBitsPerKey = 10
 	minLayerKeys    = 1 << 12
-	maxFilterBytes  = 256 << 20
+	maxFilterBytes  = 128 << 20
 )
 
 // bloomSalt are the odd multipliers of the split-block Bloom filter
@@ -99,6 +114,38 @@ func (l *bloomLayer) has(h uint64) bool {
 	return true
 }
 
+// add adds h; keys sizes the first layer. It returns the bytes the set
+// grew by: none once grow is false (the filter's memory is spent).
+func (bs *bloomSet) add(h uint64, keys int, grow bool) int {
+	added := 0
+	if len(bs.layers) == 0 {
+		bs.layers = []*bloomLayer{newBloomLayer(keys)}
+		added = 32 * len(bs.layers[0].blocks)
+	} else if last := bs.layers[len(bs.layers)-1]; last.n >= last.cap && grow {
+		bs.layers = append(bs.layers, newBloomLayer(2*last.cap))
+		added = 32 * len(bs.layers[len(bs.layers)-1].blocks)
+	}
+	bs.layers[len(bs.layers)-1].add(h)
+	return added
+}
+
+func (bs *bloomSet) has(h uint64) bool {
+	for _, l := range bs.layers {
+		if l.has(h) {
+			return true
+		}
+	}
+	return false
+}
+
+func (bs *bloomSet) count() (n, bytes int) {
+	for _, l := range bs.layers {
+		n += l.n
+		bytes += 32 * len(l.blocks)
+	}
+	return n, bytes
+}
+
 func newRequestFilter(retention int64) *requestFilter {
 	return &requestFilter{seed: maphash.MakeSeed(), width: max(retention/4, 1), ret: retention, buckets: map[int64]*filterBucket{}}
 }
@@ -118,59 +165,67 @@ func (f *requestFilter) add(id string, t int64, sizeHint int) {
 }
 
 func (f *requestFilter) addHash(h uint64, t int64, sizeHint int) {
+	dup := f.has(h, false)
 	e := f.epoch(t)
 	b := f.buckets[e]
 	if b == nil {
-		// A new bucket starts at the size of the largest: the rate of
-		// decisions changes slowly.
-		keys := max(sizeHint, minLayerKeys)
-		if f.bytes < maxFilterBytes {
-			for _, o := range f.buckets {
-				keys = max(keys, o.n)
-			}
-		}
-		b = &filterBucket{maxT: t, layers: []*bloomLayer{f.newLayer(keys)}}
+		b = &filterBucket{maxT: t}
 		f.buckets[e] = b
 	}
-	last := b.layers[len(b.layers)-1]
-	if last.n >= last.cap && f.bytes < maxFilterBytes {
-		last = f.newLayer(2 * last.cap)
-		b.layers = append(b.layers, last)
+	// A new bucket starts at the size of the largest: the rate of
+	// decisions changes slowly.
+	keys := max(sizeHint, minLayerKeys)
+	grow := f.bytes < maxFilterBytes
+	if len(b.ids.layers) == 0 && grow {
+		for _, o := range f.buckets {
+			n, _ := o.ids.count()
+			keys = max(keys, n)
+		}
 	}
-	last.add(h)
-	b.n++
+	f.bytes += b.ids.add(h, keys, grow)
+	if dup {
+		f.bytes += b.dups.add(h, minLayerKeys, grow)
+	}
 	b.maxT = max(b.maxT, t)
 }
 
-func (f *requestFilter) newLayer(keys int) *bloomLayer {
-	l := newBloomLayer(keys)
-	f.bytes += 32 * len(l.blocks)
-	return l
-}
-
-// mayContain is false only if no 'q' key of request id is present.
-func (f *requestFilter) mayContain(id string) bool {
-	if len(f.buckets) == 0 {
-		return false
-	}
-	h := maphash.String(f.seed, id)
+func (f *requestFilter) has(h uint64, dups bool) bool {
 	for _, b := range f.buckets {
-		for _, l := range b.layers {
-			if l.has(h) {
-				return true
-			}
+		set := &b.ids
+		if dups {
+			set = &b.dups
+		}
+		if set.has(h) {
+			return true
 		}
 	}
 	return false
+}
+
+// lookup tells what the request index may hold of request id: indexed is
+// false only if it holds no present key of it, and single is true only if
+// it holds at most one. Why single holds: of two present keys of one
+// request, the one added second found the first in the filter (its bucket
+// is kept while it is present) and went into dups, in the bucket of a
+// present decision.
+func (f *requestFilter) lookup(id string) (indexed, single bool) {
+	if len(f.buckets) == 0 {
+		return false, true
+	}
+	h := maphash.String(f.seed, id)
+	if !f.has(h, false) {
+		return false, true
+	}
+	return true, !f.has(h, true)
 }
 
 // sweep drops the buckets whose every decision is absent at now.
 func (f *requestFilter) sweep(now int64) {
 	for e, b := range f.buckets {
 		if addSat(b.maxT, f.ret) <= now {
-			for _, l := range b.layers {
-				f.bytes -= 32 * len(l.blocks)
-			}
+			_, n := b.ids.count()
+			_, d := b.dups.count()
+			f.bytes -= n + d
 			delete(f.buckets, e)
 		}
 	}

@@ -20,13 +20,13 @@ func TestRequestFilterNoFalseNegatives(t *testing.T) {
 		f.add(fmt.Sprintf("req-%d", i), at(i), 0)
 	}
 	for i := range n {
-		if !f.mayContain(fmt.Sprintf("req-%d", i)) {
+		if !mayContain(f, fmt.Sprintf("req-%d", i)) {
 			t.Fatalf("req-%d forgotten", i)
 		}
 	}
 	fp := 0
 	for i := range 10_000 {
-		if f.mayContain(fmt.Sprintf("new-%d", i)) {
+		if mayContain(f, fmt.Sprintf("new-%d", i)) {
 			fp++
 		}
 	}
@@ -38,7 +38,7 @@ func TestRequestFilterNoFalseNegatives(t *testing.T) {
 	now := 6*ret/5 + ret - 1
 	f.sweep(now)
 	for i := range n {
-		if at(i)+ret > now && !f.mayContain(fmt.Sprintf("req-%d", i)) {
+		if at(i)+ret > now && !mayContain(f, fmt.Sprintf("req-%d", i)) {
 			t.Fatalf("req-%d forgotten after the sweep", i)
 		}
 	}
@@ -104,5 +104,39 @@ func TestRequestLookupThroughFilter(t *testing.T) {
 	check(h.s, "reopened after retention", recent)
 	if _, ok := h.s.DecisionForRequest("req-late"); !ok {
 		t.Fatal("req-late not found")
+	}
+}
+
+func mayContain(f *requestFilter, id string) bool {
+	indexed, _ := f.lookup(id)
+	return indexed
+}
+
+// Replicas that raced on one request: the lowest decision id is the
+// request's, whichever came first and whichever source serves it (the
+// cache holds the higher one last, the request's two keys in two buckets).
+func TestRequestLookupRaceThroughFilter(t *testing.T) {
+	h := newHarnessWith(t, 2, Options{DecisionRetention: 40 * time.Second})
+	h.put("d1", nil)
+	base := int64(1e12)
+	check := func(where string) {
+		t.Helper()
+		sd, ok := h.s.DecisionForRequest("req-x")
+		ref, rok := h.s.DecisionRefForRequest("req-x")
+		if !ok || !rok || sd.Record.GetDecisionId() != "dec-a" || ref.DecisionID != "dec-a" {
+			t.Fatalf("%s: %s / %s, want dec-a", where, sd.Record.GetDecisionId(), ref.DecisionID)
+		}
+	}
+	h.put("d1", decision("dec-a", "req-x", "d1", base))
+	h.put("d1", decision("dec-b", "req-x", "d1", base+int64(15*time.Second)))
+	check("both committed")
+	h.reopen()
+	check("reopened")
+	h.put("d1", decision("dec-c", "req-x", "d1", base+int64(16*time.Second)))
+	check("a third one committed")
+	// A single decision in the cache is served from it.
+	h.put("d1", decision("dec-y", "req-y", "d1", base+int64(16*time.Second)))
+	if ref, ok := h.s.DecisionRefForRequest("req-y"); !ok || ref.DecisionID != "dec-y" || ref.DecodeWorker.GetWorkerId() != "d1" {
+		t.Fatalf("req-y: %v %v", ref, ok)
 	}
 }
