@@ -272,18 +272,7 @@ func (st *state) dropLocal(l *reqEntry) {
 // computed from the same facts, so that one can stand for the other.
 func sameShare(a, b *reqEntry) bool {
 	return a.decodeSlot == b.decodeSlot && a.prefillSlot == b.prefillSlot && a.extra == b.extra &&
-		a.prefillTok == b.prefillTok && (a.chain == nil) == (b.chain == nil) && sameChain(a.chain, b.chain)
-}
-
-// sameChain is slices.Equal, without reading the hashes when both are one
-// slice: this replica's own decision read back shares its chain with the
-// local entry (the record is the same, apply.go prepareAll), and a chain
-// is up to thousands of hashes.
-func sameChain(a, b []uint64) bool {
-	if len(a) == len(b) && len(a) > 0 && &a[0] == &b[0] {
-		return true
-	}
-	return slices.Equal(a, b)
+		a.prefillTok == b.prefillTok && (a.chain == nil) == (b.chain == nil) && slices.Equal(a.chain, b.chain)
 }
 
 func (st *state) applyOutcome(b *pebble.Batch, o *pb.OutcomeEvent) {

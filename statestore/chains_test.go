@@ -295,24 +295,3 @@ func TestActiveEntryEncoding(t *testing.T) {
 		}
 	}
 }
-
-// sameChain is slices.Equal, shared slices included.
-func TestSameChain(t *testing.T) {
-	a := []uint64{1, 2, 3}
-	for _, tc := range []struct {
-		x, y []uint64
-		want bool
-	}{
-		{a, a, true},
-		{a, []uint64{1, 2, 3}, true},
-		{a, a[:2], false},
-		{a[1:], a[1:], true},
-		{a, []uint64{1, 2, 4}, false},
-		{nil, []uint64{}, true},
-		{nil, nil, true},
-	} {
-		if got := sameChain(tc.x, tc.y); got != tc.want || got != slices.Equal(tc.x, tc.y) {
-			t.Errorf("sameChain(%v, %v) = %v, want %v", tc.x, tc.y, got, tc.want)
-		}
-	}
-}
