@@ -43,16 +43,17 @@ import (
 //
 // Memory: ~10 bits per decision in retention (rate × DecisionRetention),
 // bucketed by decided_at so that whole buckets leave with retention, and
-// never more than maxFilterBytes: past it a bucket stops growing and only
-// its false positives grow.
+// no more than maxFilterBytes (and 8 KiB a bucket): past it the buckets
+// stop growing and only their false positives grow.
 type requestFilter struct {
 	seed  maphash.Seed
 	width int64 // of a bucket, in ns of decided_at
 	ret   int64
 	// buckets by epoch (decided_at / width); few: present decisions span
 	// one retention.
-	buckets map[int64]*filterBucket
-	bytes   int // all buckets' blocks
+	buckets  map[int64]*filterBucket
+	bytes    int // all buckets' blocks
+	maxBytes int // maxFilterBytes; tests lower it
 }
 
 // filterBucket holds the request ids added with a decided_at in its epoch:
@@ -88,8 +89,13 @@ const (
 var bloomSalt = [8]uint32{0x47b6137b, 0x44974d91, 0x8824ad5b, 0xa2b7289d, 0x705495c7, 0x2df1424b, 0x9efc4947, 0x5c6bfb31}
 
 func newBloomLayer(keys int) *bloomLayer {
-	nb := 1 << bits.Len(uint((keys*bloomBitsPerKey+255)/256-1))
-	return &bloomLayer{blocks: make([][8]uint32, nb), cap: keys}
+	return &bloomLayer{blocks: make([][8]uint32, layerBytes(keys)/32), cap: keys}
+}
+
+// layerBytes is the size of a layer for keys keys: a power of two of
+// 32-byte blocks.
+func layerBytes(keys int) int {
+	return 32 << bits.Len(uint((keys*bloomBitsPerKey+255)/256-1))
 }
 
 func (l *bloomLayer) block(h uint64) *[8]uint32 {
@@ -114,16 +120,18 @@ func (l *bloomLayer) has(h uint64) bool {
 	return true
 }
 
-// add adds h; keys sizes the first layer. It returns the bytes the set
-// grew by: none once grow is false (the filter's memory is spent).
-func (bs *bloomSet) add(h uint64, keys int, grow bool) int {
+// add adds h; keys sizes the first layer. A layer is only made within
+// budget bytes, but for a first layer of minLayerKeys (8 KiB): the set
+// needs one. It returns the bytes the set grew by.
+func (bs *bloomSet) add(h uint64, keys, budget int) int {
 	added := 0
 	if len(bs.layers) == 0 {
-		bs.layers = []*bloomLayer{newBloomLayer(keys)}
-		added = 32 * len(bs.layers[0].blocks)
-	} else if last := bs.layers[len(bs.layers)-1]; last.n >= last.cap && grow {
-		bs.layers = append(bs.layers, newBloomLayer(2*last.cap))
-		added = 32 * len(bs.layers[len(bs.layers)-1].blocks)
+		if layerBytes(keys) > budget {
+			keys = minLayerKeys
+		}
+		bs.layers, added = []*bloomLayer{newBloomLayer(keys)}, layerBytes(keys)
+	} else if last := bs.layers[len(bs.layers)-1]; last.n >= last.cap && layerBytes(2*last.cap) <= budget {
+		bs.layers, added = append(bs.layers, newBloomLayer(2*last.cap)), layerBytes(2*last.cap)
 	}
 	bs.layers[len(bs.layers)-1].add(h)
 	return added
@@ -147,7 +155,7 @@ func (bs *bloomSet) count() (n, bytes int) {
 }
 
 func newRequestFilter(retention int64) *requestFilter {
-	return &requestFilter{seed: maphash.MakeSeed(), width: max(retention/4, 1), ret: retention, buckets: map[int64]*filterBucket{}}
+	return &requestFilter{seed: maphash.MakeSeed(), width: max(retention/4, 1), ret: retention, buckets: map[int64]*filterBucket{}, maxBytes: maxFilterBytes}
 }
 
 func (f *requestFilter) epoch(t int64) int64 {
@@ -175,16 +183,15 @@ func (f *requestFilter) addHash(h uint64, t int64, sizeHint int) {
 	// A new bucket starts at the size of the largest: the rate of
 	// decisions changes slowly.
 	keys := max(sizeHint, minLayerKeys)
-	grow := f.bytes < maxFilterBytes
-	if len(b.ids.layers) == 0 && grow {
+	if len(b.ids.layers) == 0 {
 		for _, o := range f.buckets {
 			n, _ := o.ids.count()
 			keys = max(keys, n)
 		}
 	}
-	f.bytes += b.ids.add(h, keys, grow)
+	f.bytes += b.ids.add(h, keys, f.maxBytes-f.bytes)
 	if dup {
-		f.bytes += b.dups.add(h, minLayerKeys, grow)
+		f.bytes += b.dups.add(h, minLayerKeys, f.maxBytes-f.bytes)
 	}
 	b.maxT = max(b.maxT, t)
 }

@@ -140,3 +140,24 @@ func TestRequestLookupRaceThroughFilter(t *testing.T) {
 		t.Fatalf("req-y: %v %v", ref, ok)
 	}
 }
+
+// Past its memory the filter stops growing and forgets nothing.
+func TestRequestFilterMemoryBound(t *testing.T) {
+	const ret = int64(100 * time.Second)
+	f := newRequestFilter(ret)
+	f.maxBytes = 64 << 10
+	const n = 50_000 // ~60 KiB at 10 bits each, in one layer; more in layers
+	for i := range n {
+		f.add(fmt.Sprintf("req-%d", i), ret*2, 0)
+		f.add(fmt.Sprintf("req-%d", i), ret*2, 0) // and into dups
+	}
+	if f.bytes > f.maxBytes+2*layerBytes(minLayerKeys) {
+		t.Fatalf("%d bytes, over %d", f.bytes, f.maxBytes)
+	}
+	for i := range n {
+		id := fmt.Sprintf("req-%d", i)
+		if indexed, single := f.lookup(id); !indexed || single {
+			t.Fatalf("%s: indexed %v, single %v", id, indexed, single)
+		}
+	}
+}
