@@ -14,6 +14,7 @@ type Decider struct {
 	prefillThreshold float64
 	tokenCost        bool       // Version ≥ 2 (version.go)
 	delayCharges     bool       // Version ≥ 3: the slo policy's delay charges (policy_slo.go)
+	queueCap         bool       // Version ≥ 4: the slo policy's queue cap (policy_slo.go)
 	rule             policyRule // of cfg.Disagg.Policy
 	mode             modeRule   // of cfg.Disagg.Policy, when it has one
 }
@@ -27,7 +28,7 @@ func New(cfg Config) (*Decider, error) {
 	}
 	thr, _ := cfg.PrefillBusyThreshold()
 	spec, _ := LookupPolicy(cfg.Disagg.Policy) // Validate accepts only registered policies
-	return &Decider{cfg: cfg, hash: cfg.Hash(), prefillThreshold: thr, tokenCost: true, delayCharges: true, rule: spec.rule, mode: spec.mode}, nil
+	return &Decider{cfg: cfg, hash: cfg.Hash(), prefillThreshold: thr, tokenCost: true, delayCharges: true, queueCap: true, rule: spec.rule, mode: spec.mode}, nil
 }
 
 // Config returns the config the Decider runs with.

@@ -27,6 +27,10 @@ const (
 	ReasonSLOLocalBetter    Reason = "slo_local_predicted_better"
 	ReasonSLORemoteBetter   Reason = "slo_remote_predicted_better"
 	ReasonSLODeniedITLGuard Reason = "slo_local_denied_itl_guard"
+	// ReasonSLODeniedQueueCap: remote, though the model predicted local better,
+	// because in a fleet that prefills remotely nearly always the decode worker's
+	// local prefill queue would pass the queue cap.
+	ReasonSLODeniedQueueCap Reason = "slo_local_denied_queue_cap"
 	// ReasonSLOPrefillGuard: local, though the model predicted remote better, because
 	// every prefill worker is busy past the prefill busy threshold and the decode
 	// worker is not (the prefill guard).
@@ -61,6 +65,10 @@ const (
 	// CheckSLOITLGuard: the predicted ITL of the decode worker's running requests after
 	// a local prefill, against slo_itl_ms (Distance is value − limit).
 	CheckSLOITLGuard CheckName = "slo_itl_guard"
+	// CheckSLOQueueCap: the prefill time of the decode worker's queued prompt tokens and
+	// this prompt's, against SLOQueueCapFraction × slo_ttft_ms (Distance is value −
+	// limit, in ms).
+	CheckSLOQueueCap CheckName = "slo_queue_cap"
 )
 
 // Notes explain a Check whose inputs were missing or substituted. They are constants so

@@ -140,6 +140,11 @@ func randomFit(s1, s2 uint64) *decider.LatencyFit {
 			}
 		}
 	}
+	// A third of the fits come from a fleet that prefills remotely nearly always
+	// (local under a twentieth of the TTFT samples), where the queue cap applies.
+	if rng.IntN(3) == 0 {
+		f.Samples[decider.PathRemote][decider.TargetTTFT] = 20 * f.Samples[decider.PathLocal][decider.TargetTTFT]
+	}
 	return f
 }
 

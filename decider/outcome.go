@@ -26,6 +26,7 @@ func Outcomes() []Outcome {
 		{ModeLocal, ReasonSLOLocalBetter},
 		{ModeRemote, ReasonSLORemoteBetter},
 		{ModeRemote, ReasonSLODeniedITLGuard},
+		{ModeRemote, ReasonSLODeniedQueueCap},
 		{ModeLocal, ReasonSLOPrefillGuard},
 	}
 }

@@ -104,7 +104,7 @@ func policyTable() []PolicySpec {
 			Reads: []string{FieldEffISLThreshold, FieldEffISLRatioThreshold, FieldPrefillBusyThreshold,
 				FieldSLOTTFTMs, FieldSLOITLMs, FieldSLOMinSamples, FieldSLOITLGuard},
 			Reasons: []Reason{ReasonSLOColdLocal, ReasonSLOColdRemote, ReasonSLOLocalBetter, ReasonSLORemoteBetter,
-				ReasonSLODeniedITLGuard, ReasonSLOPrefillGuard},
+				ReasonSLODeniedITLGuard, ReasonSLODeniedQueueCap, ReasonSLOPrefillGuard},
 			mode: sloMode,
 		},
 	}

@@ -13,7 +13,10 @@ import "fmt"
 //   - 3: the slo policy charges each path the goodput its prefill is expected to cost
 //     the requests that queue behind it (policy_slo.go, delay charges). Other
 //     policies decide as in 2.
-const Version uint32 = 3
+//   - 4: the slo policy caps a decode worker's local prefill queue in a fleet that
+//     prefills remotely nearly always (policy_slo.go, sloQueueCap). Other policies
+//     decide as in 2.
+const Version uint32 = 4
 
 // SupportsVersion reports whether NewAt can decide with version v's semantics.
 func SupportsVersion(v uint32) bool { return v >= 1 && v <= Version }
@@ -31,5 +34,6 @@ func NewAt(cfg Config, version uint32) (*Decider, error) {
 	}
 	dc.tokenCost = version >= 2
 	dc.delayCharges = version >= 3
+	dc.queueCap = version >= 4
 	return dc, nil
 }

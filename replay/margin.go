@@ -150,6 +150,11 @@ func modeOf(d *decider.Decision) ModeDecision {
 	case decider.CheckSLOITLGuard:
 		m.Rule = "local prefill vetoed when it pushes the running requests' predicted ITL past slo_itl_ms"
 		m.Summary = sloSummary(&d.SLO)
+	case decider.CheckSLOQueueCap:
+		m.Rule = fmt.Sprintf("where local prefills are under %s of the model's samples, local prefill vetoed when the decode worker's "+
+			"queued prompt tokens and this prompt take more than %s × slo_ttft_ms to prefill", num(decider.SLOQueueCapLocalShare), num(decider.SLOQueueCapFraction))
+		m.Summary = fmt.Sprintf("the decode worker's local prefill queue would take %s ms to prefill, %s ms past the cap: remote prefill; %s",
+			num(d.Distance+decider.SLOQueueCapFraction*d.SLO.TTFTLimitMs), num(d.Distance), sloSummary(&d.SLO))
 	case decider.CheckPolicyRule:
 		m.Rule = "policy " + string(d.Policy) + " compares no threshold"
 		m.Summary = fmt.Sprintf("policy %s settled the mode by its rule alone: %s", d.Policy, d.Reason)
@@ -162,6 +167,10 @@ func modeOf(d *decider.Decision) ModeDecision {
 			if d.DecidedBy == decider.CheckSLOITLGuard {
 				m.Value, m.Limit = s.OthersITLMs, s.ITLLimitMs
 			}
+		}
+		if d.DecidedBy == decider.CheckSLOQueueCap {
+			m.Limit = decider.SLOQueueCapFraction * s.TTFTLimitMs
+			m.Value, m.Known = d.Distance+m.Limit, true
 		}
 	}
 	if c == nil {

@@ -19,6 +19,12 @@ import (
 // records them as the API does.
 func sloRecords(t *testing.T, n int, seed uint64) []*pb.DecisionRecord {
 	t.Helper()
+	return sloRecordsFit(t, n, seed, nil)
+}
+
+// sloRecordsFit is sloRecords with the fit changed by tweak first.
+func sloRecordsFit(t *testing.T, n int, seed uint64, tweak func(*decider.LatencyFit)) []*pb.DecisionRecord {
+	t.Helper()
 	cfg := islConfig()
 	cfg.Disagg.Policy = decider.PolicySLO
 	dc, err := decider.New(cfg)
@@ -36,6 +42,9 @@ func sloRecords(t *testing.T, n int, seed uint64) []*pb.DecisionRecord {
 	fit.Mean[decider.PathRemote][decider.TargetTTFT] = 1900 // near the SLO, so that delays cost goodput
 	fit.Coef[decider.PathLocal][decider.TargetITL][0] = 20
 	fit.Coef[decider.PathRemote][decider.TargetITL][0] = 15
+	if tweak != nil {
+		tweak(fit)
+	}
 	var out []*pb.DecisionRecord
 	for _, c := range generate(t, n, seed, islConfig()) {
 		c.View.SetLatencyFit(fit)
@@ -154,6 +163,44 @@ func TestExplainShowsSLOPredictions(t *testing.T) {
 	if pc := e.PureCheck; !pc.Identical || !pc.RecordBytesIdentical {
 		t.Fatalf("pure check: %+v", e.PureCheck)
 	}
+}
+
+// TestExplainShowsQueueCap: in a fleet whose local path is rare in the model's
+// samples, local prefills that would queue past the cap are recorded as the queue
+// cap's; explain states the queue's prefill time against the cap, and recomputes each
+// such record to the same bytes.
+func TestExplainShowsQueueCap(t *testing.T) {
+	recs := sloRecordsFit(t, 400, 9, func(f *decider.LatencyFit) {
+		f.Samples[decider.PathLocal][decider.TargetTTFT] = 60 // of 2,060: under 5%
+		f.Samples[decider.PathRemote][decider.TargetTTFT] = 2000
+		f.Coef[decider.PathRemote][decider.TargetTTFT][1] = 1 // 1 ms per token: a cap of 1000 tokens
+	})
+	capped := 0
+	for _, rec := range recs {
+		if rec.GetReason() != string(decider.ReasonSLODeniedQueueCap) {
+			continue
+		}
+		capped++
+		e := replay.Explain(context.Background(), rec, replay.ExplainOptions{})
+		m := e.ModeDecision
+		if m.DecidedBy != string(decider.CheckSLOQueueCap) || m.Limit != 1000 || m.Value-m.Limit != m.Distance || m.Distance <= 0 || !m.Known {
+			t.Fatalf("mode decision: %+v", m)
+		}
+		var b strings.Builder
+		if err := e.WriteText(&b); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(b.String(), "local prefill queue would take") {
+			t.Fatalf("explain text lacks the queue:\n%s", b.String())
+		}
+		if pc := e.PureCheck; !pc.Identical || !pc.RecordBytesIdentical {
+			t.Fatalf("pure check: %+v", e.PureCheck)
+		}
+	}
+	if capped == 0 {
+		t.Fatal("no decision was capped: the test does not exercise the queue cap")
+	}
+	t.Logf("%d of %d decisions capped", capped, len(recs))
 }
 
 // TestExportKeepsSLOPredictions: an slo record exported as parquet or JSON lines turns
