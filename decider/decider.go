@@ -28,7 +28,9 @@ func New(cfg Config) (*Decider, error) {
 	}
 	thr, _ := cfg.PrefillBusyThreshold()
 	spec, _ := LookupPolicy(cfg.Disagg.Policy) // Validate accepts only registered policies
-	return &Decider{cfg: cfg, hash: cfg.Hash(), prefillThreshold: thr, tokenCost: true, delayCharges: true, queueCap: true, rule: spec.rule, mode: spec.mode}, nil
+	dc := &Decider{cfg: cfg, hash: cfg.Hash(), prefillThreshold: thr, rule: spec.rule, mode: spec.mode}
+	dc.setVersion(Version)
+	return dc, nil
 }
 
 // Config returns the config the Decider runs with.

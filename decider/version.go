@@ -32,8 +32,14 @@ func NewAt(cfg Config, version uint32) (*Decider, error) {
 	if err != nil {
 		return nil, err
 	}
+	dc.setVersion(version)
+	return dc, nil
+}
+
+// setVersion sets the semantics of a decider version: the one place that maps a
+// version to what changed in it, so that New (the current version) and NewAt agree.
+func (dc *Decider) setVersion(version uint32) {
 	dc.tokenCost = version >= 2
 	dc.delayCharges = version >= 3
 	dc.queueCap = version >= 4
-	return dc, nil
 }
