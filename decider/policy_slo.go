@@ -246,7 +246,8 @@ func prefillMsPerToken(fit *LatencyFit) float64 { return max(fit.Coef[PathRemote
 // outcomes, and a cap collapses the fleet: at 2P6D ×1.5 44% of the local prefills
 // join a queue of more than a second (docs/slo-policy.md).
 func sloQueueCap(cfg *DisaggConfig, fit *LatencyFit, d *Candidate, eff int64) (queueMs float64, capped bool) {
-	queueMs = prefillMsPerToken(fit) * float64(max(d.ActivePrefillTokens, 0)+eff)
+	// Summed as floats: the queued tokens come from the log, and an int64 sum could wrap.
+	queueMs = prefillMsPerToken(fit) * (float64(max(d.ActivePrefillTokens, 0)) + float64(max(eff, 0)))
 	local, remote := fit.Samples[PathLocal][TargetTTFT], fit.Samples[PathRemote][TargetTTFT]
 	rare := float64(local) < SLOQueueCapLocalShare*float64(local+remote)
 	return queueMs, rare && queueMs > SLOQueueCapFraction*cfg.SLOTTFTMs
