@@ -41,6 +41,24 @@ func TestWhatIfSurvivesHostileFits(t *testing.T) {
 		}
 		whatIfAll(t, recs, n)
 	}
+	// The queue cap reads the fit's sample counts (which path is rare) and the decode
+	// row's queued tokens; both come from the log as well.
+	for _, n := range []int64{math.MaxInt64, math.MinInt64, -1} {
+		recs := sloRecords(t, 60, 7)
+		for _, r := range recs {
+			samples := r.GetSlo().GetFit().GetSamples()
+			for i := range samples {
+				samples[i] = 1 << 40
+			}
+			if len(samples) > 0 {
+				samples[0] = 60 // the local path's TTFT: rare, so the cap is evaluated
+			}
+			for _, c := range r.GetCandidates() {
+				c.ActivePrefillTokens = n
+			}
+		}
+		whatIfAll(t, recs, n)
+	}
 	recs := sloRecords(t, 60, 7)
 	for i, r := range recs {
 		f := r.GetSlo().GetFit()
@@ -82,6 +100,13 @@ func TestExplainSurvivesHostileSLOFields(t *testing.T) {
 		var b strings.Builder
 		if err := e.WriteText(&b); err != nil || !strings.Contains(b.String(), "delay charges") {
 			t.Fatalf("%v: explain text %v:\n%s", v, err, b.String())
+		}
+		// A record that says the queue cap decided, at any distance.
+		rec.DecidedBy, rec.Distance = "slo_queue_cap", v
+		e = replay.Explain(context.Background(), rec, replay.ExplainOptions{})
+		b.Reset()
+		if err := e.WriteText(&b); err != nil || !strings.Contains(b.String(), "local prefill queue would take") {
+			t.Fatalf("%v: queue cap explain text %v:\n%s", v, err, b.String())
 		}
 	}
 }
