@@ -59,7 +59,7 @@ Stores go to a temporary directory under --data-dir, removed afterwards.`,
 	f.IntVar(&cfg.ApplyBlockOps, "apply-ops", 2_000_000, "block operations of the apply-rate run")
 	f.IntVar(&cfg.ReplayBlockOps, "replay-ops", 2_000_000, "block operations of the replay run (the bar's full size: 10000000)")
 	f.IntVar(&cfg.E2EBlockOps, "e2e-ops", 500_000, "block operations produced to the broker and consumed back")
-	cmd.AddCommand(store, newBenchAPICmd(a), newBenchScaleCmd(a), newBenchDoorCmd(a), newBenchIngestCmd(a), newBenchIngestPublisherCmd(a))
+	cmd.AddCommand(store, newBenchAPICmd(a), newBenchScaleCmd(a), newBenchDoorCmd(a), newBenchIngestCmd(a), newBenchIngestPublisherCmd(a), newBenchFloorReplicaCmd(a))
 	return cmd
 }
 

@@ -38,6 +38,7 @@ type scaleBench struct {
 	cores    float64
 	json     bool
 	validate bool
+	floor    bool // also measure floor replicas (benchfloor.go)
 	binary   string
 	profiles string // directory for the replicas' CPU profiles, or ""
 	memory   string // the replicas' --memory-limit
@@ -87,9 +88,10 @@ replicas, the load generator and the broker share this machine.`,
 	f.Float64Var(&b.cores, "cores", 2, "cores per replica, for the modelled capacity")
 	f.BoolVar(&b.json, "json", false, "print the model as one JSON object")
 	f.BoolVar(&b.validate, "validate", false, "also run groups of 2 and 3 replicas, and 2 and 4 replicas in 2 cells, and compare their CPU with the model's")
+	f.BoolVar(&b.floor, "floor", false, "also measure floor replicas, which do a replica's I/O (HTTP, appends, fetches) and none of its work, so that a and p split into that floor and pdrouter's own part")
 	f.StringVar(&b.binary, "replica-binary", "", "pdrouter binary the replicas run (default: this one)")
 	f.StringVar(&b.memory, "replica-memory-limit", replicaMemoryLimit, "the replicas' --memory-limit (default: what auto sets under the shipped Deployment's 4Gi limit, so they collect at --gc-percent as deployed); none for Go's defaults")
-	f.StringVar(&b.profiles, "profile-dir", "", "write each replica's CPU profile over the measured time to this directory (replicas-N-R.pprof)")
+	f.StringVar(&b.profiles, "profile-dir", "", "write each replica's CPU profile over the measured time to this directory (replicas-N-R.pprof; floor-2-R.pprof for --floor)")
 	f.IntVar(&b.cfg.Clients, "clients", b.cfg.Clients, "concurrent closed-loop clients")
 	f.DurationVar(&b.cfg.Duration, "duration", b.cfg.Duration, "measured time of each group")
 	f.DurationVar(&b.cfg.Warmup, "warmup", b.cfg.Warmup, "unmeasured time before it")
@@ -147,15 +149,33 @@ func (b *scaleBench) run(ctx context.Context) error {
 	}
 	b.cfg.Log = b.a.log
 	// The model: one replica answers, one applies.
-	g, err := b.runGroup(ctx, 2, 1, false)
+	g, err := b.runGroup(ctx, 2, 1, false, false)
 	if err != nil {
 		return err
 	}
-	m := scalemodel.Model{AnsweredUS: g.cpu[0] * 1e6 / float64(g.decisions), AppliedUS: g.cpu[1] * 1e6 / float64(g.decisions)}
+	m := modelOf(g)
+	var floor *scalemodel.Model
+	var fg groupRun
+	if b.floor {
+		if fg, err = b.runGroup(ctx, 2, 1, false, true); err != nil {
+			return err
+		}
+		fm := modelOf(fg)
+		floor = &fm
+	}
 	if b.json {
-		fmt.Fprintln(b.a.stdout, m.JSON(b.cores))
+		s := m.JSON(b.cores)
+		if floor != nil {
+			// The object's keys stay those of the model; the floor is one
+			// more, set only by --floor.
+			s = fmt.Sprintf(`%s, "floor": {"cpu_us_per_answered": %.1f, "cpu_us_per_applied": %.1f}}`, s[:len(s)-1], floor.AnsweredUS, floor.AppliedUS)
+		}
+		fmt.Fprintln(b.a.stdout, s)
 	} else {
 		b.printModel(g, m)
+		if floor != nil {
+			b.printFloor(fg, m, *floor)
+		}
 	}
 	if !b.validate {
 		return nil
@@ -168,7 +188,7 @@ func (b *scaleBench) run(ctx context.Context) error {
 	// Two groups of one cell, then two cells of one and of two replicas:
 	// a replica of a cell must cost only its cell's decisions.
 	for _, size := range [][2]int{{2, 1}, {3, 1}, {2, 2}, {4, 2}} {
-		g, err := b.runGroup(ctx, size[0], size[1], true)
+		g, err := b.runGroup(ctx, size[0], size[1], true, false)
 		if err != nil {
 			return err
 		}
@@ -189,9 +209,16 @@ type groupRun struct {
 	cpu       []float64 // CPU seconds over the measured time, by replica
 }
 
+// modelOf is the model of a group of two whose first replica answered
+// every decision and whose second applied them.
+func modelOf(g groupRun) scalemodel.Model {
+	return scalemodel.Model{AnsweredUS: g.cpu[0] * 1e6 / float64(g.decisions), AppliedUS: g.cpu[1] * 1e6 / float64(g.decisions)}
+}
+
 // runGroup runs n replicas on fresh topics, replica i in cell i mod
-// cells; spread sends the load to all of them, else to the first only.
-func (b *scaleBench) runGroup(ctx context.Context, n, cells int, spread bool) (groupRun, error) {
+// cells; spread sends the load to all of them, else to the first only;
+// floor runs floor replicas instead of serve.
+func (b *scaleBench) runGroup(ctx context.Context, n, cells int, spread, floor bool) (groupRun, error) {
 	prefix := fmt.Sprintf("bench-scale-%d.", time.Now().UnixNano())
 	specs, err := migrations.Declarations(migrations.SingleNodeOptions(prefix))
 	if err != nil {
@@ -213,7 +240,7 @@ func (b *scaleBench) runGroup(ctx context.Context, n, cells int, spread bool) (g
 		}
 	}()
 	for i := range n {
-		r, err := b.startReplica(ctx, prefix, filepath.Join(dir, strconv.Itoa(i)), events.Cell{Index: int32(i % cells), Count: int32(cells)})
+		r, err := b.startReplica(ctx, prefix, filepath.Join(dir, strconv.Itoa(i)), events.Cell{Index: int32(i % cells), Count: int32(cells)}, floor)
 		if err != nil {
 			return groupRun{}, err
 		}
@@ -258,12 +285,12 @@ func (b *scaleBench) runGroup(ctx context.Context, n, cells int, spread bool) (g
 	cfg.OnMeasure = func(measuring bool) {
 		if measuring {
 			read(-1)
-			b.startProfiles(ctx, &profiling, reps)
+			b.startProfiles(ctx, &profiling, reps, map[bool]string{false: "replicas", true: "floor"}[floor])
 		} else {
 			read(+1)
 		}
 	}
-	b.a.log.Info("bench scale: group", "replicas", n, "cells", cells, "load_on", map[bool]string{true: "every replica", false: "the first replica"}[spread])
+	b.a.log.Info("bench scale: group", "replicas", n, "cells", cells, "floor", floor, "load_on", map[bool]string{true: "every replica", false: "the first replica"}[spread])
 	res, err := loadgen.Run(ctx, cfg)
 	profiling.Wait()
 	if err != nil {
@@ -281,7 +308,7 @@ func (b *scaleBench) runGroup(ctx context.Context, n, cells int, spread bool) (g
 // startProfiles has each replica profile its CPU over the measured time,
 // through its debug endpoint, when --profile-dir asks for it. A profile
 // that cannot be taken is logged, not fatal: the figures stand without it.
-func (b *scaleBench) startProfiles(ctx context.Context, wg *sync.WaitGroup, reps []*scaleReplica) {
+func (b *scaleBench) startProfiles(ctx context.Context, wg *sync.WaitGroup, reps []*scaleReplica, kind string) {
 	if b.profiles == "" {
 		return
 	}
@@ -291,7 +318,7 @@ func (b *scaleBench) startProfiles(ctx context.Context, wg *sync.WaitGroup, reps
 	}
 	secs := max(1, int(b.cfg.Duration.Seconds()))
 	for i, r := range reps {
-		path := filepath.Join(b.profiles, fmt.Sprintf("replicas-%d-%d.pprof", len(reps), i))
+		path := filepath.Join(b.profiles, fmt.Sprintf("%s-%d-%d.pprof", kind, len(reps), i))
 		wg.Go(func() {
 			if err := r.profile(ctx, secs, path); err != nil {
 				b.a.log.Warn("bench scale: no CPU profile", "replica", i, "err", err)
@@ -328,6 +355,22 @@ func (b *scaleBench) printModel(g groupRun, m scalemodel.Model) {
 				fmt.Fprintf(w, "%d\t%d\t%.0f\t%.3f\t\n", n, k, m.CellCapacity(n, k, b.cores), e)
 			}
 		}
+	}
+	_ = w.Flush()
+}
+
+// printFloor prints the floor replicas' a and p beside the model's: what
+// is left is the part of each that pdrouter's own work costs.
+func (b *scaleBench) printFloor(fg groupRun, m, floor scalemodel.Model) {
+	fmt.Fprintf(b.a.stdout, "\nfloor: 2 floor replicas (a replica's HTTP, appends and fetches, none of its work); %d decisions in %s (%.0f/s), load average %s\n",
+		fg.decisions, fg.res.Elapsed.Round(time.Millisecond), fg.res.Throughput, loadAverage())
+	w := tabwriter.NewWriter(b.a.stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(w, "cpu µs per decision\treplicas\tfloor\tabove the floor\t\n")
+	for _, r := range []struct {
+		name      string
+		got, base float64
+	}{{"answered (a)", m.AnsweredUS, floor.AnsweredUS}, {"applied (p)", m.AppliedUS, floor.AppliedUS}} {
+		fmt.Fprintf(w, "%s\t%.1f\t%.1f\t%.1f (%.0f%%)\t\n", r.name, r.got, r.base, r.got-r.base, 100*(r.got-r.base)/r.got)
 	}
 	_ = w.Flush()
 }
@@ -443,7 +486,7 @@ func (t *tailBuffer) String() string {
 	return string(t.b)
 }
 
-func (b *scaleBench) startReplica(ctx context.Context, prefix, dir string, cell events.Cell) (*scaleReplica, error) {
+func (b *scaleBench) startReplica(ctx context.Context, prefix, dir string, cell events.Cell, floor bool) (*scaleReplica, error) {
 	addr, err := loopbackAddr()
 	if err != nil {
 		return nil, err
@@ -459,15 +502,34 @@ func (b *scaleBench) startReplica(ctx context.Context, prefix, dir string, cell 
 			return nil, err
 		}
 	}
-	cmd := exec.CommandContext(ctx, b.binary, "serve", "--brokers", strings.Join(b.brokers, ","), "--topic-prefix", prefix,
+	args := []string{"serve", "--brokers", strings.Join(b.brokers, ","), "--topic-prefix", prefix,
 		"--data-dir", dir, "--http-addr", addr, "--debug-addr", debugAddr, "--memory-limit", b.memory, "--router-conditional-disagg", "--log-level", "warn",
-		"--log-format", b.a.logFormat, "--cell", cell.String())
+		"--log-format", b.a.logFormat, "--cell", cell.String()}
+	if floor {
+		// This binary's floor, whatever --replica-binary runs: the floor
+		// is I/O, not the code under test.
+		self, err := os.Executable()
+		if err != nil {
+			return nil, err
+		}
+		cmd := []string{"bench", "floor-replica", "--brokers", strings.Join(b.brokers, ","), "--topic-prefix", prefix,
+			"--http-addr", addr, "--debug-addr", debugAddr, "--memory-limit", b.memory, "--log-level", "warn", "--log-format", b.a.logFormat,
+			"--max-tokens", strconv.Itoa(b.cfg.MaxTokens), "--block-size", strconv.Itoa(b.cfg.BlockSize),
+			"--decode-workers", strconv.Itoa(b.cfg.DecodeWorkers), "--prefill-workers", strconv.Itoa(b.cfg.PrefillWorkers)}
+		return b.launch(ctx, self, cmd, addr, debugAddr)
+	}
+	return b.launch(ctx, b.binary, args, addr, debugAddr)
+}
+
+// launch starts a replica process answering at addr.
+func (b *scaleBench) launch(ctx context.Context, binary string, args []string, addr, debugAddr string) (*scaleReplica, error) {
+	cmd := exec.CommandContext(ctx, binary, args...)
 	out := &tailBuffer{max: 16 << 10}
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
 	cmd.WaitDelay = 30 * time.Second
 	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("bench scale: starting a replica (%s): %w", b.binary, err)
+		return nil, fmt.Errorf("bench scale: starting a replica (%s): %w", binary, err)
 	}
 	r := &scaleReplica{cmd: cmd, url: "http://" + addr, debugURL: "http://" + debugAddr, done: make(chan error, 1), out: out}
 	go func() { r.done <- cmd.Wait() }()

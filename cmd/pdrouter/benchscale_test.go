@@ -41,7 +41,7 @@ func checkBenchScale(t *testing.T, brokers []string, validate bool) {
 	if validate {
 		args = append(args, "--validate")
 	} else {
-		args = append(args, "--profile-dir", profiles)
+		args = append(args, "--profile-dir", profiles, "--floor")
 	}
 	out, errOut, err := run(t, map[string]string{"PDR_DATA_DIR": t.TempDir()}, args...)
 	if err != nil && !strings.Contains(err.Error(), "from the model's") {
@@ -52,6 +52,10 @@ func checkBenchScale(t *testing.T, brokers []string, validate bool) {
 		P          float64            `json:"cpu_us_per_applied"`
 		Capacity   map[string]float64 `json:"capacity"`
 		Efficiency map[string]float64 `json:"efficiency"`
+		Floor      *struct {
+			A float64 `json:"cpu_us_per_answered"`
+			P float64 `json:"cpu_us_per_applied"`
+		} `json:"floor"`
 	}
 	if err := json.Unmarshal([]byte(out), &m); err != nil {
 		t.Fatalf("stdout is not the JSON object: %v\n%s", err, out)
@@ -60,9 +64,17 @@ func checkBenchScale(t *testing.T, brokers []string, validate bool) {
 		m.Capacity["16"] <= m.Capacity["1"] || m.Efficiency["16"] >= m.Efficiency["2"] {
 		t.Fatalf("implausible model: %+v", m)
 	}
+	if (m.Floor != nil) == validate {
+		t.Fatalf("the floor is in the JSON object exactly when --floor asks for it: %s", out)
+	}
 	if !validate {
-		// Each replica of the model's group profiled its measured time.
-		for _, name := range []string{"replicas-2-0.pprof", "replicas-2-1.pprof"} {
+		// The floor replicas answered, appended and fetched: both spent CPU.
+		if m.Floor.A <= 0 || m.Floor.P <= 0 {
+			t.Fatalf("implausible floor: %+v", *m.Floor)
+		}
+		// Each replica of the model's group, and each floor replica,
+		// profiled its measured time.
+		for _, name := range []string{"replicas-2-0.pprof", "replicas-2-1.pprof", "floor-2-0.pprof", "floor-2-1.pprof"} {
 			raw, err := os.ReadFile(filepath.Join(profiles, name))
 			if err != nil {
 				t.Fatalf("--profile-dir: %v\n%s", err, errOut)
