@@ -59,6 +59,11 @@ func UnmarshalDecisionForApply(v []byte, keepChains bool) (d *pb.DecisionRecord,
 	// decode the few the apply rules read, whose workers say which rows
 	// to keep (a hostile record may put them after the table).
 	apply := make([]byte, 0, 256)
+	// The header is taken in the same pass: every top-level field but the
+	// candidates and, unless kept, the chains, in the record's order, as
+	// appendStrippedDecision writes it (by field number, whatever the wire
+	// type, so a malformed bulk field is dropped from the header too).
+	header = make([]byte, 0, 1024)
 	for b := v; len(b) > 0; {
 		num, typ, n := consumeTag(b)
 		if n < 0 {
@@ -70,6 +75,9 @@ func UnmarshalDecisionForApply(v []byte, keepChains bool) (d *pb.DecisionRecord,
 		}
 		field := b[:n+m]
 		b = b[n+m:]
+		if num != decisionCandidatesField && (num != decisionChainsField || keepChains) {
+			header = append(header, field...)
+		}
 		if isBulk(num, typ) {
 			continue
 		}
@@ -144,14 +152,6 @@ func UnmarshalDecisionForApply(v []byte, keepChains bool) (d *pb.DecisionRecord,
 			}
 			break
 		}
-	}
-	parts := decisionParts(0)
-	if keepChains {
-		parts = partChains
-	}
-	header, err = appendStrippedDecision(make([]byte, 0, 1024), v, parts)
-	if err != nil {
-		return nil, nil, err // unreachable: the first pass walked v
 	}
 	return d, header, nil
 }
