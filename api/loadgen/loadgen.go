@@ -57,12 +57,6 @@ type Config struct {
 	// repeated id is answered from the idempotency index, a replay that
 	// costs almost nothing and would inflate the figures.
 	RunID string
-	// Rate, when above 0, paces the route requests of all clients
-	// together to at most this many per second (each still waits for its
-	// answer before its next); 0 sends each as soon as the one before is
-	// answered. bench scale --floor runs its floor replicas at the rate
-	// the real replicas reached, where CPU per decision compares.
-	Rate float64
 	// Window is the length of the windows the measured time is reported
 	// in (Result.Windows and the progress log); default 5 s.
 	Window time.Duration
@@ -222,7 +216,6 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	cfg.Log.Info("bench api: request ids", "pattern", "bench-"+cfg.RunID+"-<n>")
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
-	paced := time.Now()
 	for c := 0; c < cfg.Clients; c++ {
 		wg.Add(1)
 		go func(c int) {
@@ -254,19 +247,6 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 				default:
 				}
 				id := seq.Add(1)
-				if cfg.Rate > 0 {
-					// Request id is sent at paced + (id−1)/Rate.
-					at := paced.Add(time.Duration(float64(id-1) / cfg.Rate * float64(time.Second)))
-					if wait := time.Until(at); wait > 0 {
-						t := time.NewTimer(wait)
-						select {
-						case <-stop:
-							t.Stop()
-							continue // the loop's top sees stop
-						case <-t.C:
-						}
-					}
-				}
 				start := time.Now()
 				head = withRequestID(head[:0], cfg.RunID, id)
 				// A body of this client's cell: client c sends to router

@@ -79,33 +79,6 @@ func TestRunsNeverCountReplays(t *testing.T) {
 	}
 }
 
-// TestRunPacedByRate: with Rate the clients together send no faster than
-// it, where the stub router alone answers many times faster; without it
-// the same run is as fast as the answers.
-func TestRunPacedByRate(t *testing.T) {
-	srv := replayingRouter(t)
-	cfg := Config{URL: srv.URL, DecodeWorkers: 2, PrefillWorkers: 1, BlockSize: 16, MinTokens: 32, MaxTokens: 64,
-		SharedPrefixes: 1, Clients: 4, Duration: 800 * time.Millisecond, Warmup: 100 * time.Millisecond, InFlight: 2, Seed: 1}
-	free, err := Run(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.Rate = 100
-	if free.Throughput < 3*cfg.Rate {
-		t.Skipf("the stub answered only %.0f/s unpaced: the machine is too busy to tell pacing apart", free.Throughput)
-	}
-	paced, err := Run(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// The schedule starts with the warmup, so the measured time holds
-	// ~80 of its slots; a client late for its slot sends at once, which
-	// cannot push the rate above Rate by more than the clients' count.
-	if max := cfg.Rate*paced.Elapsed.Seconds() + float64(cfg.Clients); float64(paced.Requests) > max || paced.Requests < 20 {
-		t.Fatalf("paced at %g/s: %d decisions in %s; want at most %.0f", cfg.Rate, paced.Requests, paced.Elapsed, max)
-	}
-}
-
 // TestRunReportsWindows: the measured time is cut into windows whose
 // decisions add up to the run's.
 func TestRunReportsWindows(t *testing.T) {

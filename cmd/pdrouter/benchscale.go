@@ -88,7 +88,7 @@ replicas, the load generator and the broker share this machine.`,
 	f.Float64Var(&b.cores, "cores", 2, "cores per replica, for the modelled capacity")
 	f.BoolVar(&b.json, "json", false, "print the model as one JSON object")
 	f.BoolVar(&b.validate, "validate", false, "also run groups of 2 and 3 replicas, and 2 and 4 replicas in 2 cells, and compare their CPU with the model's")
-	f.BoolVar(&b.floor, "floor", false, "also measure floor replicas, which do a replica's I/O (HTTP, appends, fetches) and none of its work, at the rate the replicas reached, so that a and p split into that floor and pdrouter's own part")
+	f.BoolVar(&b.floor, "floor", false, "also measure floor replicas, which do a replica's I/O (HTTP, appends, fetches) and none of its work, so that a and p split into that floor and pdrouter's own part")
 	f.StringVar(&b.binary, "replica-binary", "", "pdrouter binary the replicas run (default: this one)")
 	f.StringVar(&b.memory, "replica-memory-limit", replicaMemoryLimit, "the replicas' --memory-limit (default: what auto sets under the shipped Deployment's 4Gi limit, so they collect at --gc-percent as deployed); none for Go's defaults")
 	f.StringVar(&b.profiles, "profile-dir", "", "write each replica's CPU profile over the measured time to this directory (replicas-N-R.pprof; floor-2-R.pprof for --floor)")
@@ -157,12 +157,7 @@ func (b *scaleBench) run(ctx context.Context) error {
 	var floor *scalemodel.Model
 	var fg groupRun
 	if b.floor {
-		// At the rate the replicas reached: CPU per decision falls as the
-		// rate rises (larger group commits, more records per fetch), so a
-		// floor measured faster would be a lower one.
-		fb := *b
-		fb.cfg.Rate = g.res.Throughput
-		if fg, err = fb.runGroup(ctx, 2, 1, false, true); err != nil {
+		if fg, err = b.runGroup(ctx, 2, 1, false, true); err != nil {
 			return err
 		}
 		fm := modelOf(fg)
@@ -367,7 +362,7 @@ func (b *scaleBench) printModel(g groupRun, m scalemodel.Model) {
 // printFloor prints the floor replicas' a and p beside the model's: what
 // is left is the part of each that pdrouter's own work costs.
 func (b *scaleBench) printFloor(fg groupRun, m, floor scalemodel.Model) {
-	fmt.Fprintf(b.a.stdout, "\nfloor: 2 floor replicas (a replica's HTTP, appends and fetches, none of its work), paced at the replicas' rate; %d decisions in %s (%.0f/s), load average %s\n",
+	fmt.Fprintf(b.a.stdout, "\nfloor: 2 floor replicas (a replica's HTTP, appends and fetches, none of its work); %d decisions in %s (%.0f/s), load average %s\n",
 		fg.decisions, fg.res.Elapsed.Round(time.Millisecond), fg.res.Throughput, loadAverage())
 	w := tabwriter.NewWriter(b.a.stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintf(w, "cpu µs per decision\treplicas\tfloor\tabove the floor\t\n")
