@@ -80,7 +80,15 @@ cells (each cell with the model's fleet): each replica's measured CPU
 against a·(decisions it answered) + p·(decisions the other replicas of its
 cell answered), within 20%. CPU per
 decision does not depend on how busy the machine is, unlike a rate; the
-replicas, the load generator and the broker share this machine.`,
+replicas, the load generator and the broker share this machine.
+
+--floor then runs the same load on two floor replicas, which do a
+replica's I/O and none of its work: they read each request's body, append
+a record of a decision's size (or a lifecycle event's) through the same
+group commit, fetch every record back, and answer. Their a and p are the
+floor that HTTP and Kafka set on this machine; what the replicas spend
+above it is pdrouter's own work. --json then adds "floor":
+{"cpu_us_per_answered", "cpu_us_per_applied"}.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return b.run(cmd.Context()) },
 	}
