@@ -22,6 +22,7 @@ import (
 
 	"github.com/pdrouter/pdrouter/api"
 	"github.com/pdrouter/pdrouter/events"
+	pb "github.com/pdrouter/pdrouter/events/eventspb"
 	"github.com/pdrouter/pdrouter/events/eventstest"
 )
 
@@ -35,13 +36,23 @@ import (
 // as it measures serve, so the part of a and p that is pdrouter's own is
 // their difference from the floor's, measured in one run.
 
+// The floor replica's counters, which bench scale reads.
+const (
+	floorAppendedMetric = "pdrouter_floor_appended_records_total"
+	floorFetchedMetric  = "pdrouter_floor_fetched_records_total"
+)
+
 // floorRecordStep is the prompt length step, in blocks, between the
 // decision records the floor replica holds ready.
 const floorRecordStep = 64
 
-// floorOutcomeBytes is the size of a lifecycle event's record: an outcome
-// of a completed request with its ids and counts is ~100–150 bytes.
-const floorOutcomeBytes = 128
+// Bounds of the floor replica's inputs: its flags size what it builds at
+// start, and a body is read whole.
+const (
+	floorMaxTokens  = 1 << 21  // the API's default longest prompt
+	floorMaxWorkers = 20000    // candidate rows of one record
+	floorBodyLimit  = 16 << 20 // the API's default body limit
+)
 
 func newBenchFloorReplicaCmd(a *app) *cobra.Command {
 	var httpAddr, debugAddr string
@@ -52,6 +63,11 @@ func newBenchFloorReplicaCmd(a *app) *cobra.Command {
 		Hidden: true,
 		Args:   cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if maxTokens < 1 || maxTokens > floorMaxTokens || blockSize < 1 || blockSize > events.MaxBlockSize ||
+				decode < 1 || decode > floorMaxWorkers || prefill < 0 || prefill > floorMaxWorkers {
+				return fmt.Errorf("bench floor-replica: want --max-tokens in [1, %d], --block-size in [1, %d], --decode-workers in [1, %d], --prefill-workers in [0, %d]",
+					floorMaxTokens, events.MaxBlockSize, floorMaxWorkers, floorMaxWorkers)
+			}
 			if err := a.tuneMemory(); err != nil {
 				return err
 			}
@@ -60,7 +76,7 @@ func newBenchFloorReplicaCmd(a *app) *cobra.Command {
 				return err
 			}
 			return runFloorReplica(cmd.Context(), floorConfig{names: a.names(), connOpts: opts, httpAddr: httpAddr, debugAddr: debugAddr,
-				maxBlocks: maxTokens / max(1, blockSize), decode: decode, prefill: prefill})
+				maxBlocks: maxTokens / blockSize, decode: decode, prefill: prefill})
 		},
 	}
 	f := cmd.Flags()
@@ -82,30 +98,43 @@ type floorConfig struct {
 }
 
 type floorReplica struct {
-	names events.Names
-	log   *api.GroupLog
+	log *api.GroupLog
 	// decisions[i] is the value of a decision record whose prompt has
-	// i·floorRecordStep blocks, built by the events encoder once at start.
-	decisions [][]byte
-	outcome   []byte
+	// i·floorRecordStep blocks, and outcome that of a completed request's
+	// lifecycle event: real records, built by the events encoder once at
+	// start, so the floor's topics hold only what a replica could read.
+	decisions []*kgo.Record
+	outcome   *kgo.Record
 	keys      [][]byte // the decode workers' ids, which records are keyed by
 	next      atomic.Uint64
-	fetched   prometheus.Counter
-	bodies    sync.Pool
+	// appended and fetched let bench scale check that each floor replica
+	// fetched every record its group appended: a floor that fetched less
+	// would be a lower floor than the replicas'.
+	appended, fetched prometheus.Counter
+	bodies            sync.Pool
 }
 
 func runFloorReplica(ctx context.Context, cfg floorConfig) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	f := &floorReplica{names: cfg.names, outcome: bytes.Repeat([]byte{0x5a}, floorOutcomeBytes),
-		fetched: prometheus.NewCounter(prometheus.CounterOpts{Name: "pdrouter_floor_fetched_records_total", Help: "Records the floor replica fetched from its group's topics."}),
-		bodies:  sync.Pool{New: func() any { return new(bytes.Buffer) }}}
-	reg.MustRegister(f.fetched)
-	for i := range max(1, cfg.decode) {
+	f := &floorReplica{
+		appended: prometheus.NewCounter(prometheus.CounterOpts{Name: floorAppendedMetric, Help: "Records the floor replica appended to its group's topics."}),
+		fetched:  prometheus.NewCounter(prometheus.CounterOpts{Name: floorFetchedMetric, Help: "Records the floor replica fetched from its group's topics."}),
+		bodies:   sync.Pool{New: func() any { return new(bytes.Buffer) }}}
+	reg.MustRegister(f.appended, f.fetched)
+	for i := range cfg.decode {
 		f.keys = append(f.keys, fmt.Appendf(nil, "decode-%03d", i))
 	}
+	completed := uint64(256)
+	outcome, err := events.NewRecord(cfg.names, f.keys[0], &pb.OutcomeEvent{RequestId: "bench-00000000-1000000", DecisionId: "01JDX3Q8W6ZK2M4N5P6R7S8T9V",
+		Kind: pb.OutcomeEvent_KIND_COMPLETED, DecodeWorker: &pb.WorkerRef{WorkerId: string(f.keys[0])},
+		EventTimeUnixNano: 1764400001000000000, OutputTokens: &completed})
+	if err != nil {
+		return err
+	}
+	f.outcome = outcome
 	for blocks := 0; blocks <= cfg.maxBlocks+floorRecordStep; blocks += floorRecordStep {
-		v, err := events.Marshal(eventstest.Decision(cfg.decode, cfg.prefill, blocks))
+		v, err := events.NewRecord(cfg.names, f.keys[0], eventstest.Decision(cfg.decode, cfg.prefill, blocks))
 		if err != nil {
 			return err
 		}
@@ -176,16 +205,22 @@ func (f *floorReplica) fetch(ctx context.Context, cl *kgo.Client) {
 	}
 }
 
-// readBody reads the request's body into a pooled buffer, as the API does.
+// readBody reads the request's body into a pooled buffer, as the API
+// does: at most floorBodyLimit bytes, a longer body answered 413.
 func (f *floorReplica) readBody(c *gin.Context) (*bytes.Buffer, bool) {
 	buf := f.bodies.Get().(*bytes.Buffer)
 	buf.Reset()
-	if _, err := buf.ReadFrom(io.LimitReader(c.Request.Body, 8<<20)); err != nil {
-		f.bodies.Put(buf)
-		c.Status(http.StatusBadRequest)
-		return nil, false
+	n, err := buf.ReadFrom(io.LimitReader(c.Request.Body, floorBodyLimit+1))
+	switch {
+	case err != nil:
+		c.String(http.StatusBadRequest, "reading the body: %v", err)
+	case n > floorBodyLimit:
+		c.String(http.StatusRequestEntityTooLarge, "the body is over %d bytes", floorBodyLimit)
+	default:
+		return buf, true
 	}
-	return buf, true
+	f.bodies.Put(buf)
+	return nil, false
 }
 
 var floorOffsets = []byte(`{"offsets":{}}`)
@@ -207,7 +242,7 @@ func (f *floorReplica) route(c *gin.Context) {
 	blocks := bytes.Count(buf.Bytes(), []byte{','})
 	f.bodies.Put(buf)
 	v := f.decisions[min(len(f.decisions)-1, blocks/floorRecordStep)]
-	if f.append(c, events.TopicDecisions, v) {
+	if f.append(c, v) {
 		c.Data(http.StatusOK, "application/json", []byte(`{"decision_id":"floor","mode":"remote"}`))
 	}
 }
@@ -218,18 +253,20 @@ func (f *floorReplica) lifecycle(c *gin.Context) {
 		return
 	}
 	f.bodies.Put(buf)
-	if f.append(c, events.TopicOutcomes, f.outcome) {
+	if f.append(c, f.outcome) {
 		c.Data(http.StatusAccepted, "application/json", floorOffsets)
 	}
 }
 
-func (f *floorReplica) append(c *gin.Context, t events.Topic, v []byte) bool {
+// append appends a copy of the record tmpl under the next worker's key.
+func (f *floorReplica) append(c *gin.Context, tmpl *kgo.Record) bool {
 	key := f.keys[f.next.Add(1)%uint64(len(f.keys))]
 	ctx, cancel := context.WithTimeout(c.Request.Context(), 10*time.Second)
 	defer cancel()
-	if _, err := f.log.Append(ctx, &kgo.Record{Topic: f.names.Physical(t), Key: key, Value: v}); err != nil {
+	if _, err := f.log.Append(ctx, &kgo.Record{Topic: tmpl.Topic, Key: key, Value: tmpl.Value, Headers: tmpl.Headers}); err != nil {
 		c.String(http.StatusServiceUnavailable, err.Error())
 		return false
 	}
+	f.appended.Inc()
 	return true
 }

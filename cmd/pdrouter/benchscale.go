@@ -307,6 +307,11 @@ func (b *scaleBench) runGroup(ctx context.Context, n, cells int, spread, floor b
 	if readErr != nil {
 		return groupRun{}, fmt.Errorf("bench scale: reading a replica's CPU: %w", readErr)
 	}
+	if floor {
+		if err := checkFloorFetched(ctx, reps); err != nil {
+			return groupRun{}, err
+		}
+	}
 	g.res, g.decisions = res, res.Requests
 	g.answered = make([]int, n)
 	copy(g.answered, res.ByTarget)
@@ -510,27 +515,18 @@ func (b *scaleBench) startReplica(ctx context.Context, prefix, dir string, cell 
 			return nil, err
 		}
 	}
-	args := []string{"serve", "--brokers", strings.Join(b.brokers, ","), "--topic-prefix", prefix,
-		"--data-dir", dir, "--http-addr", addr, "--debug-addr", debugAddr, "--memory-limit", b.memory, "--router-conditional-disagg", "--log-level", "warn",
-		"--log-format", b.a.logFormat, "--cell", cell.String()}
+	common := []string{"--brokers", strings.Join(b.brokers, ","), "--topic-prefix", prefix, "--http-addr", addr, "--debug-addr", debugAddr,
+		"--memory-limit", b.memory, "--log-level", "warn", "--log-format", b.a.logFormat}
+	binary, args := b.binary, append([]string{"serve", "--data-dir", dir, "--router-conditional-disagg", "--cell", cell.String()}, common...)
 	if floor {
 		// This binary's floor, whatever --replica-binary runs: the floor
 		// is I/O, not the code under test.
-		self, err := os.Executable()
-		if err != nil {
+		if binary, err = os.Executable(); err != nil {
 			return nil, err
 		}
-		cmd := []string{"bench", "floor-replica", "--brokers", strings.Join(b.brokers, ","), "--topic-prefix", prefix,
-			"--http-addr", addr, "--debug-addr", debugAddr, "--memory-limit", b.memory, "--log-level", "warn", "--log-format", b.a.logFormat,
-			"--max-tokens", strconv.Itoa(b.cfg.MaxTokens), "--block-size", strconv.Itoa(b.cfg.BlockSize),
-			"--decode-workers", strconv.Itoa(b.cfg.DecodeWorkers), "--prefill-workers", strconv.Itoa(b.cfg.PrefillWorkers)}
-		return b.launch(ctx, self, cmd, addr, debugAddr)
+		args = append([]string{"bench", "floor-replica", "--max-tokens", strconv.Itoa(b.cfg.MaxTokens), "--block-size", strconv.Itoa(b.cfg.BlockSize),
+			"--decode-workers", strconv.Itoa(b.cfg.DecodeWorkers), "--prefill-workers", strconv.Itoa(b.cfg.PrefillWorkers)}, common...)
 	}
-	return b.launch(ctx, b.binary, args, addr, debugAddr)
-}
-
-// launch starts a replica process answering at addr.
-func (b *scaleBench) launch(ctx context.Context, binary string, args []string, addr, debugAddr string) (*scaleReplica, error) {
 	cmd := exec.CommandContext(ctx, binary, args...)
 	out := &tailBuffer{max: 16 << 10}
 	cmd.Stdout, cmd.Stderr = out, out
@@ -568,6 +564,11 @@ func (r *scaleReplica) waitReady(ctx context.Context, timeout time.Duration) err
 
 // cpuSeconds reads the replica's process_cpu_seconds_total.
 func (r *scaleReplica) cpuSeconds(ctx context.Context) (float64, error) {
+	return r.metric(ctx, "process_cpu_seconds_total")
+}
+
+// metric reads an unlabelled metric of the replica's /metrics.
+func (r *scaleReplica) metric(ctx context.Context, name string) (float64, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, r.url+"/metrics", nil)
 	if err != nil {
 		return 0, err
@@ -580,11 +581,53 @@ func (r *scaleReplica) cpuSeconds(ctx context.Context) (float64, error) {
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "process_cpu_seconds_total "); ok {
+		if v, ok := strings.CutPrefix(sc.Text(), name+" "); ok {
 			return strconv.ParseFloat(v, 64)
 		}
 	}
-	return 0, fmt.Errorf("%s/metrics has no process_cpu_seconds_total", r.url)
+	return 0, fmt.Errorf("%s/metrics has no %s", r.url, name)
+}
+
+// floorFetchWait bounds how long bench scale waits for floor replicas to
+// fetch the last records their group appended (at most a fetch's wait
+// behind, unless they fall behind).
+const floorFetchWait = 30 * time.Second
+
+// checkFloorFetched verifies that every floor replica fetched every record
+// the group appended: a floor replica that fetched less would have done
+// less than a replica must, and its p would be too low.
+func checkFloorFetched(ctx context.Context, reps []*scaleReplica) error {
+	deadline := time.Now().Add(floorFetchWait)
+	for {
+		appended, behind := 0.0, ""
+		for _, r := range reps {
+			n, err := r.metric(ctx, floorAppendedMetric)
+			if err != nil {
+				return err
+			}
+			appended += n
+		}
+		for _, r := range reps {
+			n, err := r.metric(ctx, floorFetchedMetric)
+			if err != nil {
+				return err
+			}
+			if n < appended {
+				behind = fmt.Sprintf("floor replica %s fetched %.0f of the %.0f records its group appended", r.url, n, appended)
+			}
+		}
+		if behind == "" {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("bench scale: after %s, %s", floorFetchWait, behind)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
 
 func (r *scaleReplica) stop() {

@@ -1,0 +1,100 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/pdrouter/pdrouter/events"
+	"github.com/pdrouter/pdrouter/internal/kafkatest"
+	"github.com/pdrouter/pdrouter/migrations"
+)
+
+// The floor replica refuses flags that would size its start-up without
+// bound.
+func TestFloorReplicaRefusesUnboundedFlags(t *testing.T) {
+	for _, flags := range [][]string{{"--max-tokens", "0"}, {"--max-tokens", "4194304"}, {"--block-size", "0"},
+		{"--decode-workers", "0"}, {"--decode-workers", "1000000"}, {"--prefill-workers", "-1"}} {
+		args := append([]string{"bench", "floor-replica", "--brokers", "127.0.0.1:1"}, flags...)
+		if _, _, err := run(t, nil, args...); err == nil || !strings.Contains(err.Error(), "want --max-tokens in") {
+			t.Errorf("%v: err %v, want the flags' bounds", flags, err)
+		}
+	}
+}
+
+// A floor replica answers a body over its limit 413 without appending it,
+// appends a decision and an outcome that decode as pdrouter's own records
+// (no replica reading its topics meets a record it cannot decode), and
+// fetches both back.
+func TestFloorReplicaAppendsRealRecords(t *testing.T) {
+	brokers := kafkatest.Fake(t)
+	names := events.Names{Prefix: "floor-test."}
+	specs, err := migrations.Declarations(migrations.SingleNodeOptions(names.Prefix))
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := []kgo.Opt{kgo.SeedBrokers(brokers...)}
+	if _, err := runMigrate(context.Background(), opts, specs, false); err != nil {
+		t.Fatal(err)
+	}
+	addr := freeAddr(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- runFloorReplica(ctx, floorConfig{names: names, connOpts: opts, httpAddr: addr, maxBlocks: 128, decode: 4, prefill: 2})
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	r := &scaleReplica{url: "http://" + addr}
+	post := func(path string, body []byte) int {
+		for range 100 {
+			resp, err := http.Post(r.url+path, "application/json", bytes.NewReader(body))
+			if err == nil {
+				resp.Body.Close()
+				return resp.StatusCode
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		t.Fatalf("POST %s: the floor replica never answered", path)
+		return 0
+	}
+	if code := post("/v1/route", bytes.Repeat([]byte{' '}, floorBodyLimit+1)); code != http.StatusRequestEntityTooLarge {
+		t.Fatalf("a body over the limit: %d, want 413", code)
+	}
+	if code := post("/v1/route", []byte(`{"block_hashes":[1,2,3]}`)); code != http.StatusOK {
+		t.Fatalf("route: %d", code)
+	}
+	if code := post("/v1/requests/x/events", []byte(`{"event":"completed"}`)); code != http.StatusAccepted {
+		t.Fatalf("lifecycle event: %d", code)
+	}
+	if err := checkFloorFetched(context.Background(), []*scaleReplica{r}); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := r.metric(context.Background(), floorAppendedMetric); err != nil || n != 2 {
+		t.Fatalf("appended %v (%v), want 2: the oversized body was appended, or a record was not", n, err)
+	}
+	cl, err := kgo.NewClient(append(opts, kgo.ConsumeTopics(names.Physical(events.TopicDecisions), names.Physical(events.TopicOutcomes)),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	pctx, pcancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer pcancel()
+	for seen := 0; seen < 2; {
+		fs := cl.PollFetches(pctx)
+		if pctx.Err() != nil {
+			t.Fatalf("read %d of the 2 records back", seen)
+		}
+		fs.EachRecord(func(rec *kgo.Record) {
+			seen++
+			if _, err := events.Decode(names, rec); err != nil {
+				t.Errorf("the floor replica wrote a record pdrouter cannot decode on %s: %v", rec.Topic, err)
+			}
+		})
+	}
+}
