@@ -92,7 +92,11 @@ func RunOffline(ctx context.Context, fc FleetConfig, w *Workload, p Policy, log 
 	if log != nil {
 		f.progress = 5 * time.Second
 	}
-	return f.Run(ctx, w, p.Name)
+	rep, err := f.Run(ctx, w, p.Name)
+	if rep != nil {
+		rep.PolicySLO, _ = p.DecidesWith()
+	}
+	return rep, err
 }
 
 // Compare runs every policy on the same fleet and workload, one after the other.

@@ -34,6 +34,10 @@ type PlanConfig struct {
 	// scored under (default [DefaultSLO()]); the first set is the runs' own SLO.
 	Loads []float64
 	SLOs  []SLO
+	// PolicySLO is the SLO that the policies reading one (cond-slo) decide with
+	// (default SLOs[0], the runs' own), so that a plan scored at the user's SLO
+	// runs the policy aimed at it.
+	PolicySLO SLO
 	// Parallel is how many runs go at once (default GOMAXPROCS). Results do not
 	// depend on it: each run is a pure function of its cell, and results are kept
 	// in cell order, never in completion order.
@@ -116,6 +120,10 @@ func (c *PlanConfig) fill() error {
 	if len(c.SLOs) == 0 {
 		c.SLOs = []SLO{DefaultSLO()}
 	}
+	if c.PolicySLO == (SLO{}) {
+		c.PolicySLO = c.SLOs[0]
+	}
+	c.Policies = PoliciesDecidingAt(c.Policies, c.PolicySLO)
 	if c.Parallel <= 0 {
 		c.Parallel = runtime.GOMAXPROCS(0)
 	}
@@ -172,7 +180,8 @@ func RunPlan(ctx context.Context, c PlanConfig, w *Workload) (*Plan, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Plan{Workload: w.Name, Requests: len(w.Requests), GPUs: c.GPUs, Loads: c.Loads, SLOs: c.SLOs}
+	p := &Plan{Workload: w.Name, Requests: len(w.Requests), GPUs: c.GPUs, Loads: c.Loads, SLOs: c.SLOs,
+		PolicySLONote: PolicySLONote(c.Policies)}
 	for _, s := range c.Shapes {
 		p.Shapes = append(p.Shapes, s.String())
 	}

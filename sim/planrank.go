@@ -19,6 +19,9 @@ type Plan struct {
 	SLOSets  []string  `json:"slo_sets"`
 	Shapes   []string  `json:"shapes"`
 	Policies []string  `json:"policies"`
+	// PolicySLONote says which SLO the SLO-reading policies decided with ("" when
+	// none ran).
+	PolicySLONote string `json:"policy_slo,omitempty"`
 	// Cells in run order: per load level, the aggregated reference, then every
 	// shape's policies.
 	Cells []PlanCell `json:"cells"`

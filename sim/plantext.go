@@ -13,6 +13,9 @@ import (
 // shape, and the recommendation. Goodput is averaged over the load levels.
 func (p *Plan) Format(w io.Writer) {
 	fmt.Fprintf(w, "plan: %s, %d requests, %d GPUs, load %s, %d runs\n", p.Workload, p.Requests, p.GPUs, strings.Join(LoadLabels(p.Loads), " "), len(p.Cells))
+	if p.PolicySLONote != "" {
+		fmt.Fprintln(w, p.PolicySLONote)
+	}
 	for si, slo := range p.SLOSets {
 		rec := p.Recommendations[si]
 		fmt.Fprintf(w, "\ngoodput %% under SLO TTFT ≤ %s ms and ITL ≤ %s ms", fmtMs(p.SLOs[si].TTFT), fmtMs(p.SLOs[si].ITL))

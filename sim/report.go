@@ -35,6 +35,9 @@ type Report struct {
 	// tokens, each request counted once with its mean inter-token latency.
 	TTFT, ITL Latency
 	SLO       SLO
+	// PolicySLO is the SLO the run's policy decided with, when it reads one
+	// (cond-slo); zero otherwise.
+	PolicySLO SLO
 	// Good requests completed within both SLOs (a one-token request has no ITL to
 	// miss). Goodput is Good ÷ Requests; GoodputRate is Good per simulated second.
 	Good        int
@@ -254,6 +257,9 @@ func (r *Report) Format(w io.Writer) {
 	fmt.Fprintf(w, "ITL (mean/request) p50 %s  p90 %s  p99 %s  (%d requests with ≥ 2 tokens)\n", ms(r.ITL.P50), ms(r.ITL.P90), ms(r.ITL.P99), r.ITL.N)
 	fmt.Fprintf(w, "goodput      %d of %d requests (%.1f%%) within TTFT ≤ %s and ITL ≤ %s; %.2f good req/s\n",
 		r.Good, r.Requests, 100*r.Goodput, r.SLO.TTFT, r.SLO.ITL, r.GoodputRate)
+	if r.PolicySLO != (SLO{}) {
+		fmt.Fprintf(w, "policy SLO   the policy decided with TTFT ≤ %s and ITL ≤ %s\n", r.PolicySLO.TTFT, r.PolicySLO.ITL)
+	}
 	fmt.Fprintf(w, "placement    local %d (%.1f%%), remote %d\n", r.Local, 100*r.LocalShare(), r.Remote)
 	if r.Unplaced > 0 {
 		fmt.Fprintf(w, "  %-38s %d (%d answers named a decision id)\n", "not visible to the client", r.Unplaced, r.DecisionIDs)

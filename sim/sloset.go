@@ -60,14 +60,10 @@ func ParseSLOSets(list string) ([]SLO, error) {
 	}
 	var out []SLO
 	for _, p := range parts {
-		p = strings.TrimSpace(p)
-		ts, is, ok := strings.Cut(p, "/")
-		t, err1 := parseSLOMs(ts)
-		i, err2 := parseSLOMs(is)
-		if !ok || err1 != nil || err2 != nil {
-			return nil, fmt.Errorf("--slo: %q is not a set like 2000/50 (TTFT ms / ITL ms, each in (0, %d])", p, maxSLOMs)
+		s, err := ParseSLO(p)
+		if err != nil {
+			return nil, fmt.Errorf("--slo: %w", err)
 		}
-		s := SLO{TTFT: t, ITL: i}
 		for _, o := range out {
 			if o == s {
 				return nil, fmt.Errorf("--slo: %s appears twice", s)
@@ -76,6 +72,19 @@ func ParseSLOSets(list string) ([]SLO, error) {
 		out = append(out, s)
 	}
 	return out, nil
+}
+
+// ParseSLO reads one set "TTFT_MS/ITL_MS" ("1000/25"), each bound a positive number
+// of milliseconds up to an hour.
+func ParseSLO(set string) (SLO, error) {
+	set = strings.TrimSpace(set)
+	ts, is, ok := strings.Cut(set, "/")
+	t, err1 := parseSLOMs(ts)
+	i, err2 := parseSLOMs(is)
+	if !ok || err1 != nil || err2 != nil {
+		return SLO{}, fmt.Errorf("%q is not a set like 2000/50 (TTFT ms / ITL ms, each in (0, %d])", set, maxSLOMs)
+	}
+	return SLO{TTFT: t, ITL: i}, nil
 }
 
 func parseSLOMs(s string) (time.Duration, error) {

@@ -24,7 +24,7 @@ const maxPlanParallel = 256
 // cut, the seed, the load levels and the SLO sets. They are bound by simFlags.bind
 // (into a scratch set, then moved onto the command), so that their names, defaults
 // and meaning are those of `sim compare`.
-var planWorkloadFlags = []string{"trace", "seed", "max-requests", "max-duration", "load-scale", "slo-ttft", "slo-itl", "slo"}
+var planWorkloadFlags = []string{"trace", "seed", "max-requests", "max-duration", "load-scale", "slo-ttft", "slo-itl", "slo", "policy-slo"}
 
 // newPlanCmd is `pdrouter plan`: the fleet planner.
 func newPlanCmd(a *app) *cobra.Command {
@@ -44,8 +44,8 @@ func newPlanCmd(a *app) *cobra.Command {
 of the decision log into one) in the offline simulator on every split of --gpus GPUs
 into x prefill and y decode workers (x, y ≥ 1, or --shapes), under every policy of
 ` + "`sim compare`" + ` (or --policies), at every --load-scale level, and scores goodput under
-every SLO set. Aggregated serving (every GPU a decode worker, KV-aware routing) runs
-as the reference.
+every SLO set; cond-slo decides with the first set (or --policy-slo). Aggregated
+serving (every GPU a decode worker, KV-aware routing) runs as the reference.
 
 It prints, per SLO set, one row per shape (its best policy and every policy's
 goodput, averaged over the load levels) and recommends the shape and policy with the
@@ -126,7 +126,11 @@ func planConfig(sf *simFlags, gpus int, shapes, policies string, parallel int) (
 	if err != nil {
 		return c, nil, err
 	}
-	c = sim.PlanConfig{Fleet: sim.DefaultFleet(), GPUs: gpus, Loads: loads, SLOs: slos, Parallel: parallel}
+	policySLO, err := sf.policySLOOr(slos[0])
+	if err != nil {
+		return c, nil, err
+	}
+	c = sim.PlanConfig{Fleet: sim.DefaultFleet(), GPUs: gpus, Loads: loads, SLOs: slos, PolicySLO: policySLO, Parallel: parallel}
 	c.Fleet.Seed = sf.seed
 	if shapes != "" {
 		if c.Shapes, err = sim.ParseShapes(shapes); err != nil {

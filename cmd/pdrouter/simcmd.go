@@ -41,8 +41,11 @@ type simFlags struct {
 	sweep      bool
 	loadScales []float64
 	slo        string
-	flags      *pflag.FlagSet
-	prefix     string
+	// policySLO is --policy-slo: the SLO that the policies reading one (cond-slo)
+	// decide with in offline runs; empty: the runs' own SLO.
+	policySLO string
+	flags     *pflag.FlagSet
+	prefix    string
 }
 
 func (s *simFlags) bind(f *pflag.FlagSet, prefix string) {
@@ -73,6 +76,35 @@ func (s *simFlags) bind(f *pflag.FlagSet, prefix string) {
 	f.Float64SliceVar(&s.loadScales, prefix+"load-scale", []float64{1},
 		fmt.Sprintf("multiply the workload's arrival rate (1.5: arrivals 1.5× as dense), each in (0, 100]; a list (0.5,1,1.5,2, at most %d) sweeps the load", sim.MaxLoadScales))
 	f.StringVar(&s.slo, prefix+"slo", "", fmt.Sprintf("SLO sets to score goodput under, TTFT ms / ITL ms, like 2000/50,1000/30 (at most %d; the first is the runs' own SLO); default: --slo-ttft/--slo-itl", sim.MaxSLOSets))
+	s.bindPolicySLO(f)
+}
+
+// bindPolicySLO adds --policy-slo, for the offline runs (sim without --router, sim
+// compare, plan); a live run's policy is the router's own config.
+func (s *simFlags) bindPolicySLO(f *pflag.FlagSet) {
+	f.StringVar(&s.policySLO, s.prefix+"policy-slo", "", "offline runs: the SLO that cond-slo decides with (its slo_ttft_ms/slo_itl_ms), TTFT ms / ITL ms like 1000/25; default: the runs' own SLO (the first --slo set, or --slo-ttft/--slo-itl)")
+}
+
+// decidingAt is ps set to decide with --policy-slo, or else with the runs' own SLO
+// run, so that a run scored at the user's SLO also lets cond-slo aim at it.
+func (s *simFlags) decidingAt(ps []sim.Policy, run sim.SLO) ([]sim.Policy, error) {
+	at, err := s.policySLOOr(run)
+	if err != nil {
+		return nil, err
+	}
+	return sim.PoliciesDecidingAt(ps, at), nil
+}
+
+// policySLOOr is --policy-slo, or run when it is not given.
+func (s *simFlags) policySLOOr(run sim.SLO) (sim.SLO, error) {
+	if s.policySLO == "" {
+		return run, nil
+	}
+	at, err := sim.ParseSLO(s.policySLO)
+	if err != nil {
+		return sim.SLO{}, fmt.Errorf("--policy-slo: %w", err)
+	}
+	return at, nil
 }
 
 // sloSets are the SLO sets of --slo, or the one set of --slo-ttft and --slo-itl.
@@ -188,6 +220,11 @@ queue and decode KV usage.`,
 				if err != nil {
 					return err
 				}
+				ps, err := sf.decidingAt([]sim.Policy{p}, sf.fleet().SLO)
+				if err != nil {
+					return err
+				}
+				p = ps[0]
 				a.log.Info("sim offline", "policy", p.Name, "requests", len(w.Requests), "prefill", sf.prefill, "decode", sf.decode)
 				rep, err := sim.RunOffline(cmd.Context(), sf.fleet(), w, p, a.log)
 				if rep != nil {
@@ -208,6 +245,7 @@ queue and decode KV usage.`,
 		},
 	}
 	sf.bind(cmd.Flags(), "")
+	sf.bindPolicySLO(cmd.Flags())
 	cmd.Flags().StringVar(&router, "router", "", "router API base URL (http://127.0.0.1:8080); empty: offline, decider in-process")
 	cmd.Flags().StringVar(&authToken, "auth-token", "", "bearer token for the router API")
 	cmd.Flags().StringVar(&policy, "policy", sim.CondPrefix+string(decider.DefaultDisaggConfig().Policy),
@@ -231,9 +269,9 @@ goodput per policy.
 
 --load-scale takes a list (0.5,1,1.5,2): each level is a comparison of its own, and
 a table of goodput against load follows; --chart-load draws it. --slo takes SLO
-sets (2000/50,1000/30): the same runs are scored under each (the first is the runs'
-own SLO; cond-slo decides with its config's slo_ttft_ms and slo_itl_ms, 2000/50,
-whatever the set).`,
+sets (2000/50,1000/30): the same runs are scored under each. The first is the runs'
+own SLO, and cond-slo decides with it (its slo_ttft_ms and slo_itl_ms) unless
+--policy-slo names another; the report says which SLO it decided with.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			slos, err := cf.sloSets()
@@ -258,16 +296,25 @@ whatever the set).`,
 				if list == "" {
 					list = fmt.Sprintf("%dP%dD", cf.prefill, cf.decode)
 				}
-				return compareSweep(cmd, a, &cf, w, list, loads, slos, chartLoad)
+				ps, err := cf.decidingAt(sim.Policies(), slos[0])
+				if err != nil {
+					return err
+				}
+				return compareSweep(cmd, a, &cf, w, ps, list, loads, slos, chartLoad)
+			}
+			ps, err := cf.decidingAt(sim.Policies(), slos[0])
+			if err != nil {
+				return err
 			}
 			w = w.Scale(cf.loadScale)
 			start := time.Now()
-			reps, err := sim.Compare(cmd.Context(), cf.fleet(), w, sim.Policies(), a.log)
+			reps, err := sim.Compare(cmd.Context(), cf.fleet(), w, ps, a.log)
 			if err != nil {
 				return err
 			}
 			fmt.Fprintf(a.stdout, "%s: %d requests, %dP%dD, load ×%g, SLO TTFT ≤ %s and ITL ≤ %s (computed in %s)\n",
 				w.Name, len(w.Requests), cf.prefill, cf.decode, cf.loadScale, cf.sloTTFT, cf.sloITL, time.Since(start).Round(time.Millisecond))
+			printPolicySLO(a.stdout, ps)
 			sim.FormatTable(a.stdout, reps)
 			if len(slos) > 1 {
 				sim.FormatSLOSets(a.stdout, reps, slos)
@@ -317,11 +364,19 @@ whatever the set).`,
 	return cmd
 }
 
+// printPolicySLO prints which SLO the SLO-reading policies of ps decided with, if
+// any of them reads one.
+func printPolicySLO(w io.Writer, ps []sim.Policy) {
+	if note := sim.PolicySLONote(ps); note != "" {
+		fmt.Fprintln(w, note)
+	}
+}
+
 // compareSweep runs the comparison once per shape and load level, in sequence, and
 // prints one table per run: the grid of docs/slo-policy.md. With several load levels
 // a table of goodput against load follows each shape (per SLO set); with chartPath
 // the same figures are drawn.
-func compareSweep(cmd *cobra.Command, a *app, cf *simFlags, w *sim.Workload, list string, loads []float64, slos []sim.SLO, chartPath string) error {
+func compareSweep(cmd *cobra.Command, a *app, cf *simFlags, w *sim.Workload, ps []sim.Policy, list string, loads []float64, slos []sim.SLO, chartPath string) error {
 	shapes, err := sim.ParseShapes(list)
 	if err != nil {
 		return err
@@ -337,12 +392,13 @@ func compareSweep(cmd *cobra.Command, a *app, cf *simFlags, w *sim.Workload, lis
 		for _, x := range loads {
 			wx := w.Scale(x)
 			start := time.Now()
-			reps, err := sim.Compare(cmd.Context(), fc, wx, sim.Policies(), a.log)
+			reps, err := sim.Compare(cmd.Context(), fc, wx, ps, a.log)
 			if err != nil {
 				return err
 			}
 			fmt.Fprintf(a.stdout, "%s: %d requests, %s, load ×%g, SLO TTFT ≤ %s and ITL ≤ %s (computed in %s)\n",
 				wx.Name, len(wx.Requests), sh, x, cf.sloTTFT, cf.sloITL, time.Since(start).Round(time.Millisecond))
+			printPolicySLO(a.stdout, ps)
 			sim.FormatTable(a.stdout, reps)
 			if len(slos) > 1 {
 				sim.FormatSLOSets(a.stdout, reps, slos)

@@ -135,3 +135,38 @@ func TestSimCompareLoadSweepAndSLOSets(t *testing.T) {
 		}
 	}
 }
+
+// TestPolicySLOFollowsTheUsersSLO: in sim, sim compare and plan, cond-slo decides
+// with the runs' own SLO (the first --slo set) unless --policy-slo names another,
+// the output says which, and a plan's recommended router config carries it.
+func TestPolicySLOFollowsTheUsersSLO(t *testing.T) {
+	base := []string{"--trace", sampleTrace, "--max-requests", "30", "--log-level", "error"}
+	for _, tc := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"sim", "compare", "--slo", "1000/25,2000/50"}, []string{"policy SLO: cond-slo decides with TTFT ≤ 1s and ITL ≤ 25ms"}},
+		{[]string{"sim", "compare", "--slo-ttft", "1.5s", "--slo-itl", "30ms"}, []string{"policy SLO: cond-slo decides with TTFT ≤ 1.5s and ITL ≤ 30ms"}},
+		{[]string{"sim", "compare", "--slo", "1000/25", "--policy-slo", "2000/50"}, []string{"policy SLO: cond-slo decides with TTFT ≤ 2s and ITL ≤ 50ms"}},
+		{[]string{"sim", "compare", "--slo", "1000/25", "--load-scale", "1,2"}, []string{"policy SLO: cond-slo decides with TTFT ≤ 1s and ITL ≤ 25ms"}},
+		{[]string{"sim", "--policy", "cond-slo", "--policy-slo", "800/20"}, []string{"the policy decided with TTFT ≤ 800ms and ITL ≤ 20ms"}},
+		{[]string{"plan", "--gpus", "3", "--shapes", "1P2D", "--policies", "cond-slo", "--slo", "1000/25"},
+			[]string{"policy SLO: cond-slo decides with TTFT ≤ 1s and ITL ≤ 25ms", `"slo_ttft_ms":1000`, `"slo_itl_ms":25`}},
+	} {
+		out, stderr, err := run(t, nil, append(tc.args, base...)...)
+		if err != nil {
+			t.Fatalf("%v: %v\n%s", tc.args, err, stderr)
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(out, w) {
+				t.Errorf("%v: output lacks %q:\n%s", tc.args, w, out)
+			}
+		}
+	}
+	for _, cmd := range [][]string{{"sim", "compare"}, {"sim"}, {"plan"}} {
+		_, _, err := run(t, nil, append(append(cmd, base...), "--policy-slo", "tight")...)
+		if err == nil || !strings.Contains(err.Error(), `--policy-slo: "tight" is not a set like 2000/50`) {
+			t.Errorf("%v --policy-slo tight: err %v", cmd, err)
+		}
+	}
+}
