@@ -132,6 +132,10 @@ func (t *engineTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 			return nil, err
 		}
 		// The engine closed the idle connection before it read anything.
+		// Its keep-alive timeout closes every connection that sat idle as
+		// long, so the others of the pool are as stale: they are dropped,
+		// and the request goes out once more on a new connection.
+		t.dropIdle(addr)
 		again := req.Clone(ctx)
 		if req.GetBody != nil {
 			if again.Body, err = req.GetBody(); err != nil {
@@ -290,6 +294,17 @@ func (t *engineTransport) conn(ctx context.Context, addr string) (*engineConn, b
 	ec.br = bufio.NewReaderSize(&ec.in, engineReadBuf)
 	ec.bw = bufio.NewWriterSize(c, engineWriteBuf)
 	return ec, false, nil
+}
+
+// dropIdle closes the idle connections kept for addr.
+func (t *engineTransport) dropIdle(addr string) {
+	t.mu.Lock()
+	l := t.idle[addr]
+	delete(t.idle, addr)
+	t.mu.Unlock()
+	for _, c := range l {
+		c.c.Close()
+	}
 }
 
 // put keeps ec for the next request to addr, and now and then closes the

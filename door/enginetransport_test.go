@@ -79,6 +79,65 @@ func TestEngineTransportRetriesAClosedIdleConnection(t *testing.T) {
 	}
 }
 
+// TestEngineTransportAfterTheEngineClosedEveryIdleConnection: an engine's
+// keep-alive timeout (uvicorn's is 5 s) closes every idle connection of the
+// door's pool at once. The request after such a pause must not fail on the
+// first stale connection and then on the next: it goes out on a new one.
+func TestEngineTransportAfterTheEngineClosedEveryIdleConnection(t *testing.T) {
+	release := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		if r.URL.Path == "/hold" {
+			<-release
+		}
+		w.Write([]byte(`{"count":1}`))
+	}))
+	defer srv.Close()
+	tr := &engineTransport{dial: (&net.Dialer{}).DialContext, firstByte: 5 * time.Second, maxHeaderBytes: DefaultMaxHeaderBytes, maxIdlePerHost: 4, idleTimeout: time.Minute}
+	post := func(path string) (*http.Response, error) {
+		req, err := http.NewRequest(http.MethodPost, srv.URL+path, bytes.NewReader([]byte(`{"prompt":"hi"}`)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := tr.RoundTrip(req)
+		if err == nil {
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}
+		return resp, err
+	}
+	// Three requests at once leave three idle connections in the pool.
+	errs := make(chan error, 3)
+	for range 3 {
+		go func() { _, err := post("/hold"); errs <- err }()
+	}
+	for tr.dials.Load() < 3 {
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(50 * time.Millisecond)
+	close(release)
+	for range 3 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	tr.mu.Lock()
+	idle := len(tr.idle[strings.TrimPrefix(srv.URL, "http://")])
+	tr.mu.Unlock()
+	if idle != 3 {
+		t.Fatalf("%d idle connections, want 3", idle)
+	}
+	srv.CloseClientConnections()
+	time.Sleep(50 * time.Millisecond)
+	resp, err := post("/tokenize")
+	if err != nil {
+		t.Fatalf("the request after the engine closed its idle connections failed: %v", err)
+	}
+	if resp.StatusCode != 200 {
+		t.Fatalf("status %d", resp.StatusCode)
+	}
+}
+
 // rawServer serves each connection with serve, on its own goroutine, and
 // returns the server's http URL: an engine that writes whatever bytes a test
 // needs, framing errors included.

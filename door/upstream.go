@@ -63,10 +63,13 @@ func newUpstream(cfg *config, m *metrics) *upstream {
 	}
 }
 
-// The idle connections kept per engine, and for how long.
+// The idle connections kept per engine, and for how long: less than the
+// keep-alive timeout of the engines' HTTP servers (uvicorn's 5 s default,
+// which vLLM and SGLang keep), so that the door rarely sends a request on a
+// connection the engine has already closed.
 const (
 	maxIdlePerEngine  = 256
-	engineIdleTimeout = 90 * time.Second
+	engineIdleTimeout = 4 * time.Second
 )
 
 // dialError marks a failure to connect.

@@ -1,0 +1,41 @@
+package statestore
+
+import (
+	"bytes"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestProgressSpeaksOnlyWhileCatchingUp: a replica that is behind the log logs
+// its progress at info, so an operator can tell a slow replay from a stuck one;
+// once it has caught up, the records that keep arriving (load samples of an idle
+// fleet) are a debug line, so a quiet fleet makes a quiet log.
+func TestProgressSpeaksOnlyWhileCatchingUp(t *testing.T) {
+	var buf bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	p := newProgress(log, time.Millisecond)
+	p.add(100)
+	p.report(50)
+	if !strings.Contains(buf.String(), "statestore: progress") || !strings.Contains(buf.String(), "lag=50") {
+		t.Fatalf("catching up: %q", buf.String())
+	}
+	buf.Reset()
+	p.add(10)
+	p.report(0)
+	if buf.Len() != 0 {
+		t.Fatalf("caught up, records still arriving: logged at info %q", buf.String())
+	}
+	p.report(0)
+	if buf.Len() != 0 {
+		t.Fatalf("idle: logged %q", buf.String())
+	}
+	var dbg bytes.Buffer
+	p = newProgress(slog.New(slog.NewTextHandler(&dbg, &slog.HandlerOptions{Level: slog.LevelDebug})), time.Millisecond)
+	p.add(10)
+	p.report(0)
+	if !strings.Contains(dbg.String(), "level=DEBUG") || !strings.Contains(dbg.String(), "records=10") {
+		t.Fatalf("caught up at debug: %q", dbg.String())
+	}
+}
