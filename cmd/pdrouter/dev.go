@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"time"
@@ -65,7 +66,7 @@ everything listens. It is for development and demos, not production: point
 				return err
 			}
 			defer b.Close()
-			conn := append([]kgo.Opt{kgo.SeedBrokers(b.Addrs()...)}, kafkaconn.ClientOpts("dev", a.log)...)
+			conn := append([]kgo.Opt{kgo.SeedBrokers(b.Addrs()...)}, kafkaconn.ClientOpts("dev", a.kafkaLog)...)
 			specs, err := migrations.Declarations(migrations.SingleNodeOptions(a.topicPrefix))
 			if err != nil {
 				return err
@@ -101,7 +102,7 @@ everything listens. It is for development and demos, not production: point
 				fmt.Fprintf(a.stdout, "  stop       Ctrl-C\n")
 				a.log.Info("dev ready", "kafka", b.Addrs()[0], "api", addr, "startup", time.Since(start).Round(time.Millisecond))
 				if withSim {
-					ds := devSim{a: a, sf: &sf, w: workload, url: "http://" + addr, via: simVia, keep: !simExit,
+					ds := devSim{a: a, sf: &sf, w: workload, url: "http://" + addr, brokers: b.Addrs()[0], via: simVia, keep: !simExit,
 						log: &replay.KafkaLog{Client: conn, Names: a.names()}, rejects: rejects.For(metrics)}
 					go func() { simDone <- ds.run(ctx, stop) }()
 				}
@@ -139,12 +140,14 @@ const (
 // registrations, and the workload goes through the router's OpenAI door (via
 // door) or POST /v1/route (via route).
 type devSim struct {
-	a    *app
-	sf   *simFlags
-	w    *sim.Workload
-	url  string
-	via  string
-	keep bool
+	a   *app
+	sf  *simFlags
+	w   *sim.Workload
+	url string
+	// brokers is the dev broker's address, for the commands printed to try next.
+	brokers string
+	via     string
+	keep    bool
 	// log reads the dev broker, for the outcome check.
 	log *replay.KafkaLog
 	// rejects is the replica's pdrouter_rejected_total, where the engines
@@ -221,5 +224,35 @@ func (d *devSim) check(ctx context.Context, src *replay.KafkaLog, r *sim.Report)
 	if c.Missing() > 0 {
 		return fmt.Errorf("%d of %d requests have no outcome joined to a decision on the log", c.Missing(), c.Requests)
 	}
+	if d.keep {
+		d.printNext(r.Decisions)
+	}
 	return nil
+}
+
+// printNext tells a newcomer what to try on the stack that keeps serving: the
+// API's URLs and one decision of the run to look at and explain.
+func (d *devSim) printNext(decisions []string) {
+	bin := os.Args[0]
+	if filepath.Base(bin) == "pdrouter" && !strings.Contains(bin, string(filepath.Separator)) {
+		bin = "pdrouter"
+	}
+	w := d.a.stdout
+	fmt.Fprintf(w, "\ntry next (the fleet keeps serving, quietly; Ctrl-C stops it):\n")
+	fmt.Fprintf(w, "  curl -s %s/v1/workers                    the fleet: load, KV blocks, health of each worker\n", d.url)
+	fmt.Fprintf(w, "  curl -s %s/metrics | grep ^pdrouter_     the router's metrics\n", d.url)
+	fmt.Fprintf(w, "  curl -s %s/v1/chat/completions -H content-type:application/json -d '{\"model\":\"%s\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"max_tokens\":8}'\n",
+		d.url, d.sf.fleet().Hardware.ModelName)
+	var id string
+	for _, x := range decisions {
+		if x != "" {
+			id = x
+			break
+		}
+	}
+	if id != "" {
+		fmt.Fprintf(w, "  curl -s %s/v1/decisions/%s     one decision as recorded\n", d.url, id)
+		fmt.Fprintf(w, "  %s explain %s --brokers %s     why it went where it did, recomputed\n", bin, id, d.brokers)
+	}
+	fmt.Fprintf(w, "  %s log tail decisions --brokers %s --json --from-offset -3\n", bin, d.brokers)
 }

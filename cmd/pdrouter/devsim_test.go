@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"regexp"
 	"strconv"
@@ -113,6 +114,50 @@ func TestBenchDoorSimEngines(t *testing.T) {
 		"8 closed-loop streams of 64 prompt and 8 output tokens, 64 requests per mode in 2 alternating rounds, 2 engines"} {
 		if !strings.Contains(out, want) {
 			t.Fatalf("no %q in:\n%s", want, out)
+		}
+	}
+}
+
+// TestDevKafkaClientQuietUnlessAsked: the Kafka client's own info lines
+// (connections, metadata, partition assignment) stay out of dev's log at the
+// default --kafka-log-level warn, reach it with --kafka-log-level info, and never
+// go below --log-level.
+func TestDevKafkaClientQuietUnlessAsked(t *testing.T) {
+	dev := func(extra ...string) string {
+		args := append([]string{"dev", "--data-dir", t.TempDir(), "--kafka-port", "0", "--http-addr", "127.0.0.1:0", "--exit-after", "3s"}, extra...)
+		_, stderr, err := run(t, nil, args...)
+		if err != nil {
+			t.Fatalf("%v: %v\n%s", extra, err, stderr)
+		}
+		return stderr
+	}
+	kafkaInfo := regexp.MustCompile(`level=INFO msg=.* component=kafka`)
+	if quiet := dev(); kafkaInfo.MatchString(quiet) || !strings.Contains(quiet, `msg="dev ready"`) {
+		t.Fatalf("default: the Kafka client logged at info, or dev's own lines are gone:\n%s", quiet)
+	}
+	if loud := dev("--kafka-log-level", "info"); !kafkaInfo.MatchString(loud) {
+		t.Fatalf("--kafka-log-level info: no Kafka client line at info:\n%s", loud)
+	}
+	if both := dev("--kafka-log-level", "info", "--log-level", "warn"); kafkaInfo.MatchString(both) {
+		t.Fatalf("--log-level warn: the Kafka client still logged at info:\n%s", both)
+	}
+	if _, _, err := run(t, nil, "dev", "--kafka-log-level", "chatty"); err == nil || !strings.Contains(err.Error(), `--kafka-log-level "chatty"`) {
+		t.Fatalf("a bad level: %v", err)
+	}
+}
+
+// TestDevPrintsWhatToTryNext: after the report of a fleet that keeps serving,
+// dev prints the API's URLs and the commands that look at and explain one
+// decision of the run.
+func TestDevPrintsWhatToTryNext(t *testing.T) {
+	var out bytes.Buffer
+	d := devSim{a: &app{stdout: &out}, sf: &simFlags{}, url: "http://127.0.0.1:8080", brokers: "127.0.0.1:9092"}
+	d.printNext([]string{"", "01ABC"})
+	for _, want := range []string{"curl -s http://127.0.0.1:8080/v1/workers", "curl -s http://127.0.0.1:8080/metrics",
+		"/v1/chat/completions", "curl -s http://127.0.0.1:8080/v1/decisions/01ABC", "explain 01ABC --brokers 127.0.0.1:9092",
+		"log tail decisions --brokers 127.0.0.1:9092"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("lacks %q:\n%s", want, out.String())
 		}
 	}
 }

@@ -16,5 +16,5 @@ func (a *app) kafkaOpts(role string) ([]kgo.Opt, error) {
 	if err != nil {
 		return nil, err
 	}
-	return append(slices.Clone(opts), kafkaconn.ClientOpts(role, a.log)...), nil
+	return append(slices.Clone(opts), kafkaconn.ClientOpts(role, a.kafkaLog)...), nil
 }

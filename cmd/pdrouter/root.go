@@ -29,9 +29,15 @@ type app struct {
 	httpAddr    string
 	logLevel    string
 	logFormat   string
-	memory      memlimit.Config
+	// kafkaLogLevel is --kafka-log-level: franz-go's lines are about
+	// connections and metadata, which an operator wants only when asked.
+	kafkaLogLevel string
+	memory        memlimit.Config
 
 	log *slog.Logger
+	// kafkaLog is what the Kafka clients log to: log's output, at
+	// --kafka-log-level or --log-level, whichever is higher.
+	kafkaLog *slog.Logger
 }
 
 // exitCode is an error that asks for a specific process exit status.
@@ -63,7 +69,11 @@ PDR_TOPIC_PREFIX. A flag on the command line wins over the environment.`,
 			if err != nil {
 				return err
 			}
-			a.log = l
+			kl, err := newKafkaLogger(a.stderr, a.logLevel, a.kafkaLogLevel, a.logFormat)
+			if err != nil {
+				return err
+			}
+			a.log, a.kafkaLog = l, kl
 			return nil
 		},
 	}
@@ -76,6 +86,7 @@ PDR_TOPIC_PREFIX. A flag on the command line wins over the environment.`,
 	pf.StringVar(&a.httpAddr, "http-addr", "127.0.0.1:8080", "HTTP listen address of the API and /metrics")
 	pf.StringVar(&a.logLevel, "log-level", "info", "debug, info, warn or error")
 	pf.StringVar(&a.logFormat, "log-format", "text", "text or json")
+	pf.StringVar(&a.kafkaLogLevel, "kafka-log-level", "warn", "level of the Kafka client's own log lines (connections, metadata, rebalances): debug, info, warn or error; never below --log-level")
 	pf.StringVar(&a.memory.Limit, "memory-limit", "auto", "soft memory limit of the Go runtime for serve, dev, ingest and bench door: auto (90% of the cgroup's memory limit, if any), none, or a size such as 3.5GiB; GOMEMLIMIT wins")
 	pf.IntVar(&a.memory.GCPercent, "gc-percent", 400, "Go GC percent while a memory limit is in effect (the runtime's 100 without one); GOGC wins")
 
@@ -107,10 +118,36 @@ func (a *app) tuneMemory() error {
 }
 
 func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {
+	lv, err := parseLevel("--log-level", level)
+	if err != nil {
+		return nil, err
+	}
+	return newLoggerAt(w, lv, format)
+}
+
+// newKafkaLogger is the Kafka clients' logger: at kafkaLevel, or at level when
+// that is higher, so that --log-level error also silences the client's warnings.
+func newKafkaLogger(w io.Writer, level, kafkaLevel, format string) (*slog.Logger, error) {
+	lv, err := parseLevel("--log-level", level)
+	if err != nil {
+		return nil, err
+	}
+	klv, err := parseLevel("--kafka-log-level", kafkaLevel)
+	if err != nil {
+		return nil, err
+	}
+	return newLoggerAt(w, max(lv, klv), format)
+}
+
+func parseLevel(flag, level string) (slog.Level, error) {
 	var lv slog.Level
 	if err := lv.UnmarshalText([]byte(level)); err != nil {
-		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", level)
+		return 0, fmt.Errorf("%s %q: want debug, info, warn or error", flag, level)
 	}
+	return lv, nil
+}
+
+func newLoggerAt(w io.Writer, lv slog.Level, format string) (*slog.Logger, error) {
 	opts := &slog.HandlerOptions{Level: lv}
 	switch strings.ToLower(format) {
 	case "text":
