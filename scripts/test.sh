@@ -7,20 +7,41 @@
 #  2. A real Apache Kafka 4.x broker, unless PDR_TEST_BROKERS names one:
 #     installed from Maven Central jars (cached) and started on 127.0.0.1 by
 #     scripts/kafka-local.sh, stopped again on exit, whatever happens.
-#  3. go.mod/go.sum tidy, go vet and gofmt, every Go test of both modules
-#     (with the race detector) against that broker, the Python tests, and a
-#     short run of every fuzz target. The Go steps are arranged so that, on
-#     an empty build cache, each configuration of the build (race, static,
-#     fuzzing) compiles once, and so that what waits on the network or on
-#     the broker overlaps with what needs the CPU; see the comments at each
-#     step.
+#  3. go.mod/go.sum tidy, gofmt, every Go test of both modules (with the
+#     race detector, and go vet's every analyzer in the same pass) against
+#     that broker, the Python tests, and a short run of every fuzz target.
+#     The Go steps are arranged so that, on an empty build cache, each
+#     configuration of the build (race, static, fuzzing) compiles once, and
+#     so that what waits on the network or on the broker overlaps with what
+#     needs the CPU; see the comments at each step.
+#  4. A table of the seconds each step took, at the end, pass or fail.
 #
 # Under CI=true the integration tests fail, not skip, without a broker.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 start=$(date +%s)
-step() { printf '\n== %s (%ds)\n' "$*" $(( $(date +%s) - start )); }
+# step names a step and prints it with the seconds since the start; each
+# step's time is kept for the table printed at the end, pass or fail.
+step_names=()
+step_starts=()
+step() {
+  step_names+=("$*")
+  step_starts+=("$(date +%s)")
+  printf '\n== %s (%ds)\n' "$*" $(( $(date +%s) - start ))
+}
+timings() {
+  local i n=${#step_names[@]} end now
+  [ "$n" -gt 0 ] || return 0
+  now=$(date +%s)
+  printf '\n== make test: seconds per step\n'
+  for ((i = 0; i < n; i++)); do
+    end=$now
+    [ $((i + 1)) -ge "$n" ] || end=${step_starts[$((i + 1))]}
+    printf '%6d  %s\n' $((end - step_starts[i])) "${step_names[$i]}"
+  done
+  printf '%6d  total\n' $((now - start))
+}
 
 command -v go >/dev/null || { echo "make test: Go is not installed (need go >= 1.26)" >&2; exit 1; }
 command -v python3 >/dev/null || { echo "make test: python3 is not installed" >&2; exit 1; }
@@ -48,6 +69,7 @@ cleanup() {
     step "stopping the Kafka broker this run started"
     ./scripts/kafka-local.sh stop || true
   fi
+  timings
 }
 trap cleanup EXIT
 background() { # background LOG CMD...: runs CMD in the background; sets bg_pid
@@ -79,11 +101,19 @@ background "$logs/std" go build -race std
 std_pid=$bg_pid
 
 if [ -z "${PDR_TEST_BROKERS:-}" ]; then
-  # Installed and started while vet runs; the tests wait for it below.
+  # Installed and started while the Go tests compile and the unit tests run:
+  # each integration test waits for the file PDR_TEST_BROKER_READY, which
+  # says "ok" once the broker answers, or why it did not start
+  # (internal/kafkatest).
+  export PDR_TEST_BROKER_READY="$logs/broker-ready"
   start_broker() {
-    ./scripts/kafka-local.sh install &&
+    local rc=0
+    { ./scripts/kafka-local.sh install &&
       { ./scripts/kafka-local.sh wipe >/dev/null 2>&1 || true; } &&
-      ./scripts/kafka-local.sh start
+      ./scripts/kafka-local.sh start; } || rc=$?
+    if [ "$rc" -eq 0 ]; then echo ok; else echo "scripts/kafka-local.sh failed (exit $rc): see make test's output"; fi >"$PDR_TEST_BROKER_READY.tmp"
+    mv "$PDR_TEST_BROKER_READY.tmp" "$PDR_TEST_BROKER_READY"
+    return "$rc"
   }
   started=yes
   background "$logs/kafka" start_broker
@@ -105,19 +135,16 @@ echo "PDR_TEST_BROKERS=$PDR_TEST_BROKERS"
 export PDR_TEST_BROKERS
 export PDR_KAFKA_SCRIPT="$root/scripts/kafka-local.sh"
 
-# go vet builds every dependency to type-check against it. With the same
-# -race as the tests, that build is the tests' own: the Go build cache hands
-# it to `go test -race` below, instead of a second, uninstrumented
-# compilation of the whole dependency graph (on a fresh machine, most of
-# vet's time). -race also sets the race build tag, so the packages that hold a
+# gofmt and the files built only without the race detector come first: they
+# need no build. -race sets the race build tag, so the packages that hold a
 # file built only without it (internal/testsize) are vetted once more without
-# -race: no file goes unvetted, and those packages import nothing to compile.
-step "go vet (sharing the race build with the tests) and gofmt"
-for m in "${go_modules[@]}"; do inmod "$m" go vet -race ./...; done
-norace_pkgs=$(git grep -lE '^//go:build.*race' -- '*.go' | xargs -r -n1 dirname | sort -u | sed 's|^|./|')
-if [ -n "$norace_pkgs" ]; then go vet $norace_pkgs; fi
+# -race below: no file goes unvetted, and those packages import nothing to
+# compile.
+step "gofmt; go vet of the files built without -race"
 unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './.cache/*'))
 if [ -n "$unformatted" ]; then echo "gofmt needed: $unformatted" >&2; exit 1; fi
+norace_pkgs=$(git grep -lE '^//go:build.*race' -- '*.go' | xargs -r -n1 dirname | sort -u | sed 's|^|./|')
+if [ -n "$norace_pkgs" ]; then go vet $norace_pkgs; fi
 
 # The binary and the export fixture are built once more, without -race, as
 # the release builds them (the Dockerfile: CGO_ENABLED=0, -trimpath): the
@@ -139,88 +166,60 @@ warm_builds() {
   release_build "$bindir/exportfixture" ./replay/internal/exportfixture
   ./scripts/fuzz.sh build
 }
-background /dev/null warm_builds
-warm_pid=$bg_pid
 
-if [ -n "${kafka_pid:-}" ]; then
-  step "waiting for the Kafka broker"
-  await "$kafka_pid" "$logs/kafka" "starting the Kafka broker"
-  # The broker is stopped by its script, not killed: its job leaves the list.
-  keep=()
-  for pid in "${bg_pids[@]}"; do [ "$pid" = "$kafka_pid" ] || keep+=("$pid"); done
-  bg_pids=("${keep[@]}")
-fi
-
-step "Go tests (race detector, real broker)"
-# The output is kept so that, on failure, the race reports (whose second
-# stack is otherwise scrolled far above the summary) are printed again last.
-gotest_log=$(mktemp)
-# -vet=off: go test would vet each package again with a subset of the
-# analyzers that the go vet step above has just run on the same packages
-# and the same build; that second pass recomputes every dependency's facts
-# (std included): close to half of the build work of this step after the
-# go vet step, measured on an empty build cache.
+step "Go tests with go vet (race detector, real broker)"
+# One go command per module compiles, vets and tests every package, in one
+# pipeline: a package's tests start as soon as it and its dependencies are
+# built, while the rest still compiles, and the integration tests wait for
+# the broker that is still starting (PDR_TEST_BROKER_READY) while the unit
+# tests run. -vet=all runs every analyzer of go vet (not go test's short
+# list), on the race build that the tests themselves use, so the code is
+# vetted without a second pass over the build.
 # -ldflags=-w: no DWARF in the test binaries, which nobody debugs here;
 # linking a race test binary with it took 2-4 times as long (cmd/pdrouter:
 # 6-13 s against 3.4 s), and race reports still name file and line (they
 # come from the runtime's own tables).
-race_build=(-race -vet=off -ldflags=-w)
-# cmd/pdrouter's tests take the longest of any package (~150 s), one at a
-# time: they run the CLI in-process, and its process-wide state (the metrics
-# registry, the GC settings) allows no t.Parallel. So its test binary is
-# built once and run as PDR_TEST_SHARDS processes (default 3) beside the
-# other packages, each given every Nth test (the broker topics of each test
-# are its own). In the order of its files that spreads the slow ones: by
-# the times of one sequential run (148 s in all, warm cache) the three
-# shares are 64, 34 and 51 s; side by side with the other packages the
-# three shards were done 77-91 s after they started.
-sharded_pkg=cmd/pdrouter
-shard_tests() {
-  local bin="$bindir/pdrouter-race.test" n=${PDR_TEST_SHARDS:-3} i names rc=0 t0
-  local -a pids=()
-  go test "${race_build[@]}" -c -o "$bin" "./$sharded_pkg" || return 1
-  names=$(cd "$sharded_pkg" && "$bin" -test.list '.*' | grep -E '^(Test|Fuzz|Example)')
-  t0=$(date +%s)
-  for ((i = 0; i < n; i++)); do
-    (cd "$sharded_pkg" && "$bin" -test.count=1 -test.timeout 30m \
-      -test.run "^($(awk -v n="$n" -v i="$i" 'NR % n == i' <<<"$names" | paste -sd'|'))\$") >"$logs/shard$i" 2>&1 &
-    pids+=($!)
-  done
-  for ((i = 0; i < n; i++)); do
-    if ! wait "${pids[$i]}"; then
-      rc=1
-      cat "$logs/shard$i"
-      echo "FAIL	$sharded_pkg (shard $((i + 1)) of $n)"
-    fi
-  done
-  [ "$rc" -ne 0 ] || echo "ok  	$sharded_pkg ($n shards)	$(( $(date +%s) - t0 ))s"
-  return $rc
-}
+# -exec scripts/gotest-exec.sh runs cmd/pdrouter's binary, whose tests take
+# the longest of any package and cannot run in parallel within it, as
+# PDR_TEST_SHARDS processes side by side (the script says why).
+# -p: packages tested at once. Many tests wait on the broker or on
+# processes they started, which left half the CPU idle at -p 2 (the
+# default on 2 cores); 4 at once kept it ~80% busy.
+# The output is kept so that, on failure, the race reports (whose second
+# stack is otherwise scrolled far above the summary) are printed again last.
+gotest_log=$(mktemp)
+race_build=(-race -vet=all -ldflags=-w -exec "$root/scripts/gotest-exec.sh")
+export PDR_SHARD_PKG=cmd/pdrouter
 gotest_all() {
-  local m rc=0 shard_pid
-  shard_tests &
-  shard_pid=$!
+  local m rc=0
   for m in "${go_modules[@]}"; do
-    # -p: packages tested at once. Many tests wait on the broker or on
-    # processes they started, which left half the CPU idle at -p 2 (the
-    # default on 2 cores); 4 at once kept it ~80% busy and took the step
-    # from 276 to 154 s with a warm build cache.
-    inmod "$m" go test "${race_build[@]}" -count=1 -timeout 30m -p "${PDR_TEST_PARALLEL:-4}" \
-      $(inmod "$m" go list ./... | grep -vx "github.com/pdrouter/pdrouter/$sharded_pkg") || rc=1
+    inmod "$m" go test "${race_build[@]}" -count=1 -timeout 30m -p "${PDR_TEST_PARALLEL:-4}" ./... || rc=1
   done
-  wait "$shard_pid" || rc=1
   return $rc
 }
+background /dev/null warm_builds
+warm_pid=$bg_pid
 if ! gotest_all 2>&1 | tee "$gotest_log"; then
   if grep -q 'WARNING: DATA RACE' "$gotest_log"; then
     step "data race reports, repeated"
     awk '/WARNING: DATA RACE/{on=1} on{print} on && /^==================$/{on=0}' "$gotest_log" | head -400
+  fi
+  if [ -n "${kafka_pid:-}" ] && ! kill -0 "$kafka_pid" 2>/dev/null && [ "$(cat "$PDR_TEST_BROKER_READY" 2>/dev/null)" != ok ]; then
+    echo "make test: the Kafka broker did not start:" >&2
+    cat "$logs/kafka" >&2
   fi
   echo "Go tests failed: see FAIL lines above" >&2
   rm -f "$gotest_log"
   exit 1
 fi
 rm -f "$gotest_log"
+if [ -n "${kafka_pid:-}" ]; then
+  await "$kafka_pid" "$logs/kafka" "starting the Kafka broker"
+  # The broker is stopped by its script, not killed: its job leaves the list.
+  keep=()
+  for pid in "${bg_pids[@]}"; do [ "$pid" = "$kafka_pid" ] || keep+=("$pid"); done
+  bg_pids=("${keep[@]}")
+fi
 # Before the broker restart below, which must run alone.
 wait "$warm_pid" || true
 

@@ -11,6 +11,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -27,6 +28,17 @@ import (
 // EnvBrokers names the real test broker.
 const EnvBrokers = "PDR_TEST_BROKERS"
 
+// EnvBrokerReady names a file that `make test` writes once the broker it
+// starts in the background has started ("ok") or failed (the reason). The Go
+// tests start while the broker is still starting, so that the compilation and
+// the unit tests overlap the broker's start-up; an integration test waits for
+// the file, up to brokerReadyWait, before it talks to the broker.
+const EnvBrokerReady = "PDR_TEST_BROKER_READY"
+
+// brokerReadyWait bounds the wait for EnvBrokerReady: a fresh machine
+// resolves the broker's jars from Maven Central before it starts it.
+const brokerReadyWait = 10 * time.Minute
+
 // Brokers returns the real broker's addresses, after checking it answers.
 func Brokers(t testing.TB) []string {
 	t.Helper()
@@ -36,6 +48,9 @@ func Brokers(t testing.TB) []string {
 			t.Fatalf("%s is not set under CI=true: integration tests must run against the real broker (run `make test`)", EnvBrokers)
 		}
 		t.Skipf("%s not set: run `make test`, which starts a real Kafka broker, to run this integration test", EnvBrokers)
+	}
+	if err := awaitBrokerStart(os.Getenv(EnvBrokerReady), brokerReadyWait, 250*time.Millisecond); err != nil {
+		t.Fatalf("the test broker at %s=%s: %v", EnvBrokers, v, err)
 	}
 	brokers := strings.Split(v, ",")
 	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
@@ -49,6 +64,30 @@ func Brokers(t testing.TB) []string {
 		t.Fatalf("the test broker at %s=%s does not answer: %v", EnvBrokers, v, err)
 	}
 	return brokers
+}
+
+// awaitBrokerStart waits until the file at path says how the broker's start
+// went: nil for "ok", the file's text as an error otherwise, and an error
+// when nothing was written within wait. An empty path means nobody is
+// starting a broker: nothing to wait for.
+func awaitBrokerStart(path string, wait, poll time.Duration) error {
+	if path == "" {
+		return nil
+	}
+	deadline := time.Now().Add(wait)
+	for {
+		b, err := os.ReadFile(path)
+		if err == nil && len(b) > 0 {
+			if msg := strings.TrimSpace(string(b)); msg != "ok" {
+				return fmt.Errorf("the broker did not start: %s", msg)
+			}
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the broker was still starting after %s (%s=%s is empty)", wait, EnvBrokerReady, path)
+		}
+		time.Sleep(poll)
+	}
 }
 
 // Fake starts an in-process kfake cluster with one broker, closed at the end
