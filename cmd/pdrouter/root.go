@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -69,7 +70,7 @@ PDR_TOPIC_PREFIX. A flag on the command line wins over the environment.`,
 			if err != nil {
 				return err
 			}
-			kl, err := newKafkaLogger(a.stderr, a.logLevel, a.kafkaLogLevel, a.logFormat)
+			kl, err := kafkaLogger(l, a.kafkaLogLevel)
 			if err != nil {
 				return err
 			}
@@ -125,18 +126,35 @@ func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {
 	return newLoggerAt(w, lv, format)
 }
 
-// newKafkaLogger is the Kafka clients' logger: at kafkaLevel, or at level when
-// that is higher, so that --log-level error also silences the client's warnings.
-func newKafkaLogger(w io.Writer, level, kafkaLevel, format string) (*slog.Logger, error) {
-	lv, err := parseLevel("--log-level", level)
+// kafkaLogger is the Kafka clients' logger: log's own handler (one writer, one
+// lock), at kafkaLevel, or at log's level when that is higher, so that
+// --log-level error also silences the client's warnings.
+func kafkaLogger(log *slog.Logger, kafkaLevel string) (*slog.Logger, error) {
+	lv, err := parseLevel("--kafka-log-level", kafkaLevel)
 	if err != nil {
 		return nil, err
 	}
-	klv, err := parseLevel("--kafka-log-level", kafkaLevel)
-	if err != nil {
-		return nil, err
-	}
-	return newLoggerAt(w, max(lv, klv), format)
+	return slog.New(minLevel{h: log.Handler(), min: lv}), nil
+}
+
+// minLevel is a handler that passes on only records at min or above.
+type minLevel struct {
+	h   slog.Handler
+	min slog.Level
+}
+
+func (m minLevel) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= m.min && m.h.Enabled(ctx, l)
+}
+
+func (m minLevel) Handle(ctx context.Context, r slog.Record) error { return m.h.Handle(ctx, r) }
+
+func (m minLevel) WithAttrs(as []slog.Attr) slog.Handler {
+	return minLevel{h: m.h.WithAttrs(as), min: m.min}
+}
+
+func (m minLevel) WithGroup(name string) slog.Handler {
+	return minLevel{h: m.h.WithGroup(name), min: m.min}
 }
 
 func parseLevel(flag, level string) (slog.Level, error) {
