@@ -202,7 +202,7 @@ warm_pid=$bg_pid
 if ! gotest_all 2>&1 | tee "$gotest_log"; then
   if grep -q 'WARNING: DATA RACE' "$gotest_log"; then
     step "data race reports, repeated"
-    awk '/WARNING: DATA RACE/{on=1} on{print} on && /^==================$/{on=0}' "$gotest_log" | head -400
+    awk '/WARNING: DATA RACE/{on=1} on{print} on && /^==================$/{on=0}' "$gotest_log" | head -400 || true
   fi
   if [ -n "${kafka_pid:-}" ] && ! kill -0 "$kafka_pid" 2>/dev/null && [ "$(cat "$PDR_TEST_BROKER_READY" 2>/dev/null)" != ok ]; then
     echo "make test: the Kafka broker did not start:" >&2
