@@ -5,6 +5,8 @@ import (
 	"math/rand/v2"
 	"slices"
 	"testing"
+
+	"github.com/pdrouter/pdrouter/internal/testsize"
 )
 
 // randomTable is a table of nd decode and np prefill rows in table order,
@@ -34,10 +36,11 @@ func randomTable(rng *rand.Rand, nd, np int) []Candidate {
 
 // TestKeepRows: at most k rows, in table order, the picks always among
 // them, each pool getting its share, and no omitted eligible row ranked
-// above a kept eligible row of its pool.
+// above a kept eligible row of its pool. Its code runs on one goroutine, so
+// under -race it checks a sample of its tables (internal/testsize).
 func TestKeepRows(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 11))
-	for range 2000 {
+	for range testsize.Cases(2000, 200) {
 		nd, np, k := rng.IntN(300), rng.IntN(60), 2+rng.IntN(60)
 		rows := randomTable(rng, nd, np)
 		keep := KeepRows(rows, k, nil)
