@@ -24,10 +24,13 @@ import (
 // processes, runs on the real broker, where bench scale is meant to run;
 // on kfake the model's own run is checked. Both run --floor: the floor
 // replicas, on each broker, must answer, append and fetch every record.
-func TestBenchScaleCommand(t *testing.T) {
-	t.Run("kfake", func(t *testing.T) { checkBenchScale(t, kafkatest.Fake(t), false) })
-	t.Run("kafka", func(t *testing.T) { checkBenchScale(t, kafkatest.Brokers(t), true) })
-}
+//
+// The two brokers are two tests, not subtests of one, so that make test's
+// shards of this package (scripts/gotest-exec.sh) run them side by side: each
+// starts replica processes for a minute or more under the race detector.
+func TestBenchScaleCommand(t *testing.T) { checkBenchScale(t, kafkatest.Fake(t), false) }
+
+func TestBenchScaleCommandRealBroker(t *testing.T) { checkBenchScale(t, kafkatest.Brokers(t), true) }
 
 func checkBenchScale(t *testing.T, brokers []string, validate bool) {
 	t.Setenv("PDR_TEST_RUN_MAIN", "1") // for the replica children only
