@@ -74,6 +74,9 @@ type state struct {
 	vbuf     []byte
 	ebuf     []byte // encodeEntry's (active.go)
 	dbuf     []byte // appendStoredDecision's (decisions.go)
+	// storedAt: the position of a committed decision (Store.storedDecisionAt);
+	// nil in a state that has no store behind it.
+	storedAt func(id string) (int32, int64, bool)
 	ybuf     []byte // flushLatency's (latency.go)
 
 	// The online latency model (latency.go) and its fit as of the last chunk.
