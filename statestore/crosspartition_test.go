@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/pdrouter/pdrouter/events"
@@ -115,6 +116,11 @@ func TestDuplicateDecisionAcrossPartitions(t *testing.T) {
 	a := applyPartitionsInOrder(t, log, up, h.opts, nil)
 	b := applyPartitionsInOrder(t, log, down, h.opts, nil)
 	da, db := storeDigest(t, a), storeDigest(t, b)
+	for _, s := range [...]*Store{a, b} {
+		if got := testutil.ToFloat64(s.met.copies); got != float64(dups) {
+			t.Errorf("pdrouter_decision_copies_total %v, want %d", got, dups)
+		}
+	}
 	if da.Offsets.String() != db.Offsets.String() {
 		t.Fatalf("offsets differ: %s vs %s", da.Offsets, db.Offsets)
 	}

@@ -146,8 +146,13 @@ func (st *state) applyDecisionLog(b *pebble.Batch, d *pb.DecisionRecord, partiti
 	if !st.decisionPresent(d) {
 		return // already absent: the same as seen, then swept
 	}
-	if p, o, ok := st.appliedAt(id, req); ok && !positionBefore(partition, offset, p, o) {
-		return // a copy at a lower position is the one kept
+	if p, o, ok := st.appliedAt(id, req); ok {
+		if p != partition || o != offset {
+			st.stats.decisionCopies++
+		}
+		if !positionBefore(partition, offset, p, o) {
+			return // a copy at a lower position is the one kept
+		}
 	}
 	var v []byte
 	if header != nil {

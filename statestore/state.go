@@ -96,7 +96,10 @@ type applyStats struct {
 	tombstones    int64
 	staleLoads    int64
 	races         int64
-	latNoRow      int64 // decisions the latency model could not read (latency.go)
+	// decisionCopies: decision records whose id was applied at another
+	// position (decisions.go appliedAt).
+	decisionCopies int64
+	latNoRow       int64 // decisions the latency model could not read (latency.go)
 	// kv-events or load records stamped at or before the worker's latest
 	// tombstone, ignored because the tombstone purged (or will purge) them.
 	afterTombstone int64
