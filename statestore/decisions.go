@@ -746,8 +746,12 @@ func (c *decisionCache) putPending(id string, p pendingDecision) {
 	defer c.mu.Unlock()
 	if e := c.m[id]; e != nil {
 		// The same decision, maybe from a copy at a lower position
-		// (appliedAt): the position served is the latest committed.
-		*e.Value.(*pendingDecision) = p
+		// (appliedAt): the position served is the latest committed. A
+		// forged record of another request under this id is left out, so
+		// byReq keeps naming entries of their own request.
+		if old := e.Value.(*pendingDecision); old.sd.Record.GetRequestId() == p.sd.Record.GetRequestId() {
+			*old = p
+		}
 		c.ll.MoveToFront(e)
 		return
 	}
