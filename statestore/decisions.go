@@ -74,7 +74,13 @@ import (
 // a sweep not committed yet) is never served after its time.
 //
 // Decision ids are unique (the API makes one per decision); a record
-// delivered twice is byte-identical and rewrites the same keys.
+// delivered twice is byte-identical. A copy at the same position rewrites
+// the same keys; a copy at another position, maybe on another partition,
+// which replicas read in different orders, is kept only if its position is
+// lower than the one held (appliedAt): the invariant is that the stored
+// decision names the lowest position of its id, a function of the set of
+// copies read. Two different records under one id (forged) are the one
+// case left to read order (design.md, invariant 1).
 //
 // Canonical decision of a request: if replicas raced on one request id
 // (each deciding before seeing the other's decision), the decision with the
@@ -140,6 +146,14 @@ func (st *state) applyDecisionLog(b *pebble.Batch, d *pb.DecisionRecord, partiti
 	if !st.decisionPresent(d) {
 		return // already absent: the same as seen, then swept
 	}
+	if p, o, ok := st.appliedAt(id, req); ok {
+		if p != partition || o != offset {
+			st.stats.decisionCopies++
+		}
+		if !positionBefore(partition, offset, p, o) {
+			return // a copy at a lower position is the one kept
+		}
+	}
 	var v []byte
 	if header != nil {
 		v = append(appendStoredPosition(st.dbuf[:0], partition, offset), header...)
@@ -157,20 +171,66 @@ func (st *state) applyDecisionLog(b *pebble.Batch, d *pb.DecisionRecord, partiti
 	_ = b.Set(expiryKey(tD, id), []byte(req), nil)
 	if _, ok := dl.pending[id]; !ok {
 		dl.pendingReq[req] = append(dl.pendingReq[req], id)
+		heap.Push(&dl.pendingDue, decisionDue{at: tD, id: id})
 	}
-	heap.Push(&dl.pendingDue, decisionDue{at: tD, id: id})
 	dl.nextExpiry = min(dl.nextExpiry, addSat(tD, st.act.cfg.decisionRetention))
 	st.predictDecision(d)
 	if header == nil {
-		dl.pending[id] = pendingDecision{sd: inMemory(d)}
+		dl.pending[id] = pendingDecision{sd: inMemory(d), partition: partition, offset: offset}
 		return
 	}
 	// The chain active accounting keeps is its own slice: the rest of d
 	// can go.
 	dl.pending[id] = pendingDecision{
-		sd:     StoredDecision{Record: &pb.DecisionRecord{DecisionId: id, RequestId: req, DecidedAtUnixNano: tD}, Partition: partition, Offset: offset},
-		header: header,
+		sd:        StoredDecision{Record: &pb.DecisionRecord{DecisionId: id, RequestId: req, DecidedAtUnixNano: tD}, Partition: partition, Offset: offset},
+		header:    header,
+		partition: partition, offset: offset,
 	}
+}
+
+// appliedAt returns the position of the copy of decision id this state
+// holds, pending or committed, if it holds one. The committed copy is
+// looked for only when the request filter says request id req may be
+// indexed: nearly every decision applied is new, and costs no Pebble read.
+//
+// Why positions: a decision id may appear at more than one position of the
+// decisions topic (an append retried under another key, a record copied by
+// a mirror or a hostile writer), on different partitions, which replicas
+// read interleaved in different orders. The copy kept, and the position
+// lookups serve and read the whole record back from, is the one at the
+// lowest (partition, offset): a function of the set of copies seen, never
+// of the order they were read in (design.md, invariant 1). Active
+// accounting keeps the same position (active.go applyDecision).
+func (st *state) appliedAt(id, req string) (int32, int64, bool) {
+	if p, ok := st.dec.pending[id]; ok {
+		return p.partition, p.offset, true
+	}
+	if indexed, _ := st.dec.reqs.lookup(req); !indexed || st.storedAt == nil {
+		return 0, 0, false
+	}
+	return st.storedAt(id)
+}
+
+// positionBefore reports whether (p1, o1) comes before (p2, o2).
+func positionBefore(p1 int32, o1 int64, p2 int32, o2 int64) bool {
+	return p1 < p2 || p1 == p2 && o1 < o2
+}
+
+// storedDecisionAt returns the position of the committed decision id.
+// Called with mu held (Apply), so it takes dbMu after it.
+func (s *Store) storedDecisionAt(id string) (int32, int64, bool) {
+	s.dbMu.RLock()
+	defer s.dbMu.RUnlock()
+	if s.db == nil {
+		return 0, 0, false
+	}
+	v, closer, err := s.db.Get(decisionKey(id))
+	if err != nil {
+		return 0, 0, false
+	}
+	defer closer.Close()
+	p, off, _, err := decodeStoredPosition(v)
+	return p, off, err == nil
 }
 
 // pendingDecision is a decision applied and not committed yet: this
@@ -182,6 +242,10 @@ type pendingDecision struct {
 	// id, request id and decided_at only, and the position.
 	sd     StoredDecision
 	header []byte
+	// partition and offset: the record's position on the decisions topic
+	// (sd has -1 for a whole record, which lookups serve from memory).
+	partition int32
+	offset    int64
 }
 
 // lookup returns what a lookup serves: the whole record, or the header
@@ -629,8 +693,10 @@ func (s *Store) loadDecision(id string) (StoredDecision, bool) {
 
 // decisionCache is a small LRU of decoded headers read from Pebble, and of
 // the decisions of the last commits (another replica's as its header,
-// decoded on its first lookup). Decisions are immutable per id, so it is
-// never invalidated; lookups apply the retention test to what it returns.
+// decoded on its first lookup). Decisions are immutable per id, but for
+// their position: a copy at a lower position replaces the entry when it
+// commits (putPending). Lookups apply the retention test to what it
+// returns.
 type decisionCache struct {
 	mu  sync.Mutex
 	cap int
@@ -679,6 +745,13 @@ func (c *decisionCache) putPending(id string, p pendingDecision) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if e := c.m[id]; e != nil {
+		// The same decision, maybe from a copy at a lower position
+		// (appliedAt): the position served is the latest committed. A
+		// forged record of another request under this id is left out, so
+		// byReq keeps naming entries of their own request.
+		if old := e.Value.(*pendingDecision); old.sd.Record.GetRequestId() == p.sd.Record.GetRequestId() {
+			*old = p
+		}
 		c.ll.MoveToFront(e)
 		return
 	}
@@ -753,17 +826,27 @@ const storedDecisionFormat = 1
 
 // decodeStoredDecision reads what appendStoredDecision wrote.
 func decodeStoredDecision(v []byte) (StoredDecision, error) {
+	p, off, header, err := decodeStoredPosition(v)
+	if err != nil {
+		return StoredDecision{}, err
+	}
+	d := &pb.DecisionRecord{}
+	if err := proto.Unmarshal(header, d); err != nil {
+		return StoredDecision{}, fmt.Errorf("stored decision: %w", err)
+	}
+	return StoredDecision{Record: d, Partition: p, Offset: off}, nil
+}
+
+// decodeStoredPosition reads the front of a decision key's value: the
+// position, and the header that follows it.
+func decodeStoredPosition(v []byte) (partition int32, offset int64, header []byte, err error) {
 	if len(v) == 0 || v[0] != storedDecisionFormat {
-		return StoredDecision{}, errors.New("stored decision: unknown value format")
+		return 0, 0, nil, errors.New("stored decision: unknown value format")
 	}
 	r := reader{b: v[1:]}
 	p, off := r.uvarint(), r.uvarint()
 	if r.err != nil || p > math.MaxInt32 || off > math.MaxInt64 {
-		return StoredDecision{}, errors.New("stored decision: bad position")
+		return 0, 0, nil, errors.New("stored decision: bad position")
 	}
-	d := &pb.DecisionRecord{}
-	if err := proto.Unmarshal(r.b, d); err != nil {
-		return StoredDecision{}, fmt.Errorf("stored decision: %w", err)
-	}
-	return StoredDecision{Record: d, Partition: int32(p), Offset: int64(off)}, nil
+	return int32(p), int64(off), r.b, nil
 }

@@ -34,6 +34,7 @@ type Metrics struct {
 	afterTomb     prometheus.Counter
 	active        prometheus.Gauge
 	races         prometheus.Counter
+	copies        prometheus.Counter
 	indexBytes    prometheus.Gauge
 	kvMissing     prometheus.Gauge
 	bsMismatch    prometheus.Gauge
@@ -117,6 +118,10 @@ func newMetrics(reg prometheus.Registerer, dm *events.DecodeMetrics) *Metrics {
 			Name: "pdrouter_active_decision_races_total",
 			Help: "Decisions of other replicas read while this replica had an unconfirmed decision on the same decode worker.",
 		}),
+		copies: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "pdrouter_decision_copies_total",
+			Help: "Decision records whose decision id was already applied at another position of the decisions topic (an append retried under another key, a copied record); the copy at the lowest position is kept.",
+		}),
 		indexBytes: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "pdrouter_statestore_index_bytes",
 			Help: "Estimated heap bytes of the hot index and the engine hash tables.",
@@ -185,7 +190,7 @@ func newMetrics(reg prometheus.Registerer, dm *events.DecodeMetrics) *Metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.applied, m.applySeconds, m.offset, m.lag, m.topicLag, m.blocks, m.workers, m.removeUnknown, m.storeUnknown,
-			m.orphans, m.resets, m.staleLoads, m.afterTomb, m.active, m.races, m.indexBytes, m.kvMissing, m.bsMismatch, m.predicted, m.walk, m.diskSlow,
+			m.orphans, m.resets, m.staleLoads, m.afterTomb, m.active, m.races, m.copies, m.indexBytes, m.kvMissing, m.bsMismatch, m.predicted, m.walk, m.diskSlow,
 			m.chainBytes, m.chainsRead, m.cell, m.cells)
 		reg.MustRegister(m.latency.collectors()...)
 	}
@@ -238,6 +243,7 @@ func (m *Metrics) addStats(s *applyStats) {
 	m.staleLoads.Add(float64(s.staleLoads))
 	m.afterTomb.Add(float64(s.afterTombstone))
 	m.races.Add(float64(s.races))
+	m.copies.Add(float64(s.decisionCopies))
 	m.latency.dropped.WithLabelValues(latDropNoRow).Add(float64(s.latNoRow))
 	*s = applyStats{}
 }

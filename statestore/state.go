@@ -74,6 +74,9 @@ type state struct {
 	vbuf     []byte
 	ebuf     []byte // encodeEntry's (active.go)
 	dbuf     []byte // appendStoredDecision's (decisions.go)
+	// storedAt: the position of a committed decision (Store.storedDecisionAt);
+	// nil in a state that has no store behind it.
+	storedAt func(id string) (int32, int64, bool)
 	ybuf     []byte // flushLatency's (latency.go)
 
 	// The online latency model (latency.go) and its fit as of the last chunk.
@@ -93,7 +96,10 @@ type applyStats struct {
 	tombstones    int64
 	staleLoads    int64
 	races         int64
-	latNoRow      int64 // decisions the latency model could not read (latency.go)
+	// decisionCopies: decision records whose id was applied at another
+	// position (decisions.go appliedAt).
+	decisionCopies int64
+	latNoRow       int64 // decisions the latency model could not read (latency.go)
 	// kv-events or load records stamped at or before the worker's latest
 	// tombstone, ignored because the tombstone purged (or will purge) them.
 	afterTombstone int64

@@ -284,6 +284,7 @@ func Open(dir string, o Options) (*Store, error) {
 		db.Close()
 		return nil, fmt.Errorf("statestore: load %s: %w (delete the directory to rebuild by replay)", dir, err)
 	}
+	st.storedAt = s.storedDecisionAt
 	s.st = st
 	s.committed = st.sortedOffsets()
 	if err := checkCellOffsets(o.Cell, s.committed); err != nil {
