@@ -21,7 +21,9 @@ What it checks, failing loudly otherwise:
 It writes every decision id to --ids for `pdrouter export decisions
 --check-outcomes`. With --check-metrics it reads pdrouter's /metrics instead
 and checks that ingest counted KV events stored by every worker that served a
-request, and successful scrapes.
+request, and successful scrapes. With --bench-report it prints aiperf's
+results of `make e2e-bench` side by side, with the emulators' prefix-cache
+hit rate.
 """
 import argparse
 import json
@@ -222,6 +224,37 @@ def check_metrics(args):
     return f
 
 
+def bench_report(spec):
+    """A table of aiperf's results (profile_export_aiperf.json) and of the
+    emulators' own prefix-cache counters (engine-*.prom), one column a run."""
+    import glob
+    cols = []
+    for item in spec.split(","):
+        name, path = item.split("=", 1)
+        d = json.load(open(f"{path}/profile_export_aiperf.json"))
+        hits = queries = 0.0
+        for prom in glob.glob(f"{path}/engine-*.prom"):
+            text = open(prom).read()
+            hits += sum(v for _, v in samples(text, "vllm:prefix_cache_hits"))
+            queries += sum(v for _, v in samples(text, "vllm:prefix_cache_queries"))
+        m = lambda k, stat: d.get(k, {}).get(stat)
+        errors = sum(e.get("count", 0) for e in (d.get("error_summary") or []))
+        cols.append((name, [
+            ("requests (errors)", f"{m('request_count', 'avg'):.0f} ({errors})"),
+            ("TTFT p50 / p99 ms", f"{m('time_to_first_token', 'p50'):.1f} / {m('time_to_first_token', 'p99'):.1f}"),
+            ("ITL mean / p99 ms", f"{m('inter_token_latency', 'avg'):.2f} / {m('inter_token_latency', 'p99'):.2f}"),
+            ("request latency p50 ms", f"{m('request_latency', 'p50'):.1f}"),
+            ("throughput req/s", f"{m('request_throughput', 'avg'):.2f}"),
+            ("goodput req/s (share)", f"{m('goodput', 'avg'):.2f} ({m('goodput', 'avg') / m('request_throughput', 'avg'):.0%})"),
+            ("prefix-cache hit rate (fleet)", f"{hits / queries:.1%} of {queries:.0f} tokens" if queries else "n/a"),
+        ]))
+    rows = [r for r, _ in cols[0][1]]
+    print(f"{'':32}" + "".join(f"{n:>28}" for n, _ in cols))
+    for i, r in enumerate(rows):
+        print(f"{r:32}" + "".join(f"{c[i][1]:>28}" for _, c in cols))
+    return Failures()
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--api")
@@ -230,8 +263,12 @@ def main():
     p.add_argument("--ids", help="file to write the decision ids to")
     p.add_argument("--check-metrics", help="pdrouter /metrics text to check instead of running the workload")
     p.add_argument("--workers", default="")
+    p.add_argument("--bench-report", help="name=aiperf_artifact_dir,... to print side by side")
     args = p.parse_args()
-    f = check_metrics(args) if args.check_metrics else run_workload(args)
+    if args.bench_report:
+        f = bench_report(args.bench_report)
+    else:
+        f = check_metrics(args) if args.check_metrics else run_workload(args)
     if f.items:
         print(f"{len(f.items)} check(s) failed", file=sys.stderr)
         sys.exit(1)
