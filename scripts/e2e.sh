@@ -210,13 +210,17 @@ step "pdrouter migrate; pdrouter serve --ingest"
 # A prompt whose uncached part is under 64 tokens, and under 70% of it, is
 # prefilled on its decode worker; the others on a prefill worker: the first
 # turn of a conversation goes remote, a follow-up whose prefix is cached local.
-"$pdr" serve --ingest --http-addr "127.0.0.1:$http_port" --data-dir "$run/data" \
-  --bind "tcp://127.0.0.1:$zmq_port" --scrape-interval 1s \
-  --router-conditional-disagg \
-  --router-conditional-disagg-config '{"policy":"isl_bounding","eff_isl_threshold":64,"eff_isl_ratio_threshold":0.7}' \
-  >"$run/pdrouter.log" 2>&1 &
-pids+=($!)
-wait_http "$api/readyz" "pdrouter serve"
+# start_router NAME CONFIG: pdrouter serve --ingest with that
+# --router-conditional-disagg-config, its store in $run/data-NAME.
+start_router() {
+  "$pdr" serve --ingest --http-addr "127.0.0.1:$http_port" --data-dir "$run/data-$1" \
+    --bind "tcp://127.0.0.1:$zmq_port" --scrape-interval 1s \
+    --router-conditional-disagg --router-conditional-disagg-config "$2" >"$run/pdrouter-$1.log" 2>&1 &
+  pids+=($!)
+  router_pid=$!
+  wait_http "$api/readyz" "pdrouter serve"
+}
+start_router checks '{"policy":"isl_bounding","eff_isl_threshold":64,"eff_isl_ratio_threshold":0.7}'
 
 step "2 prefill + 2 decode emulators ($SIM_MODULE $(sim_version))"
 start_emulators ""
@@ -263,6 +267,9 @@ step "PASS: pdrouter in front of $SIM_MODULE $SIM_VERSION"
 # goodput SLO follows the emulators' latency model above (a 300-token
 # uncached prefill costs ~35 ms, a token 2 ms).
 aiperf_run() { # aiperf_run NAME URL
+  mkdir -p "$run/bench-$1"
+  # pdrouter's own account of what its door adds, before and after.
+  [ "$2" != "$api" ] || curl -fsS "$api/metrics" >"$run/bench-$1/router-before.prom"
   .cache/bench-venv/bin/aiperf profile --model "$model" --tokenizer "$root/.cache/e2e-tokenizer" \
     --url "$2" --endpoint-type chat --streaming --random-seed 7 \
     --conversation-num 24 --conversation-turn-mean 4 --conversation-turn-stddev 0 \
@@ -272,15 +279,22 @@ aiperf_run() { # aiperf_run NAME URL
     --goodput "time_to_first_token:40 inter_token_latency:5" \
     --ui-type none --artifact-dir "$run/bench-$1" >"$run/aiperf-$1.log" 2>&1 ||
     die "aiperf against $1 (see $run/aiperf-$1.log)"
-  curl -fsS "http://127.0.0.1:${wport[decode-1]}/metrics" >/dev/null # the fleet is still up
+  [ "$2" != "$api" ] || curl -fsS "$api/metrics" >"$run/bench-$1/router-after.prom"
   local w
   for w in "${workers[@]}"; do curl -fsS "http://127.0.0.1:${wport[$w]}/metrics" >"$run/bench-$1/engine-$w.prom"; done
 }
 
-step "bench: aiperf through pdrouter's front door (2 prefill + 2 decode, fresh emulators)"
+step "bench: aiperf through pdrouter's front door (2 prefill + 2 decode, the checks' policy, fresh emulators)"
 stop_emulators
 start_emulators "-bench-pdrouter"
 aiperf_run pdrouter "$api"
+
+step "bench: aiperf through pdrouter, isl_bounding at its defaults (prefill local below 2048 uncached tokens), fresh emulators"
+stop_emulators
+kill "$router_pid" && wait "$router_pid" 2>/dev/null || true
+start_router defaults '{"policy":"isl_bounding"}'
+start_emulators "-bench-pdrouter-local"
+aiperf_run pdrouter-local "$api"
 
 step "bench: aiperf through sglang-router --policy cache_aware (the 4 emulators as aggregated workers, fresh)"
 stop_emulators
@@ -295,5 +309,5 @@ wait_http "http://127.0.0.1:$sg_port/health" "sglang-router"
 aiperf_run sglang "http://127.0.0.1:$sg_port"
 
 step "bench: side by side"
-.cache/venv/bin/python scripts/e2e_workload.py --bench-report "pdrouter=$run/bench-pdrouter,sglang-router=$run/bench-sglang" |
+.cache/venv/bin/python scripts/e2e_workload.py --bench-report "pdrouter=$run/bench-pdrouter,pdrouter (defaults)=$run/bench-pdrouter-local,sglang-router=$run/bench-sglang" |
   tee "$run/bench.txt"

@@ -27,6 +27,7 @@ hit rate.
 """
 import argparse
 import json
+import os
 import re
 import sys
 import time
@@ -235,18 +236,41 @@ def bench_report(spec):
         hits = queries = 0.0
         for prom in glob.glob(f"{path}/engine-*.prom"):
             text = open(prom).read()
-            hits += sum(v for _, v in samples(text, "vllm:prefix_cache_hits"))
-            queries += sum(v for _, v in samples(text, "vllm:prefix_cache_queries"))
+            # The emulator's names, and vLLM's (with the counters' _total).
+            for suffix in ("", "_total"):
+                hits += sum(v for _, v in samples(text, "vllm:prefix_cache_hits" + suffix))
+                queries += sum(v for _, v in samples(text, "vllm:prefix_cache_queries" + suffix))
+        # The serving engine's own count, from each answer's usage
+        # (prompt_tokens_details.cached_tokens), as aiperf recorded it per
+        # request: a remote prefill's prompt is counted once, where the
+        # fleet's counters count it on the prefill and the decode worker.
+        read = prompt = 0.0
+        for line in open(f"{path}/profile_export.jsonl"):
+            r = json.loads(line).get("metrics", {})
+            read += r.get("usage_prompt_cache_read_tokens", {}).get("value", 0)
+            prompt += r.get("usage_prompt_tokens", {}).get("value", 0)
         m = lambda k, stat: d.get(k, {}).get(stat)
+        added = "-"
+        if os.path.exists(f"{path}/router-after.prom"):
+            def delta(name):
+                after = sum(v for _, v in samples(open(f"{path}/router-after.prom").read(), name))
+                return after - sum(v for _, v in samples(open(f"{path}/router-before.prom").read(), name))
+            n = delta("pdrouter_door_added_latency_seconds_count")
+            t = delta("pdrouter_door_tokenize_seconds_count")
+            if n:
+                added = (f"{delta('pdrouter_door_added_latency_seconds_sum') / n * 1e3:.1f} "
+                         f"({delta('pdrouter_door_tokenize_seconds_sum') / t * 1e3 if t else 0:.1f})")
         errors = sum(e.get("count", 0) for e in (d.get("error_summary") or []))
         cols.append((name, [
             ("requests (errors)", f"{m('request_count', 'avg'):.0f} ({errors})"),
             ("TTFT p50 / p99 ms", f"{m('time_to_first_token', 'p50'):.1f} / {m('time_to_first_token', 'p99'):.1f}"),
             ("ITL mean / p99 ms", f"{m('inter_token_latency', 'avg'):.2f} / {m('inter_token_latency', 'p99'):.2f}"),
+            ("router added ms mean (tokenize)", added),
             ("request latency p50 ms", f"{m('request_latency', 'p50'):.1f}"),
             ("throughput req/s", f"{m('request_throughput', 'avg'):.2f}"),
             ("goodput req/s (share)", f"{m('goodput', 'avg'):.2f} ({m('goodput', 'avg') / m('request_throughput', 'avg'):.0%})"),
-            ("prefix-cache hit rate (fleet)", f"{hits / queries:.1%} of {queries:.0f} tokens" if queries else "n/a"),
+            ("prompt tokens cached (serving)", f"{read / prompt:.1%} of {prompt:.0f}" if prompt else "n/a"),
+            ("prefix-cache hit rate (fleet)", f"{hits / queries:.1%} of {queries:.0f}" if queries else "n/a"),
         ]))
     rows = [r for r, _ in cols[0][1]]
     print(f"{'':32}" + "".join(f"{n:>28}" for n, _ in cols))
