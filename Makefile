@@ -17,7 +17,7 @@ export GOFLAGS := $(strip $(GOFLAGS) -tags=nomsgpack)
 # the product does not depend on Prometheus, kustomize and Kubernetes types).
 GO_MODULES := . deployments
 
-.PHONY: all build run test test-unit vet fmt proto bench fuzz kafka-start kafka-stop kafka-restart clean help
+.PHONY: all build run test test-unit e2e e2e-bench vet fmt proto bench fuzz kafka-start kafka-stop kafka-restart clean help
 
 all: build
 
@@ -32,6 +32,12 @@ run: build ## the main job: pdrouter dev with a simulated 2P2D fleet under condi
 
 test: ## install what is needed, start a real Kafka unless PDR_TEST_BROKERS is set, run every test, stop what was started
 	./scripts/test.sh
+
+e2e: ## pdrouter in front of a third-party vLLM emulator fleet (llm-d-inference-sim, pinned): route, P/D, outcomes, metrics checked (docs/e2e.md)
+	./scripts/e2e.sh
+
+e2e-bench: ## make e2e, then aiperf through pdrouter and through sglang-router (cache_aware) in front of the same emulators, side by side
+	./scripts/e2e.sh --bench
 
 test-unit: ## fast tests only: kfake, no real broker (integration subtests skip)
 	set -e; for m in $(GO_MODULES); do (cd $$m && $(GO) test -count=1 ./...); done

@@ -1,11 +1,14 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"strings"
 	"time"
 
 	"github.com/pdrouter/pdrouter/replay"
@@ -89,4 +92,69 @@ func joinedOnce(ctx context.Context, src *replay.KafkaLog, requests int, ids []s
 		}
 	}
 	return c, nil
+}
+
+// reportOutcomes runs checkOutcomes and prints its line ("outcomes     N of N
+// requests have their outcome joined to their decision (0 missing)"), the
+// line `pdrouter dev --sim` and `pdrouter export decisions
+// --check-outcomes` share; a missing outcome is an error.
+func reportOutcomes(ctx context.Context, w io.Writer, src *replay.KafkaLog, requests int, ids []string, wait time.Duration) error {
+	c, err := checkOutcomes(ctx, src, requests, ids, wait, 250*time.Millisecond)
+	if err != nil {
+		if ctx.Err() == nil {
+			fmt.Fprintf(w, "outcomes     not checked: %v\n", err)
+		}
+		return err
+	}
+	fmt.Fprintf(w, "outcomes     %s\n", c)
+	if c.Missing() > 0 {
+		return fmt.Errorf("%d of %d requests have no outcome joined to a decision on the log", c.Missing(), c.Requests)
+	}
+	return nil
+}
+
+// Bounds of a --check-outcomes file: it names decisions one a line, and is
+// read whole before the log is.
+const (
+	maxCheckIDs      = 1 << 20
+	maxDecisionIDLen = 256
+)
+
+// readDecisionIDs reads a --check-outcomes file: decision ids, one a line,
+// blank lines skipped. An empty file, a line longer than maxDecisionIDLen or
+// more than maxCheckIDs ids is an error naming the line.
+func readDecisionIDs(path string) ([]string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("--check-outcomes: %w", err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 0, 4096), maxDecisionIDLen+1)
+	var ids []string
+	line := 0
+	for sc.Scan() {
+		line++
+		id := strings.TrimSpace(sc.Text())
+		if id == "" {
+			continue
+		}
+		if len(id) > maxDecisionIDLen {
+			return nil, fmt.Errorf("--check-outcomes %s:%d: a decision id is at most %d bytes", path, line, maxDecisionIDLen)
+		}
+		if len(ids) == maxCheckIDs {
+			return nil, fmt.Errorf("--check-outcomes %s:%d: at most %d decision ids", path, line, maxCheckIDs)
+		}
+		ids = append(ids, id)
+	}
+	if err := sc.Err(); err != nil {
+		if errors.Is(err, bufio.ErrTooLong) {
+			return nil, fmt.Errorf("--check-outcomes %s:%d: a decision id is at most %d bytes", path, line+1, maxDecisionIDLen)
+		}
+		return nil, fmt.Errorf("--check-outcomes %s: %w", path, err)
+	}
+	if len(ids) == 0 {
+		return nil, fmt.Errorf("--check-outcomes %s: no decision ids", path)
+	}
+	return ids, nil
 }

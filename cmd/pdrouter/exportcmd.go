@@ -21,6 +21,8 @@ func newExportCmd(a *app) *cobra.Command {
 		out       string
 		join      bool
 		joinSlack time.Duration
+		check     string
+		checkWait time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:       "export decisions|outcomes|trace",
@@ -34,7 +36,14 @@ decision row also gets its request's outcome (TTFT, ITL, output tokens,
 completed or cancelled), joined on request_id.
 
 The file is written to --out (default <table>.<format>) through a temporary
-name and renamed when complete; "-" writes to standard output.`,
+name and renamed when complete; "-" writes to standard output.
+
+With --check-outcomes FILE (decision ids, one a line) it writes no table: it
+checks that every one of those decisions has a terminal outcome (completed or
+cancelled) joined to it, exports the decisions again until none is missing or
+--check-outcomes-wait has passed, prints "N of N requests have their outcome
+joined to their decision (0 missing)" as pdrouter dev does, and exits with
+status 1 when one is missing.`,
 		Args: cobra.MatchAll(cobra.ExactArgs(1), cobra.OnlyValidArgs),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			table := args[0]
@@ -45,9 +54,21 @@ name and renamed when complete; "-" writes to standard output.`,
 			if join && table != "decisions" {
 				return fmt.Errorf("--join-outcomes applies to `export decisions`")
 			}
+			if check != "" && table != "decisions" {
+				return fmt.Errorf("--check-outcomes applies to `export decisions`")
+			}
+			var ids []string
+			if check != "" {
+				if ids, err = readDecisionIDs(check); err != nil {
+					return err
+				}
+			}
 			src, err := wf.kafkaLog(a, "export")
 			if err != nil {
 				return err
+			}
+			if check != "" {
+				return reportOutcomes(cmd.Context(), a.stdout, src, len(ids), ids, checkWait)
 			}
 			if out == "" {
 				out = table + "." + string(f)
@@ -79,6 +100,8 @@ name and renamed when complete; "-" writes to standard output.`,
 	fl.StringVar(&out, "out", "", `output file (default <table>.<format>; "-" for standard output)`)
 	fl.BoolVar(&join, "join-outcomes", false, "add each decision's outcome columns, joined on request_id")
 	fl.DurationVar(&joinSlack, "join-slack", 15*time.Minute, "read outcomes this long past --to, for requests that finish after the window")
+	fl.StringVar(&check, "check-outcomes", "", "write no table: check that each decision id in this file (one a line) has its outcome joined; exit status 1 when one is missing")
+	fl.DurationVar(&checkWait, "check-outcomes-wait", 15*time.Second, "with --check-outcomes: how long to wait for the last outcomes")
 	return cmd
 }
 
