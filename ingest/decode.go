@@ -305,9 +305,48 @@ func (dc *decoder) batch() (*Batch, error) {
 	if err != nil {
 		return nil, err
 	}
-	if !isArray(c) {
-		return nil, dc.fail(ReasonNotArray, 0, fmt.Errorf("batch starts with 0x%02x, want an array", c))
+	b := &Batch{}
+	var spans []span
+	switch {
+	case isArray(c):
+		spans, err = dc.arrayBatch(b)
+	case isMap(c):
+		spans, err = dc.mapBatch(b)
+	default:
+		err = dc.fail(ReasonNotArray, 0, fmt.Errorf("batch starts with 0x%02x, want an array or a map", c))
 	}
+	if err != nil {
+		return nil, err
+	}
+	if dc.left() != 0 {
+		return nil, dc.fail(ReasonTrailing, dc.off(), fmt.Errorf("%d bytes after the batch", dc.left()))
+	}
+	b.Events = make([]*pb.KvEvent, 0, len(spans))
+	for i, sp := range spans {
+		dc.event = i
+		ev, enc, dem, err := dc.decodeEvent(sp)
+		if err != nil {
+			return nil, err
+		}
+		if dem != nil {
+			b.Demoted = append(b.Demoted, *dem)
+		}
+		switch {
+		case b.Encoding == "":
+			b.Encoding = enc
+		case b.Encoding != enc:
+			b.Encoding = EncodingMixed
+		}
+		b.Events = append(b.Events, ev)
+	}
+	return b, nil
+}
+
+// arrayBatch reads a positional batch, [ts, events, dp_rank?, ...]: what
+// msgspec writes for vLLM's EventBatch while it is declared array_like (every
+// release up to the last one checked, v0.26). Elements past the third are
+// skipped.
+func (dc *decoder) arrayBatch(b *Batch) ([]span, error) {
 	n, err := dc.arrayLen()
 	if err != nil {
 		return nil, err
@@ -315,12 +354,97 @@ func (dc *decoder) batch() (*Batch, error) {
 	if n < 2 {
 		return nil, dc.fail(ReasonBatchLength, 0, fmt.Errorf("batch has %d elements, want [ts, events] or [ts, events, dp_rank]", n))
 	}
-	b := &Batch{}
 	if b.TimeUnixNano, err = dc.timestamp(); err != nil {
 		return nil, err
 	}
+	spans, err := dc.eventSpans()
+	if err != nil {
+		return nil, err
+	}
+	if n >= 3 {
+		if err := dc.rank(b); err != nil {
+			return nil, err
+		}
+	}
+	for i := 3; i < n; i++ { // later batch fields: kept in the raw payload only
+		if err := dc.skip(1); err != nil {
+			return nil, err
+		}
+	}
+	return spans, nil
+}
+
+// mapBatch reads a batch whose fields are keyed by name, {"ts", "events",
+// "data_parallel_rank"}: what msgspec writes for an EventBatch struct that is
+// not array_like, as vLLM's source declares it once its events became maps.
+// ts and events must be there, each once; other keys are skipped.
+func (dc *decoder) mapBatch(b *Batch) ([]span, error) {
+	n, err := dc.mapLen()
+	if err != nil {
+		return nil, err
+	}
+	var spans []span
+	hasTS, hasEvents, hasRank := false, false, false
+	for i := 0; i < n; i++ {
+		off := dc.off()
+		kc, err := dc.peek()
+		if err != nil {
+			return nil, err
+		}
+		if !msgpcode.IsString(kc) { // no field of any engine: skip key and value
+			if err := dc.skip(1); err != nil {
+				return nil, err
+			}
+			if err := dc.skip(1); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		key, err := dc.rawBytes()
+		if err != nil {
+			return nil, err
+		}
+		var seen *bool
+		switch string(key) {
+		case "ts":
+			seen = &hasTS
+		case "events":
+			seen = &hasEvents
+		case "data_parallel_rank":
+			seen = &hasRank
+		}
+		if seen != nil && *seen {
+			return nil, dc.fail(ReasonBatchLength, off, fmt.Errorf("batch key %q appears twice", key))
+		}
+		switch string(key) {
+		case "ts":
+			b.TimeUnixNano, err = dc.timestamp()
+		case "events":
+			spans, err = dc.eventSpans()
+		case "data_parallel_rank":
+			err = dc.rank(b)
+		default: // a later batch field: kept in the raw payload only
+			err = dc.skip(1)
+		}
+		if err != nil {
+			return nil, err
+		}
+		if seen != nil {
+			*seen = true
+		}
+	}
+	if !hasTS || !hasEvents {
+		return nil, dc.fail(ReasonBatchLength, 0, fmt.Errorf("batch map has ts %v and events %v, want both", hasTS, hasEvents))
+	}
+	return spans, nil
+}
+
+// eventSpans reads the events array and returns where each event lies; the
+// events are decoded once the whole batch is known to be well formed.
+func (dc *decoder) eventSpans() ([]span, error) {
 	evOff := dc.off()
-	if c, err = dc.peek(); err != nil {
+	c, err := dc.peek()
+	if err != nil {
 		return nil, err
 	}
 	if !isArray(c) {
@@ -340,38 +464,7 @@ func (dc *decoder) batch() (*Batch, error) {
 		spans[i] = span{s, dc.off()}
 	}
 	dc.event = -1
-	if n >= 3 {
-		if err := dc.rank(b); err != nil {
-			return nil, err
-		}
-	}
-	for i := 3; i < n; i++ { // later batch fields: kept in the raw payload only
-		if err := dc.skip(1); err != nil {
-			return nil, err
-		}
-	}
-	if dc.left() != 0 {
-		return nil, dc.fail(ReasonTrailing, dc.off(), fmt.Errorf("%d bytes after the batch", dc.left()))
-	}
-	b.Events = make([]*pb.KvEvent, 0, m)
-	for i, sp := range spans {
-		dc.event = i
-		ev, enc, dem, err := dc.decodeEvent(sp)
-		if err != nil {
-			return nil, err
-		}
-		if dem != nil {
-			b.Demoted = append(b.Demoted, *dem)
-		}
-		switch {
-		case b.Encoding == "":
-			b.Encoding = enc
-		case b.Encoding != enc:
-			b.Encoding = EncodingMixed
-		}
-		b.Events = append(b.Events, ev)
-	}
-	return b, nil
+	return spans, nil
 }
 
 // timestamp reads element 0: float seconds since the epoch (msgspec writes

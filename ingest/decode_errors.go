@@ -12,8 +12,8 @@ const (
 	ReasonTruncated   = "truncated"       // the payload ends inside a value
 	ReasonBadMsgpack  = "bad_msgpack"     // a byte that is no msgpack type
 	ReasonTooDeep     = "too_deep"        // nesting deeper than any engine sends
-	ReasonNotArray    = "batch_not_array" // the batch is not a msgpack array
-	ReasonBatchLength = "batch_length"    // fewer than 2 batch elements
+	ReasonNotArray    = "batch_not_array" // the batch is neither a msgpack array nor a map
+	ReasonBatchLength = "batch_length"    // fewer than 2 batch elements, or a map batch without ts or events
 	ReasonTimestamp   = "bad_timestamp"   // element 0 is not a usable number
 	ReasonEvents      = "bad_events"      // element 1 is not an array
 	ReasonDPRank      = "bad_dp_rank"     // element 2 is neither nil nor a rank

@@ -183,7 +183,8 @@ func TestDecodeErrors(t *testing.T) {
 		field   string
 	}{
 		{"empty", nil, ReasonTruncated, -1, ""},
-		{"map batch", mp(t, map[string]any{"ts": 1}), ReasonNotArray, -1, ""},
+		{"map batch without events", mp(t, map[string]any{"ts": 1}), ReasonBatchLength, -1, ""},
+		{"string batch", mp(t, "batch"), ReasonNotArray, -1, ""},
 		{"one element", mp(t, []any{1.0}), ReasonBatchLength, -1, ""},
 		{"string ts", mp(t, []any{"now", []any{}}), ReasonTimestamp, -1, ""},
 		{"negative ts", mp(t, []any{-1.0, []any{}}), ReasonTimestamp, -1, ""},
@@ -289,5 +290,44 @@ func TestParseReplayGenerations(t *testing.T) {
 	}
 	if r := ReplayRequest(5); len(r) != 2 || len(r[0]) != 0 || string(r[1]) != string(SeqFrame(5)) {
 		t.Errorf("ReplayRequest = %x", r)
+	}
+}
+
+// TestDecodeMapBatch: a batch whose fields are keyed by name, as msgspec writes
+// vLLM's EventBatch when the struct is not array_like (its source declares it
+// so once its events are maps), decodes to the same batch as the positional
+// [ts, events, dp_rank]; unknown keys are skipped, and a map without ts or
+// events, or with a key twice, is refused.
+func TestDecodeMapBatch(t *testing.T) {
+	events := []any{
+		map[string]any{"type": "BlockStored", "block_hashes": []any{hA}, "parent_block_hash": nil, "token_ids": ints(0, 4),
+			"block_size": 4, "lora_id": nil, "medium": "GPU", "lora_name": nil},
+		map[string]any{"type": "BlockRemoved", "block_hashes": []any{hA}, "medium": "GPU"},
+	}
+	want := mustDecode(t, mp(t, []any{1757500000.25, events, 3}), pb.Engine_ENGINE_VLLM)
+	got := mustDecode(t, mp(t, map[string]any{"ts": 1757500000.25, "events": events, "data_parallel_rank": 3, "later": []any{1}}), pb.Engine_ENGINE_VLLM)
+	batchEqual(t, "map batch", got, want)
+	noRank := mustDecode(t, mp(t, map[string]any{"events": events, "ts": 1757500000.25}), pb.Engine_ENGINE_VLLM)
+	if noRank.HasDPRank || len(noRank.Events) != 2 || noRank.TimeUnixNano != want.TimeUnixNano {
+		t.Fatalf("map batch without a rank: %+v", noRank)
+	}
+	// A key twice: written by hand, since a Go map cannot hold it.
+	twice := append([]byte{0x83}, mp(t, "ts")...)
+	twice = append(twice, mp(t, 1.5)...)
+	twice = append(twice, mp(t, "events")...)
+	twice = append(twice, mp(t, []any{})...)
+	twice = append(twice, mp(t, "ts")...)
+	twice = append(twice, mp(t, 2.5)...)
+	for name, p := range map[string][]byte{
+		"no events":    mp(t, map[string]any{"ts": 1.5}),
+		"no ts":        mp(t, map[string]any{"events": events}),
+		"events a map": mp(t, map[string]any{"ts": 1.5, "events": map[string]any{}}),
+		"ts twice":     twice,
+	} {
+		_, err := DecodeBatch(p, pb.Engine_ENGINE_VLLM)
+		var de *DecodeError
+		if !errors.As(err, &de) {
+			t.Errorf("%s: err %v, want a *DecodeError", name, err)
+		}
 	}
 }
