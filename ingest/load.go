@@ -108,7 +108,9 @@ func (ing *Ingest) runScraper(ctx context.Context) error {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	for {
-		for _, tg := range ing.scrapeTargets() {
+		targets := ing.scrapeTargets()
+		ing.scrapeHealth.keep(targets)
+		for _, tg := range targets {
 			mu.Lock()
 			busy := inflight[tg]
 			inflight[tg] = true
@@ -182,13 +184,28 @@ func (ing *Ingest) scrapeOnce(ctx context.Context, tg scrapeTarget) error {
 			return nil
 		}
 		ing.metrics.Scrapes.WithLabelValues("error").Inc()
-		if reason := scrapeRejectReason(err); reason != "" {
+		reason := scrapeRejectReason(err)
+		if reason != "" {
 			ing.metrics.Rejects.Inc(rejects.Scrape, reason)
 		}
-		ing.log.Debug("scrape failed", "worker", tg.worker, "url", tg.url, "err", err)
+		if reason == rejectMalformed || reason == rejectScrapeSize || reason == rejectBadStatus {
+			// The engine answered, with something that is not its metrics:
+			// worth a line at every failure, not only at the transition.
+			ing.log.Warn("scrape refused: the engine's /metrics answer is unusable", "worker", tg.worker, "url", tg.url, "reason", reason, "err", err)
+		} else {
+			ing.log.Debug("scrape failed", "worker", tg.worker, "url", tg.url, "err", err)
+		}
+		if ing.scrapeHealth.failed(tg.worker, ing.cfg.ScrapeFailuresUnhealthy) {
+			return ing.writeHealth(ctx, tg.worker, false, pb.HealthReason_HEALTH_REASON_SCRAPE_FAILED, err.Error())
+		}
 		return nil
 	}
 	ing.metrics.Scrapes.WithLabelValues("ok").Inc()
+	if ing.scrapeHealth.succeeded(tg.worker) {
+		if err := ing.writeHealth(ctx, tg.worker, true, pb.HealthReason_HEALTH_REASON_RECOVERED, ""); err != nil {
+			return err
+		}
+	}
 	now := time.Now()
 	ing.mu.Lock()
 	reg := ing.regs[tg.worker]
