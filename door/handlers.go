@@ -195,7 +195,7 @@ func (d *Door) route(c *gin.Context, req *request, ids []uint32, m *measure) {
 			return
 		}
 		if f.retriable && attempt == 0 && !c.Writer.Written() && d.cfg.retryBudget > 0 && d.cfg.now().Sub(m.arrived) < d.cfg.retryBudget {
-			d.metrics.retries.Inc()
+			d.metrics.retries.WithLabelValues(retryReason(f.code)).Inc()
 			d.cfg.log.Warn("door: worker failed before the first token; retrying on another", "request_id", dec.RequestID,
 				"decision_id", dec.DecisionID, "decode_worker", dec.Decode.ID, "prefill_worker", dec.Prefill.ID, "err", f.err.Message)
 			dr.RetryOf, dr.Exclude, dr.RequestID = dec.DecisionID, failedWorkers(dec), d.cfg.newID()
