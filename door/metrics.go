@@ -77,6 +77,7 @@ type metrics struct {
 	tokenize      prometheus.Histogram
 	cache         *prometheus.CounterVec
 	retries       *prometheus.CounterVec
+	healthReports *prometheus.CounterVec
 	inFlight      prometheus.Gauge
 	outcomeFailed prometheus.Counter
 	rejects       *rejects.Counter
@@ -112,6 +113,8 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Tokenize cache lookups by result (hit, miss)."}, []string{"result"}),
 		retries: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "pdrouter_door_retries_total",
 			Help: "Requests retried on another worker after a failure before their first byte reached the client, by the failure (the cancelled outcome's error code: upstream_unreachable, upstream_error, upstream_timeout, ...; other for any code not listed)."}, []string{"reason"}),
+		healthReports: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "pdrouter_door_worker_health_reports_total",
+			Help: "Workers the door could not connect to, reported as connect_refused WorkerHealth records (at most one per worker per second), by result (ok: appended, error: the append failed)."}, []string{"result"}),
 		inFlight: prometheus.NewGauge(prometheus.GaugeOpts{Name: "pdrouter_door_in_flight",
 			Help: "Requests the door is serving now."}),
 		outcomeFailed: prometheus.NewCounter(prometheus.CounterOpts{Name: "pdrouter_door_outcome_append_failures_total",
@@ -119,7 +122,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		rejects: rejects.For(reg),
 	}
 	if reg != nil {
-		reg.MustRegister(m.requests, m.ttft, m.itl, m.added, m.tokenize, m.cache, m.retries, m.inFlight, m.outcomeFailed)
+		reg.MustRegister(m.requests, m.ttft, m.itl, m.added, m.tokenize, m.cache, m.retries, m.healthReports, m.inFlight, m.outcomeFailed)
 	}
 	for _, e := range endpointLabels {
 		for _, p := range pathLabels {
@@ -135,6 +138,8 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	for _, r := range retryReasons {
 		m.retries.WithLabelValues(r)
 	}
+	m.healthReports.WithLabelValues(resultOK)
+	m.healthReports.WithLabelValues(resultError)
 	m.cache.WithLabelValues("hit")
 	m.cache.WithLabelValues("miss")
 	m.rejects.Init(rejects.Door, reasonBodyTooLarge, reasonInvalidJSON, reasonInvalidRequest, reasonTooManyMsgs, reasonTooManyTokens, reasonInFlight, reasonRouterOwned)

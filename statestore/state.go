@@ -172,6 +172,7 @@ func (st *state) applyEnvelope(b *pebble.Batch, env *events.Envelope, logTime in
 			return ""
 		}
 		st.applyLoad(b, m)
+		st.healthFromLoad(b, m, env.Partition, env.Offset)
 	case *pb.WorkerRegistration:
 		if r := st.refuseRegistration(m); r != "" {
 			return r

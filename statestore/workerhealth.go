@@ -10,6 +10,7 @@ import (
 	"github.com/pdrouter/pdrouter/decider"
 	"github.com/pdrouter/pdrouter/events"
 	pb "github.com/pdrouter/pdrouter/events/eventspb"
+	"github.com/pdrouter/pdrouter/internal/textcut"
 )
 
 // Worker health is log state (design.md, "Worker health"). Observers (the
@@ -22,6 +23,15 @@ import (
 //     them: the last one in that order wins, whatever the observers'
 //     clocks say, and however partitions of other topics interleave;
 //   - a worker with no record is healthy;
+//   - an unhealthy worker is healthy again at the first load sample of it
+//     applied after its unhealthy record whose sample time is later than
+//     the record's observed time: a scrape that succeeded after the
+//     failure was seen. This is how a door's connect_refused (which no
+//     ingest knows of, so none writes its recovered record) ends. The
+//     state then holds a recovered record made from the sample, at the
+//     sample's place on the log. The two times come from two observers'
+//     clocks, so a skew between them moves the moment by as much; the
+//     result is still a function of the log (both times are in it);
 //   - a record stamped at or before the worker's latest tombstone is
 //     ignored, and a tombstone forgets the worker's health, as it purges
 //     its load samples (load.go): a deregistered worker that registers
@@ -68,6 +78,19 @@ func (st *state) applyHealth(b *pebble.Batch, h *pb.WorkerHealth, partition int3
 	}
 	st.health[id] = &workerHealth{rec: h, partition: partition, offset: offset}
 	_ = b.Set(healthKey(id), healthRecordValue(h, partition, offset), nil)
+}
+
+// healthFromLoad applies the load-sample rule above.
+func (st *state) healthFromLoad(b *pebble.Batch, s *pb.LoadSample, partition int32, offset int64) {
+	id := s.GetWorker().GetWorkerId()
+	h := st.health[id]
+	if h == nil || h.rec.GetHealthy() || s.GetSampleTimeUnixNano() <= h.rec.GetObservedAtUnixNano() {
+		return
+	}
+	st.applyHealth(b, &pb.WorkerHealth{WorkerId: id, Healthy: true, Reason: pb.HealthReason_HEALTH_REASON_RECOVERED,
+		Source: pb.HealthSource_HEALTH_SOURCE_INGEST_SCRAPE, ObservedAtUnixNano: s.GetSampleTimeUnixNano(),
+		Detail: "a load sample taken after the unhealthy record", Observer: textcut.Truncate(s.GetOrigin(), events.MaxHealthDetailLen)},
+		partition, offset)
 }
 
 // forgetHealth drops a worker's health (its tombstone).

@@ -284,3 +284,33 @@ func TestGeneratorWritesHealth(t *testing.T) {
 		t.Fatal("the generator's log made no worker unhealthy")
 	}
 }
+
+// TestWorkerHealthEndsAtALaterLoadSample: a door's connect_refused, which
+// no ingest writes a recovered record for, ends at the first load sample
+// taken after it; a sample taken before it (in flight when the door saw
+// the refusal) does not end it.
+func TestWorkerHealthEndsAtALaterLoadSample(t *testing.T) {
+	h := newHarness(t, 2)
+	h.put("d1", registration("d1", pb.Pool_POOL_DECODE, 4, 1))
+	refused := down("d1", 100)
+	refused.Reason, refused.Source = pb.HealthReason_HEALTH_REASON_CONNECT_REFUSED, pb.HealthSource_HEALTH_SOURCE_DOOR
+	h.put("d1", refused)
+	h.put("d1", &pb.LoadSample{Worker: &pb.WorkerRef{WorkerId: "d1"}, SampleTimeUnixNano: 99, Origin: "scrape"})
+	if got := unhealthyOf(h); !got["d1"] {
+		t.Fatal("a sample taken before the refusal ended it")
+	}
+	later := h.record("d1", &pb.LoadSample{Worker: &pb.WorkerRef{WorkerId: "d1"}, SampleTimeUnixNano: 101, Origin: "scrape"})
+	h.apply(later)
+	if got := unhealthyOf(h); got["d1"] {
+		t.Fatal("a sample taken after the refusal did not end it")
+	}
+	h.s.Read(func(v View) {
+		hi := v.Health("d1")
+		if !hi.Healthy || hi.Reason != "recovered" || hi.Offset != later.Offset || hi.Partition != later.Partition || hi.Observer != "scrape" {
+			t.Fatalf("Health(d1) = %+v, want recovered at the sample's place", hi)
+		}
+	})
+	if n := h.transitions("healthy", "recovered"); n != 1 {
+		t.Fatalf("transitions{healthy,recovered} = %v, want 1", n)
+	}
+}

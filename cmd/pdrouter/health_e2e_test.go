@@ -24,9 +24,10 @@ import (
 // TestWorkerKilledUnderLoad is worker health end to end on the real broker:
 // simulated engines (real HTTP servers with vLLM's API and /metrics) serve
 // a replica's front door under a steady load; one is killed (its port
-// refuses). Ingest's scrapes fail, it writes an unhealthy record, and the
-// replica excludes the worker within 2 scrape intervals of the kill (plus
-// the produce and apply of one record); no client request fails meanwhile,
+// refuses). The door's connect is refused and ingest's scrapes fail; the
+// first of them writes an unhealthy record, and the replica excludes the
+// worker within 2 scrape intervals of the kill (plus the produce and apply
+// of one record); no client request fails meanwhile,
 // since a request that met the dead engine before its first byte is retried
 // on another worker; once the engine restarts it is healthy again and
 // routed to.
@@ -172,12 +173,15 @@ func TestWorkerKilledUnderLoad(t *testing.T) {
 	defer stopLoad()
 	time.Sleep(2 * time.Second)
 	victim := ids[0]
+	killed := time.Now()
 	if err := es.Kill(victim); err != nil {
 		t.Fatal(err)
 	}
 	h, took := waitHealth(victim, false, 30*time.Second)
 	t.Logf("%s excluded %s after the kill (scrape interval %s): %+v", victim, took.Round(time.Millisecond), interval, h)
-	if h.Reason != "scrape_failed" || h.Detail == "" || h.Since == nil {
+	// The door's refused connect or ingest's failed scrapes, whichever
+	// record came first.
+	if (h.Reason != "scrape_failed" && h.Reason != "connect_refused") || h.Detail == "" || h.Since == nil {
 		t.Fatalf("unhealthy record: %+v", h)
 	}
 	// Two scrape intervals, and one more for the record's produce and apply
@@ -185,6 +189,19 @@ func TestWorkerKilledUnderLoad(t *testing.T) {
 	// the kill).
 	if limit := 2*interval + interval; took > limit {
 		t.Fatalf("excluded %s after the kill; want within 2 scrape intervals (%s) plus %s for the record to be applied", took, 2*interval, interval)
+	}
+	// Ingest's scrapes detect it too, whoever was first: its scrape_failed
+	// record becomes the worker's latest within 2 scrape intervals (and one
+	// for the record) of the kill.
+	for {
+		if hh := healthOf()[victim]; !hh.Healthy && hh.Reason == "scrape_failed" {
+			t.Logf("ingest's scrape_failed record applied %s after the kill", time.Since(killed).Round(time.Millisecond))
+			break
+		}
+		if time.Since(killed) > 3*interval {
+			t.Fatalf("no scrape_failed record within %s of the kill: %+v", 3*interval, healthOf()[victim])
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 	// Decisions from now on never pick the victim.
 	mu.Lock()
@@ -253,12 +270,19 @@ func TestWorkerKilledUnderLoad(t *testing.T) {
 	_, _ = io.Copy(&m, resp.Body)
 	resp.Body.Close()
 	for _, line := range strings.Split(m.String(), "\n") {
-		if strings.HasPrefix(line, "pdrouter_door_retries_total") || strings.HasPrefix(line, "pdrouter_worker_health_transitions_total") {
+		if strings.HasPrefix(line, "pdrouter_door_retries_total") || strings.HasPrefix(line, "pdrouter_worker_health_transitions_total") ||
+			strings.HasPrefix(line, "pdrouter_door_worker_health_reports_total") {
 			t.Log(line)
 		}
 	}
-	if !strings.Contains(m.String(), `pdrouter_worker_health_transitions_total{reason="scrape_failed",to="unhealthy"} 1`) {
-		t.Fatal("the transition to unhealthy is not counted once")
+	down := 0
+	for _, reason := range []string{"scrape_failed", "connect_refused"} {
+		if strings.Contains(m.String(), `pdrouter_worker_health_transitions_total{reason="`+reason+`",to="unhealthy"} 1`) {
+			down++
+		}
+	}
+	if down != 1 || !strings.Contains(m.String(), `pdrouter_worker_health_transitions_total{reason="recovered",to="healthy"} 1`) {
+		t.Fatal("the transitions to unhealthy and back are not counted once each")
 	}
 }
 
