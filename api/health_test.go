@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-
 	"github.com/pdrouter/pdrouter/events"
 	pb "github.com/pdrouter/pdrouter/events/eventspb"
 	"github.com/pdrouter/pdrouter/internal/kafkatest"
@@ -119,4 +118,3 @@ func TestWorkersShowHealth(t *testing.T) {
 		t.Fatalf("routed to %s after decode-1 recovered; want decode-1 (it holds the prefix)", r.DecodeWorker)
 	}
 }
-
