@@ -1,6 +1,8 @@
 package events
 
 import (
+	"strings"
+
 	pb "github.com/pdrouter/pdrouter/events/eventspb"
 )
 
@@ -33,19 +35,10 @@ func validateHealth(v *pb.WorkerHealth) error {
 }
 
 // HealthReasonLabel is the metric label of a reason: its enum name without
-// the prefix ("scrape_failed", "recovered").
+// the prefix, in lower case ("scrape_failed", "recovered"); "unspecified"
+// for a value this build does not know, so labels stay a fixed set.
 func HealthReasonLabel(r pb.HealthReason) string {
-	switch r {
-	case pb.HealthReason_HEALTH_REASON_SCRAPE_FAILED:
-		return "scrape_failed"
-	case pb.HealthReason_HEALTH_REASON_CONNECT_REFUSED:
-		return "connect_refused"
-	case pb.HealthReason_HEALTH_REASON_ZMQ_DOWN:
-		return "zmq_down"
-	case pb.HealthReason_HEALTH_REASON_RECOVERED:
-		return "recovered"
-	}
-	return "unspecified"
+	return enumLabel(pb.HealthReason_name, int32(r), "HEALTH_REASON_")
 }
 
 // HealthReasonLabels are every reason's label, for series present from the
@@ -54,13 +47,13 @@ var HealthReasonLabels = []string{"scrape_failed", "connect_refused", "zmq_down"
 
 // HealthSourceLabel is the label of an observer ("ingest_scrape", "door").
 func HealthSourceLabel(s pb.HealthSource) string {
-	switch s {
-	case pb.HealthSource_HEALTH_SOURCE_INGEST_SCRAPE:
-		return "ingest_scrape"
-	case pb.HealthSource_HEALTH_SOURCE_INGEST_ZMQ:
-		return "ingest_zmq"
-	case pb.HealthSource_HEALTH_SOURCE_DOOR:
-		return "door"
+	return enumLabel(pb.HealthSource_name, int32(s), "HEALTH_SOURCE_")
+}
+
+func enumLabel(names map[int32]string, v int32, prefix string) string {
+	n, ok := names[v]
+	if !ok || v == 0 {
+		return "unspecified"
 	}
-	return "unspecified"
+	return strings.ToLower(strings.TrimPrefix(n, prefix))
 }

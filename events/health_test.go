@@ -115,3 +115,24 @@ func FuzzWorkerHealth(f *testing.F) {
 		}
 	})
 }
+
+func TestHealthLabels(t *testing.T) {
+	for r, want := range map[pb.HealthReason]string{
+		pb.HealthReason_HEALTH_REASON_SCRAPE_FAILED: "scrape_failed", pb.HealthReason_HEALTH_REASON_CONNECT_REFUSED: "connect_refused",
+		pb.HealthReason_HEALTH_REASON_ZMQ_DOWN: "zmq_down", pb.HealthReason_HEALTH_REASON_RECOVERED: "recovered",
+		pb.HealthReason_HEALTH_REASON_UNSPECIFIED: "unspecified", 77: "unspecified",
+	} {
+		if got := events.HealthReasonLabel(r); got != want {
+			t.Errorf("HealthReasonLabel(%d) = %q, want %q", r, got, want)
+		}
+	}
+	if len(events.HealthReasonLabels) != len(pb.HealthReason_name)-1 {
+		t.Errorf("HealthReasonLabels %v misses a reason", events.HealthReasonLabels)
+	}
+	if got := events.HealthSourceLabel(pb.HealthSource_HEALTH_SOURCE_DOOR); got != "door" {
+		t.Errorf("HealthSourceLabel(door) = %q", got)
+	}
+	if got := events.HealthSourceLabel(-1); got != "unspecified" {
+		t.Errorf("HealthSourceLabel(-1) = %q", got)
+	}
+}

@@ -214,14 +214,17 @@ func TestWorkerKilledUnderLoad(t *testing.T) {
 	if len(after) == 0 {
 		t.Fatal("no request answered while the worker was down")
 	}
-	for _, id := range after {
+	decodeWorkerOf := func(id string) string {
 		var d struct {
 			DecodeWorker struct {
 				WorkerID string `json:"worker_id"`
 			} `json:"decode_worker"`
 		}
 		call("GET", "/v1/decisions/"+id, nil, &d)
-		if d.DecodeWorker.WorkerID == victim {
+		return d.DecodeWorker.WorkerID
+	}
+	for _, id := range after {
+		if decodeWorkerOf(id) == victim {
 			t.Fatalf("decision %s picked %s while it was unhealthy", id, victim)
 		}
 	}
@@ -239,13 +242,7 @@ func TestWorkerKilledUnderLoad(t *testing.T) {
 		mu.Unlock()
 		seen += len(ds)
 		for _, id := range ds {
-			var d struct {
-				DecodeWorker struct {
-					WorkerID string `json:"worker_id"`
-				} `json:"decode_worker"`
-			}
-			call("GET", "/v1/decisions/"+id, nil, &d)
-			if d.DecodeWorker.WorkerID == victim {
+			if decodeWorkerOf(id) == victim {
 				routedBack = true
 				break
 			}
