@@ -1,0 +1,41 @@
+package main
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/spf13/pflag"
+
+	"github.com/pdrouter/pdrouter/ingest"
+	"github.com/pdrouter/pdrouter/internal/envflags"
+)
+
+// TestScrapeFailuresUnhealthyFlag: the health rule's failure count defaults
+// to 2, is set by flag or PDR_SCRAPE_FAILURES_UNHEALTHY, reaches
+// ingest.Config, and 0 is refused.
+func TestScrapeFailuresUnhealthyFlag(t *testing.T) {
+	parse := func(env map[string]string, args ...string) (ingest.Config, error) {
+		var f ingestFlags
+		fs := pflag.NewFlagSet("ingest", pflag.ContinueOnError)
+		f.bindFlags(fs)
+		if err := fs.Parse(args); err != nil {
+			return ingest.Config{}, err
+		}
+		if err := envflags.Apply(fs, func(k string) (string, bool) { v, ok := env[k]; return v, ok }); err != nil {
+			return ingest.Config{}, err
+		}
+		return f.config(&app{})
+	}
+	if cfg, err := parse(nil); err != nil || cfg.ScrapeFailuresUnhealthy != ingest.DefaultScrapeFailuresUnhealthy || ingest.DefaultScrapeFailuresUnhealthy != 2 {
+		t.Fatalf("default: %d, %v", cfg.ScrapeFailuresUnhealthy, err)
+	}
+	if cfg, err := parse(map[string]string{"PDR_SCRAPE_FAILURES_UNHEALTHY": "5"}); err != nil || cfg.ScrapeFailuresUnhealthy != 5 {
+		t.Fatalf("from the environment: %d, %v", cfg.ScrapeFailuresUnhealthy, err)
+	}
+	if cfg, err := parse(nil, "--scrape-failures-unhealthy", "3"); err != nil || cfg.ScrapeFailuresUnhealthy != 3 {
+		t.Fatalf("from the flag: %d, %v", cfg.ScrapeFailuresUnhealthy, err)
+	}
+	if _, err := parse(nil, "--scrape-failures-unhealthy", "0"); err == nil || !strings.Contains(err.Error(), "--scrape-failures-unhealthy") {
+		t.Fatalf("0: %v", err)
+	}
+}
