@@ -113,3 +113,30 @@ func TestScrapeHealthRule(t *testing.T) {
 		t.Fatalf("pdrouter_ingest_worker_health_records_total: scrape_failed %v recovered %v, want 1 and 3", f, r)
 	}
 }
+
+// TestScrapeBadBlockSize: an engine whose cache_config_info reports a block
+// size of 0 or past events.MaxBlockSize is counted and logged at each
+// scrape, its load samples still go out, and the registration keeps its
+// block size.
+func TestScrapeBadBlockSize(t *testing.T) {
+	for _, bs := range []string{"0", "99999999999"} {
+		body := "vllm:num_requests_running{engine=\"0\"} 1\nvllm:cache_config_info{block_size=\"" + bs + "\",num_gpu_blocks=\"100\"} 1\n"
+		srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { fmt.Fprint(w, body) })}
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		go func() { _ = srv.Serve(ln) }()
+		sink := &memSink{}
+		ing, stop := runIngest(t, Config{ScrapeInterval: 50 * time.Millisecond, Sources: []SourceConfig{
+			{WorkerID: "w", Topic: "kv@w", MetricsURL: "http://" + ln.Addr().String() + "/metrics"}}}, Deps{Sink: sink})
+		waitFor(t, 10*time.Second, "invalid_block_size reject", func() bool { return ing.Metrics().Rejects.Value("scrape", rejectBlockSize) >= 2 })
+		if err := stop(); err != nil {
+			t.Fatalf("block_size %s: ingest stopped: %v", bs, err)
+		}
+		_ = srv.Close()
+		if sink.samplesOf("w") == 0 {
+			t.Fatalf("block_size %s: no load samples", bs)
+		}
+	}
+}

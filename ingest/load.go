@@ -210,6 +210,12 @@ func (ing *Ingest) scrapeOnce(ctx context.Context, tg scrapeTarget) error {
 	ing.mu.Lock()
 	reg := ing.regs[tg.worker]
 	ing.mu.Unlock()
+	if len(loads) > 0 && loads[0].BlockSize != nil && (*loads[0].BlockSize == 0 || *loads[0].BlockSize > events.MaxBlockSize) {
+		// UpdatedRegistration keeps the registered block size: say why.
+		ing.metrics.Rejects.Inc(rejects.Scrape, rejectBlockSize)
+		ing.log.Warn("scrape: the engine reports a block size out of range; the registration keeps its own", "worker", tg.worker,
+			"url", tg.url, "block_size", *loads[0].BlockSize, "max", events.MaxBlockSize, "registered", reg.GetBlockSize())
+	}
 	for _, l := range loads {
 		if err := ing.sdeps.sink.Produce(ctx, events.WorkerKey(tg.worker), LoadSampleOf(tg.worker, l, now, uint64(reg.GetBlockSize()))); err != nil {
 			return err

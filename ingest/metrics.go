@@ -55,14 +55,15 @@ const DefaultMaxSourceLabels = 1024
 
 // The reasons ingest counts in pdrouter_rejected_total, by entry.
 const (
-	rejectTooLarge   = "record_too_large" // produce: over the record limit even split, or over the broker's
-	rejectRefused    = "refused"          // produce: refused by the broker for another reason
-	rejectNotAllowed = "not_allowed"      // zmq_dial, scrape: the endpoint is outside --engine-allow
-	rejectTimeout    = "timeout"          // scrape
-	rejectScrapeSize = "too_large"        // scrape: body over --scrape-max-bytes
-	rejectBadStatus  = "bad_status"       // scrape
-	rejectMalformed  = "malformed"        // scrape: not Prometheus text
-	rejectUnknown    = "unknown_worker"   // zmq_bind: a topic no registration names
+	rejectTooLarge   = "record_too_large"   // produce: over the record limit even split, or over the broker's
+	rejectRefused    = "refused"            // produce: refused by the broker for another reason
+	rejectNotAllowed = "not_allowed"        // zmq_dial, scrape: the endpoint is outside --engine-allow
+	rejectTimeout    = "timeout"            // scrape
+	rejectScrapeSize = "too_large"          // scrape: body over --scrape-max-bytes
+	rejectBadStatus  = "bad_status"         // scrape
+	rejectMalformed  = "malformed"          // scrape: not Prometheus text
+	rejectBlockSize  = "invalid_block_size" // scrape: vllm:cache_config_info's block_size is 0 or over events.MaxBlockSize
+	rejectUnknown    = "unknown_worker"     // zmq_bind: a topic no registration names
 )
 
 // SetMaxSourceLabels sets the cap on distinct source labels (n <= 0: the
@@ -138,7 +139,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	m.Rejects.Init(rejects.Produce, rejectTooLarge, rejectRefused)
 	m.Rejects.Init(rejects.ZMQDial, rejectNotAllowed)
-	m.Rejects.Init(rejects.Scrape, rejectNotAllowed, rejectTimeout, rejectScrapeSize, rejectBadStatus, rejectMalformed)
+	m.Rejects.Init(rejects.Scrape, rejectNotAllowed, rejectTimeout, rejectScrapeSize, rejectBadStatus, rejectMalformed, rejectBlockSize)
 	m.Rejects.Init(rejects.ZMQBind, rejectUnknown)
 	m.ConnPanics.WithLabelValues(string(rejects.ZMQBind))
 	m.ConnPanics.WithLabelValues(string(rejects.ZMQDial))
