@@ -14,9 +14,10 @@ import (
 )
 
 // Worker health is log state (design.md, "Worker health"). Observers (the
-// ingest's scraper and ZMQ subscriber, the front door) write a WorkerHealth
-// record on the load topic when they see a worker stop or start
-// answering; nothing changes until that record is applied here. Then:
+// ingest's scraper, the front door) write a WorkerHealth record on the load
+// topic when they see a worker stop or start answering; nothing changes
+// until that record is applied here. (zmq_down is a reason the ZMQ
+// subscriber may write; none does yet.) Then:
 //
 //   - a worker's health is its latest applied WorkerHealth record. All of a
 //     worker's records share its key and so its partition, which orders
