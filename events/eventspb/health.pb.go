@@ -40,7 +40,7 @@ const (
 	// any byte of the answer.
 	HealthReason_HEALTH_REASON_CONNECT_REFUSED HealthReason = 2
 	// The engine's KV event publisher could not be connected several times
-	// in a row.
+	// in a row. Reserved for ingest's ZMQ subscriber, which writes none yet.
 	HealthReason_HEALTH_REASON_ZMQ_DOWN HealthReason = 3
 	// The observer reached the engine again. The only reason of a healthy
 	// record.
@@ -98,8 +98,9 @@ type HealthSource int32
 const (
 	HealthSource_HEALTH_SOURCE_UNSPECIFIED   HealthSource = 0
 	HealthSource_HEALTH_SOURCE_INGEST_SCRAPE HealthSource = 1
-	HealthSource_HEALTH_SOURCE_INGEST_ZMQ    HealthSource = 2
-	HealthSource_HEALTH_SOURCE_DOOR          HealthSource = 3
+	// Reserved, as HEALTH_REASON_ZMQ_DOWN.
+	HealthSource_HEALTH_SOURCE_INGEST_ZMQ HealthSource = 2
+	HealthSource_HEALTH_SOURCE_DOOR       HealthSource = 3
 )
 
 // Enum value maps for HealthSource.
