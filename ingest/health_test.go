@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -50,18 +51,13 @@ func TestScrapeHealthRule(t *testing.T) {
 	})
 	srv := &http.Server{Handler: handler}
 	go func() { _ = srv.Serve(ln) }()
-	steady := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { fmt.Fprint(w, vllmExposition) })}
-	sln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = steady.Serve(sln) }()
-	t.Cleanup(func() { _ = steady.Close() })
+	steady := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { fmt.Fprint(w, vllmExposition) }))
+	t.Cleanup(steady.Close)
 
 	sink := &memSink{}
 	sources := []SourceConfig{
 		{WorkerID: "flaky", Topic: "kv@flaky", MetricsURL: "http://" + addr + "/metrics"},
-		{WorkerID: "steady", Topic: "kv@steady", MetricsURL: "http://" + sln.Addr().String() + "/metrics"},
+		{WorkerID: "steady", Topic: "kv@steady", MetricsURL: steady.URL + "/metrics"},
 	}
 	ing, stop := runIngest(t, Config{ScrapeInterval: 50 * time.Millisecond, ScrapeTimeout: 500 * time.Millisecond, Sources: sources}, Deps{Sink: sink})
 	defer func() { _ = stop() }()
@@ -121,20 +117,15 @@ func TestScrapeHealthRule(t *testing.T) {
 func TestScrapeBadBlockSize(t *testing.T) {
 	for _, bs := range []string{"0", "99999999999"} {
 		body := "vllm:num_requests_running{engine=\"0\"} 1\nvllm:cache_config_info{block_size=\"" + bs + "\",num_gpu_blocks=\"100\"} 1\n"
-		srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { fmt.Fprint(w, body) })}
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		go func() { _ = srv.Serve(ln) }()
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { fmt.Fprint(w, body) }))
 		sink := &memSink{}
 		ing, stop := runIngest(t, Config{ScrapeInterval: 50 * time.Millisecond, Sources: []SourceConfig{
-			{WorkerID: "w", Topic: "kv@w", MetricsURL: "http://" + ln.Addr().String() + "/metrics"}}}, Deps{Sink: sink})
+			{WorkerID: "w", Topic: "kv@w", MetricsURL: srv.URL + "/metrics"}}}, Deps{Sink: sink})
 		waitFor(t, 10*time.Second, "invalid_block_size reject", func() bool { return ing.Metrics().Rejects.Value("scrape", rejectBlockSize) >= 2 })
 		if err := stop(); err != nil {
 			t.Fatalf("block_size %s: ingest stopped: %v", bs, err)
 		}
-		_ = srv.Close()
+		srv.Close()
 		if sink.samplesOf("w") == 0 {
 			t.Fatalf("block_size %s: no load samples", bs)
 		}
