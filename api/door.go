@@ -14,6 +14,7 @@ import (
 	"github.com/pdrouter/pdrouter/door"
 	"github.com/pdrouter/pdrouter/events"
 	pb "github.com/pdrouter/pdrouter/events/eventspb"
+	"github.com/pdrouter/pdrouter/internal/textcut"
 )
 
 // The OpenAI front door (package door) is served on /v1 behind the API's
@@ -30,7 +31,7 @@ type doorDeps struct {
 
 func (s *Server) doorDeps() door.Deps {
 	a := doorDeps{s: s, fleet: &fleetIndex{}}
-	return door.Deps{Decider: a, Fleet: a, Outcomes: a}
+	return door.Deps{Decider: a, Fleet: a, Outcomes: a, Health: a}
 }
 
 // Decide implements door.Decider.
@@ -175,6 +176,21 @@ func (a doorDeps) AppendOutcome(ctx context.Context, o door.Outcome) error {
 	}
 	a.s.own.note(pos)
 	return nil
+}
+
+// Unreachable implements door.Health: a connect_refused WorkerHealth
+// record, written like every record (validated, keyed by the worker, on
+// the load topic). The worker's health changes when a replica applies it.
+func (a doorDeps) Unreachable(ctx context.Context, workerID, detail string) error {
+	h := &pb.WorkerHealth{WorkerId: workerID, Reason: pb.HealthReason_HEALTH_REASON_CONNECT_REFUSED, Source: pb.HealthSource_HEALTH_SOURCE_DOOR,
+		ObservedAtUnixNano: time.Now().UnixNano(), Detail: textcut.Truncate(strings.ToValidUTF8(detail, "?"), events.MaxHealthDetailLen),
+		Observer: textcut.Truncate(a.s.cfg.replicaID, events.MaxHealthDetailLen)}
+	r, err := events.NewRecord(a.s.deps.Names, events.WorkerKey(workerID), h)
+	if err != nil {
+		return err
+	}
+	_, err = a.s.deps.Log.Append(ctx, r)
+	return err
 }
 
 func millis(d *time.Duration) *float64 {

@@ -138,9 +138,36 @@ type WorkerStatus struct {
 	KVEventsBlockSize   int    `json:"kv_events_block_size"`
 	KVBlockSizeMismatch bool   `json:"kv_block_size_mismatch"`
 	KVBlockSizeNote     string `json:"kv_block_size_note,omitempty"`
+	// Health is the worker's health as the log says (its latest applied
+	// WorkerHealth record); the decider excludes an unhealthy worker.
+	Health WorkerHealth `json:"health"`
 	// DPSize is the registered dp_size (0: not data-parallel), for the
 	// ingest endpoints' rank check; not part of the answer.
 	DPSize uint32 `json:"-"`
+}
+
+// WorkerHealth is a worker's health: healthy with no record, or what its
+// latest applied WorkerHealth record says, and where that record sits on
+// the load topic (the offset since which the worker has this health).
+type WorkerHealth struct {
+	Healthy bool `json:"healthy"`
+	// Reason: scrape_failed, connect_refused, zmq_down or recovered; "" with
+	// no record.
+	Reason   string `json:"reason,omitempty"`
+	Source   string `json:"source,omitempty"`
+	Observer string `json:"observer,omitempty"`
+	Detail   string `json:"detail,omitempty"`
+	// ObservedAt is when the observer saw the change (its clock).
+	ObservedAt *time.Time `json:"observed_at,omitempty"`
+	// Since is the record's place: topic load, its partition and offset.
+	Since *LogPosition `json:"since,omitempty"`
+}
+
+// LogPosition is a record's place on the log.
+type LogPosition struct {
+	Topic     string `json:"topic"`
+	Partition int32  `json:"partition"`
+	Offset    int64  `json:"offset"`
 }
 
 // WorkerLoad is a worker's latest load sample and its age in event time.

@@ -131,9 +131,22 @@ func (s *StoreState) Workers() []WorkerStatus {
 			}
 			st.KVEventsMissing, st.KVEventsNote = v.KvEventsMissing(ref)
 			st.KVEventsBlockSize, st.KVBlockSizeMismatch, st.KVBlockSizeNote = v.KvBlockSize(ref)
+			st.Health = workerHealthOf(v.Health(id))
 			out[ref] = st
 		}
 	})
+	return out
+}
+
+// workerHealthOf is the API's form of a worker's health.
+func workerHealthOf(h statestore.HealthInfo) WorkerHealth {
+	out := WorkerHealth{Healthy: h.Healthy}
+	if !h.Known {
+		return out
+	}
+	at := time.Unix(0, h.ObservedAtUnixNano).UTC()
+	out.Reason, out.Source, out.Observer, out.Detail, out.ObservedAt = h.Reason, h.Source, h.Observer, h.Detail, &at
+	out.Since = &LogPosition{Topic: string(events.TopicLoad), Partition: h.Partition, Offset: h.Offset}
 	return out
 }
 

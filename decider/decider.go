@@ -255,6 +255,8 @@ func noDecodeWorker(model string, rows []Candidate) error {
 	e := &NoWorkerError{Model: model, Registered: len(rows)}
 	for i := range rows {
 		switch rows[i].Excluded {
+		case ExcludedUnhealthy:
+			e.Unhealthy++
 		case ExcludedUnavailable:
 			e.Unavailable++
 		case ExcludedNoBlockSize:

@@ -245,7 +245,7 @@ func TestNoDecodeWorkerErrorSaysWhy(t *testing.T) {
 	if nw.Registered != 2 || nw.Unavailable != 1 || nw.NoBlockSize != 1 {
 		t.Fatalf("counts %+v", *nw)
 	}
-	if !strings.Contains(err.Error(), "2 registered, 1 unavailable, 1 without a block size") {
+	if !strings.Contains(err.Error(), "2 registered, 0 unhealthy, 1 unavailable, 1 without a block size") {
 		t.Fatalf("message %q", err)
 	}
 	_, err = dc.Decide(v, &decider.Request{ID: "r", Model: "nope"})

@@ -27,7 +27,8 @@
 // # Step 1: worker selection (cost.go, pick.go, softmax.go, eligibility.go)
 //
 // Candidates are the workers of the request's model in each pool; a worker marked
-// Unavailable (the busy filter) or without a block size is not eligible. For each
+// Unhealthy (its latest health record on the log), Unavailable (the busy filter) or
+// without a block size is not eligible. For each
 // eligible worker:
 //
 //	raw_prefill_blocks = (active_prefill_tokens + P) / B

@@ -4,6 +4,7 @@ package decider
 // a worker of another pool or model is simply not a candidate and gets no row, which
 // keeps the table of a multi-model fleet to the request's own model.
 const (
+	ExcludedUnhealthy   = "unhealthy"
 	ExcludedUnavailable = "unavailable"
 	ExcludedNoBlockSize = "block_size_unknown"
 )
@@ -12,6 +13,9 @@ const (
 // "" for an eligible worker. Each filter is one line so that the order in which they are
 // reported is explicit: the first that applies is the one recorded.
 func exclusion(w *WorkerInfo) string {
+	if w.Unhealthy {
+		return ExcludedUnhealthy
+	}
 	if w.Unavailable {
 		return ExcludedUnavailable
 	}

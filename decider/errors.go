@@ -21,6 +21,8 @@ type NoWorkerError struct {
 	Registered int
 	// Unavailable is how many of those were excluded as unavailable.
 	Unavailable int
+	// Unhealthy is how many of those were excluded as unhealthy (health records).
+	Unhealthy int
 	// NoBlockSize is how many of those had no known block size.
 	NoBlockSize int
 }
@@ -29,8 +31,8 @@ func (e *NoWorkerError) Error() string {
 	if e.Registered == 0 {
 		return fmt.Sprintf("decider: no eligible decode worker: no decode worker is registered for model %q", e.Model)
 	}
-	return fmt.Sprintf("decider: no eligible decode worker for model %q: %d registered, %d unavailable, %d without a block size",
-		e.Model, e.Registered, e.Unavailable, e.NoBlockSize)
+	return fmt.Sprintf("decider: no eligible decode worker for model %q: %d registered, %d unhealthy, %d unavailable, %d without a block size",
+		e.Model, e.Registered, e.Unhealthy, e.Unavailable, e.NoBlockSize)
 }
 
 // Is makes errors.Is(err, ErrNoDecodeWorker) true.

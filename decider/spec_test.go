@@ -235,6 +235,8 @@ func runSpecCase(t *testing.T, c specCase) {
 					w.MaxNumBatchedTokens = atoi(t, l, v)
 				case "unavailable":
 					w.Unavailable = true
+				case "unhealthy":
+					w.Unhealthy = true
 				default:
 					t.Fatalf("line %d: unknown worker key %q", l.line, k)
 				}

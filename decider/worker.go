@@ -47,6 +47,11 @@ type WorkerInfo struct {
 	// the decider applies. The load tests of the policies are not filters: if they removed
 	// workers, prefill_load could never see the busy worker it is asking about.
 	Unavailable bool
+	// Unhealthy marks a worker whose latest health record on the log says it stopped
+	// answering (a failed scrape, a refused connection). It is log state: every replica
+	// that applied the same records sees the same flag, so the candidate table records
+	// it as its own reason (ExcludedUnhealthy) and a recompute reproduces it.
+	Unhealthy bool
 }
 
 // LoadSample is the latest load a worker reported itself (the load topic). It can be

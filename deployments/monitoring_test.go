@@ -337,6 +337,7 @@ func TestAlertRules(t *testing.T) {
 	}
 	covers("consumer lag", func(e string) bool { return strings.Contains(e, "pdrouter_consumer_lag_records") })
 	covers("KV events missing from decode workers", func(e string) bool { return strings.Contains(e, "pdrouter_kv_events_missing_workers") })
+	covers("unhealthy workers", func(e string) bool { return strings.Contains(e, "pdrouter_workers_unhealthy") })
 	covers("KV events of another block size than the registration", func(e string) bool {
 		return strings.Contains(e, "pdrouter_kv_block_size_mismatch_workers")
 	})

@@ -89,9 +89,17 @@ type Outcomes interface {
 	AppendOutcome(ctx context.Context, o Outcome) error
 }
 
-// Deps are the parts a Door is built from.
+// Health hears of workers the door could not connect to: the API writes
+// each as a WorkerHealth record (connect_refused), which excludes the
+// worker once a replica applies it.
+type Health interface {
+	Unreachable(ctx context.Context, workerID, detail string) error
+}
+
+// Deps are the parts a Door is built from. Health is optional.
 type Deps struct {
 	Decider  Decider
 	Fleet    Fleet
 	Outcomes Outcomes
+	Health   Health
 }

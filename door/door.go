@@ -21,6 +21,7 @@ type Door struct {
 	up       *upstream
 	cache    *tokenCache
 	inFlight atomic.Int64
+	health   healthReports
 }
 
 // New builds a Door.

@@ -259,8 +259,8 @@ func TestRetryOnAnotherWorker(t *testing.T) {
 	if len(o) != 2 || o[0].Kind != Cancelled || o[0].DecisionID != "dec-1" || o[0].ErrorCode != "upstream_error" || o[1].Kind != Completed {
 		t.Fatalf("outcomes %+v", o)
 	}
-	if metric(t, r.door.metrics.retries) != 1 {
-		t.Fatal("retry not counted")
+	if metric(t, r.door.metrics.retries.WithLabelValues("upstream_error")) != 1 || metric(t, r.door.metrics.retries.WithLabelValues("upstream_unreachable")) != 0 {
+		t.Fatal("retry not counted under its reason")
 	}
 }
 
@@ -493,4 +493,14 @@ func TestClientKVTransferParamsRefused(t *testing.T) {
 			}
 		})
 	}
+}
+
+// sumRetries adds pdrouter_door_retries_total over its reasons.
+func sumRetries(t *testing.T, v *prometheus.CounterVec) float64 {
+	t.Helper()
+	n := 0.0
+	for _, r := range retryReasons {
+		n += metric(t, v.WithLabelValues(r))
+	}
+	return n
 }

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/pdrouter/pdrouter/door/doortest"
 	"github.com/pdrouter/pdrouter/internal/rejects"
 )
@@ -74,7 +76,10 @@ func TestEngineTransportRetriesAClosedIdleConnection(t *testing.T) {
 	if n := tr.dials.Load(); n != 3 {
 		t.Fatalf("%d connections, want 3 (each closed one, then a new one)", n)
 	}
-	if metric(t, r.door.metrics.retries) != 0 {
+	if n, err := testutil.GatherAndCount(r.reg, "pdrouter_door_retries_total"); err != nil || n != len(retryReasons) {
+		t.Fatalf("pdrouter_door_retries_total: %d series (%v), want %d from the start", n, err, len(retryReasons))
+	}
+	if sumRetries(t, r.door.metrics.retries) != 0 {
 		t.Fatal("a closed idle connection was taken for the worker's failure")
 	}
 }

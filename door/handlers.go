@@ -194,8 +194,11 @@ func (d *Door) route(c *gin.Context, req *request, ids []uint32, m *measure) {
 			d.metrics.requests.WithLabelValues(ep, path, resultCancelled).Inc()
 			return
 		}
+		if f.unreachable {
+			d.reportUnreachable(ctx, f)
+		}
 		if f.retriable && attempt == 0 && !c.Writer.Written() && d.cfg.retryBudget > 0 && d.cfg.now().Sub(m.arrived) < d.cfg.retryBudget {
-			d.metrics.retries.Inc()
+			d.metrics.retries.WithLabelValues(retryReason(f.code)).Inc()
 			d.cfg.log.Warn("door: worker failed before the first token; retrying on another", "request_id", dec.RequestID,
 				"decision_id", dec.DecisionID, "decode_worker", dec.Decode.ID, "prefill_worker", dec.Prefill.ID, "err", f.err.Message)
 			dr.RetryOf, dr.Exclude, dr.RequestID = dec.DecisionID, failedWorkers(dec), d.cfg.newID()
@@ -239,6 +242,7 @@ func (d *Door) forward(c *gin.Context, req *request, dec Decision, m *measure) (
 		resp, f := d.up.post(cctx, ctx, dec.Prefill.HTTPURL+req.kind.path(), dec.RequestID, body)
 		putBodyBuffer(body)
 		if f != nil {
+			f.worker = dec.Prefill.ID
 			return nil, f
 		}
 		raw, f := d.up.readBody(resp, d.cfg.maxRespBytes)
@@ -265,6 +269,7 @@ func (d *Door) forward(c *gin.Context, req *request, dec Decision, m *measure) (
 	resp, f := d.up.post(cctx, ctx, dec.Decode.HTTPURL+req.kind.path(), dec.RequestID, body)
 	putBodyBuffer(body)
 	if f != nil {
+		f.worker = dec.Decode.ID
 		return prefillDone, f
 	}
 	if req.stream {

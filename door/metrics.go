@@ -27,6 +27,24 @@ const (
 	resultRejected  = "rejected"
 )
 
+// retryReasons are the labels of pdrouter_door_retries_total: the codes of
+// the failures a request is retried after, and "other", so the label set
+// stays fixed whatever code a new failure gets.
+var retryReasons = []string{"no_http_url", "upstream_unreachable", "upstream_error", "upstream_timeout", "upstream_malformed",
+	"upstream_header_too_large", "upstream_response_too_large", retryOther}
+
+const retryOther = "other"
+
+// retryReason is the label of a failure's code.
+func retryReason(code string) string {
+	for _, r := range retryReasons[:len(retryReasons)-1] {
+		if r == code {
+			return r
+		}
+	}
+	return retryOther
+}
+
 // The reasons of pdrouter_rejected_total{entry="door"}.
 const (
 	reasonBodyTooLarge   = "body_too_large"
@@ -58,7 +76,8 @@ type metrics struct {
 	added         prometheus.Histogram
 	tokenize      prometheus.Histogram
 	cache         *prometheus.CounterVec
-	retries       prometheus.Counter
+	retries       *prometheus.CounterVec
+	healthReports *prometheus.CounterVec
 	inFlight      prometheus.Gauge
 	outcomeFailed prometheus.Counter
 	rejects       *rejects.Counter
@@ -92,8 +111,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Time to get a prompt's token ids from an engine's /tokenize (cache misses only).", Buckets: latencyBuckets}),
 		cache: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "pdrouter_door_tokenize_cache_total",
 			Help: "Tokenize cache lookups by result (hit, miss)."}, []string{"result"}),
-		retries: prometheus.NewCounter(prometheus.CounterOpts{Name: "pdrouter_door_retries_total",
-			Help: "Requests retried on another worker after a failure before their first token."}),
+		retries: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "pdrouter_door_retries_total",
+			Help: "Requests retried on another worker after a failure before their first byte reached the client, by the failure (the cancelled outcome's error code: upstream_unreachable, upstream_error, upstream_timeout, ...; other for any code not listed)."}, []string{"reason"}),
+		healthReports: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "pdrouter_door_worker_health_reports_total",
+			Help: "Workers the door could not connect to, reported as connect_refused WorkerHealth records (at most one per worker per second), by result (ok: appended, error: the append failed)."}, []string{"result"}),
 		inFlight: prometheus.NewGauge(prometheus.GaugeOpts{Name: "pdrouter_door_in_flight",
 			Help: "Requests the door is serving now."}),
 		outcomeFailed: prometheus.NewCounter(prometheus.CounterOpts{Name: "pdrouter_door_outcome_append_failures_total",
@@ -101,7 +122,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		rejects: rejects.For(reg),
 	}
 	if reg != nil {
-		reg.MustRegister(m.requests, m.ttft, m.itl, m.added, m.tokenize, m.cache, m.retries, m.inFlight, m.outcomeFailed)
+		reg.MustRegister(m.requests, m.ttft, m.itl, m.added, m.tokenize, m.cache, m.retries, m.healthReports, m.inFlight, m.outcomeFailed)
 	}
 	for _, e := range endpointLabels {
 		for _, p := range pathLabels {
@@ -114,6 +135,11 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		m.ttft.WithLabelValues(p)
 		m.itl.WithLabelValues(p)
 	}
+	for _, r := range retryReasons {
+		m.retries.WithLabelValues(r)
+	}
+	m.healthReports.WithLabelValues(resultOK)
+	m.healthReports.WithLabelValues(resultError)
 	m.cache.WithLabelValues("hit")
 	m.cache.WithLabelValues("miss")
 	m.rejects.Init(rejects.Door, reasonBodyTooLarge, reasonInvalidJSON, reasonInvalidRequest, reasonTooManyMsgs, reasonTooManyTokens, reasonInFlight, reasonRouterOwned)

@@ -87,6 +87,10 @@ type failure struct {
 	// clientGone: the client's request ended; nothing is answered.
 	clientGone bool
 	code       string
+	// unreachable: the worker could not be connected to (nothing was
+	// sent); worker is the one (set by forward).
+	unreachable bool
+	worker      string
 }
 
 func (f *failure) Error() string { return f.err.Error() }
@@ -155,7 +159,8 @@ func (u *upstream) classify(ctx, clientCtx context.Context, err error) *failure 
 		return &failure{err: &Error{Status: 499, Type: typeInvalidRequest, Code: "client_disconnected", Message: "the client went away"}, clientGone: true, code: "client_disconnected"}
 	case errors.As(err, &de):
 		u.metrics.rejects.Inc(rejects.DoorUpstream, reasonConnect)
-		return &failure{err: badGateway("upstream_unreachable", "could not connect to the worker: "+textcut.Truncate(de.err.Error(), 256)), retriable: true, code: "upstream_unreachable"}
+		return &failure{err: badGateway("upstream_unreachable", "could not connect to the worker: "+textcut.Truncate(de.err.Error(), 256)), retriable: true, code: "upstream_unreachable",
+			unreachable: true}
 	case errors.As(err, &he):
 		u.metrics.rejects.Inc(rejects.DoorUpstream, reasonHeaderTooLarge)
 		return &failure{err: badGateway("upstream_header_too_large", he.Error()), retriable: true, code: "upstream_header_too_large"}

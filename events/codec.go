@@ -3,6 +3,7 @@ package events
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -32,6 +33,16 @@ var schemas = map[Topic][]protoreflect.FullName{
 	TopicOutcomes:  {(&pb.OutcomeEvent{}).ProtoReflect().Descriptor().FullName()},
 }
 
+// sideSchemas lists, per topic, the other messages a topic carries next to
+// its main one: a worker's health transitions ride on the load topic, in
+// the partition and order of its load samples (SCHEMA.md). They evolve by
+// the same rule as the main schemas.
+var sideSchemas = map[Topic][]protoreflect.FullName{
+	TopicLoad: {workerHealthName},
+}
+
+var workerHealthName = (&pb.WorkerHealth{}).ProtoReflect().Descriptor().FullName()
+
 // newMessage returns an empty message for a schema name, or nil.
 func newMessage(name protoreflect.FullName) proto.Message {
 	switch name {
@@ -45,24 +56,34 @@ func newMessage(name protoreflect.FullName) proto.Message {
 		return &pb.DecisionRecord{}
 	case "pdrouter.events.v1.OutcomeEvent":
 		return &pb.OutcomeEvent{}
+	case "pdrouter.events.v1.WorkerHealth":
+		return &pb.WorkerHealth{}
 	}
 	return nil
 }
 
-// SchemaOf returns the schema name this build writes for a topic.
+// SchemaOf returns the main schema name this build writes for a topic
+// (SideSchemas lists the others).
 func SchemaOf(t Topic) string {
 	s := schemas[t]
 	return string(s[len(s)-1])
+}
+
+// SideSchemas returns the names of the other messages a topic carries.
+func SideSchemas(t Topic) []string {
+	out := make([]string, len(sideSchemas[t]))
+	for i, n := range sideSchemas[t] {
+		out[i] = string(n)
+	}
+	return out
 }
 
 // TopicOf returns the topic a message type belongs to.
 func TopicOf(m proto.Message) (Topic, error) {
 	name := m.ProtoReflect().Descriptor().FullName()
 	for _, t := range AllTopics {
-		for _, s := range schemas[t] {
-			if s == name {
-				return t, nil
-			}
+		if accepts(t, name) {
+			return t, nil
 		}
 	}
 	return "", fmt.Errorf("events: %s is not the value of any topic", name)
@@ -108,7 +129,7 @@ func NewRecord(names Names, key []byte, m proto.Message) (*kgo.Record, error) {
 		Topic:     names.Physical(t),
 		Key:       key,
 		Value:     v,
-		Headers:   []kgo.RecordHeader{{Key: HeaderSchema, Value: []byte(SchemaOf(t))}},
+		Headers:   []kgo.RecordHeader{{Key: HeaderSchema, Value: []byte(m.ProtoReflect().Descriptor().FullName())}},
 		Timestamp: now,
 	}, nil
 }
@@ -215,17 +236,12 @@ func decode(names Names, r *kgo.Record, decision func([]byte) (*pb.DecisionRecor
 }
 
 func accepts(t Topic, name protoreflect.FullName) bool {
-	for _, s := range schemas[t] {
-		if s == name {
-			return true
-		}
-	}
-	return false
+	return slices.Contains(schemas[t], name) || slices.Contains(sideSchemas[t], name)
 }
 
 func schemaList(t Topic) string {
 	s := ""
-	for i, n := range schemas[t] {
+	for i, n := range slices.Concat(schemas[t], sideSchemas[t]) {
 		if i > 0 {
 			s += ", "
 		}

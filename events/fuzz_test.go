@@ -38,6 +38,13 @@ func FuzzDecode(f *testing.F) {
 		f.Fatal(err)
 	}
 	f.Add(uint8(4), events.SchemaOf(events.TopicOutcomes), v)
+	for _, s := range eventstest.Side() {
+		v, err := events.Marshal(s.Msg)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(uint8(1), string(s.Msg.ProtoReflect().Descriptor().FullName()), v)
+	}
 	f.Add(uint8(2), "", []byte(nil))
 	f.Add(uint8(1), "pdrouter.events.v2.LoadSample", []byte{0x0a, 0x00})
 	f.Fuzz(func(t *testing.T, topic uint8, schema string, value []byte) {

@@ -4,6 +4,7 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -44,13 +45,18 @@ func TestGoldenRecordsStayReadable(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			topic, err := events.ParseTopic(name)
+			// "topic" holds the topic's main schema, "topic.Message" a side one.
+			topicName, message, side := strings.Cut(name, ".")
+			topic, err := events.ParseTopic(topicName)
 			if err != nil {
 				t.Fatal(err)
 			}
+			if !side {
+				message = schemaMessage(topic)
+			}
 			env, err := events.Decode(names, &kgo.Record{
 				Topic: names.Physical(topic), Value: value,
-				Headers: []kgo.RecordHeader{{Key: events.HeaderSchema, Value: []byte("pdrouter.events.v1." + schemaMessage(topic))}},
+				Headers: []kgo.RecordHeader{{Key: events.HeaderSchema, Value: []byte("pdrouter.events.v1." + message)}},
 			})
 			if err != nil {
 				t.Fatalf("a record an earlier build wrote no longer decodes: %v", err)
@@ -76,7 +82,7 @@ func writeMissingGolden(t *testing.T, dir string) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	for _, s := range eventstest.All() {
+	for _, s := range append(eventstest.All(), eventstest.Side()...) {
 		bin := filepath.Join(dir, s.Name+".binpb")
 		if _, err := os.Stat(bin); err == nil {
 			continue

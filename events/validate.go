@@ -63,6 +63,7 @@ const (
 	ReasonMissingID    = "missing_id"
 	ReasonMode         = "invalid_mode"
 	ReasonKind         = "invalid_kind"
+	ReasonHealth       = "invalid_health"
 	ReasonNegativeTime = "negative_timestamp"
 	ReasonFutureTime   = "future_timestamp"
 	reasonNoRule       = "no_rule"
@@ -123,6 +124,8 @@ func Validate(m proto.Message) error {
 			return invalid(ReasonKind, "kind", "outcome for %s: kind is unspecified", v.GetRequestId())
 		}
 		return nil
+	case *pb.WorkerHealth:
+		return validateHealth(v)
 	}
 	return invalid(reasonNoRule, "", "events: no validation rule for %T", m)
 }
@@ -178,6 +181,8 @@ func EventTime(m proto.Message) int64 {
 		return v.GetDecidedAtUnixNano()
 	case *pb.OutcomeEvent:
 		return v.GetEventTimeUnixNano()
+	case *pb.WorkerHealth:
+		return v.GetObservedAtUnixNano()
 	}
 	return 0
 }

@@ -46,6 +46,10 @@ type Config struct {
 	ScrapeInterval time.Duration
 	// ScrapeTimeout bounds one scrape (default: the interval, at most 10s).
 	ScrapeTimeout time.Duration
+	// ScrapeFailuresUnhealthy is how many scrapes of a worker in a row must
+	// fail before ingest writes that it is unhealthy (health.go; default
+	// DefaultScrapeFailuresUnhealthy).
+	ScrapeFailuresUnhealthy int
 
 	// ZMTP bounds every tcp:// and ipc:// ZMQ peer: publishers on Bind or
 	// dialed, and replay sockets.
@@ -79,6 +83,9 @@ func (c *Config) defaults() {
 	}
 	if c.ScrapeTimeout <= 0 {
 		c.ScrapeTimeout = min(c.ScrapeInterval, 10*time.Second)
+	}
+	if c.ScrapeFailuresUnhealthy <= 0 {
+		c.ScrapeFailuresUnhealthy = DefaultScrapeFailuresUnhealthy
 	}
 	c.ZMTP.defaults()
 	if c.ScrapeConcurrency <= 0 {

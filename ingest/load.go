@@ -108,7 +108,9 @@ func (ing *Ingest) runScraper(ctx context.Context) error {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	for {
-		for _, tg := range ing.scrapeTargets() {
+		targets := ing.scrapeTargets()
+		ing.scrapeHealth.keep(targets)
+		for _, tg := range targets {
 			mu.Lock()
 			busy := inflight[tg]
 			inflight[tg] = true
@@ -182,17 +184,38 @@ func (ing *Ingest) scrapeOnce(ctx context.Context, tg scrapeTarget) error {
 			return nil
 		}
 		ing.metrics.Scrapes.WithLabelValues("error").Inc()
-		if reason := scrapeRejectReason(err); reason != "" {
+		reason := scrapeRejectReason(err)
+		if reason != "" {
 			ing.metrics.Rejects.Inc(rejects.Scrape, reason)
 		}
-		ing.log.Debug("scrape failed", "worker", tg.worker, "url", tg.url, "err", err)
+		if reason == rejectMalformed || reason == rejectScrapeSize || reason == rejectBadStatus {
+			// The engine answered, with something that is not its metrics:
+			// worth a line at every failure, not only at the transition.
+			ing.log.Warn("scrape refused: the engine's /metrics answer is unusable", "worker", tg.worker, "url", tg.url, "reason", reason, "err", err)
+		} else {
+			ing.log.Debug("scrape failed", "worker", tg.worker, "url", tg.url, "err", err)
+		}
+		if ing.scrapeHealth.failed(tg.worker, ing.cfg.ScrapeFailuresUnhealthy) {
+			return ing.writeHealth(ctx, tg.worker, false, pb.HealthReason_HEALTH_REASON_SCRAPE_FAILED, err.Error())
+		}
 		return nil
 	}
 	ing.metrics.Scrapes.WithLabelValues("ok").Inc()
+	if ing.scrapeHealth.succeeded(tg.worker) {
+		if err := ing.writeHealth(ctx, tg.worker, true, pb.HealthReason_HEALTH_REASON_RECOVERED, ""); err != nil {
+			return err
+		}
+	}
 	now := time.Now()
 	ing.mu.Lock()
 	reg := ing.regs[tg.worker]
 	ing.mu.Unlock()
+	if len(loads) > 0 && loads[0].BlockSize != nil && (*loads[0].BlockSize == 0 || *loads[0].BlockSize > events.MaxBlockSize) {
+		// UpdatedRegistration keeps the registered block size: say why.
+		ing.metrics.Rejects.Inc(rejects.Scrape, rejectBlockSize)
+		ing.log.Warn("scrape: the engine reports a block size out of range; the registration keeps its own", "worker", tg.worker,
+			"url", tg.url, "block_size", *loads[0].BlockSize, "max", events.MaxBlockSize, "registered", reg.GetBlockSize())
+	}
 	for _, l := range loads {
 		if err := ing.sdeps.sink.Produce(ctx, events.WorkerKey(tg.worker), LoadSampleOf(tg.worker, l, now, uint64(reg.GetBlockSize()))); err != nil {
 			return err

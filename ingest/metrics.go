@@ -5,6 +5,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/pdrouter/pdrouter/events"
+	pb "github.com/pdrouter/pdrouter/events/eventspb"
 	"github.com/pdrouter/pdrouter/internal/rejects"
 )
 
@@ -31,6 +33,7 @@ type Metrics struct {
 	QueueDepth    *prometheus.GaugeVec   // {socket}
 	Lag           prometheus.Histogram
 	Scrapes       *prometheus.CounterVec // {result}
+	Health        *prometheus.CounterVec // {reason}: WorkerHealth records written
 	Unrouted      prometheus.Counter
 	ConnPanics    *prometheus.CounterVec // {entry}
 	Split         prometheus.Counter
@@ -52,14 +55,15 @@ const DefaultMaxSourceLabels = 1024
 
 // The reasons ingest counts in pdrouter_rejected_total, by entry.
 const (
-	rejectTooLarge   = "record_too_large" // produce: over the record limit even split, or over the broker's
-	rejectRefused    = "refused"          // produce: refused by the broker for another reason
-	rejectNotAllowed = "not_allowed"      // zmq_dial, scrape: the endpoint is outside --engine-allow
-	rejectTimeout    = "timeout"          // scrape
-	rejectScrapeSize = "too_large"        // scrape: body over --scrape-max-bytes
-	rejectBadStatus  = "bad_status"       // scrape
-	rejectMalformed  = "malformed"        // scrape: not Prometheus text
-	rejectUnknown    = "unknown_worker"   // zmq_bind: a topic no registration names
+	rejectTooLarge   = "record_too_large"   // produce: over the record limit even split, or over the broker's
+	rejectRefused    = "refused"            // produce: refused by the broker for another reason
+	rejectNotAllowed = "not_allowed"        // zmq_dial, scrape: the endpoint is outside --engine-allow
+	rejectTimeout    = "timeout"            // scrape
+	rejectScrapeSize = "too_large"          // scrape: body over --scrape-max-bytes
+	rejectBadStatus  = "bad_status"         // scrape
+	rejectMalformed  = "malformed"          // scrape: not Prometheus text
+	rejectBlockSize  = "invalid_block_size" // scrape: vllm:cache_config_info's block_size is 0 or over events.MaxBlockSize
+	rejectUnknown    = "unknown_worker"     // zmq_bind: a topic no registration names
 )
 
 // SetMaxSourceLabels sets the cap on distinct source labels (n <= 0: the
@@ -121,6 +125,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Buckets: prometheus.ExponentialBuckets(0.0001, 4, 10)}),
 		Scrapes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "pdrouter_ingest_scrapes_total",
 			Help: "Engine /metrics scrapes, by result (ok, error)."}, []string{"result"}),
+		Health: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "pdrouter_ingest_worker_health_records_total",
+			Help: "WorkerHealth records written by the scraper, by reason (scrape_failed: the worker's scrapes failed several times in a row; recovered: a scrape succeeded again, or for the first time since this process started)."}, []string{"reason"}),
 		Unrouted: prometheus.NewCounter(prometheus.CounterOpts{Name: "pdrouter_ingest_unrouted_total",
 			Help: "Messages on the bind endpoint whose topic names no registered worker."}),
 		Split: prometheus.NewCounter(prometheus.CounterOpts{Name: "pdrouter_ingest_records_split_total",
@@ -133,7 +139,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	m.Rejects.Init(rejects.Produce, rejectTooLarge, rejectRefused)
 	m.Rejects.Init(rejects.ZMQDial, rejectNotAllowed)
-	m.Rejects.Init(rejects.Scrape, rejectNotAllowed, rejectTimeout, rejectScrapeSize, rejectBadStatus, rejectMalformed)
+	m.Rejects.Init(rejects.Scrape, rejectNotAllowed, rejectTimeout, rejectScrapeSize, rejectBadStatus, rejectMalformed, rejectBlockSize)
 	m.Rejects.Init(rejects.ZMQBind, rejectUnknown)
 	m.ConnPanics.WithLabelValues(string(rejects.ZMQBind))
 	m.ConnPanics.WithLabelValues(string(rejects.ZMQDial))
@@ -146,9 +152,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	for _, r := range []string{"ok", "error"} {
 		m.Scrapes.WithLabelValues(r)
 	}
+	for _, r := range []pb.HealthReason{pb.HealthReason_HEALTH_REASON_SCRAPE_FAILED, pb.HealthReason_HEALTH_REASON_RECOVERED} {
+		m.Health.WithLabelValues(events.HealthReasonLabel(r))
+	}
 	if reg != nil {
 		reg.MustRegister(m.Batches, m.Events, m.Demoted, m.DecodeErrors, m.FrameErrors, m.Gaps, m.Replays, m.Replayed,
-			m.Resets, m.ProduceErrors, m.Produced, m.QueueDepth, m.Lag, m.Scrapes, m.Unrouted, m.Split, m.ConnPanics)
+			m.Resets, m.ProduceErrors, m.Produced, m.QueueDepth, m.Lag, m.Scrapes, m.Health, m.Unrouted, m.Split, m.ConnPanics)
 	}
 	return m
 }

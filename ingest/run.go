@@ -75,6 +75,8 @@ type Ingest struct {
 	regs     map[string]*pb.WorkerRegistration
 	bindTops map[string]SourceConfig // topic -> engine that connects to Bind
 	refusals map[string]bool         // refused endpoints already logged
+
+	scrapeHealth scrapeHealth // the scraper's health rule (health.go)
 }
 
 type runningSource struct {

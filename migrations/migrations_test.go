@@ -184,7 +184,8 @@ func TestStoreRule(t *testing.T) {
 		{"no store", 0, false, migrations.StoreInit},
 		{"current", cur, true, migrations.StoreOpen},
 		{"newer store from a rolled-forward binary", cur + 1, true, migrations.StoreRebuild},
-		{"older without upgrade path", cur - 1, true, migrations.StoreRebuild},
+		{"older without upgrade path", cur - 2, true, migrations.StoreRebuild},
+		{"v6 before worker health upgrades in place", 6, true, migrations.StoreUpgrade},
 	}
 	for _, c := range cases {
 		got, why := migrations.StoreRule(c.found, c.exists)

@@ -20,10 +20,13 @@ import (
 // position on the decisions topic instead of the whole record (the table is
 // read from the topic when asked for); v6 keeps an active request's hash
 // chain out of its entry, which names the chain's length and its decision
-// record's position instead (statestore/chains.go). v1 to v5 stores are
-// rebuilt: a v4 record does not know its position, a v5 entry holds its
-// chain.
-const StoreSchemaVersion uint32 = 6
+// record's position instead (statestore/chains.go); v7 adds each worker's
+// latest WorkerHealth record (statestore/workerhealth.go). v1 to v5 stores
+// are rebuilt: a v4 record does not know its position, a v5 entry holds its
+// chain. A v6 store upgrades as it is: it holds no health, and it skipped
+// none either, since readers are upgraded before any writer of health
+// records (events/SCHEMA.md).
+const StoreSchemaVersion uint32 = 7
 
 // PebbleFormat pins Pebble's on-disk format. Pebble's FormatDefault picks the
 // oldest format it supports and may change between releases; pinning keeps a
@@ -54,9 +57,11 @@ func (a StoreAction) String() string {
 // It must be idempotent: a crash half-way is followed by running it again.
 type StoreUpgradeFunc func(db *pebble.DB) error
 
-// storeUpgrades maps a version to the upgrade that lifts it by one. Empty
-// while there is only version 1.
-var storeUpgrades = map[uint32]StoreUpgradeFunc{}
+// storeUpgrades maps a version to the upgrade that lifts it by one.
+var storeUpgrades = map[uint32]StoreUpgradeFunc{
+	// v6 → v7: the worker health family is new and starts empty.
+	6: func(*pebble.DB) error { return nil },
+}
 
 // StoreRule decides what to do with a store that recorded version found
 // (exists is false when there is no store at all). The rule:

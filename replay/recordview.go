@@ -39,6 +39,7 @@ func NewRecordView(rec *pb.DecisionRecord) *RecordView {
 			BlockSize: int(c.GetBlockSize()), TotalKVBlocks: c.GetTotalKvBlocks(),
 			MaxNumBatchedTokens: c.GetMaxNumBatchedTokens(),
 			Unavailable:         c.GetExcluded() == decider.ExcludedUnavailable,
+			Unhealthy:           c.GetExcluded() == decider.ExcludedUnhealthy,
 		}
 	}
 	return v

@@ -3,8 +3,11 @@ package sim
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/pdrouter/pdrouter/internal/rejects"
@@ -34,6 +37,16 @@ type Engines struct {
 	URLs  map[string]string
 	Model string
 	stop  func()
+
+	// What Kill and Restart need: the fleet, its loop, and each engine's
+	// server by worker id.
+	f       *Fleet
+	live    *liveLoop
+	rejects *rejects.Counter
+	log     *slog.Logger
+	mu      sync.Mutex
+	servers map[string]*engineServer
+	engines map[string]*Engine
 }
 
 // ServeEngines starts the engines of fc on 127.0.0.1, serving until Close,
@@ -53,15 +66,17 @@ func ServeEngines(fc FleetConfig, timeScale float64, log *slog.Logger) (*Engines
 	f.live = live
 	f.wallTS = func() float64 { return float64(time.Now().UnixNano()) / 1e9 }
 	rj := rejects.For(nil)
-	out := &Engines{URLs: map[string]string{}, Model: f.cfg.Hardware.ModelName}
-	var servers []*engineServer
+	out := &Engines{URLs: map[string]string{}, Model: f.cfg.Hardware.ModelName, f: f, live: live, rejects: rj, log: log,
+		servers: map[string]*engineServer{}, engines: map[string]*Engine{}}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	out.stop = func() {
 		cancel()
 		<-done
 		live.stop()
-		for _, s := range servers {
+		out.mu.Lock()
+		defer out.mu.Unlock()
+		for _, s := range out.servers {
 			_ = s.Close()
 		}
 	}
@@ -72,7 +87,7 @@ func ServeEngines(fc FleetConfig, timeScale float64, log *slog.Logger) (*Engines
 			out.stop()
 			return nil, err
 		}
-		servers = append(servers, es)
+		out.servers[e.cfg.ID], out.engines[e.cfg.ID] = es, e
 		out.URLs[e.cfg.ID] = es.URL()
 	}
 	go func() { defer close(done); f.serve(ctx) }()
@@ -81,6 +96,38 @@ func ServeEngines(fc FleetConfig, timeScale float64, log *slog.Logger) (*Engines
 
 // Close stops the engines.
 func (e *Engines) Close() { e.stop() }
+
+// Kill stops engine id's HTTP server at once, open streams cut: its port
+// then refuses connections, as a crashed engine's does. Its simulated state
+// is kept, for Restart.
+func (e *Engines) Kill(id string) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	s := e.servers[id]
+	if s == nil {
+		return fmt.Errorf("sim: no running engine %q", id)
+	}
+	delete(e.servers, id)
+	return s.srv.Close()
+}
+
+// Restart serves a killed engine again on the address it had (its
+// registration's http_url stays right).
+func (e *Engines) Restart(id string) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	eng := e.engines[id]
+	if eng == nil || e.servers[id] != nil {
+		return fmt.Errorf("sim: engine %q is not a killed engine", id)
+	}
+	addr := strings.TrimPrefix(e.URLs[id], "http://")
+	s, err := startEngineServer(addr, e.f, eng, e.live, e.f.outs[eng].metrics, DefaultMaxBodyBytes, e.rejects, e.log)
+	if err != nil {
+		return err
+	}
+	e.servers[id] = s
+	return nil
+}
 
 // noRouter is the router of a fleet that only serves its engines' API: no
 // workload of its own is ever routed.

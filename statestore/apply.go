@@ -107,6 +107,7 @@ func (s *Store) Apply(recs []*kgo.Record) error {
 			st.rebuildView()
 		}
 		s.checkSlotFlags(false)
+		s.logHealth(st.stats.healthTransitions)
 		s.met.addStats(&st.stats)
 		st.wm.Store(nil) // offsets moved
 		st.pw = nil

@@ -26,6 +26,13 @@ func FuzzApply(f *testing.F) {
 		t, _ := events.TopicOf(s.Msg)
 		f.Add(uint8(topicIndex[t]), v, uint8(0))
 	}
+	// Mode 4: the value goes under the topic's side schema (a worker health
+	// record on load).
+	for _, s := range eventstest.Side() {
+		v, _ := events.Marshal(s.Msg)
+		t, _ := events.TopicOf(s.Msg)
+		f.Add(uint8(topicIndex[t]), v, uint8(4))
+	}
 	// Hostile values that decode: a registration asking for 2^32-1 ranks,
 	// samples for ranks and ids nobody registered, a future-dated sample.
 	for _, m := range []proto.Message{
@@ -66,12 +73,12 @@ func FuzzApply(f *testing.F) {
 		// A little context first, so rules that need prior state run too.
 		var recs []*kgo.Record
 		off := map[events.Topic]int64{}
-		add := func(t events.Topic, key []byte, v []byte, schema bool) {
+		add := func(t events.Topic, key []byte, v []byte, schema string) {
 			// Log times after the generator's event times, as a producer's
 			// clock would be: records are not skipped as future-dated.
 			r := &kgo.Record{Topic: string(t), Key: key, Value: v, Offset: off[t], Timestamp: time.UnixMilli(2e12 + off[t])}
-			if schema {
-				r.Headers = []kgo.RecordHeader{{Key: events.HeaderSchema, Value: []byte(events.SchemaOf(t))}}
+			if schema != "" {
+				r.Headers = []kgo.RecordHeader{{Key: events.HeaderSchema, Value: []byte(schema)}}
 			}
 			off[t]++
 			recs = append(recs, r)
@@ -82,14 +89,17 @@ func FuzzApply(f *testing.F) {
 			}
 			v, _ := events.Marshal(e.msg)
 			t, _ := events.TopicOf(e.msg)
-			add(t, []byte(e.key), v, true)
+			add(t, []byte(e.key), v, string(e.msg.ProtoReflect().Descriptor().FullName()))
 		}
 		key := []byte("w00")
-		if mode%2 == 0 {
-			add(tp, key, value, true)
-		} else {
-			add(tp, key, value, false)
-			add(events.TopicWorkers, value, nil, false) // a tombstone with an arbitrary key
+		switch {
+		case mode%2 == 0 && mode&4 != 0 && len(events.SideSchemas(tp)) > 0:
+			add(tp, key, value, events.SideSchemas(tp)[0]) // a worker health record, for the load topic
+		case mode%2 == 0:
+			add(tp, key, value, events.SchemaOf(tp))
+		default:
+			add(tp, key, value, "")
+			add(events.TopicWorkers, value, nil, "") // a tombstone with an arbitrary key
 		}
 		if err := s.Apply(recs); err != nil {
 			t.Fatal(err)

@@ -36,7 +36,7 @@ type genBlock struct {
 // generator makes a random but plausible event history: a fleet of
 // workers registering, storing chains of blocks (children of their own
 // stored blocks, in all tiers), evicting, clearing, resetting, sending load
-// samples; decisions and outcomes (some out of order, some without a
+// samples and health transitions; decisions and outcomes (some out of order, some without a
 // decision id, some never completed, so expiry matters); and retiring
 // workers with a tombstone (after which they send nothing, the ingest
 // contract load.go relies on).
@@ -236,6 +236,13 @@ func (g *generator) next() genEvent {
 	case n < 98 && g.rng.IntN(10) == 0 && g.retired() < len(g.workers)/3: // retire a worker
 		w.retired = true
 		return genEvent{w.id, nil}
+	case n == 99: // a health transition, from the draws already made
+		h := &pb.WorkerHealth{WorkerId: w.id, ObservedAtUnixNano: g.t, Source: pb.HealthSource_HEALTH_SOURCE_INGEST_SCRAPE,
+			Reason: pb.HealthReason_HEALTH_REASON_SCRAPE_FAILED, Detail: "connection refused", Observer: "ingest-0"}
+		if g.t/1e6%3 == 0 {
+			h.Healthy, h.Reason = true, pb.HealthReason_HEALTH_REASON_RECOVERED
+		}
+		return genEvent{w.id, h}
 	}
 	return kv(&pb.KvEvent{Event: &pb.KvEvent_Unknown{Unknown: &pb.UnknownEvent{Tag: "BlockInactive"}}})
 }

@@ -29,7 +29,7 @@ func (h *harness) raw(key string, m proto.Message) *kgo.Record {
 		h.t.Fatal(err)
 	}
 	r := &kgo.Record{Topic: events.Names{}.Physical(t), Key: []byte(key), Value: v,
-		Headers: []kgo.RecordHeader{{Key: events.HeaderSchema, Value: []byte(events.SchemaOf(t))}}}
+		Headers: []kgo.RecordHeader{{Key: events.HeaderSchema, Value: []byte(m.ProtoReflect().Descriptor().FullName())}}}
 	return h.place(t, r)
 }
 

@@ -7,12 +7,13 @@ import (
 	"github.com/pdrouter/pdrouter/events"
 )
 
-// Key layout of the Pebble store (schema migrations.StoreSchemaVersion = 6).
+// Key layout of the Pebble store (schema migrations.StoreSchemaVersion = 7).
 // History (migrations/store.go): v2 added the families h, d, q and e; v3
 // the parent's router hash in prefix values; v4 the workers in request
 // index values; v5 stores a decision's header and position instead of the
 // whole record; v6 an active entry's chain length and decision position
-// instead of its chain (chains.go). Older stores are rebuilt.
+// instead of its chain (chains.go); v7 the family u (workerhealth.go), which
+// a v6 store upgrades to as it is. Older stores are rebuilt.
 //
 // Every key starts with a one-byte family. Worker ids are validated by
 // events.ValidateWorkerID (printable, no NUL), so a NUL after an id ends it
@@ -35,6 +36,10 @@ import (
 //	                                         position only (active.go encodeEntry, chains.go)
 //	'h' workerID 0x00 rank(u32)              KV-event health: i64 first load sample time,
 //	                                         i64 latest kv-events time (kvhealth.go); absent when both 0
+//	'u' workerID                             the worker's latest WorkerHealth record: u8 format 1 |
+//	                                         uvarint partition | uvarint offset (its place on the
+//	                                         load topic) | the record, deterministic protobuf
+//	                                         (workerhealth.go)
 //	'd' decisionID                           u8 format 1 | uvarint partition | uvarint offset (the
 //	                                         record's position on the decisions topic) | the
 //	                                         record's header, deterministic protobuf
@@ -69,6 +74,7 @@ const (
 	famActive   = 'a'
 	famTomb     = 't'
 	famHealth   = 'h'
+	famWorkerUp = 'u'
 	famDecision = 'd'
 	famRequest  = 'q'
 	famExpiry   = 'e'
@@ -110,6 +116,8 @@ func offsetKey(t events.Topic, partition int32) []byte {
 func registryKey(id string) []byte { return append([]byte{famRegistry}, id...) }
 
 func tombKey(id string) []byte { return append([]byte{famTomb}, id...) }
+
+func healthKey(id string) []byte { return append([]byte{famWorkerUp}, id...) }
 
 func activeKey(id string) []byte { return append([]byte{famActive}, id...) }
 

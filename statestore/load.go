@@ -70,6 +70,9 @@ func (st *state) applyRegistration(b *pebble.Batch, r *pb.WorkerRegistration) {
 	id := r.GetWorkerId()
 	if st.regs[id] == nil {
 		st.unregSlots -= len(st.byID[id]) // they leave the unregistered budget
+		if st.health[id] != nil {
+			st.unregHealth--
+		}
 	}
 	st.regs[id] = r
 	st.viewDirty = true
@@ -113,9 +116,11 @@ func (st *state) applyTombstone(b *pebble.Batch, id string, logTime int64) {
 		st.tombs[id] = logTime
 		_ = b.Set(tombKey(id), i64Value(logTime), nil)
 	}
-	if st.regs[id] != nil {
+	wasRegistered := st.regs[id] != nil
+	if wasRegistered {
 		st.unregSlots += len(st.byID[id]) // until freed, they count as unregistered
 	}
+	st.forgetHealth(b, id, wasRegistered)
 	delete(st.regs, id)
 	st.viewDirty = true
 	for _, slot := range st.slotsOf(id) {

@@ -44,6 +44,9 @@ type Metrics struct {
 	walk          *prometheus.CounterVec
 	diskSlow      prometheus.Counter
 	cell, cells   prometheus.Gauge
+	// Worker health (workerhealth.go).
+	healthTransitions *prometheus.CounterVec
+	unhealthy         prometheus.Gauge
 	// The walk's children, resolved once: MatchPrefix adds to them on the
 	// hot path.
 	walkPredicted, walkLinked, walkLookedUp prometheus.Counter
@@ -84,7 +87,7 @@ func newMetrics(reg prometheus.Registerer, dm *events.DecodeMetrics) *Metrics {
 		}, []string{"tier"}),
 		workers: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "pdrouter_workers",
-			Help: "Registered (worker, dp rank) pairs by pool and state: ready, unavailable, or kv_events_missing (a decode worker that sends load but no KV events).",
+			Help: "Registered (worker, dp rank) pairs by pool and state: ready, unhealthy (its latest health record), unavailable, or kv_events_missing (a decode worker that sends load but no KV events).",
 		}, []string{"pool", "state"}),
 		removeUnknown: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "pdrouter_kv_remove_unknown_total",
@@ -165,6 +168,15 @@ func newMetrics(reg prometheus.Registerer, dm *events.DecodeMetrics) *Metrics {
 		Help: "Pebble file operations still running after 5s (Pebble's disk health check): a sign of a saturated or failing data disk.",
 	})
 
+	m.healthTransitions = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "pdrouter_worker_health_transitions_total",
+		Help: "Worker health changes applied from the log (WorkerHealth records on the load topic), by the health they lead to (healthy, unhealthy) and the record's reason.",
+	}, []string{"to", "reason"})
+	m.unhealthy = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "pdrouter_workers_unhealthy",
+		Help: "Registered worker ids whose latest health record says they stopped answering: the decider excludes them (excluded=unhealthy) until a recovered record.",
+	})
+
 	// Series whose label values are known exist at 0 from the start, so
 	// dashboards and alerts see 0 rather than nothing; the partitions of a
 	// topic are known once the materializer discovers them (partitionKnown).
@@ -177,6 +189,13 @@ func newMetrics(reg prometheus.Registerer, dm *events.DecodeMetrics) *Metrics {
 	}
 	for _, c := range clearCauses {
 		m.resets.WithLabelValues(c)
+	}
+	for _, r := range events.HealthReasonLabels {
+		to := healthUnhealthy
+		if r == "recovered" {
+			to = healthHealthy
+		}
+		m.healthTransitions.WithLabelValues(to, r)
 	}
 	for _, pw := range workerSeries {
 		m.workers.WithLabelValues(pw.pool, pw.state)
@@ -191,7 +210,7 @@ func newMetrics(reg prometheus.Registerer, dm *events.DecodeMetrics) *Metrics {
 	if reg != nil {
 		reg.MustRegister(m.applied, m.applySeconds, m.offset, m.lag, m.topicLag, m.blocks, m.workers, m.removeUnknown, m.storeUnknown,
 			m.orphans, m.resets, m.staleLoads, m.afterTomb, m.active, m.races, m.copies, m.indexBytes, m.kvMissing, m.bsMismatch, m.predicted, m.walk, m.diskSlow,
-			m.chainBytes, m.chainsRead, m.cell, m.cells)
+			m.chainBytes, m.chainsRead, m.cell, m.cells, m.healthTransitions, m.unhealthy)
 		reg.MustRegister(m.latency.collectors()...)
 	}
 	return m
@@ -206,9 +225,16 @@ const (
 
 var clearCauses = [...]string{causeCleared, causeSourceReset, causeTombstone}
 
+// The "to" labels of pdrouter_worker_health_transitions_total.
+const (
+	healthHealthy   = "healthy"
+	healthUnhealthy = "unhealthy"
+)
+
 // States of pdrouter_workers.
 const (
 	workerReady       = "ready"
+	workerUnhealthy   = "unhealthy"
 	workerUnavailable = "unavailable"
 	workerKVMissing   = "kv_events_missing"
 )
@@ -219,8 +245,9 @@ type workerSeriesKey struct{ pool, state string }
 // decode worker can miss KV events (a prefill worker's cache is not read).
 var workerSeries = [...]workerSeriesKey{
 	{string(decider.PoolDecode), workerReady}, {string(decider.PoolDecode), workerUnavailable},
-	{string(decider.PoolDecode), workerKVMissing},
+	{string(decider.PoolDecode), workerKVMissing}, {string(decider.PoolDecode), workerUnhealthy},
 	{string(decider.PoolPrefill), workerReady}, {string(decider.PoolPrefill), workerUnavailable},
+	{string(decider.PoolPrefill), workerUnhealthy},
 }
 
 // partitionKnown creates the series of a partition the materializer
@@ -245,7 +272,14 @@ func (m *Metrics) addStats(s *applyStats) {
 	m.races.Add(float64(s.races))
 	m.copies.Add(float64(s.decisionCopies))
 	m.latency.dropped.WithLabelValues(latDropNoRow).Add(float64(s.latNoRow))
-	*s = applyStats{}
+	for _, t := range s.healthTransitions {
+		to := healthUnhealthy
+		if t.rec.GetHealthy() {
+			to = healthHealthy
+		}
+		m.healthTransitions.WithLabelValues(to, events.HealthReasonLabel(t.rec.GetReason())).Inc()
+	}
+	*s = applyStats{healthTransitions: s.healthTransitions[:0]}
 }
 
 // observeState sets the gauges from the state (read lock held).
@@ -263,6 +297,8 @@ func (m *Metrics) observeState(st *state) {
 		w := &st.viewInfos[ref]
 		state := workerReady
 		switch {
+		case w.Unhealthy:
+			state = workerUnhealthy
 		case w.Unavailable:
 			state = workerUnavailable
 		case st.workers[st.viewSlots[ref]].kvMissing:
@@ -273,6 +309,13 @@ func (m *Metrics) observeState(st *state) {
 	for k, n := range counts {
 		m.workers.WithLabelValues(k.pool, k.state).Set(float64(n))
 	}
+	unhealthy := 0
+	for id, h := range st.health {
+		if !h.rec.GetHealthy() && st.regs[id] != nil {
+			unhealthy++
+		}
+	}
+	m.unhealthy.Set(float64(unhealthy))
 	m.active.Set(float64(st.act.active))
 	m.kvMissing.Set(float64(st.kvMissing))
 	m.bsMismatch.Set(float64(st.bsMismatch))

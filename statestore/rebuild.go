@@ -52,6 +52,11 @@ func (s *Store) rebuild() (*state, error) {
 			st.viewDirty = true
 		case famTomb:
 			st.tombs[string(body)] = int64(binary.LittleEndian.Uint64(v))
+		case famWorkerUp:
+			if err := st.loadWorkerHealth(string(body), v); err != nil {
+				return nil, fmt.Errorf("worker health %q: %w", body, err)
+			}
+			st.viewDirty = true
 		case famLoad:
 			id, rank, _, err := parseWorkerRank(body)
 			if err != nil {
@@ -145,6 +150,12 @@ func (s *Store) rebuild() (*state, error) {
 	for id, slots := range st.byID {
 		if st.regs[id] == nil {
 			st.unregSlots += len(slots)
+		}
+	}
+	st.unregHealth = 0
+	for id := range st.health {
+		if st.regs[id] == nil {
+			st.unregHealth++
 		}
 	}
 	st.rebuildView()

@@ -26,8 +26,13 @@ type state struct {
 	idx        *hotIndex
 	regs       map[string]*pb.WorkerRegistration
 	tombs      map[string]int64 // worker id → Kafka timestamp of its latest tombstone
-	act        *activeTable
-	offsets    map[topicPartition]int64
+	// health is each worker id's latest applied health record
+	// (workerhealth.go); unregHealth counts those of ids with no
+	// registration.
+	health      map[string]*workerHealth
+	unregHealth int
+	act         *activeTable
+	offsets     map[topicPartition]int64
 	// wm caches offsets as a decision record's watermark: every decision
 	// until the next chunk is applied records the same one, and building it
 	// (sort, allocate) was 2% of a decision. Readers fill it under the read
@@ -103,6 +108,8 @@ type applyStats struct {
 	// kv-events or load records stamped at or before the worker's latest
 	// tombstone, ignored because the tombstone purged (or will purge) them.
 	afterTombstone int64
+	// healthTransitions are the health changes applied (workerhealth.go).
+	healthTransitions []healthTransition
 }
 
 type topicPartition struct {
@@ -118,6 +125,7 @@ func newState(cfg activeConfig) *state {
 		idx:     newHotIndex(),
 		regs:    map[string]*pb.WorkerRegistration{},
 		tombs:   map[string]int64{},
+		health:  map[string]*workerHealth{},
 		act:     newActiveTable(cfg),
 		dec:     newDecisionLog(cfg.decisionRetention),
 		offsets: map[topicPartition]int64{},
@@ -170,6 +178,7 @@ func (st *state) applyEnvelope(b *pebble.Batch, env *events.Envelope, logTime in
 			return ""
 		}
 		st.applyLoad(b, m)
+		st.healthFromLoad(b, m, env.Partition, env.Offset)
 	case *pb.WorkerRegistration:
 		if r := st.refuseRegistration(m); r != "" {
 			return r
@@ -181,6 +190,16 @@ func (st *state) applyEnvelope(b *pebble.Batch, env *events.Envelope, logTime in
 		st.applyDecision(b, m, env.Partition, env.Offset)
 		st.applyDecisionLog(b, m, env.Partition, env.Offset, env.Header)
 		st.learnDecision(m)
+	case *pb.WorkerHealth:
+		if r := st.refuseHealth(m); r != "" {
+			return r
+		}
+		st.observe(m.GetObservedAtUnixNano(), false)
+		if st.beforeTombstone(m.GetWorkerId(), logTime) {
+			st.stats.afterTombstone++
+			return ""
+		}
+		st.applyHealth(b, m, env.Partition, env.Offset)
 	case *pb.OutcomeEvent:
 		st.observe(m.GetEventTimeUnixNano(), true)
 		st.applyOutcome(b, m)

@@ -211,6 +211,7 @@ func (st *state) rebuildView() {
 				ID:        events.WorkerRank(id, r),
 				Model:     reg.GetModel(),
 				BlockSize: int(reg.GetBlockSize()),
+				Unhealthy: st.unhealthy(id),
 			}
 			switch reg.GetPool() {
 			case pb.Pool_POOL_PREFILL:

@@ -42,6 +42,7 @@ type ingestFlags struct {
 	scrapeTimeout  time.Duration
 	scrapeConc     int
 	scrapeMaxBytes int64
+	scrapeFailures int
 }
 
 func (f *ingestFlags) bindFlags(fs *pflag.FlagSet) {
@@ -62,6 +63,7 @@ func (f *ingestFlags) bindFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&f.scrapeTimeout, "scrape-timeout", 5*time.Second, "bound on one /metrics scrape (connect, headers and body)")
 	fs.IntVar(&f.scrapeConc, "scrape-concurrency", ingest.DefaultScrapeConcurrency, "/metrics scrapes in flight at once")
 	fs.Int64Var(&f.scrapeMaxBytes, "scrape-max-bytes", ingest.MaxScrapeBytes, "largest /metrics body read; a bigger one is refused, not truncated")
+	fs.IntVar(&f.scrapeFailures, "scrape-failures-unhealthy", ingest.DefaultScrapeFailuresUnhealthy, "failed /metrics scrapes of a worker in a row after which ingest writes it unhealthy (a WorkerHealth record: every replica then excludes it until a scrape succeeds)")
 	fs.IntVar(&f.maxRecordBytes, "max-record-bytes", ingest.DefaultMaxRecordBytes, "largest Kafka record value ingest writes; a bigger engine batch is split across records (keep it below the topics' max.message.bytes, less 4 KiB)")
 	fs.IntVar(&f.maxSources, "ingest-max-source-labels", ingest.DefaultMaxSourceLabels, `distinct "source" label values of ingest's metrics; sources past it are counted as "other"`)
 }
@@ -73,6 +75,7 @@ func (f *ingestFlags) config(a *app) (ingest.Config, error) {
 		ScrapeInterval: f.scrapeInterval, ReplayTimeout: f.replayTimeout, QueueSize: f.queueSize, ZMTP: f.zmtp,
 		MaxRecordBytes: f.maxRecordBytes, MaxSourceLabels: f.maxSources,
 		EngineAllow: f.engineAllow, ScrapeTimeout: f.scrapeTimeout, ScrapeConcurrency: f.scrapeConc, ScrapeMaxBytes: f.scrapeMaxBytes,
+		ScrapeFailuresUnhealthy: f.scrapeFailures,
 	}
 	if f.zmtp.MaxFrameBytes <= 0 || f.zmtp.MaxMessageBytes <= 0 || f.zmtp.HandshakeTimeout <= 0 || f.zmtp.MaxConns <= 0 {
 		return cfg, errors.New("--zmq-max-frame-bytes, --zmq-max-message-bytes, --zmq-handshake-timeout and --zmq-max-conns must be positive")
@@ -89,8 +92,8 @@ func (f *ingestFlags) config(a *app) (ingest.Config, error) {
 	if _, err := ingest.ParseAllowList(f.engineAllow); err != nil {
 		return cfg, err
 	}
-	if f.scrapeTimeout <= 0 || f.scrapeConc < 1 || f.scrapeMaxBytes < 1 {
-		return cfg, errors.New("--scrape-timeout, --scrape-concurrency and --scrape-max-bytes must be positive")
+	if f.scrapeTimeout <= 0 || f.scrapeConc < 1 || f.scrapeMaxBytes < 1 || f.scrapeFailures < 1 {
+		return cfg, errors.New("--scrape-timeout, --scrape-concurrency, --scrape-max-bytes and --scrape-failures-unhealthy must be positive")
 	}
 	if f.maxSources < 1 {
 		return cfg, fmt.Errorf("--ingest-max-source-labels %d: want at least 1", f.maxSources)

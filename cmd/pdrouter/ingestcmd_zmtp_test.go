@@ -5,26 +5,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/spf13/pflag"
-
 	"github.com/pdrouter/pdrouter/ingest"
-	"github.com/pdrouter/pdrouter/internal/envflags"
 )
 
 // TestZMQLimitFlags: the ZMTP limits have safe defaults, are set by flag or
 // PDR_ variable, reach ingest.Config, and nonsense is refused.
 func TestZMQLimitFlags(t *testing.T) {
 	parse := func(env map[string]string, args ...string) (ingest.Config, error) {
-		var f ingestFlags
-		fs := pflag.NewFlagSet("ingest", pflag.ContinueOnError)
-		f.bindFlags(fs)
-		if err := fs.Parse(append([]string{"--bind", "tcp://127.0.0.1:0"}, args...)); err != nil {
-			return ingest.Config{}, err
-		}
-		if err := envflags.Apply(fs, func(k string) (string, bool) { v, ok := env[k]; return v, ok }); err != nil {
-			return ingest.Config{}, err
-		}
-		return f.config(&app{})
+		return parseIngestFlags(env, append([]string{"--bind", "tcp://127.0.0.1:0"}, args...)...)
 	}
 	cfg, err := parse(nil)
 	if err != nil {

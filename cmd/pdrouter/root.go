@@ -185,6 +185,9 @@ func newVersionCmd(a *app) *cobra.Command {
 			fmt.Fprintf(a.stdout, "pdrouter %s\n", version)
 			for _, t := range events.AllTopics {
 				fmt.Fprintf(a.stdout, "  %-10s %s\n", t, events.SchemaOf(t))
+				for _, side := range events.SideSchemas(t) {
+					fmt.Fprintf(a.stdout, "  %-10s %s\n", "", side)
+				}
 			}
 			return nil
 		},

@@ -132,3 +132,14 @@ func All() []Sample {
 			EventTimeUnixNano: 1764400009000000000, TtftMs: f64(182.5), OutputTokens: u64(311), ItlMsMean: f64(21.4)}},
 	}
 }
+
+// Side returns one sample of every side schema (a message a topic carries
+// next to its main one, events.SideSchemas), named "topic.Message".
+func Side() []Sample {
+	return []Sample{
+		{"load.WorkerHealth", []byte("decode-1"), &pb.WorkerHealth{
+			WorkerId: "decode-1", Healthy: false, Reason: pb.HealthReason_HEALTH_REASON_SCRAPE_FAILED,
+			Source: pb.HealthSource_HEALTH_SOURCE_INGEST_SCRAPE, ObservedAtUnixNano: 1764400002000000000,
+			Detail: "scrape failed 2 times in a row: dial tcp 10.0.0.5:8000: connect: connection refused", Observer: "ingest-0"}},
+	}
+}

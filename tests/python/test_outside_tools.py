@@ -40,7 +40,7 @@ def pb(tmp_path_factory):
     import importlib
 
     mods = {}
-    for name in ["common", "kv_events", "load", "workers", "decisions", "outcomes"]:
+    for name in ["common", "kv_events", "load", "workers", "decisions", "outcomes", "health"]:
         mods[name] = importlib.import_module(f"pdrouter.events.v1.{name}_pb2")
     return mods
 
@@ -64,6 +64,18 @@ def test_golden_record_decodes_in_python(pb, topic):
     assert cls.DESCRIPTOR.full_name == f"pdrouter.events.v1.{MESSAGE[topic]}"
     # A field a later version might add is kept, not a decode failure.
     assert got.ByteSize() > 0
+
+
+def test_side_golden_record_decodes_in_python(pb):
+    # load.WorkerHealth: a message the load topic carries next to LoadSample,
+    # under its own pdr-schema header.
+    cls = pb["health"].WorkerHealth
+    got = cls()
+    got.ParseFromString((GOLDEN / "load.WorkerHealth.binpb").read_bytes())
+    want = json_format.Parse((GOLDEN / "load.WorkerHealth.json").read_text(), cls())
+    assert got == want
+    assert cls.DESCRIPTOR.full_name == "pdrouter.events.v1.WorkerHealth"
+    assert got.reason == pb["health"].HEALTH_REASON_SCRAPE_FAILED and not got.healthy
 
 
 def test_unknown_fields_survive_python_round_trip(pb):
