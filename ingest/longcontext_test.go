@@ -206,6 +206,27 @@ func setMaxMessageBytes(t *testing.T, brokers []string, names events.Names, n in
 	if err != nil {
 		t.Fatalf("set max.message.bytes: %v", err)
 	}
+	// The controller has the new limit; the broker applies it once the
+	// metadata reaches it. A record produced before that is taken under the
+	// old limit, and a test of the refusal then waits for one that never
+	// comes: wait until the broker itself describes the limit.
+	for {
+		got, err := adm.DescribeTopicConfigs(ctx, names.Physical(events.TopicKvEvents))
+		if err == nil {
+			for _, rc := range got {
+				for _, c := range rc.Configs {
+					if c.Key == "max.message.bytes" && c.Value != nil && *c.Value == v {
+						return
+					}
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("the broker did not describe max.message.bytes %s within 30 s: %v", v, err)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }
 
 // TestLongContextSmallTopicLimit: on a kv-events topic that takes batches
@@ -252,12 +273,8 @@ func TestRefusedRecordResetsWorker(t *testing.T) {
 		stop := make(chan struct{})
 		defer close(stop)
 		publishUntil(t, pub, stop)
-		// Then a small BlockStored: it must arrive after the refusal. The
-		// wait is generous: under the race detector, replaying the 100,000
-		// blocks and having them refused took 6 to 26 s alone, and over a
-		// minute once inside a loaded make test; the test is of the
-		// refusal's effects, not of its speed.
-		waitUntil(t, 3*time.Minute, "the refusal counted", func() bool {
+		// Then a small BlockStored: it must arrive after the refusal.
+		waitUntil(t, 90*time.Second, "the refusal counted", func() bool {
 			return r.ing.Metrics().Rejects.Value(rejects.Produce, "record_too_large") >= 1
 		})
 		small := longStored(32)
