@@ -5,12 +5,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"strings"
 
 	"github.com/spf13/cobra"
 
 	"github.com/pdrouter/pdrouter/events"
 	"github.com/pdrouter/pdrouter/internal/envflags"
+	"github.com/pdrouter/pdrouter/internal/logflags"
 	"github.com/pdrouter/pdrouter/internal/memlimit"
 	"github.com/pdrouter/pdrouter/kafkaconn"
 )
@@ -59,7 +59,7 @@ PDR_TOPIC_PREFIX. A flag on the command line wins over the environment.`,
 			if err := events.ValidatePrefix(a.topicPrefix); err != nil {
 				return err
 			}
-			l, err := newLogger(a.stderr, a.logLevel, a.logFormat)
+			l, err := logflags.New(a.stderr, a.logLevel, a.logFormat)
 			if err != nil {
 				return err
 			}
@@ -104,21 +104,6 @@ func (a *app) tuneMemory() error {
 	}
 	a.log.Info("go runtime memory", "limit_bytes", r.Limit, "limit_from", r.LimitFrom, "gc_percent", r.GCPercent, "gc_from", r.GCFrom)
 	return nil
-}
-
-func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {
-	var lv slog.Level
-	if err := lv.UnmarshalText([]byte(level)); err != nil {
-		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", level)
-	}
-	opts := &slog.HandlerOptions{Level: lv}
-	switch strings.ToLower(format) {
-	case "text":
-		return slog.New(slog.NewTextHandler(w, opts)), nil
-	case "json":
-		return slog.New(slog.NewJSONHandler(w, opts)), nil
-	}
-	return nil, fmt.Errorf("--log-format %q: want text or json", format)
 }
 
 func newVersionCmd(a *app) *cobra.Command {

@@ -1,0 +1,35 @@
+package logflags
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+	"testing"
+)
+
+func TestLevelsAndFormats(t *testing.T) {
+	var b bytes.Buffer
+	l, err := New(&b, "warn", "json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Info("dropped")
+	l.Warn("kept", "k", 1)
+	var rec map[string]any
+	if err := json.Unmarshal(b.Bytes(), &rec); err != nil || rec["msg"] != "kept" {
+		t.Fatalf("want one JSON record of the warning, got %q (%v)", b.String(), err)
+	}
+	b.Reset()
+	if l, err = New(&b, "debug", "TEXT"); err != nil {
+		t.Fatal(err)
+	}
+	l.Debug("d")
+	if !strings.Contains(b.String(), "msg=d") {
+		t.Fatalf("text debug record missing: %q", b.String())
+	}
+	for _, bad := range [][2]string{{"loud", "text"}, {"info", "xml"}} {
+		if _, err := New(&b, bad[0], bad[1]); err == nil {
+			t.Errorf("New(%q, %q) accepted", bad[0], bad[1])
+		}
+	}
+}
