@@ -17,7 +17,7 @@
 // touched.
 //
 // Annotations are input from whoever can create pods in the watched
-// namespaces: every value is checked against a named limit (annotations.go),
+// namespaces: every value is checked against a named limit (workerspec),
 // a refused pod is never registered, is logged once per distinct error and
 // counted in pdrouter_discovery_refused_total{annotation}.
 //

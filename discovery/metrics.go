@@ -1,6 +1,10 @@
 package discovery
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/pdrouter/pdrouter/discovery/workerspec"
+)
 
 // metrics are the pdrouter_discovery_* series. Every label value is from a
 // fixed set, and every series exists at 0 from the start.
@@ -49,7 +53,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Workers under this watcher's id prefix that a reconcile removed because no eligible pod has their id.",
 		}),
 	}
-	for _, a := range append([]string{annotationUnknown, annotationPod}, annotations...) {
+	for _, a := range append([]string{workerspec.Unknown, workerspec.Pod}, workerspec.Known()...) {
 		m.refused.WithLabelValues(a)
 	}
 	for _, op := range []string{opRegister, opDeregister, opList} {

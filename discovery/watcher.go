@@ -23,6 +23,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 
 	"github.com/pdrouter/pdrouter/api/registration"
+	"github.com/pdrouter/pdrouter/discovery/workerspec"
 )
 
 // Defaults of the options.
@@ -256,7 +257,7 @@ func (w *Watcher) desired(key string, pod *corev1.Pod) *registration.Request {
 		w.mu.Unlock()
 		return nil
 	}
-	r, err := RegistrationFor(pod, WorkerID(w.cfg.idPrefix, pod.Namespace, pod.Name))
+	r, err := workerspec.Parse(pod.Annotations, pod.Status.PodIP, WorkerID(w.cfg.idPrefix, pod.Namespace, pod.Name))
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if err == nil {
@@ -265,7 +266,7 @@ func (w *Watcher) desired(key string, pod *corev1.Pod) *registration.Request {
 	}
 	if w.refused[key] != err.Error() {
 		w.refused[key] = err.Error()
-		ae := &AnnotationError{Annotation: annotationPod}
+		ae := &workerspec.AnnotationError{Annotation: workerspec.Pod}
 		errors.As(err, &ae)
 		w.metrics.refused.WithLabelValues(ae.Annotation).Inc()
 		w.cfg.log.Warn("discovery: pod refused, not registered", "pod", key, "err", err)

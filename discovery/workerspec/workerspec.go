@@ -1,4 +1,9 @@
-package discovery
+// Package workerspec turns a worker pod's pdrouter.io/ annotations and IP
+// into the body of its registration (POST /v1/workers). The annotations are
+// input from whoever can create pods: every value is checked against a
+// named limit and a refusal names the annotation at fault. The package
+// imports no Kubernetes code, so its fuzz target builds quickly.
+package workerspec
 
 import (
 	"fmt"
@@ -6,8 +11,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-
-	corev1 "k8s.io/api/core/v1"
 
 	"github.com/pdrouter/pdrouter/api/registration"
 	"github.com/pdrouter/pdrouter/events"
@@ -80,9 +83,7 @@ const (
 	DefaultMetricsPath = "/metrics"
 )
 
-// annotations are the known keys, sorted: the values of the annotation label
-// of pdrouter_discovery_refused_total besides annotationUnknown and
-// annotationPod.
+// annotations are the known keys, sorted (Known).
 var annotations = []string{
 	AnnotationBlockSize, AnnotationDPSize, AnnotationEngine, AnnotationHTTPPort,
 	AnnotationKVEventsPort, AnnotationKVEventsTopic, AnnotationKVReplayPort,
@@ -90,19 +91,22 @@ var annotations = []string{
 	AnnotationModel, AnnotationPool, AnnotationTotalKVBlocks,
 }
 
-// The refusal label values that are not annotation keys.
+// Known returns the known annotation keys, sorted.
+func Known() []string { return slices.Clone(annotations) }
+
+// The values of AnnotationError.Annotation that are not annotation keys.
 const (
-	// annotationUnknown is a key under AnnotationPrefix that is not known.
-	annotationUnknown = "unknown"
-	// annotationPod is the pod itself: its IP or its name.
-	annotationPod = "pod"
+	// Unknown is a key under AnnotationPrefix that is not known.
+	Unknown = "unknown"
+	// Pod is the pod itself: its IP or its worker id.
+	Pod = "pod"
 )
 
 // AnnotationError is why a pod's annotations (or its IP or name) give no
 // registration.
 type AnnotationError struct {
-	// Annotation is the key at fault, annotationUnknown's or
-	// annotationPod's label value: a bounded set, used as a metric label.
+	// Annotation is the key at fault, Unknown or Pod: a bounded set (a
+	// metric label).
 	Annotation string
 	// Key is the annotation key as the pod has it (cut to 64 bytes), for
 	// the message.
@@ -111,7 +115,7 @@ type AnnotationError struct {
 }
 
 func (e *AnnotationError) Error() string {
-	if e.Annotation == annotationPod {
+	if e.Annotation == Pod {
 		return "pod: " + e.Msg
 	}
 	return fmt.Sprintf("annotation %s: %s", e.Key, e.Msg)
@@ -121,21 +125,19 @@ func refuse(key, format string, a ...any) *AnnotationError {
 	return &AnnotationError{Annotation: key, Key: key, Msg: fmt.Sprintf(format, a...)}
 }
 
-// RegistrationFor builds the registration of a pod under worker id id from
-// its annotations and IP. The pod's readiness is not checked here
-// (Eligible). Every value is checked; the first fault is returned as an
+// Parse builds the registration of worker id from a pod's annotations and
+// IP. Every value is checked; the first fault is returned as an
 // *AnnotationError. Keys are checked in sorted order, so the same pod
 // always gets the same error.
-func RegistrationFor(pod *corev1.Pod, id string) (registration.Request, error) {
+func Parse(a map[string]string, podIP, id string) (registration.Request, error) {
 	var r registration.Request
 	if err := events.ValidateWorkerID(id); err != nil {
-		return r, &AnnotationError{Annotation: annotationPod, Msg: fmt.Sprintf("worker id %s: %v", textcut.Truncate(id, 64), err)}
+		return r, &AnnotationError{Annotation: Pod, Msg: fmt.Sprintf("worker id %s: %v", textcut.Truncate(id, 64), err)}
 	}
-	ip, err := podIP(pod)
+	ip, err := parseIP(podIP)
 	if err != nil {
 		return r, err
 	}
-	a := pod.Annotations
 	keys := make([]string, 0, len(a))
 	for k := range a {
 		if strings.HasPrefix(k, AnnotationPrefix) {
@@ -145,7 +147,7 @@ func RegistrationFor(pod *corev1.Pod, id string) (registration.Request, error) {
 	slices.Sort(keys)
 	for _, k := range keys {
 		if _, ok := slices.BinarySearch(annotations, k); !ok {
-			return r, &AnnotationError{Annotation: annotationUnknown, Key: textcut.Truncate(k, 64),
+			return r, &AnnotationError{Annotation: Unknown, Key: textcut.Truncate(k, 64),
 				Msg: fmt.Sprintf("not a known annotation under %s (known: %s)", AnnotationPrefix, strings.Join(annotations, ", "))}
 		}
 		if len(a[k]) > MaxAnnotationValueLen {
@@ -279,27 +281,12 @@ func optionalNumber(a map[string]string, key string, hi uint64) (*uint64, error)
 	return &v, nil
 }
 
-// podIP is the pod's primary IP, refused when it cannot be dialled.
-func podIP(pod *corev1.Pod) (netip.Addr, error) {
-	ip, err := netip.ParseAddr(pod.Status.PodIP)
+// parseIP parses the pod's primary IP, refused when it cannot be dialled.
+func parseIP(s string) (netip.Addr, error) {
+	ip, err := netip.ParseAddr(s)
 	if err != nil || ip.Zone() != "" || ip.IsUnspecified() || ip.IsMulticast() {
-		return netip.Addr{}, &AnnotationError{Annotation: annotationPod,
-			Msg: fmt.Sprintf("pod IP %q is not a unicast IP address", textcut.Truncate(pod.Status.PodIP, 64))}
+		return netip.Addr{}, &AnnotationError{Annotation: Pod,
+			Msg: fmt.Sprintf("pod IP %q is not a unicast IP address", textcut.Truncate(s, 64))}
 	}
 	return ip.Unmap(), nil
-}
-
-// Eligible reports whether a pod should be registered at all: Running,
-// Ready, with an IP, and not being deleted (a terminating pod is
-// deregistered at once, although it may stay Ready for its grace period).
-func Eligible(pod *corev1.Pod) bool {
-	if pod.DeletionTimestamp != nil || pod.Status.Phase != corev1.PodRunning || pod.Status.PodIP == "" {
-		return false
-	}
-	for _, c := range pod.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
 }
