@@ -15,9 +15,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation"
-	"k8s.io/apimachinery/pkg/watch"
+	coreinformers "k8s.io/client-go/informers/core/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
@@ -130,18 +129,10 @@ func New(client kubernetes.Interface, router *Router, opts ...Option) (*Watcher,
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "pdrouter-discovery"}),
 	}
-	pods := client.CoreV1().Pods(cfg.namespace)
-	lw := &cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			o.LabelSelector = sel.String()
-			return pods.List(ctx, o)
-		},
-		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			o.LabelSelector = sel.String()
-			return pods.Watch(ctx, o)
-		},
-	}
-	w.informer = cache.NewSharedIndexInformer(lw, &corev1.Pod{}, 0, cache.Indexers{})
+	// client-go's own pod informer, which also knows which clients cannot
+	// stream the initial list (the fake clientset).
+	w.informer = coreinformers.NewFilteredPodInformer(client, cfg.namespace, 0, cache.Indexers{},
+		func(o *metav1.ListOptions) { o.LabelSelector = sel.String() })
 	// The watcher reads labels, annotations, status and the deletion
 	// timestamp: managed fields are most of a pod's bytes and none of that.
 	if err := w.informer.SetTransform(stripManagedFields); err != nil {
