@@ -149,3 +149,29 @@ func discoveryFlags(t *testing.T) map[string]bool {
 	}
 	return flags
 }
+
+// The discovery image: built from the discovery module, run as the same
+// non-root user as the router's image on the same static base, with the
+// watcher as its entry point and the metrics port the component probes.
+func TestDiscoveryDockerfile(t *testing.T) {
+	ins := parseDockerfileAt(t, "Dockerfile.discovery")
+	last := ins[len(ins)-1].Stage
+	final := map[string]string{}
+	var build string
+	for _, in := range ins {
+		if in.Stage == last {
+			final[in.Cmd] = in.Args
+		} else if in.Cmd == "RUN" && strings.Contains(in.Args, "go build") {
+			build = in.Args
+		}
+	}
+	if !strings.Contains(build, "cd discovery") || !strings.Contains(build, "./cmd/pdrouter-discovery") {
+		t.Errorf("the build stage must build ./cmd/pdrouter-discovery in the discovery module: %q", build)
+	}
+	if final["FROM"] != "gcr.io/distroless/static-debian12:nonroot" || final["USER"] != strconv.Itoa(imageUser)+":"+strconv.Itoa(imageUser) {
+		t.Errorf("final stage: FROM %q USER %q; want the router image's base and user", final["FROM"], final["USER"])
+	}
+	if final["ENTRYPOINT"] != `["/usr/local/bin/pdrouter-discovery"]` || final["EXPOSE"] != "9090" {
+		t.Errorf("ENTRYPOINT %s EXPOSE %s", final["ENTRYPOINT"], final["EXPOSE"])
+	}
+}
