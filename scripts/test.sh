@@ -3,8 +3,7 @@
 #
 #  1. The dependencies of the Go modules (the product at the root, the
 #     deployment checks in deployments/, the pod watcher in discovery/), and
-#     the Python test packages
-#     (.cache/venv).
+#     the Python test packages (.cache/venv).
 #  2. A real Apache Kafka 4.x broker, unless PDR_TEST_BROKERS names one:
 #     installed from Maven Central jars (cached) and started on 127.0.0.1 by
 #     scripts/kafka-local.sh, stopped again on exit, whatever happens.
