@@ -6,10 +6,9 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"net"
 	"net/http"
-	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -61,25 +60,6 @@ func TestUsageErrors(t *testing.T) {
 	}
 }
 
-// syncBuffer is a bytes.Buffer that the command logs into while the test
-// reads it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // TestRunRegistersAndServesMetrics runs the command on a fake cluster
 // against a real replica, configured from the environment: the pod is
 // registered, the metrics and probes are served, and it exits 0 when its
@@ -93,45 +73,44 @@ func TestRunRegistersAndServesMetrics(t *testing.T) {
 			Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}},
 	}
 	client := fake.NewClientset(pod)
+	// A free port for the metrics: the logs are read only once the command
+	// has returned.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := "http://" + ln.Addr().String()
+	ln.Close()
 	env := map[string]string{"PDR_ROUTER_URL": rep.URL, "PDR_NAMESPACE": "llm", "PDR_SELECTOR": "role=worker",
-		"PDR_METRICS_ADDR": "127.0.0.1:0", "PDR_ID_PREFIX": "kube"}
+		"PDR_METRICS_ADDR": ln.Addr().String(), "PDR_ID_PREFIX": "kube"}
 	lookup := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
 	ctx, cancel := context.WithCancel(context.Background())
-	var logs syncBuffer
+	var logs bytes.Buffer
 	done := make(chan int, 1)
 	go func() {
 		done <- run(ctx, nil, lookup, &logs, func() (kubernetes.Interface, error) { return client, nil })
 	}()
 	defer func() {
 		cancel()
-		if code := <-done; code != 0 {
+		if code := <-done; code != 0 || t.Failed() {
 			t.Errorf("exit %d; logs:\n%s", code, logs.String())
 		}
 	}()
 
-	addrRE := regexp.MustCompile(`"addr":"(127\.0\.0\.1:\d+)"`)
-	var base string
 	deadline := time.Now().Add(30 * time.Second)
 	for ; ; time.Sleep(20 * time.Millisecond) {
 		if time.Now().After(deadline) {
-			t.Fatalf("no registration and ready probe in time; logs:\n%s", logs.String())
+			t.Error("no registration and ready probe in time")
+			return
 		}
-		if base == "" {
-			if m := addrRE.FindStringSubmatch(logs.String()); m != nil {
-				base = "http://" + m[1]
+		var ws struct {
+			Workers []struct {
+				WorkerID string `json:"worker_id"`
 			}
-			continue
 		}
-		if get(t, rep.URL+"/v1/workers", nil) && get(t, base+"/readyz", nil) {
-			var ws struct {
-				Workers []struct {
-					WorkerID string `json:"worker_id"`
-				}
-			}
-			get(t, rep.URL+"/v1/workers", &ws)
-			if len(ws.Workers) == 1 && ws.Workers[0].WorkerID == "kube.llm.vllm-0" {
-				break
-			}
+		if get(t, rep.URL+"/v1/workers", &ws) && len(ws.Workers) == 1 && ws.Workers[0].WorkerID == "kube.llm.vllm-0" &&
+			get(t, base+"/readyz", nil) {
+			break
 		}
 	}
 	var metrics []byte
@@ -151,13 +130,13 @@ func TestRunRegistersAndServesMetrics(t *testing.T) {
 	}
 }
 
-// get fetches url; it reports whether the status was 200 and decodes a
-// JSON body into out when given.
+// get fetches url; it reports whether it answered 200, and decodes a JSON
+// body into out when given.
 func get(t *testing.T, url string, out any) bool {
 	t.Helper()
 	resp, err := http.Get(url)
 	if err != nil {
-		t.Fatal(err)
+		return false // not listening yet
 	}
 	defer resp.Body.Close()
 	if out != nil {
