@@ -166,10 +166,12 @@ func stripManagedFields(obj any) (any, error) {
 // if the informer never synced.
 func (w *Watcher) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
 	var wg sync.WaitGroup
-	defer wg.Wait()
-	defer w.queue.ShutDown()
+	defer func() {
+		cancel()
+		w.queue.ShutDown()
+		wg.Wait()
+	}()
 	wg.Go(func() { w.informer.RunWithContext(ctx) })
 	w.cfg.log.Info("discovery: watching pods", "namespace", nsLabel(w.cfg.namespace), "selector", w.selector.String(),
 		"id_prefix", w.owned, "resync", w.cfg.resync)
