@@ -1,6 +1,8 @@
 package discovery
 
 import (
+	"fmt"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pdrouter/pdrouter/discovery/workerspec"
@@ -30,7 +32,9 @@ const (
 	resultError = "error"
 )
 
-func newMetrics(reg prometheus.Registerer) *metrics {
+// newMetrics makes the series and registers them with reg (none when nil).
+// A registry that has them already is an error, not a panic.
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "pdrouter_discovery_refused_total",
@@ -65,9 +69,13 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		m.reconciles.WithLabelValues(r)
 	}
 	if reg != nil {
-		reg.MustRegister(m.refused, m.requests, m.workers, m.reconciles, m.removed)
+		for _, c := range []prometheus.Collector{m.refused, m.requests, m.workers, m.reconciles, m.removed} {
+			if err := reg.Register(c); err != nil {
+				return nil, fmt.Errorf("discovery metrics: %w", err)
+			}
+		}
 	}
-	return m
+	return m, nil
 }
 
 // request counts one request to the router by the error it ended with.

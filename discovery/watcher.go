@@ -122,8 +122,12 @@ func New(client kubernetes.Interface, router *Router, opts ...Option) (*Watcher,
 	if err := CheckIDPrefix(cfg.idPrefix); err != nil {
 		return nil, err
 	}
+	m, err := newMetrics(cfg.reg)
+	if err != nil {
+		return nil, err
+	}
 	w := &Watcher{
-		cfg: cfg, selector: sel, router: router, metrics: newMetrics(cfg.reg),
+		cfg: cfg, selector: sel, router: router, metrics: m,
 		owned:  OwnedPrefix(cfg.idPrefix, cfg.namespace),
 		posted: map[string]registration.Request{}, refused: map[string]string{},
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),

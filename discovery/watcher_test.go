@@ -331,4 +331,12 @@ func TestNewRefusesBadOptions(t *testing.T) {
 	if _, err := New(nil, router); err == nil {
 		t.Error("New accepted a nil client")
 	}
+	// Two watchers on one registry: an error, not a panic.
+	reg := prometheus.NewRegistry()
+	if _, err := New(client, router, WithRegisterer(reg)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := New(client, router, WithRegisterer(reg)); err == nil {
+		t.Error("a second watcher registered the same metrics")
+	}
 }
