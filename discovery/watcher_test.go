@@ -116,6 +116,18 @@ func (f *fixture) waitIDs(want ...string) map[string]api.WorkerStatus {
 	return f.waitFor(strings.Join(want, ", "), func(ws map[string]api.WorkerStatus) bool { return slices.Equal(ids(ws), want) })
 }
 
+// waitMetric polls a series until it has the value want, for 10 s: the
+// router may apply a registration before the watcher, which sent it, has
+// counted its answer.
+func waitMetric(t *testing.T, what string, c prometheus.Collector, want float64) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); testutil.ToFloat64(c) != want; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s = %v, want %v", what, testutil.ToFloat64(c), want)
+		}
+	}
+}
+
 func ids(ws map[string]api.WorkerStatus) []string {
 	out := make([]string, 0, len(ws))
 	for id := range ws {
@@ -214,16 +226,13 @@ func TestWatcherFollowsPods(t *testing.T) {
 	e := workerPod("llm", "e", "10.0.0.5")
 	f.create(e)
 	f.waitIDs("k8s.llm.e")
-	if got := testutil.ToFloat64(f.w.metrics.workers); got != 1 {
-		t.Errorf("pdrouter_discovery_workers = %v, want 1", got)
-	}
+	waitMetric(t, "pdrouter_discovery_workers", f.w.metrics.workers, 1)
 	if err := f.client.CoreV1().Pods("llm").Delete(context.Background(), "e", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	f.waitIDs()
-	if got := testutil.ToFloat64(f.w.metrics.requests.WithLabelValues(opDeregister, resultOK)); got != 3 {
-		t.Errorf("deregistrations = %v, want 3 (b, a, e)", got)
-	}
+	waitMetric(t, "deregistrations (b, a, e)", f.w.metrics.requests.WithLabelValues(opDeregister, resultOK), 3)
+	waitMetric(t, "pdrouter_discovery_workers", f.w.metrics.workers, 0)
 	if got := testutil.ToFloat64(f.w.metrics.requests.WithLabelValues(opRegister, resultRefused)); got != 0 {
 		t.Errorf("the router refused %v registrations", got)
 	}
@@ -241,11 +250,7 @@ func TestWatcherRefusesBadAnnotations(t *testing.T) {
 	refused := func(label string) float64 { return testutil.ToFloat64(f.w.metrics.refused.WithLabelValues(label)) }
 	waitCount := func(label string, want float64) {
 		t.Helper()
-		for deadline := time.Now().Add(10 * time.Second); refused(label) != want; time.Sleep(10 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("refused{annotation=%q} = %v, want %v", label, refused(label), want)
-			}
-		}
+		waitMetric(t, "refused{annotation="+label+"}", f.w.metrics.refused.WithLabelValues(label), want)
 	}
 	waitCount(workerspec.AnnotationBlockSize, 1)
 	waitCount(workerspec.Unknown, 1)
@@ -285,9 +290,7 @@ func TestReconcileRemovesStaleWorkersItOwns(t *testing.T) {
 
 	f.start(WithNamespace("llm"))
 	f.waitIDs("k8s.llm.a", "k8s.other.x", "decode-manual")
-	if got := testutil.ToFloat64(f.w.metrics.removed); got != 1 {
-		t.Fatalf("pdrouter_discovery_stale_removed_total = %v, want 1", got)
-	}
+	waitMetric(t, "pdrouter_discovery_stale_removed_total", f.w.metrics.removed, 1)
 
 	// Someone deletes the pod's worker by hand: the next reconcile
 	// registers it again, although this process registered it before.
