@@ -186,6 +186,10 @@ func (w *Watcher) Run(ctx context.Context) error {
 		return errors.New("discovery: the pod informer never synced")
 	}
 	w.cfg.log.Info("discovery: pod list synced", "pods", len(w.informer.GetStore().ListKeys()))
+	// The first reconcile runs before any sync: otherwise it could read
+	// the router's list before the first registrations are applied, take
+	// them for missing and send each of them a second time.
+	w.reconcileLogged(ctx)
 	wg.Go(func() {
 		for w.processNext(ctx) {
 		}
@@ -193,11 +197,11 @@ func (w *Watcher) Run(ctx context.Context) error {
 	t := time.NewTicker(w.cfg.resync)
 	defer t.Stop()
 	for {
-		w.reconcileLogged(ctx)
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
+			w.reconcileLogged(ctx)
 		}
 	}
 }

@@ -291,6 +291,9 @@ func TestReconcileRemovesStaleWorkersItOwns(t *testing.T) {
 	f.start(WithNamespace("llm"))
 	f.waitIDs("k8s.llm.a", "k8s.other.x", "decode-manual")
 	waitMetric(t, "pdrouter_discovery_stale_removed_total", f.w.metrics.removed, 1)
+	// One registration of the pod: the first reconcile ran before it and
+	// did not take it for missing.
+	waitMetric(t, "registrations", f.w.metrics.requests.WithLabelValues(opRegister, resultOK), 1)
 
 	// Someone deletes the pod's worker by hand: the next reconcile
 	// registers it again, although this process registered it before.
@@ -301,10 +304,14 @@ func TestReconcileRemovesStaleWorkersItOwns(t *testing.T) {
 	}
 	resp.Body.Close()
 	f.waitIDs("k8s.other.x", "decode-manual")
+	if got := testutil.ToFloat64(f.w.metrics.requests.WithLabelValues(opRegister, resultOK)); got != 1 {
+		t.Fatalf("%v registrations before the reconcile, want 1", got)
+	}
 	if err := f.w.Reconcile(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	f.waitIDs("k8s.llm.a", "k8s.other.x", "decode-manual")
+	waitMetric(t, "registrations", f.w.metrics.requests.WithLabelValues(opRegister, resultOK), 2)
 	if !f.w.Reconciled() {
 		t.Fatal("Reconciled is false after reconciles that succeeded")
 	}
