@@ -13,11 +13,13 @@ RUN_ARGS  ?= --router-conditional-disagg --sim --sim-time-scale 4
 # serves JSON only, and the codec library behind that binding was the largest
 # third-party package to compile (the Dockerfile builds with it too).
 export GOFLAGS := $(strip $(GOFLAGS) -tags=nomsgpack)
-# The Go modules: the product, and the deployment checks (their own module, so
-# the product does not depend on Prometheus, kustomize and Kubernetes types).
-GO_MODULES := . deployments
+# The Go modules: the product, the deployment checks (their own module, so
+# the product does not depend on Prometheus, kustomize and Kubernetes types),
+# and the Kubernetes pod watcher (its own module, so the product does not
+# depend on client-go).
+GO_MODULES := . deployments discovery
 
-.PHONY: all build run test test-unit e2e e2e-bench vet fmt proto bench fuzz kafka-start kafka-stop kafka-restart clean help
+.PHONY: all build discovery run test test-unit e2e e2e-bench vet fmt proto bench fuzz kafka-start kafka-stop kafka-restart clean help
 
 all: build
 
@@ -26,6 +28,9 @@ help: ## list the targets
 
 build: ## build bin/pdrouter
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/pdrouter
+
+discovery: ## build bin/pdrouter-discovery, the Kubernetes pod watcher (module discovery/)
+	cd discovery && $(GO) build -trimpath -ldflags '-s -w' -o ../bin/pdrouter-discovery ./cmd/pdrouter-discovery
 
 run: build ## the main job: pdrouter dev with a simulated 2P2D fleet under conditional disaggregation, then a report; flags in RUN_ARGS
 	./$(BIN) dev $(RUN_ARGS)

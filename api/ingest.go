@@ -13,6 +13,7 @@ import (
 	"github.com/gin-gonic/gin"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/pdrouter/pdrouter/api/registration"
 	"github.com/pdrouter/pdrouter/events"
 	pb "github.com/pdrouter/pdrouter/events/eventspb"
 	"github.com/pdrouter/pdrouter/internal/rejects"
@@ -230,31 +231,15 @@ func (s *Server) ingestLoad(c *gin.Context) {
 	s.appendAndAnswer(c, events.WorkerKey(b.WorkerID), rec)
 }
 
-type workerBody struct {
-	WorkerID            string  `json:"worker_id"`
-	Pool                string  `json:"pool"`
-	Model               string  `json:"model"`
-	BlockSize           uint32  `json:"block_size"`
-	TotalKVBlocks       *uint64 `json:"total_kv_blocks"`
-	MaxNumBatchedTokens *uint64 `json:"max_num_batched_tokens"`
-	KVEventsEndpoint    string  `json:"kv_events_endpoint"`
-	KVReplayEndpoint    string  `json:"kv_replay_endpoint"`
-	KVEventsTopic       string  `json:"kv_events_topic"`
-	MetricsURL          string  `json:"metrics_url"`
-	HTTPURL             string  `json:"http_url"`
-	DPSize              uint32  `json:"dp_size"`
-	Engine              string  `json:"engine"`
-}
-
 var engines = map[string]pb.Engine{"": pb.Engine_ENGINE_UNSPECIFIED, "vllm": pb.Engine_ENGINE_VLLM,
 	"sglang": pb.Engine_ENGINE_SGLANG, "trtllm": pb.Engine_ENGINE_TRTLLM, "sim": pb.Engine_ENGINE_SIM}
 
 func (s *Server) registerWorker(c *gin.Context) {
-	var b workerBody
+	var b registration.Request
 	if _, ok := s.decodeWorkerBody(c, &b, &b.WorkerID); !ok {
 		return
 	}
-	pool := map[string]pb.Pool{"prefill": pb.Pool_POOL_PREFILL, "decode": pb.Pool_POOL_DECODE}[b.Pool]
+	pool := map[string]pb.Pool{registration.PoolPrefill: pb.Pool_POOL_PREFILL, registration.PoolDecode: pb.Pool_POOL_DECODE}[b.Pool]
 	if pool == pb.Pool_POOL_UNSPECIFIED {
 		fail(c, unprocessable("invalid_value", "pool", fmt.Sprintf("%q; want prefill or decode", b.Pool)))
 		return

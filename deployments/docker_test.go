@@ -21,10 +21,16 @@ type instruction struct {
 
 func parseDockerfile(t *testing.T) []instruction {
 	t.Helper()
+	return parseDockerfileAt(t, "Dockerfile")
+}
+
+// parseDockerfileAt parses deployments/docker/<name>.
+func parseDockerfileAt(t *testing.T, name string) []instruction {
+	t.Helper()
 	var out []instruction
 	stage := -1
 	var cur strings.Builder
-	sc := bufio.NewScanner(bytes.NewReader(readFile(t, path("docker", "Dockerfile"))))
+	sc := bufio.NewScanner(bytes.NewReader(readFile(t, path("docker", name))))
 	for sc.Scan() {
 		line := strings.TrimSpace(sc.Text())
 		if cur.Len() == 0 && (line == "" || strings.HasPrefix(line, "#")) {
@@ -47,7 +53,7 @@ func parseDockerfile(t *testing.T) []instruction {
 		out = append(out, instruction{Cmd: cmd, Args: strings.Join(strings.Fields(args), " "), Stage: stage})
 	}
 	if stage < 1 {
-		t.Fatalf("Dockerfile: want a multi-stage build, found %d stage(s)", stage+1)
+		t.Fatalf("%s: want a multi-stage build, found %d stage(s)", name, stage+1)
 	}
 	return out
 }

@@ -18,6 +18,7 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -33,17 +34,23 @@ const imageUser = 65532
 // rendered is the output of one kustomize build, decoded strictly into the
 // Kubernetes (and Prometheus Operator) API types.
 type rendered struct {
-	name         string
-	deployments  map[string]*appsv1.Deployment
-	jobs         map[string]*batchv1.Job
-	services     map[string]*corev1.Service
-	configMaps   map[string]*corev1.ConfigMap
-	pdbs         map[string]*policyv1.PodDisruptionBudget
-	hpas         map[string]*autoscalingv2.HorizontalPodAutoscaler
-	monitors     map[string]*monitoringv1.ServiceMonitor
-	rules        map[string]*monitoringv1.PrometheusRule
-	namespaces   map[string]*corev1.Namespace
-	accounts     map[string]*corev1.ServiceAccount
+	name        string
+	deployments map[string]*appsv1.Deployment
+	jobs        map[string]*batchv1.Job
+	services    map[string]*corev1.Service
+	configMaps  map[string]*corev1.ConfigMap
+	pdbs        map[string]*policyv1.PodDisruptionBudget
+	hpas        map[string]*autoscalingv2.HorizontalPodAutoscaler
+	monitors    map[string]*monitoringv1.ServiceMonitor
+	rules       map[string]*monitoringv1.PrometheusRule
+	namespaces  map[string]*corev1.Namespace
+	accounts    map[string]*corev1.ServiceAccount
+	roles       map[string]*rbacv1.Role
+	bindings    map[string]*rbacv1.RoleBinding
+	// discovery is the Deployment of pdrouter-discovery (the discovery
+	// component), kept apart from the Deployments of the pdrouter image,
+	// which every other check is about.
+	discovery    map[string]*appsv1.Deployment
 	metas        []metav1.ObjectMeta
 	namespaceSet map[string]bool
 }
@@ -64,6 +71,7 @@ func build(t *testing.T, dir string) *rendered {
 		pdbs: map[string]*policyv1.PodDisruptionBudget{}, hpas: map[string]*autoscalingv2.HorizontalPodAutoscaler{},
 		monitors: map[string]*monitoringv1.ServiceMonitor{}, rules: map[string]*monitoringv1.PrometheusRule{},
 		namespaces: map[string]*corev1.Namespace{}, accounts: map[string]*corev1.ServiceAccount{},
+		roles: map[string]*rbacv1.Role{}, bindings: map[string]*rbacv1.RoleBinding{}, discovery: map[string]*appsv1.Deployment{},
 		namespaceSet: map[string]bool{},
 	}
 	for _, res := range rm.Resources() {
@@ -76,7 +84,15 @@ func build(t *testing.T, dir string) *rendered {
 		var meta *metav1.ObjectMeta
 		switch gvk {
 		case "apps/v1/Deployment":
+			if res.GetName() == discoveryName {
+				meta, err = decodeInto(y, r.discovery)
+				break
+			}
 			meta, err = decodeInto(y, r.deployments)
+		case "rbac.authorization.k8s.io/v1/Role":
+			meta, err = decodeInto(y, r.roles)
+		case "rbac.authorization.k8s.io/v1/RoleBinding":
+			meta, err = decodeInto(y, r.bindings)
 		case "batch/v1/Job":
 			meta, err = decodeInto(y, r.jobs)
 		case "v1/Service":
@@ -237,21 +253,7 @@ func TestKustomizeCellOverlays(t *testing.T) {
 // The bootstrap component, applied over the example overlay: replicas join
 // from a ready peer's snapshot through the Service.
 func TestKustomizeBootstrapComponent(t *testing.T) {
-	dir := t.TempDir()
-	// Kustomize takes only relative paths to other kustomizations.
-	rel := func(p string) string {
-		r, err := filepath.Rel(dir, p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return r
-	}
-	k := fmt.Sprintf("apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n  - %s\ncomponents:\n  - %s\n",
-		rel(path("k8s", "overlays", "example")), rel(path("k8s", "components", "bootstrap-from-peer")))
-	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(k), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	r := build(t, dir)
+	r := buildWith(t, path("k8s", "overlays", "example"), "pdrouter", path("k8s", "components", "bootstrap-from-peer"))
 	checkRendered(t, r)
 	d := r.deployments["pdrouter"]
 	env := containerEnv(t, r, "pdrouter", &d.Spec.Template.Spec.Containers[0])
@@ -273,6 +275,30 @@ func TestKustomizeBootstrapComponent(t *testing.T) {
 			t.Errorf("the bootstrap component patched ingest too")
 		}
 	}
+}
+
+// buildWith builds a kustomization of the resources base with the
+// components in namespace ns, as listing the components in base's own
+// kustomization (which sets ns) does.
+func buildWith(t *testing.T, base, ns string, components ...string) *rendered {
+	t.Helper()
+	dir := t.TempDir()
+	// Kustomize takes only relative paths to other kustomizations.
+	rel := func(p string) string {
+		r, err := filepath.Rel(dir, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	k := fmt.Sprintf("apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nnamespace: %s\nresources:\n  - %s\ncomponents:\n", ns, rel(base))
+	for _, c := range components {
+		k += "  - " + rel(c) + "\n"
+	}
+	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(k), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return build(t, dir)
 }
 
 type podContainer struct {

@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # `make test`: everything the test suite needs, on a fresh machine.
 #
-#  1. The dependencies of both Go modules (the product at the root, the
-#     deployment checks in deployments/), and the Python test packages
-#     (.cache/venv).
+#  1. The dependencies of the Go modules (the product at the root, the
+#     deployment checks in deployments/, the pod watcher in discovery/), and
+#     the Python test packages (.cache/venv).
 #  2. A real Apache Kafka 4.x broker, unless PDR_TEST_BROKERS names one:
 #     installed from Maven Central jars (cached) and started on 127.0.0.1 by
 #     scripts/kafka-local.sh, stopped again on exit, whatever happens.
-#  3. go.mod/go.sum tidy, gofmt, every Go test of both modules (with the
+#  3. go.mod/go.sum tidy, gofmt, every Go test of every module (with the
 #     race detector, and go vet's every analyzer in the same pass) against
 #     that broker, the Python tests, and a short run of every fuzz target.
 #     The Go steps are arranged so that, on an empty build cache, each
@@ -46,10 +46,11 @@ timings() {
 command -v go >/dev/null || { echo "make test: Go is not installed (need go >= 1.26)" >&2; exit 1; }
 command -v python3 >/dev/null || { echo "make test: python3 is not installed" >&2; exit 1; }
 
-# The Go modules of this repository: the product, and the deployment checks,
-# a module of their own so that the product does not depend on a Prometheus
-# server, kustomize and the Kubernetes API types.
-go_modules=(. deployments)
+# The Go modules of this repository: the product; the deployment checks, a
+# module of their own so that the product does not depend on a Prometheus
+# server, kustomize and the Kubernetes API types; and the Kubernetes pod
+# watcher (discovery/), so that the product does not depend on client-go.
+go_modules=(. deployments discovery)
 inmod() { (cd "$1" && shift && "$@"); }
 
 # nomsgpack, as every build of the Makefile and the Dockerfile has it (the

@@ -1,17 +1,16 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
-	"strings"
 
 	"github.com/spf13/cobra"
 
 	"github.com/pdrouter/pdrouter/events"
 	"github.com/pdrouter/pdrouter/internal/envflags"
+	"github.com/pdrouter/pdrouter/internal/logflags"
 	"github.com/pdrouter/pdrouter/internal/memlimit"
 	"github.com/pdrouter/pdrouter/kafkaconn"
 )
@@ -66,11 +65,11 @@ PDR_TOPIC_PREFIX. A flag on the command line wins over the environment.`,
 			if err := events.ValidatePrefix(a.topicPrefix); err != nil {
 				return err
 			}
-			l, err := newLogger(a.stderr, a.logLevel, a.logFormat)
+			l, err := logflags.New(a.stderr, a.logLevel, a.logFormat)
 			if err != nil {
 				return err
 			}
-			kl, err := kafkaLogger(l, a.kafkaLogLevel)
+			kl, err := logflags.AtLeast(l, "--kafka-log-level", a.kafkaLogLevel)
 			if err != nil {
 				return err
 			}
@@ -116,64 +115,6 @@ func (a *app) tuneMemory() error {
 	}
 	a.log.Info("go runtime memory", "limit_bytes", r.Limit, "limit_from", r.LimitFrom, "gc_percent", r.GCPercent, "gc_from", r.GCFrom)
 	return nil
-}
-
-func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {
-	lv, err := parseLevel("--log-level", level)
-	if err != nil {
-		return nil, err
-	}
-	return newLoggerAt(w, lv, format)
-}
-
-// kafkaLogger is the Kafka clients' logger: log's own handler (one writer, one
-// lock), at kafkaLevel, or at log's level when that is higher, so that
-// --log-level error also silences the client's warnings.
-func kafkaLogger(log *slog.Logger, kafkaLevel string) (*slog.Logger, error) {
-	lv, err := parseLevel("--kafka-log-level", kafkaLevel)
-	if err != nil {
-		return nil, err
-	}
-	return slog.New(minLevel{h: log.Handler(), min: lv}), nil
-}
-
-// minLevel is a handler that passes on only records at min or above.
-type minLevel struct {
-	h   slog.Handler
-	min slog.Level
-}
-
-func (m minLevel) Enabled(ctx context.Context, l slog.Level) bool {
-	return l >= m.min && m.h.Enabled(ctx, l)
-}
-
-func (m minLevel) Handle(ctx context.Context, r slog.Record) error { return m.h.Handle(ctx, r) }
-
-func (m minLevel) WithAttrs(as []slog.Attr) slog.Handler {
-	return minLevel{h: m.h.WithAttrs(as), min: m.min}
-}
-
-func (m minLevel) WithGroup(name string) slog.Handler {
-	return minLevel{h: m.h.WithGroup(name), min: m.min}
-}
-
-func parseLevel(flag, level string) (slog.Level, error) {
-	var lv slog.Level
-	if err := lv.UnmarshalText([]byte(level)); err != nil {
-		return 0, fmt.Errorf("%s %q: want debug, info, warn or error", flag, level)
-	}
-	return lv, nil
-}
-
-func newLoggerAt(w io.Writer, lv slog.Level, format string) (*slog.Logger, error) {
-	opts := &slog.HandlerOptions{Level: lv}
-	switch strings.ToLower(format) {
-	case "text":
-		return slog.New(slog.NewTextHandler(w, opts)), nil
-	case "json":
-		return slog.New(slog.NewJSONHandler(w, opts)), nil
-	}
-	return nil, fmt.Errorf("--log-format %q: want text or json", format)
 }
 
 func newVersionCmd(a *app) *cobra.Command {
