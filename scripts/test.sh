@@ -191,22 +191,11 @@ step "Go tests with go vet (race detector, real broker)"
 gotest_log=$(mktemp)
 race_build=(-race -vet=all -ldflags=-w -exec "$root/scripts/gotest-exec.sh")
 export PDR_SHARD_PKG=cmd/pdrouter
-# The modules go side by side: the product's first, the others (deployment
-# checks, pod watcher: large graphs of their own, Kubernetes and Prometheus)
-# at a lower priority, so that they compile and run on the CPU the product's
-# tests leave idle while they wait on the broker, rather than after them.
 gotest_all() {
-  local m rc=0 pid
-  local -a pids=()
+  local m rc=0
   for m in "${go_modules[@]}"; do
-    if [ "$m" = . ]; then
-      inmod "$m" go test "${race_build[@]}" -count=1 -timeout 30m -p "${PDR_TEST_PARALLEL:-4}" ./... &
-    else
-      (renice -n 10 -p "$BASHPID" >/dev/null && inmod "$m" go test "${race_build[@]}" -count=1 -timeout 30m -p "${PDR_TEST_PARALLEL:-4}" ./...) &
-    fi
-    pids+=($!)
+    inmod "$m" go test "${race_build[@]}" -count=1 -timeout 30m -p "${PDR_TEST_PARALLEL:-4}" ./... || rc=1
   done
-  for pid in "${pids[@]}"; do wait "$pid" || rc=1; done
   return $rc
 }
 background /dev/null warm_builds
