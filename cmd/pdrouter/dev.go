@@ -228,10 +228,7 @@ func (d *devSim) check(ctx context.Context, src *replay.KafkaLog, r *sim.Report)
 // printNext tells a newcomer what to try on the stack that keeps serving: the
 // API's URLs and one decision of the run to look at and explain.
 func (d *devSim) printNext(decisions []string) {
-	bin := os.Args[0]
-	if filepath.Base(bin) == "pdrouter" && !strings.Contains(bin, string(filepath.Separator)) {
-		bin = "pdrouter"
-	}
+	bin := os.Args[0] // as the user ran it: ./bin/pdrouter under make run
 	w := d.a.stdout
 	fmt.Fprintf(w, "\ntry next (the fleet keeps serving, quietly; Ctrl-C stops it):\n")
 	fmt.Fprintf(w, "  curl -s %s/v1/workers                    the fleet: load, KV blocks, health of each worker\n", d.url)
