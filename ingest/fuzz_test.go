@@ -27,6 +27,9 @@ func fuzzDecode(f *testing.F, eng pb.Engine) {
 	// A float64 timestamp of 9.5e9 s, which used to wrap to negative
 	// nanoseconds.
 	f.Add([]byte{0x92, 0xcb, 0x42, 0x01, 0xb1, 0xf3, 0xf8, 0x00, 0x00, 0x00, 0x90})
+	// A batch keyed by name: {"ts": 1, "events": [], "data_parallel_rank": 0}.
+	f.Add([]byte{0x83, 0xa2, 't', 's', 0x01, 0xa6, 'e', 'v', 'e', 'n', 't', 's', 0x90,
+		0xb2, 'd', 'a', 't', 'a', '_', 'p', 'a', 'r', 'a', 'l', 'l', 'e', 'l', '_', 'r', 'a', 'n', 'k', 0x00})
 	f.Fuzz(func(t *testing.T, p []byte) {
 		b, err := DecodeBatch(p, eng)
 		if err != nil {
