@@ -31,6 +31,7 @@ var schemas = map[Topic][]protoreflect.FullName{
 	TopicWorkers:   {(&pb.WorkerRegistration{}).ProtoReflect().Descriptor().FullName()},
 	TopicDecisions: {(&pb.DecisionRecord{}).ProtoReflect().Descriptor().FullName()},
 	TopicOutcomes:  {(&pb.OutcomeEvent{}).ProtoReflect().Descriptor().FullName()},
+	TopicLoadDeltas: {loadDeltaName},
 }
 
 // sideSchemas lists, per topic, the other messages a topic carries next to
@@ -41,7 +42,10 @@ var sideSchemas = map[Topic][]protoreflect.FullName{
 	TopicLoad: {workerHealthName},
 }
 
-var workerHealthName = (&pb.WorkerHealth{}).ProtoReflect().Descriptor().FullName()
+var (
+	workerHealthName = (&pb.WorkerHealth{}).ProtoReflect().Descriptor().FullName()
+	loadDeltaName    = (&pb.LoadDelta{}).ProtoReflect().Descriptor().FullName()
+)
 
 // newMessage returns an empty message for a schema name, or nil.
 func newMessage(name protoreflect.FullName) proto.Message {
@@ -56,6 +60,8 @@ func newMessage(name protoreflect.FullName) proto.Message {
 		return &pb.DecisionRecord{}
 	case "pdrouter.events.v1.OutcomeEvent":
 		return &pb.OutcomeEvent{}
+	case "pdrouter.events.v1.LoadDelta":
+		return &pb.LoadDelta{}
 	case "pdrouter.events.v1.WorkerHealth":
 		return &pb.WorkerHealth{}
 	}
@@ -115,12 +121,19 @@ func NewRecord(names Names, key []byte, m proto.Message) (*kgo.Record, error) {
 		return nil, err
 	}
 	now := time.Now()
-	if err := ValidateAt(m, now); err != nil {
-		return nil, fmt.Errorf("events: refusing to write an invalid %s record: %w", t, err)
-	}
-	v, err := Marshal(m)
-	if err != nil {
-		return nil, fmt.Errorf("events: encode %s: %w", t, err)
+	var v []byte
+	if d, ok := m.(*pb.LoadDelta); ok {
+		// A delta's rules read its key (every entry names it).
+		if v, err = MarshalLoadDelta(d, string(key)); err != nil {
+			return nil, fmt.Errorf("events: refusing to write an invalid %s record: %w", t, err)
+		}
+	} else {
+		if err := ValidateAt(m, now); err != nil {
+			return nil, fmt.Errorf("events: refusing to write an invalid %s record: %w", t, err)
+		}
+		if v, err = Marshal(m); err != nil {
+			return nil, fmt.Errorf("events: encode %s: %w", t, err)
+		}
 	}
 	if len(v) > MaxValueBytes {
 		return nil, fmt.Errorf("events: %s record is %d bytes, over the %d-byte limit", t, len(v), MaxValueBytes)
@@ -216,6 +229,23 @@ func decode(names Names, r *kgo.Record, decision func([]byte) (*pb.DecisionRecor
 		return fail(ErrTooLarge, string(schema), fmt.Errorf("value is %d bytes, over the %d-byte limit", len(r.Value), MaxValueBytes))
 	}
 	var m proto.Message
+	if name == loadDeltaName {
+		// Decoded and validated whole by its own rules, which read the key
+		// and keep its own bound and reasons (loaddelta.go).
+		d, err := DecodeLoadDelta(r.Key, r.Value, r.Timestamp)
+		if err != nil {
+			kind := ErrInvalid
+			switch ValidationReason(err) {
+			case ReasonDeltaMalformed:
+				kind = ErrMalformed
+			case ReasonDeltaTooLarge:
+				kind = ErrTooLarge
+			}
+			return fail(kind, string(schema), err)
+		}
+		env.Schema, env.Message = string(schema), d
+		return env, nil
+	}
 	if decision != nil && name == decisionRecordName {
 		d, header, err := decision(r.Value)
 		if err != nil {

@@ -42,11 +42,13 @@ func (e *DecodeError) Error() string {
 func (e *DecodeError) Unwrap() []error { return []error{e.Kind, e.Err} }
 
 // Reason is the metric label for an error returned by Decode: the kind,
-// or for an invalid value the precise Reason* of its *ValidationError.
+// or for an invalid value the precise Reason* of its *ValidationError. A
+// load delta's refusals always carry their own reasons
+// (LoadDeltaReasons), whatever their kind.
 func Reason(err error) string {
 	var de *DecodeError
 	if errors.As(err, &de) {
-		if r := ValidationReason(de.Err); r != "" && de.Kind == ErrInvalid {
+		if r := ValidationReason(de.Err); r != "" && (de.Kind == ErrInvalid || de.Schema == string(loadDeltaName)) {
 			return r
 		}
 		return de.Kind.Error()

@@ -10,7 +10,7 @@ import (
 // a log is copied under another prefix.
 type Topic string
 
-// The five topics of design.md. Their partition counts and configs are
+// The topics of design.md. Their partition counts and configs are
 // declared once, in package migrations.
 const (
 	TopicKvEvents  Topic = "kv-events"
@@ -18,11 +18,15 @@ const (
 	TopicWorkers   Topic = "workers"
 	TopicDecisions Topic = "decisions"
 	TopicOutcomes  Topic = "outcomes"
+	// TopicLoadDeltas carries each replica's compact load deltas
+	// (loaddelta.go): what peers apply instead of whole decisions and
+	// outcomes when the group shares load that way (docs/scaling.md).
+	TopicLoadDeltas Topic = "load-deltas"
 )
 
 // AllTopics lists every topic in a fixed order. Code that walks topics uses
 // this slice, never a map, so its output does not depend on map order.
-var AllTopics = []Topic{TopicKvEvents, TopicLoad, TopicWorkers, TopicDecisions, TopicOutcomes}
+var AllTopics = []Topic{TopicKvEvents, TopicLoad, TopicWorkers, TopicDecisions, TopicOutcomes, TopicLoadDeltas}
 
 // ParseTopic accepts a logical topic name.
 func ParseTopic(s string) (Topic, error) {

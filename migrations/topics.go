@@ -72,6 +72,11 @@ var defaults = []struct {
 	{events.TopicWorkers, 4, "compact", 0},
 	{events.TopicDecisions, 16, "delete", 30 * day},
 	{events.TopicOutcomes, 16, "delete", 30 * day},
+	// Load deltas are read back by replicas only while the requests they
+	// describe may be active, and replayed by a rebuild from a snapshot:
+	// kv-events' bound serves both. 16 partitions like decisions, so a
+	// cell count that divides one divides the other.
+	{events.TopicLoadDeltas, 16, "delete", 7 * day},
 }
 
 // Declarations returns the declared topics in a fixed order.

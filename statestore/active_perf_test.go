@@ -20,9 +20,12 @@ import (
 
 const perfDecode, perfPrefill = 128, 32
 
-func perfHarness(b testing.TB) *harness {
+func perfHarness(b testing.TB) *harness { return perfHarnessWith(b, Options{}) }
+
+// perfHarnessWith is perfHarness on a store opened with o.
+func perfHarnessWith(b testing.TB, o Options) *harness {
 	b.Helper()
-	h := newHarness(b, 16)
+	h := newHarnessWith(b, 16, o)
 	var recs []*kgo.Record
 	for i := 0; i < perfDecode; i++ {
 		id := fmt.Sprintf("decode-%03d", i)

@@ -78,6 +78,12 @@ func (s *Store) Apply(recs []*kgo.Record) error {
 				if next, seen := st.offsets[tp]; seen && r.Offset < next {
 					continue
 				}
+				if !s.opts.Source.Applies(t) {
+					// The other source's topic: not part of this state,
+					// not even its offsets (checkSourceOffsets).
+					prep[i] = preparedRecord{}
+					continue
+				}
 			}
 			p := &prep[i]
 			s.met.decode.Observe(s.opts.Names, r.Topic, p.err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -97,6 +98,9 @@ func (s *Store) recoverChains(st *state, entries []*reqEntry) (recovered, lost i
 		ctx, cancel := context.WithTimeout(context.Background(), chainRecoveryTimeout)
 		defer cancel()
 		topic := s.opts.Names.Physical(events.TopicDecisions)
+		if s.opts.Source == SourceLoadDeltas {
+			topic = s.opts.Names.Physical(events.TopicLoadDeltas)
+		}
 		var wg sync.WaitGroup
 		next := make(chan int)
 		for range min(chainReaders, len(want)) {
@@ -155,11 +159,23 @@ func (s *Store) readChain(ctx context.Context, r RecordReader, topic string, e *
 	if err != nil {
 		return nil, fmt.Errorf("decode: %w", err)
 	}
-	d, ok := env.Message.(*pb.DecisionRecord)
-	if !ok || "d"+d.GetDecisionId() != e.id {
+	var chain []uint64
+	switch m := env.Message.(type) {
+	case *pb.DecisionRecord:
+		if "d"+m.GetDecisionId() != e.id {
+			return nil, errNotTheChain
+		}
+		chain, _, _ = activeChain(m)
+	case *pb.LoadDelta:
+		// The entry's chain as apply resolved it (shared hashes first).
+		i := slices.IndexFunc(m.GetDecisions(), func(d *pb.DecisionDelta) bool { return "d"+d.GetDecisionId() == e.id })
+		if i < 0 {
+			return nil, errNotTheChain
+		}
+		chain = events.LoadDeltaChains(m)[i]
+	default:
 		return nil, errNotTheChain
 	}
-	chain, _, _ := activeChain(d)
 	if int64(len(chain)) != e.lost {
 		return nil, errNotTheChain
 	}

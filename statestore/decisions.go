@@ -140,6 +140,28 @@ func (st *state) decisionPresent(d *pb.DecisionRecord) bool {
 // gives it (d then holds only what the apply rules read): it is stored as
 // it is, and lookups decode it.
 func (st *state) applyDecisionLog(b *pebble.Batch, d *pb.DecisionRecord, partition int32, offset int64, header []byte) {
+	st.decisionLogFact(b, d, partition, offset, header, storedDecisionFormat)
+}
+
+// applyDeltaDecisionLog is applyDecisionLog for a decision learnt from a
+// load delta at (partition, offset) of the load-deltas topic: d is what
+// recordOfDelta made of the entry, and the store keeps its header, which
+// names the decision, its request and its workers, but neither its table
+// nor its position on the decisions topic. Lookups serve it with
+// Partition -1; whoever needs the whole record finds it on the decisions
+// topic by its decode worker and decided_at (api, wholeDecision).
+func (st *state) applyDeltaDecisionLog(b *pebble.Batch, d *pb.DecisionRecord, partition int32, offset int64) {
+	header, err := events.AppendDecisionHeader(st.hbuf[:0], d, false)
+	if err != nil {
+		return // unreachable: the entry's strings were validated
+	}
+	st.hbuf = header
+	st.decisionLogFact(b, d, partition, offset, header, storedDeltaFormat)
+}
+
+// decisionLogFact stores a decision for lookups; format says what its
+// position is a position of (storedDecisionFormat, storedDeltaFormat).
+func (st *state) decisionLogFact(b *pebble.Batch, d *pb.DecisionRecord, partition int32, offset int64, header []byte, format byte) {
 	dl := st.dec
 	id, req := d.GetDecisionId(), d.GetRequestId()
 	st.dropLocalDecision(id) // read back: the log copy serves from now on
@@ -156,7 +178,7 @@ func (st *state) applyDecisionLog(b *pebble.Batch, d *pb.DecisionRecord, partiti
 	}
 	var v []byte
 	if header != nil {
-		v = append(appendStoredPosition(st.dbuf[:0], partition, offset), header...)
+		v = append(appendStoredPosition(st.dbuf[:0], format, partition, offset), header...)
 	} else {
 		var err error
 		if v, err = appendStoredDecision(st.dbuf[:0], partition, offset, d, st.act.cfg.approxTTL > 0); err != nil {
@@ -181,8 +203,13 @@ func (st *state) applyDecisionLog(b *pebble.Batch, d *pb.DecisionRecord, partiti
 	}
 	// The chain active accounting keeps is its own slice: the rest of d
 	// can go.
+	served := StoredDecision{Record: &pb.DecisionRecord{DecisionId: id, RequestId: req, DecidedAtUnixNano: tD}, Partition: partition, Offset: offset}
+	if format == storedDeltaFormat {
+		served.Partition, served.Offset = -1, -1
+		header = slices.Clone(header) // made in a buffer the next one reuses
+	}
 	dl.pending[id] = pendingDecision{
-		sd:        StoredDecision{Record: &pb.DecisionRecord{DecisionId: id, RequestId: req, DecidedAtUnixNano: tD}, Partition: partition, Offset: offset},
+		sd:        served,
 		header:    header,
 		partition: partition, offset: offset,
 	}
@@ -811,18 +838,24 @@ type StoredDecision struct {
 //
 //	u8 format (1) | uvarint partition | uvarint offset | header
 func appendStoredDecision(v []byte, partition int32, offset int64, d *pb.DecisionRecord, keepChains bool) ([]byte, error) {
-	return events.AppendDecisionHeader(appendStoredPosition(v, partition, offset), d, keepChains)
+	return events.AppendDecisionHeader(appendStoredPosition(v, storedDecisionFormat, partition, offset), d, keepChains)
 }
 
 // appendStoredPosition appends the front of a decision key's value, up to
 // the header.
-func appendStoredPosition(v []byte, partition int32, offset int64) []byte {
-	v = append(v, storedDecisionFormat)
+func appendStoredPosition(v []byte, format byte, partition int32, offset int64) []byte {
+	v = append(v, format)
 	v = binary.AppendUvarint(v, uint64(partition))
 	return binary.AppendUvarint(v, uint64(offset))
 }
 
-const storedDecisionFormat = 1
+// The formats of a decision key's value: the position is the record's on
+// the decisions topic, or the position of the load delta the decision was
+// learnt from (its decisions position is unknown, and served as -1).
+const (
+	storedDecisionFormat = 1
+	storedDeltaFormat    = 2
+)
 
 // decodeStoredDecision reads what appendStoredDecision wrote.
 func decodeStoredDecision(v []byte) (StoredDecision, error) {
@@ -834,13 +867,16 @@ func decodeStoredDecision(v []byte) (StoredDecision, error) {
 	if err := proto.Unmarshal(header, d); err != nil {
 		return StoredDecision{}, fmt.Errorf("stored decision: %w", err)
 	}
+	if v[0] == storedDeltaFormat {
+		p, off = -1, -1
+	}
 	return StoredDecision{Record: d, Partition: p, Offset: off}, nil
 }
 
 // decodeStoredPosition reads the front of a decision key's value: the
 // position, and the header that follows it.
 func decodeStoredPosition(v []byte) (partition int32, offset int64, header []byte, err error) {
-	if len(v) == 0 || v[0] != storedDecisionFormat {
+	if len(v) == 0 || v[0] != storedDecisionFormat && v[0] != storedDeltaFormat {
 		return 0, 0, nil, errors.New("stored decision: unknown value format")
 	}
 	r := reader{b: v[1:]}

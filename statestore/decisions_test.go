@@ -482,13 +482,18 @@ func TestDecodeStoredDecisionRejectsMalformedValues(t *testing.T) {
 	if sd, err := decodeStoredDecision(good); err != nil || sd.Partition != 3 || sd.Offset != 1234 || sd.Record.GetDecisionId() != "x" || sd.Complete {
 		t.Fatalf("the value appendStoredDecision wrote: %+v, %v", sd, err)
 	}
+	// The same value learnt from a load delta: its position is the delta's,
+	// and lookups serve none on the decisions topic.
+	if sd, err := decodeStoredDecision(append([]byte{storedDeltaFormat}, good[1:]...)); err != nil || sd.Partition != -1 || sd.Offset != -1 || sd.Record.GetDecisionId() != "x" {
+		t.Fatalf("a decision learnt from a delta: %+v, %v", sd, err)
+	}
 	for _, tc := range []struct {
 		name string
 		v    []byte
 		want string
 	}{
 		{"empty", nil, "unknown value format"},
-		{"other format", append([]byte{2}, good[1:]...), "unknown value format"},
+		{"other format", append([]byte{3}, good[1:]...), "unknown value format"},
 		{"cut in the position", good[:2], "bad position"},
 		{"partition past int32", binary.AppendUvarint(binary.AppendUvarint([]byte{1}, 1<<40), 5), "bad position"},
 		{"cut in the header", good[:len(good)-2], "stored decision:"},

@@ -28,6 +28,19 @@ func latencyEntryKey(id string) []byte { return append([]byte{famLatency, 'e'}, 
 // (decider.PathInputs). A record without its decode row teaches nothing.
 func (st *state) learnDecision(d *pb.DecisionRecord) {
 	st.lat.Advance(st.reqNow)
+	path, in, ok := latencySample(d)
+	if !ok {
+		st.stats.latNoRow++
+		return
+	}
+	st.lat.Decision(d.GetDecisionId(), d.GetDecidedAtUnixNano(), path, &in)
+}
+
+// latencySample returns the path and features a decision record teaches
+// the latency model: those of its decode row and, for a remote prefill,
+// its prefill row; not ok when the record lacks a row it needs. Load
+// deltas carry the same sample (DecisionDeltaOf).
+func latencySample(d *pb.DecisionRecord) (decider.LatencyPath, decider.LatencyInputs, bool) {
 	dw, pw := d.GetDecodeWorker(), d.GetPrefillWorker()
 	var drow, prow *pb.Candidate
 	for _, c := range d.GetCandidates() {
@@ -40,20 +53,17 @@ func (st *state) learnDecision(d *pb.DecisionRecord) {
 		}
 	}
 	if drow == nil {
-		st.stats.latNoRow++
-		return
+		return 0, decider.LatencyInputs{}, false
 	}
 	path := decider.PathLocal
 	if d.GetMode() != string(decider.ModeLocal) {
 		if prow == nil {
-			st.stats.latNoRow++
-			return
+			return 0, decider.LatencyInputs{}, false
 		}
 		path = decider.PathRemote
 	}
 	dc, pc := latencyRow(drow), latencyRow(prow)
-	in := decider.PathInputs(path, int64(d.GetPromptTokens()), int64(d.GetEffectiveIsl()), &dc, &pc)
-	st.lat.Decision(d.GetDecisionId(), d.GetDecidedAtUnixNano(), path, &in)
+	return path, decider.PathInputs(path, int64(d.GetPromptTokens()), int64(d.GetEffectiveIsl()), &dc, &pc), true
 }
 
 // latencyRow is the part of a record's row the features read (nil: a zero row).

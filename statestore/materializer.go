@@ -116,8 +116,9 @@ func (m *Materializer) Close() {
 }
 
 func (m *Materializer) physicalTopics() []string {
-	ts := make([]string, len(events.AllTopics))
-	for i, t := range events.AllTopics {
+	src := m.s.opts.Source.Topics()
+	ts := make([]string, len(src))
+	for i, t := range src {
 		ts[i] = m.names.Physical(t)
 	}
 	return ts

@@ -79,6 +79,7 @@ type state struct {
 	vbuf     []byte
 	ebuf     []byte // encodeEntry's (active.go)
 	dbuf     []byte // appendStoredDecision's (decisions.go)
+	hbuf     []byte // applyDeltaDecisionLog's header (decisions.go)
 	// storedAt: the position of a committed decision (Store.storedDecisionAt);
 	// nil in a state that has no store behind it.
 	storedAt func(id string) (int32, int64, bool)
@@ -204,6 +205,8 @@ func (st *state) applyEnvelope(b *pebble.Batch, env *events.Envelope, logTime in
 		st.observe(m.GetEventTimeUnixNano(), true)
 		st.applyOutcome(b, m)
 		st.learnOutcome(m)
+	case *pb.LoadDelta:
+		st.applyLoadDelta(b, m, env.Partition, env.Offset)
 	}
 	return ""
 }

@@ -92,6 +92,15 @@ type Options struct {
 	// from the same partitions (explain's) are the same bytes.
 	Cell events.Cell
 
+	// Source is what the store learns decisions and lifecycle events from:
+	// the decisions and outcomes topics (the zero value) or the load-deltas
+	// topic (loaddelta.go). Apply ignores the records of the topics the
+	// source does not read. Like the cell, the source is not stored: the
+	// offsets name the topics applied, and Open refuses a store that has
+	// applied a topic of the other source (ErrWrongSource). Every replica
+	// of a group must use the same source, or their states differ.
+	Source Source
+
 	// MaxWorkers caps the registered worker ids (--max-workers); default
 	// DefaultMaxWorkers. A registration of a new id beyond it is skipped
 	// on apply and counted (too_many_workers). The cap shapes the state, so
@@ -291,6 +300,10 @@ func Open(dir string, o Options) (*Store, error) {
 		db.Close()
 		return nil, fmt.Errorf("statestore: %s: %w", dir, err)
 	}
+	if err := checkSourceOffsets(o.Source, s.committed); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("statestore: %s: %w", dir, err)
+	}
 	s.checkSlotFlags(true)
 	s.met.observeState(st)
 	s.log.Info("statestore: ready", "dir", dir, "workers", len(st.workers), "blocks", st.tierBlocks[TierDevice]+st.tierBlocks[TierHost]+st.tierBlocks[TierDisk],
@@ -312,6 +325,24 @@ func checkCellOffsets(c events.Cell, offs Offsets) error {
 	}
 	return nil
 }
+
+// ErrWrongSource is matched by the error of opening a store that has
+// applied topics of the other Source.
+var ErrWrongSource = errors.New("the store was built from the other source of decisions")
+
+// checkSourceOffsets refuses offsets of topics src does not apply.
+func checkSourceOffsets(src Source, offs Offsets) error {
+	for _, o := range offs {
+		if !src.Applies(o.Topic) {
+			return fmt.Errorf("%w: it has applied %s/%d, which a store of source %s does not read; it was built with the other --load-deltas mode: delete it to rebuild by replay",
+				ErrWrongSource, o.Topic, o.Partition, src)
+		}
+	}
+	return nil
+}
+
+// Source is what the store learns decisions and lifecycle events from.
+func (s *Store) Source() Source { return s.opts.Source }
 
 // Cell is the share of the log the store holds.
 func (s *Store) Cell() events.Cell { return s.opts.Cell }
