@@ -26,11 +26,11 @@ const MaxValueBytes = 16 << 20
 // schema version is added here next to the old one, never in its place: old
 // records stay readable forever (SCHEMA.md).
 var schemas = map[Topic][]protoreflect.FullName{
-	TopicKvEvents:  {(&pb.KvEventRecord{}).ProtoReflect().Descriptor().FullName()},
-	TopicLoad:      {(&pb.LoadSample{}).ProtoReflect().Descriptor().FullName()},
-	TopicWorkers:   {(&pb.WorkerRegistration{}).ProtoReflect().Descriptor().FullName()},
-	TopicDecisions: {(&pb.DecisionRecord{}).ProtoReflect().Descriptor().FullName()},
-	TopicOutcomes:  {(&pb.OutcomeEvent{}).ProtoReflect().Descriptor().FullName()},
+	TopicKvEvents:   {(&pb.KvEventRecord{}).ProtoReflect().Descriptor().FullName()},
+	TopicLoad:       {(&pb.LoadSample{}).ProtoReflect().Descriptor().FullName()},
+	TopicWorkers:    {(&pb.WorkerRegistration{}).ProtoReflect().Descriptor().FullName()},
+	TopicDecisions:  {(&pb.DecisionRecord{}).ProtoReflect().Descriptor().FullName()},
+	TopicOutcomes:   {(&pb.OutcomeEvent{}).ProtoReflect().Descriptor().FullName()},
 	TopicLoadDeltas: {loadDeltaName},
 }
 
