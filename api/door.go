@@ -170,7 +170,7 @@ func (a doorDeps) AppendOutcome(ctx context.Context, o door.Outcome) error {
 	if err != nil {
 		return err
 	}
-	pos, err := a.s.deps.Log.Append(ctx, r)
+	pos, err := a.s.deps.Log.Append(ctx, a.s.withDelta([]*kgoRecord{r}, ev)...)
 	if err != nil {
 		return err
 	}

@@ -57,7 +57,12 @@ func (s *Server) requestEvent(c *gin.Context) {
 		v := uint64(*body.OutputTokens)
 		ev.OutputTokens = &v
 	}
-	s.appendAndAnswer(c, outcomeKey(ev), ev)
+	r, err := events.NewRecord(s.deps.Names, outcomeKey(ev), ev)
+	if err != nil {
+		fail(c, unprocessable("invalid_record", "", err.Error()))
+		return
+	}
+	s.appendRecords(c, s.withDelta([]*kgoRecord{r}, ev)...)
 }
 
 // outcomeEvent is a lifecycle event of kind for request id, naming the

@@ -31,6 +31,9 @@ type config struct {
 	maxAfter       int
 	maxWorkers     int
 	budget         recordBudget
+	// loadDeltas: append a load delta with every decision and lifecycle
+	// event (loaddeltas.go).
+	loadDeltas bool
 	// door, when set, serves the OpenAI front door with these options
 	// (WithDoor).
 	door []door.Option
@@ -80,6 +83,12 @@ func WithAfterTimeout(d time.Duration) Option { return func(c *config) { c.after
 // WithAuthToken requires "Authorization: Bearer <token>" on every endpoint
 // but /healthz, /readyz and /metrics. The comparison is constant-time.
 func WithAuthToken(token string) Option { return func(c *config) { c.authToken = token } }
+
+// WithLoadDeltas makes the server append, with every decision and
+// lifecycle event, its load delta on the load-deltas topic (loaddeltas.go),
+// for peers that learn load from deltas (statestore.SourceLoadDeltas).
+// Default off.
+func WithLoadDeltas(on bool) Option { return func(c *config) { c.loadDeltas = on } }
 
 // WithReplicaID names this replica in the decisions it records.
 func WithReplicaID(id string) Option { return func(c *config) { c.replicaID = id } }

@@ -418,7 +418,7 @@ func (s *Server) appendDecision(ctx context.Context, rec *pb.DecisionRecord) (Po
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.auditTimeout)
 	defer cancel()
 	s.metrics.auditInFlight.Inc()
-	pos, err := s.deps.Log.Append(ctx, r)
+	pos, err := s.deps.Log.Append(ctx, s.withDelta([]*kgoRecord{r}, rec)...)
 	s.metrics.auditInFlight.Dec()
 	s.metrics.auditSecs.Observe(time.Since(start).Seconds())
 	if err != nil {
@@ -430,8 +430,8 @@ func (s *Server) appendDecision(ctx context.Context, rec *pb.DecisionRecord) (Po
 		return Position{}, nil, unavailable("audit_log_unavailable", "the decision could not be made durable on the decisions topic; retry with the same request_id", 1)
 	}
 	p := Position{Topic: events.TopicDecisions, Partition: -1, Offset: -1}
-	if len(pos) == 1 {
-		p = pos[0]
+	if len(pos) >= 1 {
+		p = pos[0] // the decision; its delta follows
 	}
 	return p, r.Value, nil
 }

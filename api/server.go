@@ -48,6 +48,8 @@ type Server struct {
 	deps    Deps
 	cfg     config
 	metrics *metrics
+	// deltaMet: the load deltas this server writes (loaddeltas.go).
+	deltaMet deltaMetrics
 	// rejects counts refused requests (refusals.go).
 	rejects *rejects.Counter
 	engine  *gin.Engine
@@ -92,7 +94,7 @@ func New(deps Deps, opts ...Option) (*Server, error) {
 		r := prometheus.NewRegistry()
 		cfg.registerer, cfg.gatherer = r, r
 	}
-	s := &Server{deps: deps, cfg: cfg, metrics: newMetrics(cfg.registerer), rejects: rejects.For(cfg.registerer)}
+	s := &Server{deps: deps, cfg: cfg, metrics: newMetrics(cfg.registerer), deltaMet: newDeltaMetrics(cfg.registerer), rejects: rejects.For(cfg.registerer)}
 	s.metrics.initDecisions(deps.Decider.Config().Disagg.Policy)
 	s.rejects.Init(rejects.HTTP, httpRefusals...)
 	s.expecter, _ = deps.State.(DecisionExpecter)

@@ -473,6 +473,12 @@ func (s *Store) decisionStored(id string) bool {
 // (Options.DecisionRetention, event time). A committed decision comes back
 // as its header and position (StoredDecision.Complete false).
 func (s *Store) Decision(id string) (StoredDecision, bool) {
+	sd, ok := s.decision(id)
+	s.own.fill(&sd)
+	return sd, ok
+}
+
+func (s *Store) decision(id string) (StoredDecision, bool) {
 	s.mu.RLock()
 	st := s.st
 	p, ok := st.dec.pending[id]
@@ -505,6 +511,12 @@ func inMemory(d *pb.DecisionRecord) StoredDecision {
 // name the same decision once they have applied the same records. As with
 // Decision, a committed decision comes back as its header and position.
 func (s *Store) DecisionForRequest(requestID string) (StoredDecision, bool) {
+	sd, ok := s.decisionForRequest(requestID)
+	s.own.fill(&sd)
+	return sd, ok
+}
+
+func (s *Store) decisionForRequest(requestID string) (StoredDecision, bool) {
 	mem, stored, ok := s.forRequest(requestID)
 	if ok && (mem.Record == nil || stored.DecisionID < mem.Record.GetDecisionId()) {
 		if sd, ok := s.loadDecision(stored.DecisionID); ok {

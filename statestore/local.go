@@ -3,6 +3,7 @@ package statestore
 import (
 	"bytes"
 	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/pdrouter/pdrouter/events"
@@ -64,6 +65,9 @@ func (s *Store) RecordLocalDecisionAt(d *pb.DecisionRecord, value []byte, partit
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.opts.Source == SourceLoadDeltas {
+		s.own.add(d.GetDecisionId(), partition, offset, s.opts.MaxLocalDecisions)
+	}
 	if next, ok := s.st.offsets[topicPartition{events.TopicDecisions, partition}]; ok && next > offset {
 		return nil // applied: counted (or already absent) and served from the log copy
 	}
@@ -122,4 +126,49 @@ func (s *Store) ownRecord(id string, value []byte) *pb.DecisionRecord {
 		return e.d
 	}
 	return nil
+}
+
+// ownPositions are the positions on the decisions topic of this replica's
+// recent decisions, in a store of source load-deltas: the deltas it applies
+// cannot name them (they are appended in the same produce request), and
+// lookups of its own recent decisions then read the whole record at once
+// instead of searching the topic for it. Memory only, at most
+// MaxLocalDecisions ids, the oldest out first.
+type ownPositions struct {
+	mu  sync.Mutex
+	pos map[string][2]int64
+	q   []string
+}
+
+func (o *ownPositions) add(id string, partition int32, offset int64, limit int) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.pos == nil {
+		o.pos = map[string][2]int64{}
+	}
+	if _, ok := o.pos[id]; ok {
+		return
+	}
+	o.pos[id] = [2]int64{int64(partition), offset}
+	o.q = append(o.q, id)
+	for len(o.q) > limit {
+		delete(o.pos, o.q[0])
+		o.q = o.q[1:]
+	}
+	if cap(o.q) > 4*limit {
+		o.q = slices.Clone(o.q)
+	}
+}
+
+// fill gives sd its position when it is one of this replica's decisions
+// learnt from a delta (no position) and the position is still known.
+func (o *ownPositions) fill(sd *StoredDecision) {
+	if sd.Complete || sd.Partition >= 0 || sd.Record == nil {
+		return
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if p, ok := o.pos[sd.Record.GetDecisionId()]; ok {
+		sd.Partition, sd.Offset = int32(p[0]), p[1]
+	}
 }

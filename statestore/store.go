@@ -218,6 +218,9 @@ type Store struct {
 	dbMu sync.RWMutex
 	// cache holds recently used decision records (decisions.go).
 	cache *decisionCache
+	// own: the positions of this replica's recent decisions, with source
+	// load-deltas (local.go).
+	own ownPositions
 	// expecting holds this replica's decisions from their encoding to
 	// RecordLocalDecisionAt (local.go ExpectLocalDecision).
 	expecting expectedDecisions

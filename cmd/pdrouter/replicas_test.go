@@ -28,7 +28,17 @@ import (
 // their active accounting through the log, catch up to the same digest after
 // a SIGKILL, and a new one joins from a peer's snapshot without replaying
 // the log. Concurrent decisions on one decode worker show up as races.
+//
+// Each --load-deltas mode that shapes the state runs it: write (peers
+// apply whole decisions and outcomes) and apply (peers apply load deltas,
+// and decisions stay on the log for audit).
 func TestReplicasAgree(t *testing.T) {
+	for _, mode := range []string{"write", "apply"} {
+		t.Run(mode, func(t *testing.T) { testReplicasAgree(t, mode) })
+	}
+}
+
+func testReplicasAgree(t *testing.T, mode string) {
 	brokers := kafkatest.Brokers(t)
 	prefix := kafkatest.Prefix(t)
 	kafkatest.Migrate(t, brokers, prefix)
@@ -38,7 +48,11 @@ func TestReplicasAgree(t *testing.T) {
 	// barrier must reach each replica alone, not in one fetch with the
 	// decision a faster peer made just after it, or the replicas decide at
 	// different watermarks and there is nothing to compare.
-	unbatched := []string{"--fetch-min-bytes", "1"}
+	unbatched := []string{"--fetch-min-bytes", "1", "--load-deltas", mode}
+	peerTopic := events.TopicDecisions // where a peer learns a decision from
+	if mode == "apply" {
+		peerTopic = events.TopicLoadDeltas
+	}
 	a := startReplica(t, brokers, prefix, dirs[0], unbatched...)
 	b := startReplica(t, brokers, prefix, dirs[1], unbatched...)
 	c := startReplica(t, brokers, prefix, dirs[2], unbatched...)
@@ -127,8 +141,8 @@ func TestReplicasAgree(t *testing.T) {
 	beforeB := activeBlocks(t, b.url)
 	resp := routeOn(t, a.url, "accounting-1", append(tokenSeq(1, 512), tokenSeq(40001, 64)...), after, false)
 	dw := resp["decode_worker"].(string)
-	ends := decisionEnds(t, brokers, prefix)
-	waitApplied(t, b, events.TopicDecisions, ends)
+	ends := topicEnds(t, brokers, prefix, peerTopic)
+	waitApplied(t, b, peerTopic, ends)
 	afterB := activeBlocks(t, b.url)
 	if afterB[dw] <= beforeB[dw] {
 		t.Errorf("B's active decode blocks on %s stayed %d → %d after applying A's decision up to %v", dw, beforeB[dw], afterB[dw], ends)
@@ -138,6 +152,20 @@ func TestReplicasAgree(t *testing.T) {
 		t.Errorf("at equal offsets A and B count different active blocks: %v vs %v", fromA, activeBlocks(t, b.url))
 	}
 	t.Logf("A's decision on %s: B's active decode blocks %d → %d", dw, beforeB[dw], afterB[dw])
+	if mode == "apply" {
+		var st replicaState
+		getJSONInto(t, b.url+"/v1/state", &st)
+		if st.Applied[string(events.TopicDecisions)] != nil || st.Applied[string(events.TopicOutcomes)] != nil || st.Applied[string(events.TopicLoadDeltas)] == nil {
+			t.Errorf("with --load-deltas apply, B applied %v", st.Applied)
+		}
+		// The deciding replica serves its own decision whole, from the
+		// position its append returned.
+		var rec map[string]any
+		getJSONInto(t, a.url+"/v1/decisions/"+resp["decision_id"].(string), &rec)
+		if rec["decision_id"] != resp["decision_id"] || rec["candidates"] == nil {
+			t.Errorf("A's own decision read back whole: %s", indented(rec))
+		}
+	}
 
 	// 3. SIGKILL C; the log moves on; C restarts on its store and catches up
 	// to the same digest.
@@ -159,7 +187,7 @@ func TestReplicasAgree(t *testing.T) {
 
 	// 4. D joins from A's snapshot: it applies only what came after it.
 	join := time.Now()
-	d := startReplica(t, brokers, prefix, t.TempDir(), "--bootstrap-from", a.url+"/v1/state/snapshot")
+	d := startReplica(t, brokers, prefix, t.TempDir(), "--bootstrap-from", a.url+"/v1/state/snapshot", "--load-deltas", mode)
 	joinTook := time.Since(join)
 	if joinTook > 30*time.Second {
 		t.Errorf("D took %s to join from a snapshot", joinTook)
@@ -409,14 +437,14 @@ func activeBlocks(t *testing.T, url string) map[string]int64 {
 	return out
 }
 
-// decisionEnds returns the end offsets of the decisions topic.
-func decisionEnds(t *testing.T, brokers []string, prefix string) map[int32]int64 {
+// topicEnds returns the end offsets of a topic.
+func topicEnds(t *testing.T, brokers []string, prefix string, topic events.Topic) map[int32]int64 {
 	t.Helper()
 	names := events.Names{Prefix: prefix}
 	adm := kadm.NewClient(kafkatest.Client(t, brokers))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	ends, err := adm.ListEndOffsets(ctx, names.Physical(events.TopicDecisions))
+	ends, err := adm.ListEndOffsets(ctx, names.Physical(topic))
 	if err != nil || ends.Error() != nil {
 		t.Fatalf("end offsets: %v %v", err, ends.Error())
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/pflag"
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/pdrouter/pdrouter/api"
@@ -63,6 +64,11 @@ type routerFlags struct {
 	// cell is --cell; parsed into cellOf by validate.
 	cell   string
 	cellOf events.Cell
+	// loadDeltas is --load-deltas; parsed into writeDeltas and source by
+	// validate.
+	loadDeltas  string
+	writeDeltas bool
+	source      statestore.Source
 	// latencyWindow and latencyMaxEntries shape the online latency model
 	// (statestore.Options.LatencyModel, docs/slo-policy.md).
 	latencyWindow     time.Duration
@@ -116,6 +122,7 @@ func (f *routerFlags) bindFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&f.latencyWindow, "latency-model-window", latmodel.DefaultBuckets*latmodel.DefaultBucketWidth, "event time of outcomes the slo policy's latency model learns from (a multiple of 30s). Give every replica the same value: it shapes the state they compare")
 	fs.IntVar(&f.latencyMaxEntries, "latency-model-max-entries", latmodel.DefaultMaxEntries, "most decisions and outcomes the latency model holds while it joins them; facts beyond it are dropped and counted in pdrouter_latency_model_dropped_total{reason=\"max_entries\"}")
 	fs.StringVar(&f.cell, "cell", "0/1", "the cell of the log this replica applies and answers for, i/n: partitions p with p mod n = i of every topic, and so the workers whose ids hash there (docs/scaling.md, Cells). n must divide every topic's partition count; every replica of a cell gives the same value. 0/1 is the whole log")
+	fs.StringVar(&f.loadDeltas, "load-deltas", "write", "how the replicas of a group share load (docs/scaling.md, Load deltas): off (apply peers' whole decisions and outcomes, write no deltas), write (the same, and append a load delta with every decision and lifecycle event: the first step of a migration), apply (append deltas and apply peers' deltas instead of their decisions and outcomes, which stay on the log for audit; the group then scales). Every replica of a group gives the same value but for write beside apply; a store built in the other mode is refused: delete it to rebuild by replay")
 	fs.IntVar(&f.maxWorkers, "max-workers", statestore.DefaultMaxWorkers, "most registered worker ids: a registration of a new id beyond it is answered 422 too_many_workers and skipped by every replica that applies it. Give every replica the same value: it shapes the state they compare")
 	fs.IntVar(&f.decisionMaxCandidates, "decision-max-candidates", api.DefaultDecisionMaxCandidates, "candidate rows a decision record keeps: the picked workers, then the best ranked others; the record counts the rows it leaves out")
 	fs.IntVar(&f.decisionRecordMaxBytes, "decision-record-max-bytes", api.DefaultDecisionRecordMaxBytes, fmt.Sprintf("largest decision record value, in bytes (%d to %d): hash chains are cut to fit, and a decision whose record still does not fit is answered 413 decision_record_too_large; keep it below the decisions topic's max.message.bytes (serve warns)", api.MinDecisionRecordMaxBytes, api.MaxDecisionRecordMaxBytes))
@@ -149,6 +156,16 @@ func (f *routerFlags) validate() error {
 		return fmt.Errorf("--cell: %w", err)
 	}
 	f.cellOf = c
+	switch f.loadDeltas {
+	case "off":
+		f.writeDeltas, f.source = false, statestore.SourceDecisions
+	case "write":
+		f.writeDeltas, f.source = true, statestore.SourceDecisions
+	case "apply":
+		f.writeDeltas, f.source = true, statestore.SourceLoadDeltas
+	default:
+		return fmt.Errorf("--load-deltas %q: want off, write or apply", f.loadDeltas)
+	}
 	if f.decisionMaxCandidates < api.MinDecisionMaxCandidates || f.decisionRecordMaxBytes < api.MinDecisionRecordMaxBytes || f.decisionRecordMaxBytes > api.MaxDecisionRecordMaxBytes {
 		return fmt.Errorf("--decision-max-candidates %d, --decision-record-max-bytes %d: want at least %d rows, and %d to %d bytes",
 			f.decisionMaxCandidates, f.decisionRecordMaxBytes, api.MinDecisionMaxCandidates, api.MinDecisionRecordMaxBytes, api.MaxDecisionRecordMaxBytes)
@@ -196,7 +213,7 @@ func (r *routerRun) storeOptions(cfg decider.Config, reg prometheus.Registerer) 
 	return statestore.Options{
 		Names: r.a.names(), Logger: r.a.log, Registerer: reg,
 		ActiveExpiry: cfg.ActiveRequestExpiry, Approximate: cfg.Approximate(),
-		DecisionRetention: r.f.decisionRetention, MaxWorkers: r.f.maxWorkers, Cell: r.f.cellOf,
+		DecisionRetention: r.f.decisionRetention, MaxWorkers: r.f.maxWorkers, Cell: r.f.cellOf, Source: r.f.source,
 		LatencyModel: latmodel.Config{Buckets: int(r.f.latencyWindow / latmodel.DefaultBucketWidth), MaxEntries: r.f.latencyMaxEntries},
 	}
 }
@@ -281,6 +298,11 @@ func (r *routerRun) run(ctx context.Context) error {
 		return err
 	}
 	defer prod.Close()
+	if f.writeDeltas {
+		if err := requireTopic(ctx, kadm.NewClient(prod), a.names().Physical(events.TopicLoadDeltas)); err != nil {
+			return fmt.Errorf("--load-deltas %s: %w", f.loadDeltas, err)
+		}
+	}
 	go warnDecisionTopicShort(ctx, kadm.NewClient(prod), a.names().Physical(events.TopicDecisions), f.decisionRetention, a.log)
 	go warnDecisionTopicSmall(ctx, kadm.NewClient(prod), a.names().Physical(events.TopicDecisions), f.decisionRecordMaxBytes, a.log)
 	if r.ingestCfg != nil {
@@ -295,7 +317,7 @@ func (r *routerRun) run(ctx context.Context) error {
 		})
 	}
 	apiOpts := []api.Option{
-		api.WithLogger(a.log), api.WithMetrics(reg, registry), api.WithReplicaID(f.replicaID),
+		api.WithLogger(a.log), api.WithMetrics(reg, registry), api.WithReplicaID(f.replicaID), api.WithLoadDeltas(f.writeDeltas),
 		api.WithAuthToken(f.authToken), api.WithReadyLag(f.readyLag), api.WithAfterTimeout(f.afterTimeout),
 		api.WithAuditTimeout(f.auditTimeout), api.WithBodyLimit(f.bodyLimit), api.WithMaxTokens(f.maxTokens), api.WithMaxWorkers(f.maxWorkers),
 		api.WithReadTimeout(f.httpReadTimeout), api.WithMaxHeaderBytes(f.httpMaxHeaderBytes), api.WithMaxAfterPartitions(f.maxAfterPartitions),
@@ -455,4 +477,21 @@ func wrap(what string, err error) error {
 		return nil
 	}
 	return fmt.Errorf("%s: %w", what, err)
+}
+
+// requireTopic fails when topic does not exist: a replica that writes load
+// deltas to a deployment migrate has not brought up to date would answer
+// every decision 503. A broker that does not answer is not an error here:
+// the appends will say so.
+func requireTopic(ctx context.Context, adm *kadm.Client, topic string) error {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	td, err := adm.ListTopics(ctx, topic)
+	if err != nil {
+		return nil
+	}
+	if d, ok := td[topic]; !ok || errors.Is(d.Err, kerr.UnknownTopicOrPartition) {
+		return fmt.Errorf("the topic %s does not exist: run `pdrouter migrate` (it creates the topics this version declares), or pass --load-deltas off", topic)
+	}
+	return nil
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -28,7 +29,13 @@ a store is opened by one process at a time.`,
 			if entries, err := os.ReadDir(dir); err != nil || len(entries) == 0 {
 				return fmt.Errorf("no store in %s (--data-dir %s)", dir, a.dataDir)
 			}
-			s, err := statestore.Open(dir, statestore.Options{Names: a.names(), Logger: a.log, Registerer: prometheus.NewRegistry()})
+			o := statestore.Options{Names: a.names(), Logger: a.log, Registerer: prometheus.NewRegistry()}
+			s, err := statestore.Open(dir, o)
+			if errors.Is(err, statestore.ErrWrongSource) {
+				// A replica's store of --load-deltas apply.
+				o.Source, o.Registerer = statestore.SourceLoadDeltas, prometheus.NewRegistry()
+				s, err = statestore.Open(dir, o)
+			}
 			if err != nil {
 				return err
 			}
