@@ -206,11 +206,21 @@ func (s *Server) route(c *gin.Context) {
 	if !generated {
 		if sd, ok := s.deps.State.DecisionForRequest(p.id); ok {
 			rec := sd.Record
+			if !sd.Complete && sd.Partition < 0 {
+				// Learnt from a load delta: the header names the decision but
+				// not the prompt it was made for; the record on the log does.
+				var err error
+				if rec, err = s.wholeDecision(c.Request.Context(), sd); err != nil {
+					fail(c, err)
+					return
+				}
+				sd.Complete = true
+			}
 			if err := sameRequest(p, rec); err != nil {
 				fail(c, err)
 				return
 			}
-			if explain { // the table: the whole record
+			if explain && !sd.Complete { // the table: the whole record
 				var err error
 				if rec, err = s.wholeDecision(c.Request.Context(), sd); err != nil {
 					fail(c, err)

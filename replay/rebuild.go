@@ -157,6 +157,13 @@ func rebuildAt(ctx context.Context, conn []kgo.Opt, opts statestore.Options, w *
 		}
 	}()
 	want := targetOf(w)
+	// A replica of --load-deltas apply named load-deltas, not decisions and
+	// outcomes, in its watermark: the state is rebuilt from the same
+	// source.
+	if _, ok := want[events.TopicLoadDeltas]; ok {
+		opts.Source = statestore.SourceLoadDeltas
+		r.opts.Source = opts.Source
+	}
 	snap, skipped := pickSnapshot(snapDir, want)
 	r.info.SnapshotsSkipped = skipped
 	storeDir := filepath.Join(dir, "store")

@@ -205,7 +205,7 @@ func sumOffsets(o Offsets) int64 {
 	return n
 }
 
-// readAll reads every record of the five topics.
+// readAll reads every record of every topic.
 func readAll(t *testing.T, brokers []string, names events.Names) []*kgo.Record {
 	t.Helper()
 	var topics []string

@@ -1,6 +1,6 @@
 // Package statestore is a router replica's materialized state: the fleet's
 // prefix caches, worker registry, load samples and active-request accounting,
-// reduced from the five topics of the event log into a per-replica Pebble
+// reduced from the topics of the event log into a per-replica Pebble
 // store with an in-memory index in front of it.
 //
 // Design invariants (design.md) and where they are kept:

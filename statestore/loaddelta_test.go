@@ -253,3 +253,48 @@ func TestHostileLoadDeltasAreSkipped(t *testing.T) {
 		t.Fatalf("a decisions store applied a load delta: %s, then %s", before, after)
 	}
 }
+
+// BenchmarkApplyLoadDeltas: what a peer of source load-deltas spends to
+// apply one decision and its completion, by how many entries a record
+// holds (a group commit's for one worker) and how long a chain a decision
+// carries. cpu-ns/op is process CPU per decision and completion, Pebble's
+// flushes included.
+//
+//	go test ./statestore -run '^$' -bench ApplyLoadDeltas -benchtime 20000x -count 3
+func BenchmarkApplyLoadDeltas(b *testing.B) {
+	for _, per := range []int{1, 8} {
+		for _, hashes := range []int{0, 32, events.MaxDeltaHashes} {
+			b.Run(fmt.Sprintf("entries=%d/hashes=%d", per, hashes), func(b *testing.B) {
+				h := perfHarnessWith(b, Options{Source: SourceLoadDeltas})
+				ds := perfDecisions(b.N, 3, 1e18)
+				var decs, outs []*kgo.Record
+				for lo := 0; lo < len(ds); lo += per {
+					group := ds[lo:min(lo+per, len(ds))]
+					dd, ld := &pb.LoadDelta{WriterId: "replica-a"}, &pb.LoadDelta{WriterId: "replica-a"}
+					w := group[0].GetDecodeWorker()
+					for i, d := range group {
+						d.DecodeWorker = w
+						e := DecisionDeltaOf(d)
+						e.ActiveHashes = e.ActiveHashes[:min(len(e.ActiveHashes), hashes)]
+						dd.Decisions = append(dd.Decisions, e)
+						ld.Lifecycle = append(ld.Lifecycle, LifecycleDeltaOf(completedOutcome(d, lo+i)))
+					}
+					decs = append(decs, h.record(w.GetWorkerId(), dd))
+					outs = append(outs, h.record(w.GetWorkerId(), ld))
+				}
+				// Decisions and completions interleave as on the log: a
+				// request ends while later ones are decided.
+				var recs []*kgo.Record
+				for i := range decs {
+					recs = append(recs, decs[i])
+					if i >= 16 {
+						recs = append(recs, outs[i-16])
+					}
+				}
+				recs = append(recs, outs[max(len(decs)-16, 0):]...)
+				benchApply(b, h, recs)
+				b.ReportMetric(b.Elapsed().Seconds()*1e9/float64(b.N), "ns/decision")
+			})
+		}
+	}
+}

@@ -51,7 +51,8 @@ type MaterializerOptions struct {
 	FetchMaxWait  time.Duration
 }
 
-// Materializer tails every partition of the five topics into a Store, or
+// Materializer tails every partition of the topics the store's Source
+// reads into a Store, or
 // of the store's cell (Options.Cell) only.
 //
 // It consumes directly, with no consumer group: every replica reads every

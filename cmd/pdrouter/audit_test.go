@@ -207,6 +207,25 @@ func logged(t *testing.T, brokers []string, prefix string) map[string]bool {
 	return out
 }
 
+// deltaLogged reads the decision ids of every load delta on the
+// load-deltas topic; a decision may have more than one entry (a retried
+// append), which peers apply as one fact.
+func deltaLogged(t *testing.T, brokers []string, prefix string) map[string]bool {
+	t.Helper()
+	names := events.Names{Prefix: prefix}
+	out := map[string]bool{}
+	for _, r := range kafkatest.ReadAll(t, brokers, names.Physical(events.TopicLoadDeltas)) {
+		env, err := events.Decode(names, r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range env.Message.(*pb.LoadDelta).GetDecisions() {
+			out[d.GetDecisionId()] = true
+		}
+	}
+	return out
+}
+
 // TestAnsweredDecisionsSurviveSIGKILL is design.md invariant 5: every
 // decision the API answered with 200 is in the decisions topic, exactly
 // once, even when the router is killed with SIGKILL while requests are in
@@ -244,16 +263,24 @@ func TestAnsweredDecisionsSurviveSIGKILL(t *testing.T) {
 		}
 		answered, failures = append(answered, got...), failures+failed
 	}
-	inLog := logged(t, brokers, prefix)
-	lost := 0
+	inLog, inDeltas := logged(t, brokers, prefix), deltaLogged(t, brokers, prefix)
+	lost, unshared := 0, 0
 	for _, id := range answered {
 		if !inLog[id] {
 			lost++
 		}
+		if !inDeltas[id] {
+			unshared++
+		}
 	}
-	t.Logf("3 SIGKILLs: %d decisions answered (%d requests failed around the kills); %d in the log, each once", len(answered), failures, len(inLog))
+	t.Logf("3 SIGKILLs: %d decisions answered (%d requests failed around the kills); %d in the log, each once; %d with a load delta", len(answered), failures, len(inLog), len(inDeltas))
 	if lost > 0 {
 		t.Fatalf("%d of %d answered decisions are missing from the decisions topic", lost, len(answered))
+	}
+	// Invariant D3: the delta rides in the decision's append, so peers see
+	// the load of every answered decision.
+	if unshared > 0 {
+		t.Fatalf("%d of %d answered decisions have no entry on the load-deltas topic", unshared, len(answered))
 	}
 }
 

@@ -19,11 +19,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/pdrouter/pdrouter/api"
 	"github.com/pdrouter/pdrouter/events"
 	pb "github.com/pdrouter/pdrouter/events/eventspb"
 	"github.com/pdrouter/pdrouter/events/eventstest"
+	"github.com/pdrouter/pdrouter/statestore"
 )
 
 // The floor replica is the I/O a replica of the model cannot avoid, with
@@ -57,6 +59,7 @@ const (
 func newBenchFloorReplicaCmd(a *app) *cobra.Command {
 	var httpAddr, debugAddr string
 	var maxTokens, blockSize, decode, prefill int
+	var loadDeltas string
 	cmd := &cobra.Command{
 		Use:    "floor-replica",
 		Short:  "The floor replica of 'bench scale --floor': a replica's I/O without its work",
@@ -68,6 +71,10 @@ func newBenchFloorReplicaCmd(a *app) *cobra.Command {
 				return fmt.Errorf("bench floor-replica: want --max-tokens in [1, %d], --block-size in [1, %d], --decode-workers in [1, %d], --prefill-workers in [0, %d]",
 					floorMaxTokens, events.MaxBlockSize, floorMaxWorkers, floorMaxWorkers)
 			}
+			write, src, err := parseLoadDeltas(loadDeltas)
+			if err != nil {
+				return err
+			}
 			if err := a.tuneMemory(); err != nil {
 				return err
 			}
@@ -76,7 +83,7 @@ func newBenchFloorReplicaCmd(a *app) *cobra.Command {
 				return err
 			}
 			return runFloorReplica(cmd.Context(), floorConfig{names: a.names(), connOpts: opts, httpAddr: httpAddr, debugAddr: debugAddr,
-				maxBlocks: maxTokens / blockSize, decode: decode, prefill: prefill})
+				maxBlocks: maxTokens / blockSize, decode: decode, prefill: prefill, writeDeltas: write, source: src})
 		},
 	}
 	f := cmd.Flags()
@@ -86,6 +93,7 @@ func newBenchFloorReplicaCmd(a *app) *cobra.Command {
 	f.IntVar(&blockSize, "block-size", 16, "tokens per block of the prompts' hash chains")
 	f.IntVar(&decode, "decode-workers", 128, "decode workers: the candidate rows of a decision record, and the keys records go under")
 	f.IntVar(&prefill, "prefill-workers", 32, "prefill workers: candidate rows of a decision record")
+	f.StringVar(&loadDeltas, "load-deltas", "write", "as serve's: whether each decision and lifecycle event goes with its load delta (write, apply), and which topics are fetched back (apply: load deltas, not decisions and outcomes)")
 	return cmd
 }
 
@@ -95,6 +103,8 @@ type floorConfig struct {
 	httpAddr, debugAddr string
 	maxBlocks           int
 	decode, prefill     int
+	writeDeltas         bool
+	source              statestore.Source
 }
 
 type floorReplica struct {
@@ -105,8 +115,16 @@ type floorReplica struct {
 	// start, so the floor's topics hold only what a replica could read.
 	decisions []*kgo.Record
 	outcome   *kgo.Record
-	keys      [][]byte // the decode workers' ids, which records are keyed by
-	next      atomic.Uint64
+	// With load deltas: deltas[i][k] is the load delta of decisions[i]
+	// for decode worker k (a delta names its worker, as its key), and
+	// lifecycleDeltas[k] that of the outcome.
+	deltas          [][]*kgo.Record
+	lifecycleDeltas []*kgo.Record
+	// fetchedTopics: the topics the floor fetches back, whose appends it
+	// counts.
+	fetchedTopics map[string]bool
+	keys          [][]byte // the decode workers' ids, which records are keyed by
+	next          atomic.Uint64
 	// appended and fetched let bench scale check that each floor replica
 	// fetched every record its group appended: a floor that fetched less
 	// would be a lower floor than the replicas'.
@@ -126,19 +144,33 @@ func runFloorReplica(ctx context.Context, cfg floorConfig) error {
 		f.keys = append(f.keys, fmt.Appendf(nil, "decode-%03d", i))
 	}
 	completed := uint64(256)
-	outcome, err := events.NewRecord(cfg.names, f.keys[0], &pb.OutcomeEvent{RequestId: "bench-00000000-1000000", DecisionId: "01JDX3Q8W6ZK2M4N5P6R7S8T9V",
+	ev := &pb.OutcomeEvent{RequestId: "bench-00000000-1000000", DecisionId: "01JDX3Q8W6ZK2M4N5P6R7S8T9V",
 		Kind: pb.OutcomeEvent_KIND_COMPLETED, DecodeWorker: &pb.WorkerRef{WorkerId: string(f.keys[0])},
-		EventTimeUnixNano: 1764400001000000000, OutputTokens: &completed})
+		EventTimeUnixNano: 1764400001000000000, OutputTokens: &completed}
+	outcome, err := events.NewRecord(cfg.names, f.keys[0], ev)
 	if err != nil {
 		return err
 	}
 	f.outcome = outcome
+	if cfg.writeDeltas {
+		if f.lifecycleDeltas, err = floorDeltas(cfg.names, f.keys, ev); err != nil {
+			return err
+		}
+	}
 	for blocks := 0; blocks <= cfg.maxBlocks+floorRecordStep; blocks += floorRecordStep {
-		v, err := events.NewRecord(cfg.names, f.keys[0], eventstest.Decision(cfg.decode, cfg.prefill, blocks))
+		d := eventstest.Decision(cfg.decode, cfg.prefill, blocks)
+		v, err := events.NewRecord(cfg.names, f.keys[0], d)
 		if err != nil {
 			return err
 		}
 		f.decisions = append(f.decisions, v)
+		if cfg.writeDeltas {
+			ds, err := floorDeltas(cfg.names, f.keys, d)
+			if err != nil {
+				return err
+			}
+			f.deltas = append(f.deltas, ds)
+		}
 	}
 	prod, err := kgo.NewClient(append(append([]kgo.Opt{}, cfg.connOpts...), api.GroupLogClientOpts()...)...)
 	if err != nil {
@@ -147,8 +179,10 @@ func runFloorReplica(ctx context.Context, cfg floorConfig) error {
 	defer prod.Close()
 	f.log = api.NewGroupLog(prod, cfg.names, 64<<20, nil)
 	var topics []string
-	for _, t := range events.AllTopics {
+	f.fetchedTopics = map[string]bool{}
+	for _, t := range cfg.source.Topics() {
 		topics = append(topics, cfg.names.Physical(t))
+		f.fetchedTopics[cfg.names.Physical(t)] = true
 	}
 	cons, err := kgo.NewClient(append(append([]kgo.Opt{}, cfg.connOpts...),
 		kgo.ConsumeTopics(topics...), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
@@ -241,8 +275,12 @@ func (f *floorReplica) route(c *gin.Context) {
 	}
 	blocks := bytes.Count(buf.Bytes(), []byte{','})
 	f.bodies.Put(buf)
-	v := f.decisions[min(len(f.decisions)-1, blocks/floorRecordStep)]
-	if f.append(c, v) {
+	i := min(len(f.decisions)-1, blocks/floorRecordStep)
+	var deltas []*kgo.Record
+	if f.deltas != nil {
+		deltas = f.deltas[i]
+	}
+	if f.append(c, f.decisions[i], deltas) {
 		c.Data(http.StatusOK, "application/json", []byte(`{"decision_id":"floor","mode":"remote"}`))
 	}
 }
@@ -253,20 +291,56 @@ func (f *floorReplica) lifecycle(c *gin.Context) {
 		return
 	}
 	f.bodies.Put(buf)
-	if f.append(c, f.outcome) {
+	if f.append(c, f.outcome, f.lifecycleDeltas) {
 		c.Data(http.StatusAccepted, "application/json", floorOffsets)
 	}
 }
 
-// append appends a copy of the record tmpl under the next worker's key.
-func (f *floorReplica) append(c *gin.Context, tmpl *kgo.Record) bool {
-	key := f.keys[f.next.Add(1)%uint64(len(f.keys))]
+// append appends a copy of the record tmpl under the next worker's key,
+// with that worker's delta when deltas holds them (one per worker), in one
+// append as the API does.
+func (f *floorReplica) append(c *gin.Context, tmpl *kgo.Record, deltas []*kgo.Record) bool {
+	k := f.next.Add(1) % uint64(len(f.keys))
+	recs := []*kgo.Record{{Topic: tmpl.Topic, Key: f.keys[k], Value: tmpl.Value, Headers: tmpl.Headers}}
+	if deltas != nil {
+		d := deltas[k]
+		recs = append(recs, &kgo.Record{Topic: d.Topic, Key: d.Key, Value: d.Value, Headers: d.Headers})
+	}
 	ctx, cancel := context.WithTimeout(c.Request.Context(), 10*time.Second)
 	defer cancel()
-	if _, err := f.log.Append(ctx, &kgo.Record{Topic: tmpl.Topic, Key: key, Value: tmpl.Value, Headers: tmpl.Headers}); err != nil {
+	if _, err := f.log.Append(ctx, recs...); err != nil {
 		c.String(http.StatusServiceUnavailable, err.Error())
 		return false
 	}
-	f.appended.Inc()
+	for _, r := range recs {
+		if f.fetchedTopics[r.Topic] {
+			f.appended.Inc()
+		}
+	}
 	return true
+}
+
+// floorDeltas returns the load delta of m (a decision or an outcome) as
+// each decode worker would have it, under its key: real records, which
+// every replica's validation accepts.
+func floorDeltas(names events.Names, keys [][]byte, m proto.Message) ([]*kgo.Record, error) {
+	out := make([]*kgo.Record, len(keys))
+	for k, key := range keys {
+		w := &pb.WorkerRef{WorkerId: string(key)}
+		d := &pb.LoadDelta{WriterId: "floor"}
+		switch v := proto.Clone(m).(type) {
+		case *pb.DecisionRecord:
+			v.DecodeWorker = w
+			d.Decisions = []*pb.DecisionDelta{statestore.DecisionDeltaOf(v)}
+		case *pb.OutcomeEvent:
+			v.DecodeWorker = w
+			d.Lifecycle = []*pb.LifecycleDelta{statestore.LifecycleDeltaOf(v)}
+		}
+		r, err := events.NewRecord(names, key, d)
+		if err != nil {
+			return nil, err
+		}
+		out[k] = r
+	}
+	return out, nil
 }

@@ -42,8 +42,10 @@ type scaleBench struct {
 	binary   string
 	profiles string // directory for the replicas' CPU profiles, or ""
 	memory   string // the replicas' --memory-limit
-	brokers  []string
-	opts     []kgo.Opt
+	// loadDeltas is the replicas' (and floor replicas') --load-deltas.
+	loadDeltas string
+	brokers    []string
+	opts       []kgo.Opt
 }
 
 func newBenchScaleCmd(a *app) *cobra.Command {
@@ -99,6 +101,7 @@ above it is pdrouter's own work. --json then adds "floor":
 	f.BoolVar(&b.floor, "floor", false, "also measure floor replicas, which do a replica's I/O (HTTP, appends, fetches) and none of its work, so that a and p split into that floor and pdrouter's own part")
 	f.StringVar(&b.binary, "replica-binary", "", "pdrouter binary the replicas run (default: this one)")
 	f.StringVar(&b.memory, "replica-memory-limit", replicaMemoryLimit, "the replicas' --memory-limit (default: what auto sets under the shipped Deployment's 4Gi limit, so they collect at --gc-percent as deployed); none for Go's defaults")
+	f.StringVar(&b.loadDeltas, "load-deltas", "apply", "the replicas' and floor replicas' --load-deltas: apply (peers apply load deltas), write or off (peers apply whole decisions and outcomes)")
 	f.StringVar(&b.profiles, "profile-dir", "", "write each replica's CPU profile over the measured time to this directory (replicas-N-R.pprof; floor-2-R.pprof for --floor)")
 	f.IntVar(&b.cfg.Clients, "clients", b.cfg.Clients, "concurrent closed-loop clients")
 	f.DurationVar(&b.cfg.Duration, "duration", b.cfg.Duration, "measured time of each group")
@@ -127,6 +130,9 @@ const replicaMemoryLimit = "3.6GiB"
 const scaleTolerance = 0.20
 
 func (b *scaleBench) run(ctx context.Context) error {
+	if _, _, err := parseLoadDeltas(b.loadDeltas); err != nil {
+		return err
+	}
 	if b.cores <= 0 || b.cfg.Clients < 1 || b.cfg.MinTokens < 1 || b.cfg.MaxTokens < b.cfg.MinTokens || b.cfg.DecodeWorkers < 1 {
 		return errors.New("bench scale: need --cores > 0, --clients ≥ 1, 1 ≤ --min-tokens ≤ --max-tokens, --decode-workers ≥ 1")
 	}
@@ -176,8 +182,10 @@ func (b *scaleBench) run(ctx context.Context) error {
 		if floor != nil {
 			// The object's keys stay those of the model; the floor is one
 			// more, set only by --floor.
-			s = fmt.Sprintf(`%s, "floor": {"cpu_us_per_answered": %.1f, "cpu_us_per_applied": %.1f}}`, s[:len(s)-1], floor.AnsweredUS, floor.AppliedUS)
+			s = fmt.Sprintf(`%s, "floor": {"cpu_us_per_answered": %.1f, "cpu_us_per_applied": %.1f}, "applied_over_floor": %.2f}`,
+				s[:len(s)-1], floor.AnsweredUS, floor.AppliedUS, m.AppliedUS/floor.AppliedUS)
 		}
+		s = fmt.Sprintf(`%s, "load_deltas": %q}`, s[:len(s)-1], b.loadDeltas)
 		fmt.Fprintln(b.a.stdout, s)
 	} else {
 		b.printModel(g, m)
@@ -346,6 +354,7 @@ func (b *scaleBench) printModel(g groupRun, m scalemodel.Model) {
 	w := tabwriter.NewWriter(b.a.stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(w, "bench scale\t2 replica processes on %s; the first answers, the second applies\n", strings.Join(b.brokers, ","))
 	fmt.Fprintf(w, "fleet\t%d decode + %d prefill workers, prompts %d–%d tokens\n", b.cfg.DecodeWorkers, b.cfg.PrefillWorkers, b.cfg.MinTokens, b.cfg.MaxTokens)
+	fmt.Fprintf(w, "load deltas\t%s\t(peers apply %s)\n", b.loadDeltas, map[bool]string{true: "load deltas", false: "whole decisions and outcomes"}[b.loadDeltas == "apply"])
 	fmt.Fprintf(w, "decisions\t%d in %s (%.0f/s; p50 %s, p99 %s, p99.9 %s), %d completions\n", g.decisions, g.res.Elapsed.Round(time.Millisecond),
 		g.res.Throughput, g.res.P50.Round(time.Microsecond), g.res.P99.Round(time.Microsecond), g.res.P999.Round(time.Microsecond), g.res.Completions)
 	fmt.Fprintf(w, "cpu per answered decision\t%.1f µs\t(a: the answering replica, %.2f cores)\n", m.AnsweredUS, g.cpu[0]/g.res.Elapsed.Seconds())
@@ -386,6 +395,8 @@ func (b *scaleBench) printFloor(fg groupRun, m, floor scalemodel.Model) {
 		fmt.Fprintf(w, "%s\t%.1f\t%.1f\t%.1f (%.0f%%)\t\n", r.name, r.got, r.base, r.got-r.base, 100*(r.got-r.base)/r.got)
 	}
 	_ = w.Flush()
+	fmt.Fprintf(b.a.stdout, "p / floor's p: %.2f; efficiency at 8 replicas: %.3f (the floor's own: %.3f)\n",
+		m.AppliedUS/floor.AppliedUS, m.Efficiency(8), floor.Efficiency(8))
 }
 
 // printValidation prints a group's measured CPU against the model's and
@@ -516,7 +527,7 @@ func (b *scaleBench) startReplica(ctx context.Context, prefix, dir string, cell 
 		}
 	}
 	common := []string{"--brokers", strings.Join(b.brokers, ","), "--topic-prefix", prefix, "--http-addr", addr, "--debug-addr", debugAddr,
-		"--memory-limit", b.memory, "--log-level", "warn", "--log-format", b.a.logFormat}
+		"--memory-limit", b.memory, "--log-level", "warn", "--log-format", b.a.logFormat, "--load-deltas", b.loadDeltas}
 	binary, args := b.binary, append([]string{"serve", "--data-dir", dir, "--router-conditional-disagg", "--cell", cell.String()}, common...)
 	if floor {
 		// This binary's floor, whatever --replica-binary runs: the floor

@@ -122,7 +122,7 @@ func (f *routerFlags) bindFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&f.latencyWindow, "latency-model-window", latmodel.DefaultBuckets*latmodel.DefaultBucketWidth, "event time of outcomes the slo policy's latency model learns from (a multiple of 30s). Give every replica the same value: it shapes the state they compare")
 	fs.IntVar(&f.latencyMaxEntries, "latency-model-max-entries", latmodel.DefaultMaxEntries, "most decisions and outcomes the latency model holds while it joins them; facts beyond it are dropped and counted in pdrouter_latency_model_dropped_total{reason=\"max_entries\"}")
 	fs.StringVar(&f.cell, "cell", "0/1", "the cell of the log this replica applies and answers for, i/n: partitions p with p mod n = i of every topic, and so the workers whose ids hash there (docs/scaling.md, Cells). n must divide every topic's partition count; every replica of a cell gives the same value. 0/1 is the whole log")
-	fs.StringVar(&f.loadDeltas, "load-deltas", "write", "how the replicas of a group share load (docs/scaling.md, Load deltas): off (apply peers' whole decisions and outcomes, write no deltas), write (the same, and append a load delta with every decision and lifecycle event: the first step of a migration), apply (append deltas and apply peers' deltas instead of their decisions and outcomes, which stay on the log for audit; the group then scales). Every replica of a group gives the same value but for write beside apply; a store built in the other mode is refused: delete it to rebuild by replay")
+	fs.StringVar(&f.loadDeltas, "load-deltas", "apply", "how the replicas of a group share load (docs/scaling.md, Load deltas): off (apply peers' whole decisions and outcomes, write no deltas), write (the same, and append a load delta with every decision and lifecycle event: the first step of a migration), apply (append deltas and apply peers' deltas instead of their decisions and outcomes, which stay on the log for audit; the group then scales). Every replica of a group gives the same value but for write beside apply; a store built in the other mode is refused: delete it to rebuild by replay")
 	fs.IntVar(&f.maxWorkers, "max-workers", statestore.DefaultMaxWorkers, "most registered worker ids: a registration of a new id beyond it is answered 422 too_many_workers and skipped by every replica that applies it. Give every replica the same value: it shapes the state they compare")
 	fs.IntVar(&f.decisionMaxCandidates, "decision-max-candidates", api.DefaultDecisionMaxCandidates, "candidate rows a decision record keeps: the picked workers, then the best ranked others; the record counts the rows it leaves out")
 	fs.IntVar(&f.decisionRecordMaxBytes, "decision-record-max-bytes", api.DefaultDecisionRecordMaxBytes, fmt.Sprintf("largest decision record value, in bytes (%d to %d): hash chains are cut to fit, and a decision whose record still does not fit is answered 413 decision_record_too_large; keep it below the decisions topic's max.message.bytes (serve warns)", api.MinDecisionRecordMaxBytes, api.MaxDecisionRecordMaxBytes))
@@ -156,15 +156,8 @@ func (f *routerFlags) validate() error {
 		return fmt.Errorf("--cell: %w", err)
 	}
 	f.cellOf = c
-	switch f.loadDeltas {
-	case "off":
-		f.writeDeltas, f.source = false, statestore.SourceDecisions
-	case "write":
-		f.writeDeltas, f.source = true, statestore.SourceDecisions
-	case "apply":
-		f.writeDeltas, f.source = true, statestore.SourceLoadDeltas
-	default:
-		return fmt.Errorf("--load-deltas %q: want off, write or apply", f.loadDeltas)
+	if f.writeDeltas, f.source, err = parseLoadDeltas(f.loadDeltas); err != nil {
+		return err
 	}
 	if f.decisionMaxCandidates < api.MinDecisionMaxCandidates || f.decisionRecordMaxBytes < api.MinDecisionRecordMaxBytes || f.decisionRecordMaxBytes > api.MaxDecisionRecordMaxBytes {
 		return fmt.Errorf("--decision-max-candidates %d, --decision-record-max-bytes %d: want at least %d rows, and %d to %d bytes",
@@ -494,4 +487,18 @@ func requireTopic(ctx context.Context, adm *kadm.Client, topic string) error {
 		return fmt.Errorf("the topic %s does not exist: run `pdrouter migrate` (it creates the topics this version declares), or pass --load-deltas off", topic)
 	}
 	return nil
+}
+
+// parseLoadDeltas reads a --load-deltas mode: whether the replica writes
+// load deltas, and what its store learns peers' load from.
+func parseLoadDeltas(mode string) (write bool, src statestore.Source, err error) {
+	switch mode {
+	case "off":
+		return false, statestore.SourceDecisions, nil
+	case "write":
+		return true, statestore.SourceDecisions, nil
+	case "apply":
+		return true, statestore.SourceLoadDeltas, nil
+	}
+	return false, 0, fmt.Errorf("--load-deltas %q: want off, write or apply", mode)
 }
