@@ -1,6 +1,7 @@
 package statestore
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -296,5 +297,37 @@ func BenchmarkApplyLoadDeltas(b *testing.B) {
 				b.ReportMetric(b.Elapsed().Seconds()*1e9/float64(b.N), "ns/decision")
 			})
 		}
+	}
+}
+
+// TestOpenOtherSource: a store that applied decisions is refused as a
+// store of source load-deltas (ErrWrongSource), unless the caller asks for
+// a rebuild, which wipes it: the replay then starts from nothing.
+func TestOpenOtherSource(t *testing.T) {
+	h := perfHarness(t)
+	ds := perfDecisions(3, 5, 1e18)
+	for _, d := range ds {
+		h.put(d.GetDecodeWorker().GetWorkerId(), d)
+	}
+	if _, ok := h.s.Offsets().Get(events.TopicDecisions, h.log[len(h.log)-1].Partition); !ok {
+		t.Fatal("the decisions store applied no decision")
+	}
+	if err := h.s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	h.s = nil
+	if _, err := Open(h.dir, Options{Source: SourceLoadDeltas}); !errors.Is(err, ErrWrongSource) {
+		t.Fatalf("opened a decisions store as a load-deltas one: %v", err)
+	}
+	s, err := Open(h.dir, Options{Source: SourceLoadDeltas, RebuildOtherSource: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if off := s.Offsets(); len(off) != 0 {
+		t.Fatalf("the rebuilt store kept offsets %s", off)
+	}
+	if _, ok := s.Decision(ds[0].GetDecisionId()); ok {
+		t.Fatal("the rebuilt store still serves a decision of the wiped one")
 	}
 }

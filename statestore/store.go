@@ -101,6 +101,11 @@ type Options struct {
 	// of a group must use the same source, or their states differ.
 	Source Source
 
+	// RebuildOtherSource: Open wipes a store of the other Source and
+	// rebuilds it by replay instead of refusing it with ErrWrongSource (a
+	// replica switching --load-deltas modes, or upgraded to a new default).
+	RebuildOtherSource bool
+
 	// MaxWorkers caps the registered worker ids (--max-workers); default
 	// DefaultMaxWorkers. A registration of a new id beyond it is skipped
 	// on apply and counted (too_many_workers). The cap shapes the state, so
@@ -252,16 +257,40 @@ func Open(dir string, o Options) (*Store, error) {
 	s.met = newMetrics(o.Registerer, o.DecodeMetrics)
 	s.met.cell.Set(float64(o.Cell.Index))
 	s.met.cells.Set(float64(max(o.Cell.Count, 1)))
+	err := s.open(dir)
+	if errors.Is(err, ErrWrongSource) && o.RebuildOtherSource {
+		// The store is derived from the log: a store of the other source
+		// is wiped and replayed, as a store of an old schema is.
+		s.log.Warn("statestore: the store was built from the other source of decisions; rebuilding it by replay", "dir", dir, "source", o.Source.String(), "err", err)
+		s.db = nil
+		if s.closeFS != nil {
+			_ = s.closeFS.Close()
+		}
+		if err := o.FS.RemoveAll(dir); err != nil {
+			return nil, fmt.Errorf("statestore: wipe %s for rebuild: %w", dir, err)
+		}
+		err = s.open(dir)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// open opens Pebble in dir and loads the state, or returns an error with
+// everything it opened closed.
+func (s *Store) open(dir string) error {
+	o := s.opts
 	start := time.Now()
 	found, exists, err := readSchema(o.FS, dir)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	action, why := migrations.StoreRule(found, exists)
 	s.log.Info("statestore: open", "dir", dir, "action", action.String(), "reason", why)
 	if action == migrations.StoreRebuild {
 		if err := o.FS.RemoveAll(dir); err != nil {
-			return nil, fmt.Errorf("statestore: wipe %s for rebuild: %w", dir, err)
+			return fmt.Errorf("statestore: wipe %s for rebuild: %w", dir, err)
 		}
 	}
 	popts := s.pebbleOptions()
@@ -271,47 +300,47 @@ func Open(dir string, o Options) (*Store, error) {
 		_ = s.closeFS.Close()
 	}
 	if err != nil {
-		return nil, fmt.Errorf("statestore: open pebble at %s: %w", dir, err)
+		return fmt.Errorf("statestore: open pebble at %s: %w", dir, err)
 	}
 	s.db = db
 	if action == migrations.StoreUpgrade {
 		if err := migrations.UpgradeStore(db, found); err != nil {
 			db.Close()
-			return nil, err
+			return err
 		}
 	}
 	if action != migrations.StoreOpen {
 		v := binary.LittleEndian.AppendUint32(nil, migrations.StoreSchemaVersion)
 		if err := db.Set(keySchema, v, pebble.NoSync); err != nil {
 			db.Close()
-			return nil, err
+			return err
 		}
 		if err := db.Flush(); err != nil {
 			db.Close()
-			return nil, err
+			return err
 		}
 	}
 	st, err := s.rebuild()
 	if err != nil {
 		db.Close()
-		return nil, fmt.Errorf("statestore: load %s: %w (delete the directory to rebuild by replay)", dir, err)
+		return fmt.Errorf("statestore: load %s: %w (delete the directory to rebuild by replay)", dir, err)
 	}
 	st.storedAt = s.storedDecisionAt
 	s.st = st
 	s.committed = st.sortedOffsets()
 	if err := checkCellOffsets(o.Cell, s.committed); err != nil {
 		db.Close()
-		return nil, fmt.Errorf("statestore: %s: %w", dir, err)
+		return fmt.Errorf("statestore: %s: %w", dir, err)
 	}
 	if err := checkSourceOffsets(o.Source, s.committed); err != nil {
 		db.Close()
-		return nil, fmt.Errorf("statestore: %s: %w", dir, err)
+		return fmt.Errorf("statestore: %s: %w", dir, err)
 	}
 	s.checkSlotFlags(true)
 	s.met.observeState(st)
 	s.log.Info("statestore: ready", "dir", dir, "workers", len(st.workers), "blocks", st.tierBlocks[TierDevice]+st.tierBlocks[TierHost]+st.tierBlocks[TierDisk],
 		"active_requests", st.act.active, "took", time.Since(start).Round(time.Millisecond))
-	return s, nil
+	return nil
 }
 
 // ErrWrongCell is matched by the error of opening a store that holds

@@ -206,7 +206,11 @@ func (r *routerRun) storeOptions(cfg decider.Config, reg prometheus.Registerer) 
 	return statestore.Options{
 		Names: r.a.names(), Logger: r.a.log, Registerer: reg,
 		ActiveExpiry: cfg.ActiveRequestExpiry, Approximate: cfg.Approximate(),
-		DecisionRetention: r.f.decisionRetention, MaxWorkers: r.f.maxWorkers, Cell: r.f.cellOf, Source: r.f.source,
+		DecisionRetention: r.f.decisionRetention, MaxWorkers: r.f.maxWorkers, Cell: r.f.cellOf,
+		// A store of the other --load-deltas mode is rebuilt by replay: a
+		// rolling restart into another mode does not stop at its first
+		// replica.
+		Source: r.f.source, RebuildOtherSource: true,
 		LatencyModel: latmodel.Config{Buckets: int(r.f.latencyWindow / latmodel.DefaultBucketWidth), MaxEntries: r.f.latencyMaxEntries},
 	}
 }
