@@ -59,13 +59,34 @@ func FuzzApply(f *testing.F) {
 		t, _ := events.TopicOf(e.msg)
 		f.Add(uint8(topicIndex[t]), v, uint8(1))
 	}
+	// Mode bit 8: a store of source load-deltas, seeded with deltas of
+	// generated decisions and their completions on w00.
+	for i, e := range gen.events(200) {
+		d, ok := e.msg.(*pb.DecisionRecord)
+		if !ok {
+			continue
+		}
+		d = proto.Clone(d).(*pb.DecisionRecord)
+		d.DecodeWorker = &pb.WorkerRef{WorkerId: "w00"}
+		ld := &pb.LoadDelta{WriterId: "fuzz", Decisions: []*pb.DecisionDelta{DecisionDeltaOf(d)}}
+		if i%2 == 0 {
+			ld.Lifecycle = []*pb.LifecycleDelta{LifecycleDeltaOf(completedOutcome(d, i))}
+		}
+		if v, err := proto.Marshal(ld); err == nil {
+			f.Add(uint8(topicIndex[events.TopicLoadDeltas]), v, uint8(8))
+		}
+	}
 	f.Fuzz(func(t *testing.T, topic uint8, value []byte, mode uint8) {
 		tp := events.AllTopics[int(topic)%len(events.AllTopics)]
+		src := SourceDecisions
+		if mode&8 != 0 {
+			src = SourceLoadDeltas
+		}
 		// In memory: the Pebble store is real, its files cost no disk I/O
 		// (on disk, opening, closing and reopening one store per input
 		// held the fuzzer to a few inputs a second).
 		fs := vfs.NewMem()
-		s, err := Open("s", Options{Registerer: prometheus.NewRegistry(), ActiveExpiry: time.Second, FS: fs})
+		s, err := Open("s", Options{Registerer: prometheus.NewRegistry(), ActiveExpiry: time.Second, FS: fs, Source: src})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -130,7 +151,7 @@ func FuzzApply(f *testing.F) {
 			}
 		})
 		_ = s.Close()
-		s2, err := Open(s.Dir(), Options{Registerer: prometheus.NewRegistry(), ActiveExpiry: time.Second, FS: fs})
+		s2, err := Open(s.Dir(), Options{Registerer: prometheus.NewRegistry(), ActiveExpiry: time.Second, FS: fs, Source: src})
 		if err != nil {
 			t.Fatalf("reopen: %v", err)
 		}
