@@ -56,6 +56,15 @@ func hostileRecords(names events.Names, now time.Time) (recs []*kgo.Record, reas
 	msg(events.TopicDecisions, "d", &pb.DecisionRecord{DecisionId: "future", RequestId: "r", Mode: "local",
 		DecodeWorker: &pb.WorkerRef{WorkerId: "w00"}, DecidedAtUnixNano: year2096}, events.ReasonFutureTime)
 	msg(events.TopicOutcomes, "o", &pb.OutcomeEvent{Kind: pb.OutcomeEvent_KIND_COMPLETED, EventTimeUnixNano: 1}, events.ReasonMissingID)
+	// Load deltas: garbage, an entry for another worker than the key, a
+	// future decision, and past the size bound.
+	add(events.TopicLoadDeltas, "w00", events.SchemaOf(events.TopicLoadDeltas), []byte{0x12, 0xff, 0xff, 0xff, 0xff, 0x0f}, events.ReasonDeltaMalformed)
+	entry := &pb.DecisionDelta{DecisionId: "x", RequestId: "r", DecidedAtUnixNano: 1, DecodeWorker: &pb.WorkerRef{WorkerId: "w01"}, BlockSize: 16, PromptTokens: 32}
+	msg(events.TopicLoadDeltas, "w00", &pb.LoadDelta{Decisions: []*pb.DecisionDelta{entry}}, events.ReasonDeltaKeyMismatch)
+	future := proto.Clone(entry).(*pb.DecisionDelta)
+	future.DecodeWorker, future.DecidedAtUnixNano = &pb.WorkerRef{WorkerId: "w00"}, year2096
+	msg(events.TopicLoadDeltas, "w00", &pb.LoadDelta{Decisions: []*pb.DecisionDelta{future}}, events.ReasonDeltaEventTime)
+	add(events.TopicLoadDeltas, "w00", events.SchemaOf(events.TopicLoadDeltas), make([]byte, events.MaxDeltaBytes+1), events.ReasonDeltaTooLarge)
 	// Valid, for a worker nobody registered: kept within the unregistered
 	// budget, harmless.
 	msg(events.TopicKvEvents, "ghost", &pb.KvEventRecord{Worker: &pb.WorkerRef{WorkerId: "ghost"}, EventTimeUnixNano: 1,
@@ -78,7 +87,16 @@ func hostileRecords(names events.Names, now time.Time) (recs []*kgo.Record, reas
 // record) between good ones: a replica applies the good ones, skips and
 // counts each bad one by reason, reopens on its store to the same digest,
 // and a fresh replica reaches the same digest.
+//
+// Both sources run it: a store of source load-deltas never fetches the
+// decisions and outcomes topics, and skips the hostile load deltas.
 func TestRealKafkaHostileRecordsSkipped(t *testing.T) {
+	for _, src := range []Source{SourceDecisions, SourceLoadDeltas} {
+		t.Run(src.String(), func(t *testing.T) { testRealKafkaHostileRecordsSkipped(t, src) })
+	}
+}
+
+func testRealKafkaHostileRecordsSkipped(t *testing.T, src Source) {
 	brokers := kafkatest.Brokers(t)
 	prefix := kafkatest.Prefix(t)
 	kafkatest.Migrate(t, brokers, prefix)
@@ -94,11 +112,27 @@ func TestRealKafkaHostileRecordsSkipped(t *testing.T) {
 		t.Fatal(err)
 	}
 	produce(t, brokers, prefix, evs[150:])
+	// The generated decisions' and outcomes' load deltas, as their writers
+	// would have appended them.
+	var deltas []genEvent
+	for _, e := range evs {
+		switch m := e.msg.(type) {
+		case *pb.DecisionRecord:
+			deltas = append(deltas, genEvent{key: e.key, msg: &pb.LoadDelta{WriterId: "gen", Decisions: []*pb.DecisionDelta{DecisionDeltaOf(m)}}})
+		case *pb.OutcomeEvent:
+			deltas = append(deltas, genEvent{key: e.key, msg: &pb.LoadDelta{WriterId: "gen", Lifecycle: []*pb.LifecycleDelta{LifecycleDeltaOf(m)}}})
+		}
+	}
+	if src != SourceLoadDeltas {
+		deltas = nil
+	}
+	produce(t, brokers, prefix, deltas)
+	t.Logf("%d load deltas of generated decisions and outcomes", len(deltas))
 
 	dir := t.TempDir()
 	open := func(name string) (*replica, *prometheus.Registry) {
 		reg := prometheus.NewRegistry()
-		s, err := Open(filepath.Join(dir, name), Options{Names: names, Registerer: reg})
+		s, err := Open(filepath.Join(dir, name), Options{Names: names, Registerer: reg, Source: src})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -114,13 +148,26 @@ func TestRealKafkaHostileRecordsSkipped(t *testing.T) {
 	start := time.Now()
 	da := a.catchUp(t)
 	t.Logf("replica a caught up in %s: %s", time.Since(start).Round(time.Millisecond), da)
-	if got, want := sumOffsets(da.Offsets), int64(len(evs)+len(bad)); got != want {
-		t.Fatalf("replica a is at %d records, want %d: it stalled", got, want)
+	read := len(deltas) // the records of the topics the source reads
+	for _, e := range evs {
+		if e.msg == nil {
+			read++ // a tombstone on workers
+		} else if tp, _ := events.TopicOf(e.msg); src.Applies(tp) {
+			read++
+		}
+	}
+	for _, r := range bad {
+		if tp, _ := names.Logical(r.Topic); src.Applies(tp) {
+			read++
+		}
+	}
+	if got := sumOffsets(da.Offsets); got != int64(read) {
+		t.Fatalf("replica a is at %d records, want %d: it stalled", got, read)
 	}
 	h := &harness{t: t, reg: reg}
 	want := map[string]float64{}
 	for i, r := range reasons {
-		if r != "" {
+		if tp, _ := names.Logical(bad[i].Topic); r != "" && src.Applies(tp) {
 			tp, _ := names.Logical(bad[i].Topic)
 			want[string(tp)+"/"+r]++
 		}
