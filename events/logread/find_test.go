@@ -1,6 +1,7 @@
 package logread_test
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"errors"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/pdrouter/pdrouter/events/logread"
@@ -336,4 +338,58 @@ func TestKeyPartition(t *testing.T) {
 			t.Errorf("KeyPartition(%v, %d) = %d, want an error", tc.key, tc.n, p)
 		}
 	}
+}
+
+// BenchmarkFindNear measures a search of a partition written at 50
+// uncompressed records of 1 KiB a second (6,000 records, two minutes): found, a second into its
+// window (50 records), and missing, when the scan reads the whole window to
+// the first record a minute past the time (3,050 records, 3 MiB). On kfake,
+// and on the real broker when PDR_TEST_BROKERS is set.
+func BenchmarkFindNear(b *testing.B) {
+	run := func(b *testing.B, brokers []string) {
+		topic := kafkatest.Prefix(b) + "decisions"
+		createTopic(b, brokers, topic, 1, nil)
+		// Uncompressed, as the router writes decisions
+		// (api.GroupLogClientOpts): the byte bound counts fetched bytes.
+		cl := producer(b, brokers, kgo.ProducerBatchCompression(kgo.NoCompression()))
+		const n, every = 6000, 20 * time.Millisecond
+		for first := 0; first < n; first += 100 {
+			recs := make([]*kgo.Record, 100)
+			for i := range recs {
+				v := make([]byte, 1024)
+				copy(v, fmt.Sprintf("decision-%04d", first+i))
+				recs[i] = &kgo.Record{Topic: topic, Value: v, Timestamp: findBase.Add(time.Duration(first+i) * every)}
+			}
+			produce(b, cl, recs...)
+		}
+		rd := logread.New(kafkatest.Client(b, brokers))
+		ctx := context.Background()
+		at := findBase.Add(n / 4 * every)
+		want := fmt.Appendf(nil, "decision-%04d", n/4)
+		b.Run("found", func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := rd.FindNear(ctx, topic, 0, at, func(r *kgo.Record) bool { return bytes.HasPrefix(r.Value, want) }, logread.ScanLimits{}); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run("missing", func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := rd.FindNear(ctx, topic, 0, at, valueIs("none"), logread.ScanLimits{}); !errors.Is(err, logread.ErrNotFound) {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+	b.Run("kfake", func(b *testing.B) {
+		c, err := kfake.NewCluster(kfake.NumBrokers(1))
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(c.Close)
+		run(b, c.ListenAddrs())
+	})
+	b.Run("kafka", func(b *testing.B) { run(b, kafkatest.Brokers(b)) })
 }
