@@ -91,14 +91,7 @@ func TestOldDecisionsAreReadFromTheLog(t *testing.T) {
 		if !jsonEqual(t, got, want) {
 			t.Fatalf("GET /v1/decisions/%s is not the logged record\n got %s\nwant %s", ids[0], got, want)
 		}
-		var exp struct {
-			PureCheck struct {
-				Identical bool `json:"identical"`
-			} `json:"pure_check"`
-		}
-		if raw := h.mustDo(http.StatusOK, "GET", "/v1/decisions/"+ids[0]+"/explain", nil, &exp); !exp.PureCheck.Identical {
-			t.Fatalf("explain of a decision read from the log did not recompute it: %s", raw)
-		}
+		mustRecompute(t, h, ids[0])
 		committedHeader(t, h, ids[1])
 		var again routeResp
 		h.mustDo(http.StatusOK, "POST", "/v1/route?explain=true", map[string]any{"request_id": "old-1", "token_ids": tokens(90, 0)}, &again)
@@ -111,16 +104,7 @@ func TestOldDecisionsAreReadFromTheLog(t *testing.T) {
 
 		// The topic's records deleted (retention shorter than the replica's):
 		// the header is still known, the record is gone.
-		adm := kadm.NewClient(kafkatest.Client(t, brokers))
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		ends, err := adm.ListEndOffsets(ctx, h.names.Physical(events.TopicDecisions))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := adm.DeleteRecords(ctx, ends.Offsets()); err != nil {
-			t.Skipf("this broker does not delete records (%v): the 410 case needs it", err)
-		}
+		deleteDecisionRecords(t, h)
 		committedHeader(t, h, ids[2])
 		body := string(h.mustDo(http.StatusGone, "GET", "/v1/decisions/"+ids[2], nil, nil))
 		if !strings.Contains(body, `"decision_record_gone"`) || !strings.Contains(body, ids[2]) || !strings.Contains(body, "retention") {
@@ -131,6 +115,37 @@ func TestOldDecisionsAreReadFromTheLog(t *testing.T) {
 			t.Fatalf("pdrouter_decision_record_reads_total{result=gone} = %v, want 2", n)
 		}
 	})
+}
+
+// mustRecompute fails the test unless the explain of decision id, read
+// from the log, recomputes the decision (its pure check).
+func mustRecompute(t *testing.T, h *harness, id string) {
+	t.Helper()
+	var exp struct {
+		PureCheck struct {
+			Identical bool `json:"identical"`
+		} `json:"pure_check"`
+	}
+	if raw := h.mustDo(http.StatusOK, "GET", "/v1/decisions/"+id+"/explain", nil, &exp); !exp.PureCheck.Identical {
+		t.Fatalf("explain of a decision read from the log did not recompute it: %s", raw)
+	}
+}
+
+// deleteDecisionRecords deletes every record of h's decisions topic, as a
+// topic retention shorter than the replica's does. It skips the test on a
+// broker that cannot.
+func deleteDecisionRecords(t *testing.T, h *harness) {
+	t.Helper()
+	adm := kadm.NewClient(kafkatest.Client(t, h.brokers))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	ends, err := adm.ListEndOffsets(ctx, h.names.Physical(events.TopicDecisions))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := adm.DeleteRecords(ctx, ends.Offsets()); err != nil {
+		t.Skipf("this broker does not delete records (%v): the 410 case needs it", err)
+	}
 }
 
 // TestOldDecisionsWithoutAReader: a server built without Deps.Records
@@ -302,14 +317,7 @@ func TestPeerDecisionsAreFoundOnTheLog(t *testing.T) {
 				t.Fatalf("GET /v1/decisions/%s is not the logged record\n got %s\nwant %s", id, got, want)
 			}
 		}
-		var exp struct {
-			PureCheck struct {
-				Identical bool `json:"identical"`
-			} `json:"pure_check"`
-		}
-		if raw := h.mustDo(http.StatusOK, "GET", "/v1/decisions/"+ids[0]+"/explain", nil, &exp); !exp.PureCheck.Identical {
-			t.Fatalf("explain of a decision found on the log did not recompute it: %s", raw)
-		}
+		mustRecompute(t, h, ids[0])
 		if got := recordReads(t, h, "search", "ok"); got != n {
 			t.Fatalf("pdrouter_decision_record_reads_total{lookup=search,result=ok} = %v, want %d", got, n)
 		}
@@ -319,16 +327,7 @@ func TestPeerDecisionsAreFoundOnTheLog(t *testing.T) {
 
 		// The topic's records deleted: the search starts at the log start
 		// offset, and the record is gone.
-		adm := kadm.NewClient(kafkatest.Client(t, brokers))
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		ends, err := adm.ListEndOffsets(ctx, h.names.Physical(events.TopicDecisions))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := adm.DeleteRecords(ctx, ends.Offsets()); err != nil {
-			t.Skipf("this broker does not delete records (%v): the 410 case needs it", err)
-		}
+		deleteDecisionRecords(t, h)
 		body := string(h.mustDo(http.StatusGone, "GET", "/v1/decisions/"+ids[1], nil, nil))
 		if !strings.Contains(body, `"decision_record_gone"`) || !strings.Contains(body, ids[1]) || !strings.Contains(body, "decode worker") {
 			t.Fatalf("410 body does not say what is gone and where it was sought: %s", body)
