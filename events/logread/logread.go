@@ -1,4 +1,5 @@
-// Package logread reads single records from Kafka by their exact position.
+// Package logread reads single records from Kafka by their exact position,
+// or finds one by its partition and timestamp.
 //
 // The router keeps only a small header of each decision in its local store,
 // next to the record's position (partition, offset) in the decisions topic.
@@ -6,7 +7,9 @@
 // Kafka. A consumer is the wrong tool for this: it owns partitions, buffers
 // ahead, and keeps fetch sessions alive between polls. A Reader instead sends
 // one raw Fetch to the partition's leader per lookup and decodes only the
-// batch that holds the offset.
+// batch that holds the offset. A decision known without its position is
+// found instead (FindNear, find.go): from the first offset of its time,
+// which Kafka's time index gives, through a bounded scan forward.
 package logread
 
 import (
