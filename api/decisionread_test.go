@@ -13,11 +13,14 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/pdrouter/pdrouter/api"
 	"github.com/pdrouter/pdrouter/events"
 	pb "github.com/pdrouter/pdrouter/events/eventspb"
+	"github.com/pdrouter/pdrouter/events/eventstest"
 	"github.com/pdrouter/pdrouter/internal/kafkatest"
 	"github.com/pdrouter/pdrouter/statestore"
 )
@@ -334,6 +337,62 @@ func TestPeerDecisionsAreFoundOnTheLog(t *testing.T) {
 		}
 		if got := recordReads(t, h, "search", "gone"); got != 1 {
 			t.Fatalf("pdrouter_decision_record_reads_total{lookup=search,result=gone} = %v, want 1", got)
+		}
+	})
+}
+
+// TestFindDecisionSkipsWhatIsNotIt: in the window of the decision sought,
+// records of its decode worker that do not decode (garbage, a tombstone)
+// or are another decision are passed over: none stops the search, none is
+// taken for the decision. A decision that is not there, with a record of
+// its partition stamped past the window, is ErrRecordNotFound.
+func TestFindDecisionSkipsWhatIsNotIt(t *testing.T) {
+	kafkatest.Both(t, func(t *testing.T, brokers []string) {
+		names := events.Names{Prefix: kafkatest.Prefix(t)}
+		kafkatest.Migrate(t, brokers, names.Prefix)
+		topic := names.Physical(events.TopicDecisions)
+		key := events.WorkerKey("decode-1")
+		want := eventstest.Decision(4, 2, 64) // decode-1's
+		at := time.Unix(0, want.GetDecidedAtUnixNano())
+		decision := func(id string, after time.Duration) *kgo.Record {
+			d := proto.Clone(want).(*pb.DecisionRecord)
+			d.DecisionId, d.DecidedAtUnixNano = id, at.Add(after).UnixNano()
+			r, err := events.NewRecord(names, key, d)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r.Timestamp = at.Add(after) // as the API stamps it
+			return r
+		}
+		recs := []*kgo.Record{
+			{Topic: topic, Key: key, Value: []byte{0xff, 0xff, 0xff}, Timestamp: at,
+				Headers: []kgo.RecordHeader{{Key: events.HeaderSchema, Value: []byte("pdrouter.events.v1.DecisionRecord")}}},
+			{Topic: topic, Key: key, Timestamp: at}, // a tombstone
+			decision("01JDX3Q8W6ZK2M4N5P6R7S8T9W", 0),
+			decision(want.GetDecisionId(), 0),
+			decision("01JDX3Q8W6ZK2M4N5P6R7S8T9X", 2*time.Minute),
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := kafkatest.Client(t, brokers).ProduceSync(ctx, recs...).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range recs[1:] {
+			if r.Partition != recs[0].Partition {
+				t.Fatalf("records keyed %s went to partitions %d and %d", key, recs[0].Partition, r.Partition)
+			}
+		}
+
+		rd := api.NewLogDecisionReader(kafkatest.Client(t, brokers), names)
+		got, err := rd.FindDecision(ctx, want.GetDecisionId(), "decode-1", at)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !proto.Equal(got, want) {
+			t.Fatalf("found decision %s, not the one sought", got.GetDecisionId())
+		}
+		if _, err := rd.FindDecision(ctx, "01JDX3Q8W6ZK2M4N5P6R7S8T9Y", "decode-1", at); !errors.Is(err, api.ErrRecordNotFound) {
+			t.Fatalf("a decision that is not there: error %v, want ErrRecordNotFound", err)
 		}
 	})
 }
