@@ -104,8 +104,8 @@ func (s scan) errorf(format string, args ...any) error {
 //
 // Kafka finds that first record (ListOffsets by timestamp) from its time
 // index, whatever the partition's size; the scan then fetches forward, a
-// chunk at a time, and offers match every data record in offset order. Records
-// on a partition are in append order, not timestamp order, so the scan
+// chunk at a time, and offers match every data record in offset order.
+// Records on a partition are in append order, not timestamp order, so the scan
 // passes records stamped before the window without stopping; it stops at
 // the first record stamped after at + lim.After. A writer whose clock runs
 // further ahead than that can end the scan early.
@@ -179,7 +179,7 @@ func (r *Reader) FindNear(ctx context.Context, topic string, partition int32, at
 				return rec, nil
 			}
 			if rec.Timestamp.After(until) {
-				return nil, r.missing(ctx, s, start, s.errorf("%w: offset %d is stamped %s, past %s; read %d records from offset %d",
+				return nil, r.missing(ctx, s, start, s.errorf("%w: offset %d is stamped %s, more than %s after it; read %d records from offset %d",
 					ErrNotFound, rec.Offset, rec.Timestamp.UTC().Format(time.RFC3339Nano), lim.After, records, start))
 			}
 			if records >= lim.Records {

@@ -107,7 +107,7 @@ func TestFindNearAmongMany(t *testing.T) {
 		if !errors.Is(err, logread.ErrNotFound) || errors.Is(err, logread.ErrGone) || errors.Is(err, logread.ErrNotYet) {
 			t.Fatalf("absent record: error %v, want ErrNotFound alone", err)
 		}
-		for _, s := range []string{topic + "[1] near ", "past 1m0s"} {
+		for _, s := range []string{topic + "[1] near ", "more than 1m0s after it"} {
 			if !strings.Contains(err.Error(), s) {
 				t.Errorf("error %q does not say %q", err, s)
 			}
