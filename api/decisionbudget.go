@@ -2,6 +2,7 @@ package api
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -84,13 +85,13 @@ func (s *Server) decisionLogRecord(rec *pb.DecisionRecord) (*kgo.Record, error) 
 		// first encoding, and exactly below.
 		events.FitDecisionChains(rec, n, s.cfg.budget.maxBytes)
 	}
-	r, err := events.NewRecord(s.deps.Names, key, rec)
+	r, err := newDecisionRecord(s.deps.Names, key, rec)
 	if err != nil || len(r.Value) <= s.cfg.budget.maxBytes {
 		return r, err
 	}
 	whole := len(r.Value)
 	events.FitDecisionChains(rec, whole, s.cfg.budget.maxBytes)
-	if r, err = events.NewRecord(s.deps.Names, key, rec); err != nil || len(r.Value) <= s.cfg.budget.maxBytes {
+	if r, err = newDecisionRecord(s.deps.Names, key, rec); err != nil || len(r.Value) <= s.cfg.budget.maxBytes {
 		return r, err
 	}
 	s.cfg.log.Warn("decision record over --decision-record-max-bytes; answering 413", "request_id", rec.GetRequestId(),
@@ -98,4 +99,19 @@ func (s *Server) decisionLogRecord(rec *pb.DecisionRecord) (*kgo.Record, error) 
 	return nil, tooLarge(reasonRecordTooLarge, "", fmt.Sprintf(
 		"this decision's record takes %d bytes even with its hash chains left out, over the router's --decision-record-max-bytes %d; the same request will not fit on a retry (shorten lora_name or request_id, or raise the limit)",
 		len(r.Value), s.cfg.budget.maxBytes))
+}
+
+// newDecisionRecord frames rec, stamped with its decided_at rather than the
+// time of framing: a replica that knows a decision only by its decode
+// worker and decided_at (a peer's load delta carries no position) finds its
+// record by the time, on the partition the key picks
+// (LogDecisionReader.FindDecision). The stamp passes events.CheckEventTime
+// on every reader: the event time is the log time.
+func newDecisionRecord(names events.Names, key []byte, rec *pb.DecisionRecord) (*kgo.Record, error) {
+	r, err := events.NewRecord(names, key, rec)
+	if err != nil {
+		return nil, err
+	}
+	r.Timestamp = time.Unix(0, rec.GetDecidedAtUnixNano())
+	return r, nil
 }

@@ -1,12 +1,14 @@
 package api
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"net/http"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/pdrouter/pdrouter/events"
@@ -26,46 +28,87 @@ var ErrRecordGone = errors.New("the decisions topic no longer holds this record"
 // Reading again does not help, so it is a 500, never a 503.
 var ErrNotTheRecord = errors.New("the decisions topic holds another record at this decision's position")
 
-// recordReadTimeout bounds one read of a record from the decisions topic:
-// a lookup waits for one fetch, never for a broker that does not answer.
+// ErrRecordNotFound: the decisions topic holds the records around a
+// decision's decided_at on its decode worker's partition, and none is the
+// decision. The replica's state and its topic disagree (a topic recreated,
+// its partitions grown, a writer's clock far ahead): searching again finds
+// the same, so it is a 500, never a 503.
+var ErrRecordNotFound = errors.New("the decisions topic does not hold this decision's record where its decode worker and decided_at place it")
+
+// ErrSearchLimit: a search for a decision's record read as many records or
+// bytes as it may before it found the record or left its time window. The
+// record may lie further on; the deciding replica knows its position.
+var ErrSearchLimit = errors.New("the search of the decisions topic reached its bounds before it found this record")
+
+// recordReadTimeout bounds one read or search of a record on the decisions
+// topic: a lookup waits for a few fetches, never for a broker that does not
+// answer.
 const recordReadTimeout = 10 * time.Second
 
+// The lookup label of pdrouter_decision_record_reads_total: how the record
+// was located.
+const (
+	lookupPosition = "position" // read at the position the state holds
+	lookupSearch   = "search"   // searched by decode worker and decided_at
+)
+
 // wholeDecision returns the whole record of a decision the state holds:
-// the record itself when it is complete, else the record at its position
-// on the decisions topic, checked to be that decision.
+// the record itself when it is complete, else the record at its position on
+// the decisions topic or, when the state holds no position (a peer's
+// decision known from its load delta), the record its header's decode
+// worker and decided_at locate; either is checked to be that decision.
 func (s *Server) wholeDecision(ctx context.Context, sd StoredDecision) (*pb.DecisionRecord, error) {
 	if sd.Complete {
 		return sd.Record, nil
 	}
 	id := sd.Record.GetDecisionId()
-	if s.deps.Records == nil || sd.Partition < 0 {
+	worker := sd.Record.GetDecodeWorker().GetWorkerId()
+	decidedAt := time.Unix(0, sd.Record.GetDecidedAtUnixNano())
+	search := sd.Partition < 0
+	if s.deps.Records == nil || (search && (worker == "" || sd.Record.GetDecidedAtUnixNano() <= 0)) {
 		return nil, unavailable("decision_record_unavailable", "this replica keeps the header of decision "+id+
-			" and cannot read its whole record from the decisions topic (no reader configured); pdrouter log tail decisions has it", 1)
+			" and cannot read its whole record from the decisions topic (no reader configured, or neither its position nor its decode worker and decided_at known); pdrouter log tail decisions has it", 1)
 	}
 	ctx, cancel := context.WithTimeout(ctx, recordReadTimeout)
 	defer cancel()
-	rec, err := s.deps.Records.ReadDecision(ctx, sd.Partition, sd.Offset)
+	var rec *pb.DecisionRecord
+	var err error
+	lookup, where := lookupPosition, fmt.Sprintf("at decisions partition %d offset %d", sd.Partition, sd.Offset)
+	if search {
+		lookup = lookupSearch
+		where = fmt.Sprintf("on the decisions partition of decode worker %s near %s", worker, decidedAt.UTC().Format(time.RFC3339Nano))
+		rec, err = s.deps.Records.FindDecision(ctx, id, worker, decidedAt)
+	} else {
+		rec, err = s.deps.Records.ReadDecision(ctx, sd.Partition, sd.Offset)
+	}
 	if err == nil && rec.GetDecisionId() != id {
 		err = fmt.Errorf("%w: decision %q, not %q", ErrNotTheRecord, rec.GetDecisionId(), id)
 	}
+	reads := s.metrics.recordReads.MustCurryWith(prometheus.Labels{"lookup": lookup})
 	switch {
 	case errors.Is(err, ErrRecordGone):
-		s.metrics.recordReads.WithLabelValues("gone").Inc()
+		reads.WithLabelValues("gone").Inc()
 		return nil, &Error{Status: http.StatusGone, Code: "decision_record_gone",
-			Message: fmt.Sprintf("decision %s is within this replica's --decision-retention, but its record at decisions partition %d offset %d is no longer on the topic (the topic's retention is shorter); its header: mode %s, decode worker %s, reason %s",
-				id, sd.Partition, sd.Offset, sd.Record.GetMode(), refString(sd.Record.GetDecodeWorker()), sd.Record.GetReason())}
+			Message: fmt.Sprintf("decision %s is within this replica's --decision-retention, but its record %s is no longer on the topic (the topic's retention is shorter); its header: mode %s, decode worker %s, reason %s",
+				id, where, sd.Record.GetMode(), refString(sd.Record.GetDecodeWorker()), sd.Record.GetReason())}
 	case errors.Is(err, ErrNotTheRecord):
-		s.metrics.recordReads.WithLabelValues("error").Inc()
-		return nil, fmt.Errorf("decision %s at decisions partition %d offset %d: %w (the replica's store does not match its topic: recreated under the same name?)",
-			id, sd.Partition, sd.Offset, err)
+		reads.WithLabelValues("error").Inc()
+		return nil, fmt.Errorf("decision %s %s: %w (the replica's store does not match its topic: recreated under the same name?)", id, where, err)
+	case errors.Is(err, ErrRecordNotFound):
+		reads.WithLabelValues("not_found").Inc()
+		return nil, fmt.Errorf("decision %s %s: %w", id, where, err)
+	case errors.Is(err, ErrSearchLimit):
+		reads.WithLabelValues("limit").Inc()
+		s.cfg.log.Warn("searching the decisions topic for a decision record", "decision_id", id, "decode_worker", worker, "decided_at", decidedAt, "err", err)
+		return nil, unavailable("decision_record_unavailable", fmt.Sprintf("decision %s: this replica searched for its record %s within its bounds and did not reach it; the replica that made the decision, or pdrouter log tail decisions, has it", id, where), 1)
 	case err != nil:
 		// The cause (broker addresses and all) goes to the log, not to the
 		// caller.
-		s.metrics.recordReads.WithLabelValues("error").Inc()
-		s.cfg.log.Warn("reading a decision record from the decisions topic", "decision_id", id, "partition", sd.Partition, "offset", sd.Offset, "err", err)
-		return nil, unavailable("decision_log_unavailable", fmt.Sprintf("decision %s: its record at decisions partition %d offset %d could not be read from the decisions topic; retry, or see the router's log", id, sd.Partition, sd.Offset), 1)
+		reads.WithLabelValues("error").Inc()
+		s.cfg.log.Warn("reading a decision record from the decisions topic", "decision_id", id, "lookup", lookup, "partition", sd.Partition, "offset", sd.Offset, "err", err)
+		return nil, unavailable("decision_log_unavailable", fmt.Sprintf("decision %s: its record %s could not be read from the decisions topic; retry, or see the router's log", id, where), 1)
 	}
-	s.metrics.recordReads.WithLabelValues("ok").Inc()
+	reads.WithLabelValues("ok").Inc()
 	return rec, nil
 }
 
@@ -96,6 +139,54 @@ func (r *LogDecisionReader) ReadDecision(ctx context.Context, partition int32, o
 	if err != nil {
 		return nil, err
 	}
+	return r.decode(rec)
+}
+
+// FindDecision implements DecisionReader. The record is keyed by its
+// decode worker (decisionLogRecord), so franz-go's default partitioner put
+// it on the partition logread.KeyPartition names, and it is stamped with
+// its decided_at (newDecisionRecord): logread.FindNear searches from there,
+// within its default bounds (a minute after decided_at, 10,000 records,
+// 16 MiB). Only the records of the same decode worker are decoded.
+func (r *LogDecisionReader) FindDecision(ctx context.Context, id, decodeWorker string, decidedAt time.Time) (*pb.DecisionRecord, error) {
+	topic := r.names.Physical(events.TopicDecisions)
+	n, err := r.reader.Partitions(ctx, topic)
+	if err != nil {
+		return nil, err
+	}
+	key := events.WorkerKey(decodeWorker)
+	p, err := logread.KeyPartition(key, n)
+	if err != nil {
+		return nil, err
+	}
+	var found *pb.DecisionRecord
+	_, err = r.reader.FindNear(ctx, topic, p, decidedAt, func(rec *kgo.Record) bool {
+		if !bytes.Equal(rec.Key, key) {
+			return false
+		}
+		// A record that does not decode is skipped like any other
+		// decision: it cannot be the one sought, nor stop the search.
+		if d, err := r.decode(rec); err == nil && d.GetDecisionId() == id {
+			found = d
+		}
+		return found != nil
+	}, logread.ScanLimits{After: events.MaxEventSkew})
+	switch {
+	case err == nil:
+		return found, nil
+	case errors.Is(err, logread.ErrGone):
+		return nil, fmt.Errorf("%w: %w", ErrRecordGone, err)
+	case errors.Is(err, logread.ErrNotFound):
+		return nil, fmt.Errorf("%w: %w", ErrRecordNotFound, err)
+	case errors.Is(err, logread.ErrScanLimit):
+		return nil, fmt.Errorf("%w: %w", ErrSearchLimit, err)
+	}
+	return nil, err
+}
+
+// decode returns the decision record rec holds, or an error wrapping
+// ErrNotTheRecord.
+func (r *LogDecisionReader) decode(rec *kgo.Record) (*pb.DecisionRecord, error) {
 	env, err := events.Decode(r.names, rec)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrNotTheRecord, err)

@@ -8,15 +8,19 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/pdrouter/pdrouter/api"
 	"github.com/pdrouter/pdrouter/events"
 	pb "github.com/pdrouter/pdrouter/events/eventspb"
+	"github.com/pdrouter/pdrouter/events/eventstest"
 	"github.com/pdrouter/pdrouter/internal/kafkatest"
 	"github.com/pdrouter/pdrouter/statestore"
 )
@@ -90,46 +94,61 @@ func TestOldDecisionsAreReadFromTheLog(t *testing.T) {
 		if !jsonEqual(t, got, want) {
 			t.Fatalf("GET /v1/decisions/%s is not the logged record\n got %s\nwant %s", ids[0], got, want)
 		}
-		var exp struct {
-			PureCheck struct {
-				Identical bool `json:"identical"`
-			} `json:"pure_check"`
-		}
-		if raw := h.mustDo(http.StatusOK, "GET", "/v1/decisions/"+ids[0]+"/explain", nil, &exp); !exp.PureCheck.Identical {
-			t.Fatalf("explain of a decision read from the log did not recompute it: %s", raw)
-		}
+		mustRecompute(t, h, ids[0])
 		committedHeader(t, h, ids[1])
 		var again routeResp
 		h.mustDo(http.StatusOK, "POST", "/v1/route?explain=true", map[string]any{"request_id": "old-1", "token_ids": tokens(90, 0)}, &again)
 		if !again.Idempotent || again.DecisionID != ids[1] || len(again.Candidates) != 3 {
 			t.Fatalf("?explain=true replay of a committed decision: %+v", again)
 		}
-		if n := recordReads(t, h, "ok"); n < 3 {
+		if n := recordReads(t, h, "position", "ok"); n < 3 {
 			t.Fatalf("pdrouter_decision_record_reads_total{result=ok} = %v, want ≥ 3", n)
 		}
 
 		// The topic's records deleted (retention shorter than the replica's):
 		// the header is still known, the record is gone.
-		adm := kadm.NewClient(kafkatest.Client(t, brokers))
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		ends, err := adm.ListEndOffsets(ctx, h.names.Physical(events.TopicDecisions))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := adm.DeleteRecords(ctx, ends.Offsets()); err != nil {
-			t.Skipf("this broker does not delete records (%v): the 410 case needs it", err)
-		}
+		deleteDecisionRecords(t, h)
 		committedHeader(t, h, ids[2])
 		body := string(h.mustDo(http.StatusGone, "GET", "/v1/decisions/"+ids[2], nil, nil))
 		if !strings.Contains(body, `"decision_record_gone"`) || !strings.Contains(body, ids[2]) || !strings.Contains(body, "retention") {
 			t.Fatalf("410 body does not say what is gone and why: %s", body)
 		}
 		h.mustDo(http.StatusGone, "GET", "/v1/decisions/"+ids[2]+"/explain", nil, nil)
-		if n := recordReads(t, h, "gone"); n != 2 {
+		if n := recordReads(t, h, "position", "gone"); n != 2 {
 			t.Fatalf("pdrouter_decision_record_reads_total{result=gone} = %v, want 2", n)
 		}
 	})
+}
+
+// mustRecompute fails the test unless the explain of decision id, read
+// from the log, recomputes the decision (its pure check).
+func mustRecompute(t *testing.T, h *harness, id string) {
+	t.Helper()
+	var exp struct {
+		PureCheck struct {
+			Identical bool `json:"identical"`
+		} `json:"pure_check"`
+	}
+	if raw := h.mustDo(http.StatusOK, "GET", "/v1/decisions/"+id+"/explain", nil, &exp); !exp.PureCheck.Identical {
+		t.Fatalf("explain of a decision read from the log did not recompute it: %s", raw)
+	}
+}
+
+// deleteDecisionRecords deletes every record of h's decisions topic, as a
+// topic retention shorter than the replica's does. It skips the test on a
+// broker that cannot.
+func deleteDecisionRecords(t *testing.T, h *harness) {
+	t.Helper()
+	adm := kadm.NewClient(kafkatest.Client(t, h.brokers))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	ends, err := adm.ListEndOffsets(ctx, h.names.Physical(events.TopicDecisions))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := adm.DeleteRecords(ctx, ends.Offsets()); err != nil {
+		t.Skipf("this broker does not delete records (%v): the 410 case needs it", err)
+	}
 }
 
 // TestOldDecisionsWithoutAReader: a server built without Deps.Records
@@ -149,54 +168,237 @@ func TestOldDecisionsWithoutAReader(t *testing.T) {
 	}
 }
 
-// readerFunc is a DecisionReader for failure injection.
-type readerFunc func(ctx context.Context, partition int32, offset int64) (*pb.DecisionRecord, error)
+// readerFunc is a DecisionReader for failure injection: both of its
+// lookups answer what the function returns.
+type readerFunc func() (*pb.DecisionRecord, error)
 
-func (f readerFunc) ReadDecision(ctx context.Context, partition int32, offset int64) (*pb.DecisionRecord, error) {
-	return f(ctx, partition, offset)
+func (f readerFunc) ReadDecision(context.Context, int32, int64) (*pb.DecisionRecord, error) {
+	return f()
 }
 
+func (f readerFunc) FindDecision(context.Context, string, string, time.Time) (*pb.DecisionRecord, error) {
+	return f()
+}
+
+// positionless is the state of a replica that holds committed decisions
+// without their positions on the decisions topic, as a peer's load delta
+// makes them known: the store's own headers, their positions forgotten.
+type positionless struct{ *api.StoreState }
+
+func (s positionless) Decision(id string) (api.StoredDecision, bool) {
+	return forgetPosition(s.StoreState.Decision(id))
+}
+
+func (s positionless) DecisionForRequest(id string) (api.StoredDecision, bool) {
+	return forgetPosition(s.StoreState.DecisionForRequest(id))
+}
+
+func forgetPosition(sd api.StoredDecision, ok bool) (api.StoredDecision, bool) {
+	if !sd.Complete {
+		sd.Partition, sd.Offset = -1, -1
+	}
+	return sd, ok
+}
+
+func withoutPositions(s *api.StoreState) api.State { return positionless{s} }
+
 // TestOldDecisionReadFailures: what the reader of the decisions topic
-// returns decides the answer. A failed read is a 503 that names the
-// position and keeps the cause (here a broker address) in the log; a
-// position holding something else than the decision is a 500, never
-// served as the decision; a record gone is a 410.
+// returns decides the answer, whether the decision is read at its position
+// or searched for by its decode worker and decided_at. A failed read is a
+// 503 that names the record and keeps the cause (here a broker address) in
+// the log; a record that is not the decision, or not where its time places
+// it, is a 500, never served as the decision; a record gone is a 410; a
+// search that reached its bounds is a 503 that points to the deciding
+// replica.
 func TestOldDecisionReadFailures(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		read   readerFunc
 		status int
 		code   string
+		result string
+		search bool // the case can only happen to a search
 	}{
-		{"broker down", func(context.Context, int32, int64) (*pb.DecisionRecord, error) {
+		{"broker down", func() (*pb.DecisionRecord, error) {
 			return nil, errors.New("dial tcp secret-broker.internal:9092: connection refused")
-		}, http.StatusServiceUnavailable, "decision_log_unavailable"},
-		{"another decision", func(context.Context, int32, int64) (*pb.DecisionRecord, error) {
+		}, http.StatusServiceUnavailable, "decision_log_unavailable", "error", false},
+		{"another decision", func() (*pb.DecisionRecord, error) {
 			return &pb.DecisionRecord{DecisionId: "someone-else"}, nil
-		}, http.StatusInternalServerError, "internal"},
-		{"not a decision", func(context.Context, int32, int64) (*pb.DecisionRecord, error) {
+		}, http.StatusInternalServerError, "internal", "error", false},
+		{"not a decision", func() (*pb.DecisionRecord, error) {
 			return nil, fmt.Errorf("%w: not a decision record", api.ErrNotTheRecord)
-		}, http.StatusInternalServerError, "internal"},
-		{"gone", func(context.Context, int32, int64) (*pb.DecisionRecord, error) {
+		}, http.StatusInternalServerError, "internal", "error", false},
+		{"gone", func() (*pb.DecisionRecord, error) {
 			return nil, fmt.Errorf("%w: deleted", api.ErrRecordGone)
-		}, http.StatusGone, "decision_record_gone"},
+		}, http.StatusGone, "decision_record_gone", "gone", false},
+		{"not found", func() (*pb.DecisionRecord, error) {
+			return nil, fmt.Errorf("%w: read past the window", api.ErrRecordNotFound)
+		}, http.StatusInternalServerError, "internal", "not_found", true},
+		{"search bounds", func() (*pb.DecisionRecord, error) {
+			return nil, fmt.Errorf("%w: 10000 records", api.ErrSearchLimit)
+		}, http.StatusServiceUnavailable, "decision_record_unavailable", "limit", true},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			h := newHarness(t, kafkatest.Fake(t), harnessOpt{store: oneRecordInMemory, records: tc.read})
-			ids := routeUntilHeader(t, h, "rf")
-			body := string(h.mustDo(tc.status, "GET", "/v1/decisions/"+ids[0], nil, nil))
-			if !strings.Contains(body, `"`+tc.code+`"`) || strings.Contains(body, "secret-broker") || strings.Contains(body, "someone-else") {
-				t.Fatalf("%d body: %s", tc.status, body)
+		for _, lookup := range []string{"position", "search"} {
+			if tc.search && lookup != "search" {
+				continue
 			}
-			if n := recordReads(t, h, "ok"); n != 0 {
-				t.Fatalf("a failed read counted as ok (%v)", n)
-			}
-		})
+			t.Run(tc.name+"/"+lookup, func(t *testing.T) {
+				o := harnessOpt{store: oneRecordInMemory, records: tc.read}
+				if lookup == "search" {
+					o.state = withoutPositions
+				}
+				h := newHarness(t, kafkatest.Fake(t), o)
+				ids := routeUntilHeader(t, h, "rf")
+				body := string(h.mustDo(tc.status, "GET", "/v1/decisions/"+ids[0], nil, nil))
+				if !strings.Contains(body, `"`+tc.code+`"`) || strings.Contains(body, "secret-broker") || strings.Contains(body, "someone-else") {
+					t.Fatalf("%d body: %s", tc.status, body)
+				}
+				if n := recordReads(t, h, lookup, tc.result); n != 1 {
+					t.Fatalf("pdrouter_decision_record_reads_total{lookup=%s,result=%s} = %v, want 1", lookup, tc.result, n)
+				}
+				if n := recordReads(t, h, lookup, "ok"); n != 0 {
+					t.Fatalf("a failed read counted as ok (%v)", n)
+				}
+			})
+		}
 	}
 }
 
-// recordReads is pdrouter_decision_record_reads_total{result} of h.
-func recordReads(t *testing.T, h *harness, result string) float64 {
+// TestPeerDecisionsAreFoundOnTheLog: a replica that holds committed
+// decisions without their positions (as it will hold a peer's, known from
+// its load delta) finds each whole record on the decisions topic by its
+// decode worker's partition and its decided_at, the record's Kafka
+// timestamp: GET /v1/decisions and explain answer byte for byte the record
+// the log holds, among the other decisions of its partition. Once the
+// topic's records are deleted, the answer is a 410.
+func TestPeerDecisionsAreFoundOnTheLog(t *testing.T) {
+	kafkatest.Both(t, func(t *testing.T, brokers []string) {
+		// The API's clock runs a year behind the wall clock, so that a
+		// record stamped when it is written, not with its decided_at,
+		// is told apart.
+		var tick atomic.Int64
+		clock := func() time.Time { return time.Unix(1764400100, 0).Add(time.Duration(tick.Add(1)) * time.Millisecond) }
+		h := newHarness(t, brokers, harnessOpt{store: oneRecordInMemory, state: withoutPositions, apiOpts: []api.Option{api.WithClock(clock)}})
+		after := fleet(h)
+		const n = 8
+		var ids []string
+		for i := range n {
+			var r routeResp
+			h.mustDo(http.StatusOK, "POST", "/v1/route", map[string]any{
+				"request_id": fmt.Sprintf("peer-%d", i), "model": "m", "token_ids": tokens(74+16*i, uint32(i%2)*1000), "after": after}, &r)
+			ids = append(ids, r.DecisionID)
+		}
+		logged := readDecisions(t, h, n)
+
+		// Every record is stamped with its decided_at, to the millisecond.
+		workers := map[string]bool{}
+		for _, r := range kafkatest.ReadAll(t, brokers, h.names.Physical(events.TopicDecisions)) {
+			env, err := events.Decode(h.names, r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			d := env.Message.(*pb.DecisionRecord)
+			if want := time.Unix(0, d.GetDecidedAtUnixNano()).UnixMilli(); r.Timestamp.UnixMilli() != want {
+				t.Errorf("decision %s: record stamped %d ms, want its decided_at %d ms", d.GetDecisionId(), r.Timestamp.UnixMilli(), want)
+			}
+			workers[d.GetDecodeWorker().GetWorkerId()] = true
+		}
+		t.Logf("%d decisions over decode workers %v", n, workers)
+
+		// All but the last leave memory (one record cached): each is found.
+		for _, id := range ids[:n-1] {
+			sd := committedHeader(t, h, id)
+			if sd.Partition < 0 {
+				t.Fatalf("decision %s: the store holds no position; the test strips it in the API's view only", id)
+			}
+			want, err := protojson.MarshalOptions{UseProtoNames: true}.Marshal(logged[id])
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := h.mustDo(http.StatusOK, "GET", "/v1/decisions/"+id, nil, nil)
+			if !jsonEqual(t, got, want) {
+				t.Fatalf("GET /v1/decisions/%s is not the logged record\n got %s\nwant %s", id, got, want)
+			}
+		}
+		mustRecompute(t, h, ids[0])
+		if got := recordReads(t, h, "search", "ok"); got != n {
+			t.Fatalf("pdrouter_decision_record_reads_total{lookup=search,result=ok} = %v, want %d", got, n)
+		}
+		if got := recordReads(t, h, "position", "ok"); got != 0 {
+			t.Fatalf("pdrouter_decision_record_reads_total{lookup=position,result=ok} = %v: a record was read by a position the API did not have", got)
+		}
+
+		// The topic's records deleted: the search starts at the log start
+		// offset, and the record is gone.
+		deleteDecisionRecords(t, h)
+		body := string(h.mustDo(http.StatusGone, "GET", "/v1/decisions/"+ids[1], nil, nil))
+		if !strings.Contains(body, `"decision_record_gone"`) || !strings.Contains(body, ids[1]) || !strings.Contains(body, "decode worker") {
+			t.Fatalf("410 body does not say what is gone and where it was sought: %s", body)
+		}
+		if got := recordReads(t, h, "search", "gone"); got != 1 {
+			t.Fatalf("pdrouter_decision_record_reads_total{lookup=search,result=gone} = %v, want 1", got)
+		}
+	})
+}
+
+// TestFindDecisionSkipsWhatIsNotIt: in the window of the decision sought,
+// records of its decode worker that do not decode (garbage, a tombstone)
+// or are another decision are passed over: none stops the search, none is
+// taken for the decision. A decision that is not there, with a record of
+// its partition stamped past the window, is ErrRecordNotFound.
+func TestFindDecisionSkipsWhatIsNotIt(t *testing.T) {
+	kafkatest.Both(t, func(t *testing.T, brokers []string) {
+		names := events.Names{Prefix: kafkatest.Prefix(t)}
+		kafkatest.Migrate(t, brokers, names.Prefix)
+		topic := names.Physical(events.TopicDecisions)
+		key := events.WorkerKey("decode-1")
+		want := eventstest.Decision(4, 2, 64) // decode-1's
+		at := time.Unix(0, want.GetDecidedAtUnixNano())
+		decision := func(id string, after time.Duration) *kgo.Record {
+			d := proto.Clone(want).(*pb.DecisionRecord)
+			d.DecisionId, d.DecidedAtUnixNano = id, at.Add(after).UnixNano()
+			r, err := events.NewRecord(names, key, d)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r.Timestamp = at.Add(after) // as the API stamps it
+			return r
+		}
+		recs := []*kgo.Record{
+			{Topic: topic, Key: key, Value: []byte{0xff, 0xff, 0xff}, Timestamp: at,
+				Headers: []kgo.RecordHeader{{Key: events.HeaderSchema, Value: []byte("pdrouter.events.v1.DecisionRecord")}}},
+			{Topic: topic, Key: key, Timestamp: at}, // a tombstone
+			decision("01JDX3Q8W6ZK2M4N5P6R7S8T9W", 0),
+			decision(want.GetDecisionId(), 0),
+			decision("01JDX3Q8W6ZK2M4N5P6R7S8T9X", 2*time.Minute),
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := kafkatest.Client(t, brokers).ProduceSync(ctx, recs...).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range recs[1:] {
+			if r.Partition != recs[0].Partition {
+				t.Fatalf("records keyed %s went to partitions %d and %d", key, recs[0].Partition, r.Partition)
+			}
+		}
+
+		rd := api.NewLogDecisionReader(kafkatest.Client(t, brokers), names)
+		got, err := rd.FindDecision(ctx, want.GetDecisionId(), "decode-1", at)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !proto.Equal(got, want) {
+			t.Fatalf("found decision %s, not the one sought", got.GetDecisionId())
+		}
+		if _, err := rd.FindDecision(ctx, "01JDX3Q8W6ZK2M4N5P6R7S8T9Y", "decode-1", at); !errors.Is(err, api.ErrRecordNotFound) {
+			t.Fatalf("a decision that is not there: error %v, want ErrRecordNotFound", err)
+		}
+	})
+}
+
+// recordReads is pdrouter_decision_record_reads_total{lookup,result} of h.
+func recordReads(t *testing.T, h *harness, lookup, result string) float64 {
 	t.Helper()
 	mfs, err := h.reg.Gather()
 	if err != nil {
@@ -207,12 +409,16 @@ func recordReads(t *testing.T, h *harness, result string) float64 {
 			continue
 		}
 		for _, m := range mf.GetMetric() {
-			if m.GetLabel()[0].GetValue() == result {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if labels["lookup"] == lookup && labels["result"] == result {
 				return m.GetCounter().GetValue()
 			}
 		}
 	}
-	t.Fatalf("pdrouter_decision_record_reads_total{result=%q} is not registered", result)
+	t.Fatalf("pdrouter_decision_record_reads_total{lookup=%q,result=%q} is not registered", lookup, result)
 	return 0
 }
 

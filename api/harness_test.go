@@ -57,6 +57,8 @@ type harnessOpt struct {
 	// the decisions topic.
 	noRecords bool
 	records   api.DecisionReader
+	// state, when set, wraps the store's State the API reads.
+	state func(*api.StoreState) api.State
 	// listener wraps the test server's listener.
 	listener func(net.Listener) net.Listener
 	// hold, when set, keeps the materializer from reading the log until
@@ -119,6 +121,9 @@ func newHarness(t *testing.T, brokers []string, o harnessOpt) *harness {
 	opts := append([]api.Option{api.WithMetrics(h.reg, h.reg), api.WithLogger(slog.New(slog.DiscardHandler)),
 		api.WithAfterTimeout(3 * time.Second), api.WithAuditTimeout(3 * time.Second)}, o.apiOpts...)
 	deps := api.Deps{State: &api.StoreState{Store: store, Lag: mat}, Decider: dec, Log: elog, Names: h.names, Started: started}
+	if o.state != nil {
+		deps.State = o.state(deps.State.(*api.StoreState))
+	}
 	switch {
 	case o.records != nil:
 		deps.Records = o.records

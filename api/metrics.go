@@ -68,8 +68,8 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}),
 		recordReads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "pdrouter_decision_record_reads_total",
-			Help: "Whole decision records read back from the decisions topic (the store keeps headers), by result: ok, gone (past the topic's retention) or error.",
-		}, []string{"result"}),
+			Help: "Whole decision records read back from the decisions topic (the store keeps headers), by lookup (position: at the position the store holds; search: by decode worker and decided_at, for a decision known without its position) and result: ok, gone (past the topic's retention), not_found and limit (search only: the record is not where its time places it, or the search reached its bounds first) or error.",
+		}, []string{"lookup", "result"}),
 	}
 	m.delayCharges = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name: "pdrouter_slo_delay_charge",
@@ -79,7 +79,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		Buckets: []float64{0.001, 0.01, 0.03, 0.1, 0.3, 1, 3, 10},
 	}, []string{"path"})
 	for _, r := range []string{"ok", "gone", "error"} {
-		m.recordReads.WithLabelValues(r)
+		m.recordReads.WithLabelValues(lookupPosition, r)
+	}
+	for _, r := range []string{"ok", "gone", "not_found", "limit", "error"} {
+		m.recordReads.WithLabelValues(lookupSearch, r)
 	}
 	for _, p := range []string{"local", "remote"} {
 		m.delayCharges.WithLabelValues(p)

@@ -92,15 +92,23 @@ type StoredDecision struct {
 	Offset    int64
 }
 
-// DecisionReader reads whole decision records from the decisions topic by
-// position: a replica keeps only the header of a decision once it is
-// committed (statestore/decisions.go says why).
+// DecisionReader reads whole decision records from the decisions topic: a
+// replica keeps only the header of a decision once it is committed
+// (statestore/decisions.go says why), with the record's position when it
+// knows it.
 type DecisionReader interface {
 	// ReadDecision returns the decision record at (partition, offset) of
 	// the decisions topic. It returns an error wrapping ErrRecordGone when
 	// the topic no longer holds that offset, and one wrapping
 	// ErrNotTheRecord when what it holds is not a decision record.
 	ReadDecision(ctx context.Context, partition int32, offset int64) (*pb.DecisionRecord, error)
+	// FindDecision returns the record of decision id, whose position is
+	// unknown, from the decisions partition its decode worker's key picks,
+	// near its decided_at (the record's timestamp). It returns an error
+	// wrapping ErrRecordGone when the topic no longer holds the records
+	// of that time, ErrRecordNotFound when they do not include it, and
+	// ErrSearchLimit when the search reached its bounds first.
+	FindDecision(ctx context.Context, id, decodeWorker string, decidedAt time.Time) (*pb.DecisionRecord, error)
 }
 
 // DecisionRef names a decision and the workers it chose.

@@ -165,6 +165,17 @@ func testReplicasAgree(t *testing.T, mode string) {
 		if rec["decision_id"] != resp["decision_id"] || rec["candidates"] == nil {
 			t.Errorf("A's own decision read back whole: %s", indented(rec))
 		}
+		// B knows A's decision from its delta only, without its position:
+		// it finds the whole record on the decisions topic by its decode
+		// worker and decided_at.
+		var found map[string]any
+		getJSONInto(t, b.url+"/v1/decisions/"+resp["decision_id"].(string), &found)
+		if !reflect.DeepEqual(found, rec) {
+			t.Errorf("B found A's decision on the log as\n%s\nA serves it as\n%s", indented(found), indented(rec))
+		}
+		if n := metricSum(t, b.url, `pdrouter_decision_record_reads_total{lookup="search",result="ok"}`); n != 1 {
+			t.Errorf("B's pdrouter_decision_record_reads_total{lookup=search,result=ok} = %v, want 1", n)
+		}
 	}
 
 	// 3. SIGKILL C; the log moves on; C restarts on its store and catches up

@@ -1,4 +1,5 @@
-// Package logread reads single records from Kafka by their exact position.
+// Package logread reads single records from Kafka by their exact position,
+// or finds one by its partition and timestamp.
 //
 // The router keeps only a small header of each decision in its local store,
 // next to the record's position (partition, offset) in the decisions topic.
@@ -6,7 +7,9 @@
 // Kafka. A consumer is the wrong tool for this: it owns partitions, buffers
 // ahead, and keeps fetch sessions alive between polls. A Reader instead sends
 // one raw Fetch to the partition's leader per lookup and decodes only the
-// batch that holds the offset.
+// batch that holds the offset. A decision known without its position is
+// found instead (FindNear, find.go): from the first offset of its time,
+// which Kafka's time index gives, through a bounded scan forward.
 package logread
 
 import (
@@ -141,33 +144,108 @@ func (r *Reader) Read(ctx context.Context, topic string, partition int32, offset
 	case offset < 0:
 		return nil, at.errorf("negative offset %d", offset)
 	}
-	rec, retry, err := r.read(ctx, at, false)
-	if retry && ctx.Err() == nil {
-		// The metadata we used may be stale: read it again and retry
-		// once. A second failure is returned as it is; retrying more
-		// belongs to the caller, who knows how long the lookup may take.
-		rec, _, err = r.read(ctx, at, true)
+	part, err := r.fetch(ctx, at, partitionMaxBytes)
+	if err != nil {
+		return nil, err
 	}
-	return rec, err
+	fp, next := decode(at, part)
+	for _, rec := range fp.Records {
+		if rec.Offset == at.offset {
+			return rec, nil
+		}
+	}
+	if fp.Err != nil {
+		return nil, at.errorf("decode fetched batch: %w", fp.Err)
+	}
+	if err := pastEnd(at, part); err != nil {
+		return nil, err
+	}
+	if next > at.offset {
+		// The decoder read past the offset, through batches covering it,
+		// and found no data record there.
+		return nil, at.errorf("%w", ErrNoRecord)
+	}
+	return nil, noBatch(at, part)
 }
 
-// read makes one attempt at Read, with the cached metadata of at.topic or,
-// if fresh, metadata asked of the cluster now. retry reports whether the
-// failure may be due to stale metadata, so that fresh metadata may help.
-func (r *Reader) read(ctx context.Context, at position, fresh bool) (rec *kgo.Record, retry bool, err error) {
+// decode decodes the data records of part from at.offset on, and returns
+// them with the offset to fetch next.
+func decode(at position, part *kmsg.FetchResponseTopicPartition) (kgo.FetchPartition, int64) {
+	return kgo.ProcessFetchPartition(kgo.ProcessFetchPartitionOpts{
+		Offset:         at.offset,
+		IsolationLevel: kgo.ReadCommitted(), // the decoder's half of isolation: drop aborted batches
+		Topic:          at.topic,
+		Partition:      at.partition,
+	}, part, kgo.DefaultDecompressor(), nil)
+}
+
+// pastEnd returns an error wrapping ErrNotYet when at.offset is at or past
+// what part says a read_committed reader may read, else nil.
+func pastEnd(at position, part *kmsg.FetchResponseTopicPartition) error {
+	switch {
+	case at.offset >= part.HighWatermark:
+		return at.errorf("%w (high watermark %d)", ErrNotYet, part.HighWatermark)
+	case part.LastStableOffset >= 0 && at.offset >= part.LastStableOffset:
+		return at.errorf("%w (in an open transaction: last stable offset %d, high watermark %d)", ErrNotYet, part.LastStableOffset, part.HighWatermark)
+	}
+	return nil
+}
+
+// noBatch is the error for a fetch below the end of the log that decoded
+// no batch. A broker returns the whole first batch whatever the byte limit,
+// so this is a broker bug, not something to retry.
+func noBatch(at position, part *kmsg.FetchResponseTopicPartition) error {
+	return at.errorf("the fetch returned %d bytes below the high watermark %d and no complete batch", len(part.RecordBatches), part.HighWatermark)
+}
+
+// fetch sends one Fetch of at.partition from at.offset, asking for
+// maxBytes of it, and returns the partition's answer. It uses the cached
+// metadata of at.topic and, when the fetch fails in a way fresh metadata
+// may fix, asks for it and tries once more. A second failure is returned as
+// it is; retrying more belongs to the caller, who knows how long the lookup
+// may take. OFFSET_OUT_OF_RANGE is returned as an error wrapping ErrGone or
+// ErrNotYet.
+func (r *Reader) fetch(ctx context.Context, at position, maxBytes int32) (*kmsg.FetchResponseTopicPartition, error) {
+	var part *kmsg.FetchResponseTopicPartition
+	err := r.onLeader(ctx, at, func(tm *topicMeta, leader int32) (retry bool, err error) {
+		part, retry, err = r.fetchFrom(ctx, at, tm, leader, maxBytes)
+		return retry, err
+	})
+	return part, err
+}
+
+// onLeader calls do with the metadata of at.topic and the leader of
+// at.partition, from the cache and, when do reports that fresh metadata may
+// help, once more with metadata asked of the cluster now.
+func (r *Reader) onLeader(ctx context.Context, at position, do func(tm *topicMeta, leader int32) (retry bool, err error)) error {
+	retry, err := r.tryLeader(ctx, at, false, do)
+	if retry && ctx.Err() == nil {
+		_, err = r.tryLeader(ctx, at, true, do)
+	}
+	return err
+}
+
+// tryLeader is one attempt of onLeader. retry reports whether the failure
+// may be due to stale metadata.
+func (r *Reader) tryLeader(ctx context.Context, at position, fresh bool, do func(tm *topicMeta, leader int32) (retry bool, err error)) (retry bool, err error) {
 	tm, err := r.topicMeta(ctx, at, fresh)
 	if err != nil {
-		return nil, false, err
+		return false, err
 	}
 	if int(at.partition) >= len(tm.leaders) {
 		// Partitions may have been added since we cached the topic.
-		return nil, !fresh, at.errorf("topic %s has %d partitions", at.topic, len(tm.leaders))
+		return !fresh, at.errorf("topic %s has %d partitions", at.topic, len(tm.leaders))
 	}
 	leader := tm.leaders[at.partition]
 	if leader < 0 {
-		return nil, true, at.errorf("partition has no leader")
+		return true, at.errorf("partition has no leader")
 	}
+	return do(tm, leader)
+}
 
+// fetchFrom sends one Fetch to leader. retry reports whether the failure
+// may be due to stale metadata, so that fresh metadata may help.
+func (r *Reader) fetchFrom(ctx context.Context, at position, tm *topicMeta, leader, maxBytes int32) (part *kmsg.FetchResponseTopicPartition, retry bool, err error) {
 	req := kmsg.NewPtrFetchRequest() // ReplicaID -1 (a consumer), no fetch session (SessionEpoch -1)
 	req.MaxWaitMillis = 0            // answer at once: we want what is there, not to wait for more
 	req.MinBytes = 1                 // MaxBytes keeps its default: see partitionMaxBytes
@@ -187,7 +265,7 @@ func (r *Reader) read(ctx context.Context, at position, fresh bool) (rec *kgo.Re
 	rp := kmsg.NewFetchRequestTopicPartition() // CurrentLeaderEpoch, LastFetchedEpoch and LogStartOffset -1
 	rp.Partition = at.partition
 	rp.FetchOffset = at.offset
-	rp.PartitionMaxBytes = partitionMaxBytes
+	rp.PartitionMaxBytes = maxBytes
 	rt.Partitions = append(rt.Partitions, rp)
 	req.Topics = append(req.Topics, rt)
 
@@ -203,10 +281,11 @@ func (r *Reader) read(ctx context.Context, at position, fresh bool) (rec *kgo.Re
 	if len(resp.Topics) != 1 || len(resp.Topics[0].Partitions) != 1 || resp.Topics[0].Partitions[0].Partition != at.partition {
 		return nil, false, at.errorf("fetch from broker %d (v%d): the response is not for the one partition asked", leader, resp.Version)
 	}
-	part := &resp.Topics[0].Partitions[0]
+	part = &resp.Topics[0].Partitions[0]
 
 	switch perr := kerr.ErrorForCode(part.ErrorCode); {
 	case perr == nil:
+		return part, false, nil
 	case errors.Is(perr, kerr.OffsetOutOfRange):
 		return nil, false, r.outOfRange(ctx, at, leader, part)
 	case kerr.IsRetriable(perr):
@@ -216,36 +295,6 @@ func (r *Reader) read(ctx context.Context, at position, fresh bool) (rec *kgo.Re
 		return nil, true, at.errorf("fetch from broker %d: %w", leader, perr)
 	default:
 		return nil, false, at.errorf("fetch from broker %d: %w", leader, perr)
-	}
-
-	fp, next := kgo.ProcessFetchPartition(kgo.ProcessFetchPartitionOpts{
-		Offset:         at.offset,
-		IsolationLevel: kgo.ReadCommitted(), // the decoder's half of isolation: drop aborted batches
-		Topic:          at.topic,
-		Partition:      at.partition,
-	}, part, kgo.DefaultDecompressor(), nil)
-	for _, rec := range fp.Records {
-		if rec.Offset == at.offset {
-			return rec, false, nil
-		}
-	}
-	if fp.Err != nil {
-		return nil, false, at.errorf("decode fetched batch: %w", fp.Err)
-	}
-	switch {
-	case at.offset >= part.HighWatermark:
-		return nil, false, at.errorf("%w (high watermark %d)", ErrNotYet, part.HighWatermark)
-	case part.LastStableOffset >= 0 && at.offset >= part.LastStableOffset:
-		return nil, false, at.errorf("%w (in an open transaction: last stable offset %d, high watermark %d)", ErrNotYet, part.LastStableOffset, part.HighWatermark)
-	case next > at.offset:
-		// The decoder read past the offset, through batches covering it,
-		// and found no data record there.
-		return nil, false, at.errorf("%w", ErrNoRecord)
-	default:
-		// Below the high watermark, yet no batch decoded. A broker
-		// returns the whole first batch whatever the byte limit, so
-		// this is a broker bug, not something to retry.
-		return nil, false, at.errorf("fetch from broker %d returned %d bytes below the high watermark %d and no complete batch", leader, len(part.RecordBatches), part.HighWatermark)
 	}
 }
 

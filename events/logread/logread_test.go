@@ -385,12 +385,7 @@ func TestReadErrors(t *testing.T) {
 // client's only broker does not answer, so a request would fail differently
 // or hang until the context ends.
 func TestReadBadInputAtOnce(t *testing.T) {
-	cl, err := kgo.NewClient(kgo.SeedBrokers("127.0.0.1:1"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	rd := logread.New(cl)
+	rd := unreachable(t)
 	for _, tc := range []struct {
 		topic     string
 		partition int32
@@ -401,17 +396,28 @@ func TestReadBadInputAtOnce(t *testing.T) {
 		{"d", -1, 5, "logread: d[-1]@5: negative partition -1"},
 		{"d", 2, -7, "logread: d[2]@-7: negative offset -7"},
 	} {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		start := time.Now()
-		_, err := rd.Read(ctx, tc.topic, tc.partition, tc.offset)
-		cancel()
+		call := fmt.Sprintf("Read(%q, %d, %d)", tc.topic, tc.partition, tc.offset)
+		err := atOnce(t, call, func(ctx context.Context) error {
+			_, err := rd.Read(ctx, tc.topic, tc.partition, tc.offset)
+			return err
+		})
 		if err == nil || err.Error() != tc.want {
-			t.Errorf("Read(%q, %d, %d) = %v, want %q", tc.topic, tc.partition, tc.offset, err, tc.want)
-		}
-		if d := time.Since(start); d > time.Second {
-			t.Errorf("Read(%q, %d, %d) took %v: it should not have sent a request", tc.topic, tc.partition, tc.offset, d)
+			t.Errorf("%s = %v, want %q", call, err, tc.want)
 		}
 	}
+}
+
+// atOnce returns the error of call, run with a context of 5 s, and fails
+// the test when call took long enough to have sent a request.
+func atOnce(t *testing.T, what string, call func(ctx context.Context) error) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	start := time.Now()
+	err := call(ctx)
+	if d := time.Since(start); d > time.Second {
+		t.Errorf("%s took %v: it should not have sent a request", what, d)
+	}
+	return err
 }
 
 // TestReadGone deletes records below an offset in the middle of a batch and
@@ -433,15 +439,7 @@ func TestReadGone(t *testing.T) {
 		if _, err := rd.Read(ctx, topic, 0, 2); err != nil {
 			t.Fatalf("before deleting: %v", err)
 		}
-		var del kadm.Offsets
-		del.AddOffset(topic, 0, 3, -1)
-		resp, err := kadm.NewClient(kafkatest.Client(t, brokers)).DeleteRecords(ctx, del)
-		if err == nil {
-			err = resp.Error()
-		}
-		if err != nil {
-			t.Fatalf("delete records below offset 3: %v", err)
-		}
+		deleteBelow(t, brokers, topic, 3)
 
 		for _, tc := range []struct {
 			offset int64
