@@ -176,6 +176,16 @@ func testReplicasAgree(t *testing.T, mode string) {
 		if n := metricSum(t, b.url, `pdrouter_decision_record_reads_total{lookup="search",result="ok"}`); n != 1 {
 			t.Errorf("B's pdrouter_decision_record_reads_total{lookup=search,result=ok} = %v, want 1", n)
 		}
+		// A retry of A's request on B is A's decision (its prompt checked
+		// against the whole record), and another prompt under the same
+		// request id is refused.
+		again := routeOn(t, b.url, "accounting-1", append(tokenSeq(1, 512), tokenSeq(40001, 64)...), nil, false)
+		if again["decision_id"] != resp["decision_id"] || again["idempotent_replay"] != true {
+			t.Errorf("the retry on B: %s, want A's decision %v replayed", indented(again), resp["decision_id"])
+		}
+		if code, raw, _ := post(b.url+"/v1/route", map[string]any{"request_id": "accounting-1", "token_ids": tokenSeq(7, 100)}); code != http.StatusConflict {
+			t.Errorf("another prompt under A's request id on B: %d %s, want 409", code, raw)
+		}
 	}
 
 	// 3. SIGKILL C; the log moves on; C restarts on its store and catches up
