@@ -66,20 +66,28 @@ func TestDeclarationsRejectBadOptions(t *testing.T) {
 	}
 }
 
+// migrateSetup gives a test its topic prefix (deleted when it ends), an
+// admin client, a context for its migrations and the declared topics.
+func migrateSetup(t *testing.T, brokers []string) (string, *kadm.Client, context.Context, []migrations.TopicSpec) {
+	t.Helper()
+	prefix := kafkatest.Prefix(t)
+	t.Cleanup(func() { kafkatest.DeleteTopics(t, brokers, prefix) })
+	adm := kadm.NewClient(kafkatest.Client(t, brokers))
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	t.Cleanup(cancel)
+	specs, err := migrations.Declarations(migrations.SingleNodeOptions(prefix))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return prefix, adm, ctx, specs
+}
+
 // TestMigrateIsIdempotentAndReportsDrift: the first run creates every topic,
 // the second changes nothing, and a planted difference is reported exactly
 // and left in place.
 func TestMigrateIsIdempotentAndReportsDrift(t *testing.T) {
 	kafkatest.Both(t, func(t *testing.T, brokers []string) {
-		prefix := kafkatest.Prefix(t)
-		t.Cleanup(func() { kafkatest.DeleteTopics(t, brokers, prefix) })
-		adm := kadm.NewClient(kafkatest.Client(t, brokers))
-		ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-		defer cancel()
-		specs, err := migrations.Declarations(migrations.SingleNodeOptions(prefix))
-		if err != nil {
-			t.Fatal(err)
-		}
+		prefix, adm, ctx, specs := migrateSetup(t, brokers)
 
 		dry, err := migrations.Apply(ctx, adm, specs, true)
 		if err != nil {
@@ -162,15 +170,7 @@ func TestMigrateIsIdempotentAndReportsDrift(t *testing.T) {
 // topic made by hand with another layout is drift, reported and left alone.
 func TestMigrateAddsLoadDeltasToAnExistingDeployment(t *testing.T) {
 	kafkatest.Both(t, func(t *testing.T, brokers []string) {
-		prefix := kafkatest.Prefix(t)
-		t.Cleanup(func() { kafkatest.DeleteTopics(t, brokers, prefix) })
-		adm := kadm.NewClient(kafkatest.Client(t, brokers))
-		ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-		defer cancel()
-		specs, err := migrations.Declarations(migrations.SingleNodeOptions(prefix))
-		if err != nil {
-			t.Fatal(err)
-		}
+		prefix, adm, ctx, specs := migrateSetup(t, brokers)
 		var old []migrations.TopicSpec
 		var deltas migrations.TopicSpec
 		for _, s := range specs {
