@@ -35,6 +35,11 @@ import (
 //     after Append returned its error: made durable but not answered,
 //     which the audit guarantee allows (the caller retries with the same
 //     request_id and gets the stored decision).
+//   - The load deltas of one decode worker in one group go out as one
+//     record (events.MergeDeltas), within a delta's bounds: each append
+//     that carried one gets the merged record's position. A merged
+//     record is acknowledged or failed whole, so every append of the group
+//     sees the same fate for its delta.
 //   - At most maxQueued bytes of records wait (an append larger than that
 //     alone is taken when nothing waits); beyond that Append fails at once
 //     with ErrLogFull, so a broker outage turns into quick 503s instead of
@@ -62,6 +67,7 @@ type groupLogMetrics struct {
 	groupAppends prometheus.Histogram
 	queuedBytes  prometheus.Gauge
 	full         prometheus.Counter
+	deltaEntries prometheus.Histogram
 }
 
 func newGroupLogMetrics(reg prometheus.Registerer) groupLogMetrics {
@@ -79,9 +85,14 @@ func newGroupLogMetrics(reg prometheus.Registerer) groupLogMetrics {
 			Name: "pdrouter_eventlog_full_total",
 			Help: "Appends refused at once because too many bytes already waited for the event log (the broker is down or slow).",
 		}),
+		deltaEntries: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "pdrouter_load_delta_record_entries",
+			Help:    "Entries of each load delta record appended: the decisions and lifecycle events of one decode worker that one group commit carried.",
+			Buckets: prometheus.ExponentialBuckets(1, 2, 11),
+		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.groupAppends, m.queuedBytes, m.full)
+		reg.MustRegister(m.groupAppends, m.queuedBytes, m.full, m.deltaEntries)
 	}
 	return m
 }
@@ -185,31 +196,96 @@ func (l *GroupLog) commitLoop() {
 
 // commit produces a group's records and flushes them as one send.
 func (l *GroupLog) commit(group []*groupAppend) {
+	out, owner := l.mergeDeltas(group)
+	pos := make([]Position, len(out))
+	errs := make([]error, len(out))
 	var wg sync.WaitGroup
-	for _, a := range group {
-		a.pos = make([]Position, len(a.recs))
-		for i, r := range a.recs {
-			wg.Add(1)
-			// Promises run one at a time on franz-go's promise goroutine;
-			// wg.Wait orders their writes before the reads below.
-			l.cl.Produce(context.Background(), r, func(r *kgo.Record, err error) {
-				defer wg.Done()
-				if err != nil {
-					if a.err == nil {
-						a.err = err
-					}
-					return
-				}
-				t, _ := l.names.Logical(r.Topic)
-				a.pos[i] = Position{Topic: t, Partition: r.Partition, Offset: r.Offset}
-			})
-		}
+	for j, r := range out {
+		wg.Add(1)
+		// Promises run one at a time on franz-go's promise goroutine;
+		// wg.Wait orders their writes before the reads below.
+		l.cl.Produce(context.Background(), r, func(r *kgo.Record, err error) {
+			defer wg.Done()
+			if err != nil {
+				errs[j] = err
+				return
+			}
+			t, _ := l.names.Logical(r.Topic)
+			pos[j] = Position{Topic: t, Partition: r.Partition, Offset: r.Offset}
+		})
 	}
 	// Flush returns when every buffered record is acknowledged or failed;
 	// its error is only the context's, which never ends here.
 	_ = l.cl.Flush(context.Background())
 	wg.Wait()
-	for _, a := range group {
+	for ai, a := range group {
+		a.pos = make([]Position, len(a.recs))
+		for i := range a.recs {
+			j := owner[ai][i]
+			if errs[j] != nil && a.err == nil {
+				a.err = errs[j]
+			}
+			a.pos[i] = pos[j]
+		}
 		close(a.done)
 	}
+}
+
+// mergeDeltas lays out the records a group produces: the appends' records
+// in order, but for the load deltas of one key, which go into the first
+// of them while the merge stays within a delta's bounds. owner[a][i] is
+// the index in out of group[a].recs[i]. A caller's record is never
+// modified: a merge copies it first.
+func (l *GroupLog) mergeDeltas(group []*groupAppend) (out []*kgo.Record, owner [][]int) {
+	deltas := l.names.Physical(events.TopicLoadDeltas)
+	type merging struct {
+		at      int // index in out
+		entries int
+		copied  bool
+	}
+	var byKey map[string]*merging
+	var all []*merging // in the order they were started
+	owner = make([][]int, len(group))
+	for ai, a := range group {
+		owner[ai] = make([]int, len(a.recs))
+		for i, r := range a.recs {
+			owner[ai][i] = len(out)
+			n, ok := 0, false
+			if r.Topic == deltas {
+				n, ok = events.DeltaEntries(r.Value)
+			}
+			if !ok {
+				out = append(out, r)
+				continue
+			}
+			if byKey == nil {
+				byKey = map[string]*merging{}
+			}
+			if m := byKey[string(r.Key)]; m != nil {
+				dst := out[m.at]
+				v := dst.Value
+				if !m.copied {
+					v = slices.Clip(v)
+				}
+				if v, entries, merged := events.MergeDeltas(v, m.entries, r.Value, n); merged {
+					if !m.copied {
+						c := *dst
+						out[m.at], dst = &c, &c
+						m.copied = true
+					}
+					dst.Value, m.entries = v, entries
+					owner[ai][i] = m.at
+					continue
+				}
+			}
+			m := &merging{at: len(out), entries: n}
+			byKey[string(r.Key)] = m
+			all = append(all, m)
+			out = append(out, r)
+		}
+	}
+	for _, m := range all {
+		l.met.deltaEntries.Observe(float64(m.entries))
+	}
+	return out, owner
 }

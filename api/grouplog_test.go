@@ -15,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/pdrouter/pdrouter/events"
+	pb "github.com/pdrouter/pdrouter/events/eventspb"
 	"github.com/pdrouter/pdrouter/internal/kafkatest"
 )
 
@@ -167,4 +168,83 @@ func waitFor(t *testing.T, cond func() bool) {
 		}
 		time.Sleep(time.Millisecond)
 	}
+}
+
+// TestGroupLogMergesDeltasOfOneWorker: concurrent appends of load deltas
+// for a few workers go out as fewer records than appends, one per worker
+// and group, and each append's reported position holds a record that
+// decodes, passes every reader's rule and contains its entry.
+func TestGroupLogMergesDeltasOfOneWorker(t *testing.T) {
+	kafkatest.Both(t, func(t *testing.T, brokers []string) {
+		prefix := kafkatest.Prefix(t)
+		kafkatest.Migrate(t, brokers, prefix)
+		names := events.Names{Prefix: prefix}
+		cl := kafkatest.Client(t, brokers, GroupLogClientOpts()...)
+		l := NewGroupLog(cl, names, 64<<20, prometheus.NewRegistry())
+		const clients, each = 16, 20
+		var (
+			mu  sync.Mutex
+			at  = map[string]Position{} // decision id → where its delta landed
+			wg  sync.WaitGroup
+			now = time.Now().UnixNano()
+		)
+		for c := range clients {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := range each {
+					id, w := fmt.Sprintf("d-%d-%d", c, i), fmt.Sprintf("w%d", (c+i)%3)
+					d := &pb.LoadDelta{WriterId: "router-0", Decisions: []*pb.DecisionDelta{{DecisionId: id, RequestId: "r-" + id,
+						DecidedAtUnixNano: now, DecodeWorker: &pb.WorkerRef{WorkerId: w}, BlockSize: 16, PromptTokens: 64, Local: true,
+						ActiveHashes: []uint64{uint64(c), uint64(i)}}}}
+					r, err := events.NewRecord(names, events.WorkerKey(w), d)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					pos, err := l.Append(context.Background(), r)
+					if err != nil || len(pos) != 1 {
+						t.Errorf("append: %v %v", pos, err)
+						return
+					}
+					mu.Lock()
+					at[id] = pos[0]
+					mu.Unlock()
+				}
+			}()
+		}
+		wg.Wait()
+		if t.Failed() {
+			return
+		}
+		held := map[Position]map[string]bool{}
+		recs := kafkatest.ReadAll(t, brokers, names.Physical(events.TopicLoadDeltas))
+		for _, r := range recs {
+			env, err := events.Decode(names, r)
+			if err != nil {
+				t.Fatalf("a merged delta does not pass a reader's rules: %v", err)
+			}
+			ids := map[string]bool{}
+			for _, e := range env.Message.(*pb.LoadDelta).GetDecisions() {
+				ids[e.GetDecisionId()] = true
+			}
+			held[Position{Topic: events.TopicLoadDeltas, Partition: r.Partition, Offset: r.Offset}] = ids
+		}
+		for id, p := range at {
+			if !held[p][id] {
+				t.Fatalf("decision %s reported at %v, whose record holds %v", id, p, held[p])
+			}
+		}
+		if len(recs) >= clients*each {
+			t.Fatalf("%d delta records for %d appends of 3 workers: nothing was merged", len(recs), clients*each)
+		}
+		var m dto.Metric
+		if err := l.met.deltaEntries.Write(&m); err != nil {
+			t.Fatal(err)
+		}
+		if h := m.GetHistogram(); h.GetSampleCount() != uint64(len(recs)) || h.GetSampleSum() != clients*each {
+			t.Fatalf("pdrouter_load_delta_record_entries: %d records, %v entries; want %d and %d", h.GetSampleCount(), h.GetSampleSum(), len(recs), clients*each)
+		}
+		t.Logf("%d deltas in %d records", clients*each, len(recs))
+	})
 }
