@@ -184,6 +184,37 @@ func TestRecentInTimeOrder(t *testing.T) {
 	}
 }
 
+// TestReplicasBurstsRace: requests stamped at one instant reach 8 replicas at once,
+// and every one after the first in a tick on a worker already picked races; spread
+// over the 3 s between ticks they arrive 375 ms apart, beyond a 50 ms lag, and none
+// does.
+func TestReplicasBurstsRace(t *testing.T) {
+	w := &Workload{Name: "ticks"}
+	for i := range 32 {
+		w.Requests = append(w.Requests, &Request{ID: fmt.Sprint(i), Arrival: time.Duration(i/8) * 3 * time.Second,
+			Prompt: []Segment{{Seed: uint64(i + 1), Len: 512}}, PromptLen: 512, OutputLen: 16, Output: uint64(1000 + i)})
+	}
+	p, err := PolicyByName("cond-slo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Replicas = Replicas{N: 8, Lag: 50 * time.Millisecond}
+	burst, err := RunOffline(context.Background(), DefaultFleet(), w, p, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	spread, err := RunOffline(context.Background(), DefaultFleet(), w.Spread(3*time.Second), p, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Of 8 decisions in a tick on D decode workers, all but the first on each race.
+	d := DefaultFleet().Decode
+	if want := int64(4 * (8 - d)); burst.Races < want || spread.Races != 0 {
+		t.Errorf("races: %d in ticks of 8 on %d decode workers (want ≥ %d), %d spread (want 0)", burst.Races, d, want, spread.Races)
+	}
+	t.Logf("races: %d in ticks, %d spread", burst.Races, spread.Races)
+}
+
 // synthetic40s is 40 s of the synthetic workload.
 func synthetic40s(t *testing.T) *Workload {
 	t.Helper()

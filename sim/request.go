@@ -103,6 +103,41 @@ func (w *Workload) Scale(x float64) *Workload {
 	return out
 }
 
+// MaxArrivalSpread bounds Spread's window: a trace's ticks are seconds apart.
+const MaxArrivalSpread = time.Minute
+
+// Spread returns the workload with the requests that share an arrival time spread
+// evenly from it toward the next arrival time, over at most window (≤ 0: w as it
+// is): of m requests at t, followed by the next ones at t', the k-th (from 0) arrives
+// at t + k·min(t'−t, window)/m; the last group spreads over window. Mooncake's traces stamp
+// requests in ticks (the conversation trace: ~10 requests every 3 s), which a router
+// sees as bursts of simultaneous arrivals; spread, they arrive at the same rate, in the
+// same order, one after another. Deterministic: no randomness.
+func (w *Workload) Spread(window time.Duration) *Workload {
+	if window <= 0 || len(w.Requests) == 0 {
+		return w
+	}
+	out := &Workload{Name: w.Name, Requests: make([]*Request, len(w.Requests))}
+	for i := 0; i < len(w.Requests); {
+		t := w.Requests[i].Arrival
+		j := i
+		for j < len(w.Requests) && w.Requests[j].Arrival == t {
+			j++
+		}
+		span := window
+		if j < len(w.Requests) {
+			span = min(w.Requests[j].Arrival-t, window)
+		}
+		for k := i; k < j; k++ {
+			c := *w.Requests[k]
+			c.Arrival = t + time.Duration(float64(span)*float64(k-i)/float64(j-i))
+			out.Requests[k] = &c
+		}
+		i = j
+	}
+	return out
+}
+
 // Duration is the arrival time of the last request.
 func (w *Workload) Duration() time.Duration {
 	if len(w.Requests) == 0 {

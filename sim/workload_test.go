@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -192,5 +193,29 @@ func TestSyntheticWorkload(t *testing.T) {
 	c, _ := Synthetic(cfg)
 	if len(c.Requests) == len(a.Requests) && slices.Equal(c.Requests[0].Prompt, a.Requests[0].Prompt) && c.Requests[0].Arrival == a.Requests[0].Arrival {
 		t.Error("another seed gave the same workload")
+	}
+}
+
+// TestSpread: requests stamped at one instant arrive one after another, evenly, toward
+// the next instant or over the window, whichever is shorter; the order, the requests
+// and the workload spread are unchanged.
+func TestSpread(t *testing.T) {
+	w := &Workload{Name: "ticks"}
+	for i, at := range []time.Duration{0, 0, 0, 3 * time.Second, 3 * time.Second, 3500 * time.Millisecond, 9 * time.Second, 9 * time.Second} {
+		w.Requests = append(w.Requests, &Request{ID: fmt.Sprint(i), Arrival: at, PromptLen: i + 1})
+	}
+	if w.Spread(0) != w {
+		t.Errorf("Spread(0) is not the workload as it is")
+	}
+	s := w.Spread(time.Second)
+	want := []time.Duration{0, time.Second / 3, 2 * time.Second / 3, 3 * time.Second, 3250 * time.Millisecond, 3500 * time.Millisecond,
+		9 * time.Second, 9500 * time.Millisecond}
+	for i, r := range s.Requests {
+		if r.Arrival != want[i] || r.ID != fmt.Sprint(i) || r.PromptLen != i+1 {
+			t.Errorf("request %d: %s at %s, want %d at %s", i, r.ID, r.Arrival, i, want[i])
+		}
+	}
+	if w.Requests[1].Arrival != 0 || s.Name != w.Name || len(s.Requests) != len(w.Requests) {
+		t.Errorf("Spread changed its input or lost requests")
 	}
 }

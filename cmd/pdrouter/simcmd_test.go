@@ -187,6 +187,8 @@ func TestSimReplicaFlags(t *testing.T) {
 			{[]string{"--replica-lag", "-1ms"}, "--replica-lag -1ms: want 0 to 10s of simulated time"},
 			{[]string{"--replicas", "2", "--replica-lag", "10001ms"}, "--replica-lag 10.001s: want 0 to 10s of simulated time"},
 			{[]string{"--replicas", "two"}, `invalid argument "two" for "--replicas"`},
+			{[]string{"--arrival-spread", "-1s"}, "--arrival-spread -1s: must be in [0, 1m0s]"},
+			{[]string{"--arrival-spread", "61s"}, "--arrival-spread 1m1s: must be in [0, 1m0s]"},
 		} {
 			_, _, err := run(t, nil, append(append(slices.Clone(cmd), base...), tc.args...)...)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
