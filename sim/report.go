@@ -297,24 +297,10 @@ func FormatTable(w io.Writer, reps []*Report) {
 		replicas = replicas || r.Replicas.N > 1
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	hostCol := func(r *Report) string {
-		switch {
-		case !host:
-			return ""
-		case r == nil:
-			return "host hit%\t"
-		}
-		return fmt.Sprintf("%.1f\t", 100*float64(r.HostHitTokens)/float64(max(r.PromptTokens, 1)))
-	}
-	racesCol := func(r *Report) string {
-		switch {
-		case !replicas:
-			return ""
-		case r == nil:
-			return "races\t"
-		}
-		return fmt.Sprintf("%d\t", r.Races)
-	}
+	hostCol := optionalColumn(host, "host hit%", func(r *Report) string {
+		return fmt.Sprintf("%.1f", 100*float64(r.HostHitTokens)/float64(max(r.PromptTokens, 1)))
+	})
+	racesCol := optionalColumn(replicas, "races", func(r *Report) string { return fmt.Sprint(r.Races) })
 	fmt.Fprintln(tw, "policy\tdone\tlocal%\tTTFT p50\tTTFT p99\tITL p50\tITL p99\tgoodput%\thit%\t"+hostCol(nil)+"prefill tok on P\ton D\tKV moved\t"+racesCol(nil))
 	for _, r := range reps {
 		fmt.Fprintf(tw, "%s\t%d\t%.1f\t%s\t%s\t%s\t%s\t%.1f\t%.1f\t%s%d\t%d\t%d\t%s\n", r.Label, r.Completed, 100*r.LocalShare(),
@@ -322,6 +308,20 @@ func FormatTable(w io.Writer, reps []*Report) {
 			r.PrefillComputedOnPrefill, r.PrefillComputedOnDecode, r.TransferTokens, racesCol(r))
 	}
 	_ = tw.Flush()
+}
+
+// optionalColumn is a column of FormatTable shown only when on: its header for a nil
+// report, else its cell, each with its tab.
+func optionalColumn(on bool, header string, cell func(*Report) string) func(*Report) string {
+	return func(r *Report) string {
+		switch {
+		case !on:
+			return ""
+		case r == nil:
+			return header + "\t"
+		}
+		return cell(r) + "\t"
+	}
 }
 
 func sortedKeys(m map[string]int) []string {
