@@ -186,8 +186,8 @@ func TestRecentInTimeOrder(t *testing.T) {
 
 // TestReplicasBurstsRace: requests stamped at one instant reach 8 replicas at once,
 // and every one after the first in a tick on a worker already picked races; spread
-// over the 3 s between ticks they arrive 375 ms apart, beyond a 50 ms lag, and none
-// does.
+// over the 3 s between ticks, only those that happen to arrive within the 50 ms lag
+// of each other can.
 func TestReplicasBurstsRace(t *testing.T) {
 	w := &Workload{Name: "ticks"}
 	for i := range 32 {
@@ -203,14 +203,14 @@ func TestReplicasBurstsRace(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	spread, err := RunOffline(context.Background(), DefaultFleet(), w.Spread(3*time.Second), p, nil)
+	spread, err := RunOffline(context.Background(), DefaultFleet(), w.Spread(3*time.Second, 1), p, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	// Of 8 decisions in a tick on D decode workers, all but the first on each race.
 	d := DefaultFleet().Decode
-	if want := int64(4 * (8 - d)); burst.Races < want || spread.Races != 0 {
-		t.Errorf("races: %d in ticks of 8 on %d decode workers (want ≥ %d), %d spread (want 0)", burst.Races, d, want, spread.Races)
+	if want := int64(4 * (8 - d)); burst.Races < want || spread.Races > burst.Races/3 {
+		t.Errorf("races: %d in ticks of 8 on %d decode workers (want ≥ %d), %d spread (want at most a third)", burst.Races, d, want, spread.Races)
 	}
 	t.Logf("races: %d in ticks, %d spread", burst.Races, spread.Races)
 }

@@ -2,6 +2,7 @@ package sim
 
 import (
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -196,26 +197,50 @@ func TestSyntheticWorkload(t *testing.T) {
 	}
 }
 
-// TestSpread: requests stamped at one instant arrive one after another, evenly, toward
-// the next instant or over the window, whichever is shorter; the order, the requests
-// and the workload spread are unchanged.
+// TestSpread: requests stamped at one instant arrive one after another, in their
+// order, before the next instant and within the window; the same seed draws the same
+// arrivals, another seed others; and as in a Poisson stream some arrive close together
+// (ticks of 10 requests over 3 s: a gap under 50 ms has probability
+// 1 − e^(−10·0.05/3) ≈ 15%).
 func TestSpread(t *testing.T) {
 	w := &Workload{Name: "ticks"}
-	for i, at := range []time.Duration{0, 0, 0, 3 * time.Second, 3 * time.Second, 3500 * time.Millisecond, 9 * time.Second, 9 * time.Second} {
-		w.Requests = append(w.Requests, &Request{ID: fmt.Sprint(i), Arrival: at, PromptLen: i + 1})
+	for tick := range 200 {
+		for k := range 10 {
+			w.Requests = append(w.Requests, &Request{ID: fmt.Sprint(tick*10 + k), Arrival: time.Duration(tick) * 3 * time.Second})
+		}
 	}
-	if w.Spread(0) != w {
+	// The last tick spreads over the window.
+	w.Requests = append(w.Requests, &Request{ID: "last", Arrival: 600 * time.Second}, &Request{ID: "last2", Arrival: 600 * time.Second})
+	if w.Spread(0, 1) != w {
 		t.Errorf("Spread(0) is not the workload as it is")
 	}
-	s := w.Spread(time.Second)
-	want := []time.Duration{0, time.Second / 3, 2 * time.Second / 3, 3 * time.Second, 3250 * time.Millisecond, 3500 * time.Millisecond,
-		9 * time.Second, 9500 * time.Millisecond}
+	s := w.Spread(3*time.Second, 1)
+	close := 0
 	for i, r := range s.Requests {
-		if r.Arrival != want[i] || r.ID != fmt.Sprint(i) || r.PromptLen != i+1 {
-			t.Errorf("request %d: %s at %s, want %d at %s", i, r.ID, r.Arrival, i, want[i])
+		orig := w.Requests[i]
+		if r.ID != orig.ID || r.Arrival < orig.Arrival || r.Arrival >= orig.Arrival+3*time.Second {
+			t.Fatalf("request %d: %s at %s; was %s at %s", i, r.ID, r.Arrival, orig.ID, orig.Arrival)
 		}
+		if i > 0 {
+			gap := r.Arrival - s.Requests[i-1].Arrival
+			if gap < 0 {
+				t.Fatalf("request %d arrives %s before the one before it", i, -gap)
+			}
+			if gap < 50*time.Millisecond && r.Arrival/(3*time.Second) == s.Requests[i-1].Arrival/(3*time.Second) {
+				close++
+			}
+		}
+	}
+	if share := float64(close) / (200 * 9); share < 0.08 || share > 0.25 {
+		t.Errorf("%.1f%% of gaps within a tick under 50 ms; a Poisson stream has ~15%%", 100*share)
 	}
 	if w.Requests[1].Arrival != 0 || s.Name != w.Name || len(s.Requests) != len(w.Requests) {
 		t.Errorf("Spread changed its input or lost requests")
+	}
+	if again := w.Spread(3*time.Second, 1); !reflect.DeepEqual(again, s) {
+		t.Errorf("the same seed drew other arrivals")
+	}
+	if other := w.Spread(3*time.Second, 2); reflect.DeepEqual(other, s) {
+		t.Errorf("another seed drew the same arrivals")
 	}
 }

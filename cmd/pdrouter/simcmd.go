@@ -71,7 +71,7 @@ func (s *simFlags) bind(f *pflag.FlagSet, prefix string) {
 	f.StringVar(&s.wire, prefix+"wire", "map", "KV event encoding the engines publish: map (vLLM ≥ 0.24) or positional (≤ 0.23)")
 	f.Int64Var(&s.httpMaxBody, prefix+"http-max-body", sim.DefaultMaxBodyBytes, "live runs: largest request body the engines' OpenAI API reads (bytes; larger: 413)")
 	f.DurationVar(&s.kvHold, prefix+"kv-hold-timeout", sim.DefaultKVHoldTimeout, "live runs: how long (simulated) a prefill engine holds KV for a decode engine to pull, as vLLM's VLLM_NIXL_ABORT_REQUEST_TIMEOUT")
-	f.DurationVar(&s.arrivalSpread, prefix+"arrival-spread", 0, fmt.Sprintf("spread the requests a trace stamps at one instant evenly toward its next instant, over at most this long (trace time; Mooncake's ticks are ~3 s apart); 0: as stamped; at most %s", sim.MaxArrivalSpread))
+	f.DurationVar(&s.arrivalSpread, prefix+"arrival-spread", 0, fmt.Sprintf("spread the requests a trace stamps at one instant toward its next instant, over at most this long (trace time; Mooncake's ticks are ~3 s apart), as a Poisson stream would place them (drawn from --seed); 0: as stamped; at most %s", sim.MaxArrivalSpread))
 	f.Float64Var(&s.cpuKVGiB, prefix+"cpu-kv-gib", 0, fmt.Sprintf("host-memory (CPU) KV tier per engine, GiB, as vLLM's CPU offloading keeps it; 0: none; at most %d", sim.MaxHostKVBytes>>30))
 	f.Float64Var(&s.cpuKVGBps, prefix+"cpu-kv-gbps", sim.DefaultHardware().HostBytesPerSec/1e9, fmt.Sprintf("bandwidth of loads from the CPU KV tier into the GPU, GB/s (PCIe Gen5 x16 block copies); in (0, %g]", sim.MaxHostBytesPerSec/1e9))
 	s.flags, s.prefix = f, prefix
@@ -186,7 +186,7 @@ func (s *simFlags) unscaled() (*sim.Workload, error) {
 	if s.arrivalSpread < 0 || s.arrivalSpread > sim.MaxArrivalSpread {
 		return nil, fmt.Errorf("--arrival-spread %s: must be in [0, %s]", s.arrivalSpread, sim.MaxArrivalSpread)
 	}
-	w = w.Until(s.maxDuration).Head(s.maxRequests).Spread(s.arrivalSpread)
+	w = w.Until(s.maxDuration).Head(s.maxRequests).Spread(s.arrivalSpread, s.seed)
 	if len(w.Requests) == 0 {
 		return nil, errors.New("the workload has no requests (check --max-requests and --max-duration)")
 	}
