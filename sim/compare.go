@@ -20,6 +20,9 @@ type Policy struct {
 	// Aggregated turns every worker of the fleet into a decode worker (same GPU
 	// count, no prefill pool): classic aggregated serving with KV-aware routing.
 	Aggregated bool
+	// Replicas runs the setup as several router replicas that see each other's
+	// load late (zero: one router).
+	Replicas Replicas
 }
 
 // LoadPolicyBusyThreshold is the prefill_busy_threshold the load policies are compared
@@ -81,7 +84,7 @@ func RunOffline(ctx context.Context, fc FleetConfig, w *Workload, p Policy, log 
 		fc.Decode += fc.Prefill
 		fc.Prefill = 0
 	}
-	lr, err := NewLocalRouter(p.Config, p.HidePrefill)
+	lr, err := NewLocalRouter(p.Config, p.HidePrefill, WithReplicas(p.Replicas))
 	if err != nil {
 		return nil, fmt.Errorf("policy %s: %w", p.Name, err)
 	}
@@ -95,8 +98,19 @@ func RunOffline(ctx context.Context, fc FleetConfig, w *Workload, p Policy, log 
 	rep, err := f.Run(ctx, w, p.Name)
 	if rep != nil {
 		rep.PolicySLO, _ = p.DecidesWith()
+		rep.Replicas, rep.Races = lr.Replicas(), lr.Races()
 	}
 	return rep, err
+}
+
+// PoliciesWithReplicas is ps, each run as the replicas r, in a new slice.
+func PoliciesWithReplicas(ps []Policy, r Replicas) []Policy {
+	out := make([]Policy, len(ps))
+	for i, p := range ps {
+		p.Replicas = r
+		out[i] = p
+	}
+	return out
 }
 
 // Compare runs every policy on the same fleet and workload, one after the other.

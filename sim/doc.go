@@ -37,11 +37,12 @@
 //	wire.go       vLLM's msgpack encoding of KV event batches (map and positional)
 //	publisher.go  the ZMQ PUB socket, seq numbers and the replay ROUTER
 //	metrics.go    the engine's /metrics in Prometheus text format
-//	request.go    a request of a workload and its deterministic token ids
+//	request.go    a request of a workload, its deterministic token ids, cuts and spreads
 //	mooncake.go   the Mooncake FAST'25 JSONL trace loader
 //	synthetic.go  the synthetic multi-turn and agentic workload generator
 //	router.go     the Router interface the driver routes through
 //	localrouter.go the in-process decider and its exact view of the fleet (offline)
+//	replicas.go   that router as N replicas that see each other's accounting late
 //	httprouter.go the HTTP client of pdrouter's API (live)
 //	fleet.go      the driver: arrivals, decisions obeyed, transfers, lifecycle
 //	report.go     the report: TTFT, ITL, goodput, shares, reasons, cache hits

@@ -3,6 +3,7 @@ package sim
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/pdrouter/pdrouter/decider"
@@ -21,6 +22,9 @@ import (
 // its partial last block; the worker that prefills carries the prompt tokens it must
 // compute until prefill_done; completion frees the blocks). The live router sees the
 // same things through its materialized state, late by the pipeline's lag.
+//
+// By default it is one router. WithReplicas makes it several replicas that see each
+// other's accounting late (replicas.go), to measure what that lag costs decisions.
 type LocalRouter struct {
 	dc *decider.Decider
 	// HidePrefill keeps prefill workers out of the decider's view, so every request
@@ -35,16 +39,30 @@ type LocalRouter struct {
 	// time (docs/slo-policy.md). The slo policy reads its fit.
 	lat   *latmodel.Model
 	fleet *Fleet
+	// reps is the replicas' accounting; nil: one router, whose accounting is
+	// view.active.
+	reps     *replicaSet
+	replicas Replicas
 }
 
+// LocalRouterOption configures a LocalRouter.
+type LocalRouterOption func(*LocalRouter)
+
 // NewLocalRouter builds the decider for cfg. hidePrefill makes every decision local.
-func NewLocalRouter(cfg decider.Config, hidePrefill bool) (*LocalRouter, error) {
+func NewLocalRouter(cfg decider.Config, hidePrefill bool, opts ...LocalRouterOption) (*LocalRouter, error) {
 	dc, err := decider.New(cfg)
 	if err != nil {
 		return nil, err
 	}
-	return &LocalRouter{dc: dc, hidePrefill: hidePrefill, inflight: map[string]*activeEntry{},
-		lat: latmodel.New(latmodel.Config{})}, nil
+	lr := &LocalRouter{dc: dc, hidePrefill: hidePrefill, inflight: map[string]*activeEntry{},
+		lat: latmodel.New(latmodel.Config{}), replicas: Replicas{N: 1}}
+	for _, o := range opts {
+		o(lr)
+	}
+	if err := lr.replicas.Validate(); err != nil {
+		return nil, err
+	}
+	return lr, nil
 }
 
 type activeEntry struct {
@@ -52,6 +70,7 @@ type activeEntry struct {
 	chain             []uint64
 	extra             int64
 	prefillTok        int64
+	replica           int // the replica that decided
 }
 
 func (lr *LocalRouter) attach(f *Fleet) {
@@ -71,6 +90,10 @@ func (lr *LocalRouter) attach(f *Fleet) {
 		v.active = append(v.active, workerActive{blocks: map[uint64]int{}})
 	}
 	lr.view = v
+	if !lr.replicas.shared() {
+		lr.reps = newReplicaSet(lr.replicas, len(v.workers), &f.q)
+		v.active = lr.reps.views[0]
+	}
 }
 
 // Route implements Router.
@@ -86,6 +109,12 @@ func (lr *LocalRouter) Route(_ context.Context, r *Request, tokens []uint32) (De
 		}
 	}
 	req := &decider.Request{ID: r.ID, Model: v.workers[0].Model, PromptTokens: int64(len(tokens)), Chains: chains}
+	replica := 0
+	if lr.reps != nil {
+		// The decider reads the accounting of the replica this request reached.
+		replica = lr.reps.next()
+		v.active = lr.reps.views[replica]
+	}
 	if err := lr.dc.DecideInto(&lr.dec, v, req); err != nil {
 		return Decision{}, err
 	}
@@ -93,15 +122,13 @@ func (lr *LocalRouter) Route(_ context.Context, r *Request, tokens []uint32) (De
 	out := Decision{Mode: string(d.Mode), DecodeWorker: d.DecodeWorker, PrefillWorker: d.PrefillWorker,
 		Reason: string(d.Reason), CachedTokens: d.CachedTokens, EffectiveISL: d.EffectiveISL}
 	// Router-side accounting for this request.
-	ent := &activeEntry{decode: v.ref(d.DecodeWorker), prefillAt: -1}
+	ent := &activeEntry{decode: v.ref(d.DecodeWorker), prefillAt: -1, replica: replica}
 	dw := v.workers[ent.decode]
 	ent.chain = req.Chains[chainIndex(chains, dw.BlockSize)].Hashes
 	ent.extra = int64(ceilDiv(len(tokens), dw.BlockSize) - len(ent.chain))
-	v.active[ent.decode].add(ent.chain, ent.extra)
-	v.active[ent.decode].decided = append(v.active[ent.decode].decided, v.q.now)
-	if d.Mode == decider.ModeRemote {
+	remote := d.Mode == decider.ModeRemote
+	if remote {
 		ent.prefillAt = v.ref(d.PrefillWorker)
-		v.active[ent.prefillAt].decided = append(v.active[ent.prefillAt].decided, v.q.now)
 		for i := range d.Candidates {
 			if c := &d.Candidates[i]; c.Worker == d.PrefillWorker && c.Pool == decider.PoolPrefill {
 				ent.prefillTok = int64(len(tokens)) - min(int64(c.OverlapBlocks*c.BlockSize), int64(len(tokens)))
@@ -109,9 +136,18 @@ func (lr *LocalRouter) Route(_ context.Context, r *Request, tokens []uint32) (De
 		}
 	} else {
 		ent.prefillAt, ent.prefillTok = ent.decode, d.EffectiveISL
-		v.active[ent.decode].noteLocal(v.q.now, d.EffectiveISL)
 	}
-	v.active[ent.prefillAt].prefillTok += ent.prefillTok
+	at, decode, prefillAt, chain, extra, prefillTok := v.q.now, ent.decode, ent.prefillAt, ent.chain, ent.extra, ent.prefillTok
+	lr.publishDecision(ent, func(act []workerActive) {
+		act[decode].add(chain, extra)
+		act[decode].noteDecided(at)
+		if remote {
+			act[prefillAt].noteDecided(at)
+		} else {
+			act[decode].noteLocal(at, prefillTok)
+		}
+		act[prefillAt].prefillTok += prefillTok
+	})
 	lr.inflight[r.ID] = ent
 	lr.learnDecision(r.ID, d)
 	return out, nil
@@ -151,7 +187,8 @@ func (lr *LocalRouter) PrefillDone(_ context.Context, r *Request, ttft time.Dura
 		lr.learnOutcome(r.ID, float64(ttft)/float64(time.Millisecond), -1)
 	}
 	if ent := lr.inflight[r.ID]; ent != nil && ent.prefillAt >= 0 {
-		lr.view.active[ent.prefillAt].prefillTok -= ent.prefillTok
+		at, tok := ent.prefillAt, ent.prefillTok
+		lr.publish(ent, func(act []workerActive) { act[at].prefillTok -= tok })
 		ent.prefillAt = -1
 	}
 }
@@ -166,7 +203,8 @@ func (lr *LocalRouter) Completed(ctx context.Context, r *Request, outputTokens i
 		return
 	}
 	lr.PrefillDone(ctx, r, 0)
-	lr.view.active[ent.decode].remove(ent.chain, ent.extra)
+	decode, chain, extra := ent.decode, ent.chain, ent.extra
+	lr.publish(ent, func(act []workerActive) { act[decode].remove(chain, extra) })
 	delete(lr.inflight, r.ID)
 }
 
@@ -206,9 +244,26 @@ type localPrefill struct {
 	tok int64
 }
 
-func (a *workerActive) noteLocal(now simTime, tok int64) {
-	a.recent = append(a.recent, localPrefill{now, tok})
+// noteLocal counts a local prefill decided at at. A peer's decision may arrive after
+// later ones of this replica, so it goes in time order, which the window's pruning
+// relies on.
+func (a *workerActive) noteLocal(at simTime, tok int64) {
+	i := len(a.recent)
+	for i > 0 && a.recent[i-1].at > at {
+		i--
+	}
+	a.recent = slices.Insert(a.recent, i, localPrefill{at, tok})
 	a.recentTok += tok
+}
+
+// noteDecided counts a decision decided at at that named the worker, in time order
+// as noteLocal does.
+func (a *workerActive) noteDecided(at simTime) {
+	i := len(a.decided)
+	for i > 0 && a.decided[i-1] > at {
+		i--
+	}
+	a.decided = slices.Insert(a.decided, i, at)
 }
 
 // recentLocal is the sum of the local prefills of the window ending at now.

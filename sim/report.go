@@ -38,6 +38,11 @@ type Report struct {
 	// PolicySLO is the SLO the run's policy decided with, when it reads one
 	// (cond-slo); zero otherwise.
 	PolicySLO SLO
+	// Replicas are the router replicas of an offline run and Races the decisions
+	// each made on a decode worker before a peer's decision there reached it
+	// (LocalRouter.Races); zero for a live run.
+	Replicas Replicas
+	Races    int64
 	// Good requests completed within both SLOs (a one-token request has no ITL to
 	// miss). Goodput is Good ÷ Requests; GoodputRate is Good per simulated second.
 	Good        int
@@ -260,6 +265,10 @@ func (r *Report) Format(w io.Writer) {
 	if r.PolicySLO != (SLO{}) {
 		fmt.Fprintf(w, "policy SLO   the policy decided with TTFT ≤ %s and ITL ≤ %s\n", r.PolicySLO.TTFT, r.PolicySLO.ITL)
 	}
+	if r.Replicas.N > 1 {
+		fmt.Fprintf(w, "replicas     %d, each seeing the others' decisions and outcomes %s late; %d decisions raced a peer's on their decode worker\n",
+			r.Replicas.N, r.Replicas.Lag, r.Races)
+	}
 	fmt.Fprintf(w, "placement    local %d (%.1f%%), remote %d\n", r.Local, 100*r.LocalShare(), r.Remote)
 	if r.Unplaced > 0 {
 		fmt.Fprintf(w, "  %-38s %d (%d answers named a decision id)\n", "not visible to the client", r.Unplaced, r.DecisionIDs)
@@ -279,29 +288,40 @@ func (r *Report) Format(w io.Writer) {
 }
 
 // FormatTable prints several reports as one comparison table. A "host hit%" column
-// (prompt tokens loaded from host tiers) follows hit% when any run had host tiers.
+// (prompt tokens loaded from host tiers) follows hit% when any run had host tiers, and
+// a "races" column ends the row when any run had several router replicas.
 func FormatTable(w io.Writer, reps []*Report) {
-	host := false
+	host, replicas := false, false
 	for _, r := range reps {
 		host = host || r.HostHitTokens > 0
+		replicas = replicas || r.Replicas.N > 1
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	hostCol := func(r *Report) string {
-		switch {
-		case !host:
-			return ""
-		case r == nil:
-			return "host hit%\t"
-		}
-		return fmt.Sprintf("%.1f\t", 100*float64(r.HostHitTokens)/float64(max(r.PromptTokens, 1)))
-	}
-	fmt.Fprintln(tw, "policy\tdone\tlocal%\tTTFT p50\tTTFT p99\tITL p50\tITL p99\tgoodput%\thit%\t"+hostCol(nil)+"prefill tok on P\ton D\tKV moved\t")
+	hostCol := optionalColumn(host, "host hit%", func(r *Report) string {
+		return fmt.Sprintf("%.1f", 100*float64(r.HostHitTokens)/float64(max(r.PromptTokens, 1)))
+	})
+	racesCol := optionalColumn(replicas, "races", func(r *Report) string { return fmt.Sprint(r.Races) })
+	fmt.Fprintln(tw, "policy\tdone\tlocal%\tTTFT p50\tTTFT p99\tITL p50\tITL p99\tgoodput%\thit%\t"+hostCol(nil)+"prefill tok on P\ton D\tKV moved\t"+racesCol(nil))
 	for _, r := range reps {
-		fmt.Fprintf(tw, "%s\t%d\t%.1f\t%s\t%s\t%s\t%s\t%.1f\t%.1f\t%s%d\t%d\t%d\t\n", r.Label, r.Completed, 100*r.LocalShare(),
+		fmt.Fprintf(tw, "%s\t%d\t%.1f\t%s\t%s\t%s\t%s\t%.1f\t%.1f\t%s%d\t%d\t%d\t%s\n", r.Label, r.Completed, 100*r.LocalShare(),
 			ms(r.TTFT.P50), ms(r.TTFT.P99), ms(r.ITL.P50), ms(r.ITL.P99), 100*r.Goodput, 100*r.HitRatio, hostCol(r),
-			r.PrefillComputedOnPrefill, r.PrefillComputedOnDecode, r.TransferTokens)
+			r.PrefillComputedOnPrefill, r.PrefillComputedOnDecode, r.TransferTokens, racesCol(r))
 	}
 	_ = tw.Flush()
+}
+
+// optionalColumn is a column of FormatTable shown only when on: its header for a nil
+// report, else its cell, each with its tab.
+func optionalColumn(on bool, header string, cell func(*Report) string) func(*Report) string {
+	return func(r *Report) string {
+		switch {
+		case !on:
+			return ""
+		case r == nil:
+			return header + "\t"
+		}
+		return cell(r) + "\t"
+	}
 }
 
 func sortedKeys(m map[string]int) []string {

@@ -1,6 +1,8 @@
 package sim
 
 import (
+	"math/rand/v2"
+	"slices"
 	"time"
 
 	"github.com/pdrouter/pdrouter/kvhash"
@@ -99,6 +101,54 @@ func (w *Workload) Scale(x float64) *Workload {
 		c := *r
 		c.Arrival = time.Duration(float64(r.Arrival) / x)
 		out.Requests[i] = &c
+	}
+	return out
+}
+
+// MaxArrivalSpread bounds Spread's window: a trace's ticks are seconds apart.
+const MaxArrivalSpread = time.Minute
+
+// Spread returns the workload with the requests that share an arrival time spread
+// from it toward the next arrival time, over at most window (≤ 0: w as it is; the
+// last group spreads over window). Mooncake's traces stamp requests in ticks (the
+// conversation trace: ~10 requests every 3 s), which a router sees as bursts of
+// simultaneous arrivals. The m requests of a tick get the m sorted points of a seeded
+// uniform draw over the span, in their order: how a Poisson process with m arrivals in
+// the span places them, so the rate and the order are the trace's, and close arrivals
+// are as frequent as in a Poisson stream (an even spread would make none). The same
+// seed gives the same arrivals.
+func (w *Workload) Spread(window time.Duration, seed uint64) *Workload {
+	if window <= 0 || len(w.Requests) == 0 {
+		return w
+	}
+	rng := rand.New(rand.NewPCG(seed, 0x5eed5eed))
+	out := &Workload{Name: w.Name, Requests: make([]*Request, len(w.Requests))}
+	var at []time.Duration
+	for i := 0; i < len(w.Requests); {
+		t := w.Requests[i].Arrival
+		j := i
+		for j < len(w.Requests) && w.Requests[j].Arrival == t {
+			j++
+		}
+		span := window
+		if j < len(w.Requests) {
+			span = min(w.Requests[j].Arrival-t, window)
+		}
+		at = at[:0]
+		for range j - i {
+			d := time.Duration(0)
+			if span > 0 { // a workload out of time order leaves no room: kept as stamped
+				d = time.Duration(rng.Int64N(int64(span)))
+			}
+			at = append(at, t+d)
+		}
+		slices.Sort(at)
+		for k := i; k < j; k++ {
+			c := *w.Requests[k]
+			c.Arrival = at[k-i]
+			out.Requests[k] = &c
+		}
+		i = j
 	}
 	return out
 }

@@ -1,6 +1,8 @@
 package sim
 
 import (
+	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -192,5 +194,53 @@ func TestSyntheticWorkload(t *testing.T) {
 	c, _ := Synthetic(cfg)
 	if len(c.Requests) == len(a.Requests) && slices.Equal(c.Requests[0].Prompt, a.Requests[0].Prompt) && c.Requests[0].Arrival == a.Requests[0].Arrival {
 		t.Error("another seed gave the same workload")
+	}
+}
+
+// TestSpread: requests stamped at one instant arrive one after another, in their
+// order, before the next instant and within the window; the same seed draws the same
+// arrivals, another seed others; and as in a Poisson stream some arrive close together
+// (ticks of 10 requests over 3 s: a gap under 50 ms has probability
+// 1 − e^(−10·0.05/3) ≈ 15%).
+func TestSpread(t *testing.T) {
+	w := &Workload{Name: "ticks"}
+	for tick := range 200 {
+		for k := range 10 {
+			w.Requests = append(w.Requests, &Request{ID: fmt.Sprint(tick*10 + k), Arrival: time.Duration(tick) * 3 * time.Second})
+		}
+	}
+	// The last tick spreads over the window.
+	w.Requests = append(w.Requests, &Request{ID: "last", Arrival: 600 * time.Second}, &Request{ID: "last2", Arrival: 600 * time.Second})
+	if w.Spread(0, 1) != w {
+		t.Errorf("Spread(0) is not the workload as it is")
+	}
+	s := w.Spread(3*time.Second, 1)
+	close := 0
+	for i, r := range s.Requests {
+		orig := w.Requests[i]
+		if r.ID != orig.ID || r.Arrival < orig.Arrival || r.Arrival >= orig.Arrival+3*time.Second {
+			t.Fatalf("request %d: %s at %s; was %s at %s", i, r.ID, r.Arrival, orig.ID, orig.Arrival)
+		}
+		if i > 0 {
+			gap := r.Arrival - s.Requests[i-1].Arrival
+			if gap < 0 {
+				t.Fatalf("request %d arrives %s before the one before it", i, -gap)
+			}
+			if gap < 50*time.Millisecond && r.Arrival/(3*time.Second) == s.Requests[i-1].Arrival/(3*time.Second) {
+				close++
+			}
+		}
+	}
+	if share := float64(close) / (200 * 9); share < 0.08 || share > 0.25 {
+		t.Errorf("%.1f%% of gaps within a tick under 50 ms; a Poisson stream has ~15%%", 100*share)
+	}
+	if w.Requests[1].Arrival != 0 || s.Name != w.Name || len(s.Requests) != len(w.Requests) {
+		t.Errorf("Spread changed its input or lost requests")
+	}
+	if again := w.Spread(3*time.Second, 1); !reflect.DeepEqual(again, s) {
+		t.Errorf("the same seed drew other arrivals")
+	}
+	if other := w.Spread(3*time.Second, 2); reflect.DeepEqual(other, s) {
+		t.Errorf("another seed drew the same arrivals")
 	}
 }

@@ -33,6 +33,7 @@ type simFlags struct {
 	httpMaxBody     int64
 	kvHold          time.Duration
 	loadScale       float64
+	arrivalSpread   time.Duration
 	cpuKVGiB        float64
 	cpuKVGBps       float64
 	// sweep binds --load-scale as a list (loadScales) and adds --slo: the flags of
@@ -44,8 +45,12 @@ type simFlags struct {
 	// policySLO is --policy-slo: the SLO that the policies reading one (cond-slo)
 	// decide with in offline runs; empty: the runs' own SLO.
 	policySLO string
-	flags     *pflag.FlagSet
-	prefix    string
+	// replicas and replicaLag are --replicas and --replica-lag: offline runs as
+	// router replicas that see each other's load late.
+	replicas   int
+	replicaLag time.Duration
+	flags      *pflag.FlagSet
+	prefix     string
 }
 
 func (s *simFlags) bind(f *pflag.FlagSet, prefix string) {
@@ -66,6 +71,7 @@ func (s *simFlags) bind(f *pflag.FlagSet, prefix string) {
 	f.StringVar(&s.wire, prefix+"wire", "map", "KV event encoding the engines publish: map (vLLM ≥ 0.24) or positional (≤ 0.23)")
 	f.Int64Var(&s.httpMaxBody, prefix+"http-max-body", sim.DefaultMaxBodyBytes, "live runs: largest request body the engines' OpenAI API reads (bytes; larger: 413)")
 	f.DurationVar(&s.kvHold, prefix+"kv-hold-timeout", sim.DefaultKVHoldTimeout, "live runs: how long (simulated) a prefill engine holds KV for a decode engine to pull, as vLLM's VLLM_NIXL_ABORT_REQUEST_TIMEOUT")
+	f.DurationVar(&s.arrivalSpread, prefix+"arrival-spread", 0, fmt.Sprintf("spread the requests a trace stamps at one instant toward its next instant, over at most this long (trace time; Mooncake's ticks are ~3 s apart), as a Poisson stream would place them (drawn from --seed); 0: as stamped; at most %s", sim.MaxArrivalSpread))
 	f.Float64Var(&s.cpuKVGiB, prefix+"cpu-kv-gib", 0, fmt.Sprintf("host-memory (CPU) KV tier per engine, GiB, as vLLM's CPU offloading keeps it; 0: none; at most %d", sim.MaxHostKVBytes>>30))
 	f.Float64Var(&s.cpuKVGBps, prefix+"cpu-kv-gbps", sim.DefaultHardware().HostBytesPerSec/1e9, fmt.Sprintf("bandwidth of loads from the CPU KV tier into the GPU, GB/s (PCIe Gen5 x16 block copies); in (0, %g]", sim.MaxHostBytesPerSec/1e9))
 	s.flags, s.prefix = f, prefix
@@ -83,6 +89,31 @@ func (s *simFlags) bind(f *pflag.FlagSet, prefix string) {
 // compare, plan); a live run's policy is the router's own config.
 func (s *simFlags) bindPolicySLO(f *pflag.FlagSet) {
 	f.StringVar(&s.policySLO, s.prefix+"policy-slo", "", "offline runs: the SLO that cond-slo decides with (its slo_ttft_ms/slo_itl_ms), TTFT ms / ITL ms like 1000/25; default: the runs' own SLO (the first --slo set, or --slo-ttft/--slo-itl)")
+}
+
+// bindReplicas adds --replicas and --replica-lag, for the offline runs (sim without
+// --router, sim compare); a live run's replicas are the router's own.
+func (s *simFlags) bindReplicas(f *pflag.FlagSet) {
+	f.IntVar(&s.replicas, s.prefix+"replicas", 1, fmt.Sprintf("offline runs: router replicas, requests reaching them round-robin; each sees its own decisions at once and the others' after --replica-lag; 1 to %d", sim.MaxReplicas))
+	f.DurationVar(&s.replicaLag, s.prefix+"replica-lag", 0, fmt.Sprintf("offline runs: simulated time before a replica sees a peer's decisions, prefill_done and completions (the log's group commit, fetch and apply); 0 to %s", sim.MaxReplicaLag))
+}
+
+// replicaSet is --replicas and --replica-lag, validated. Given with a live router
+// (router not empty) they are an error: they would change nothing there.
+func (s *simFlags) replicaSet(router string) (sim.Replicas, error) {
+	r := sim.Replicas{N: s.replicas, Lag: s.replicaLag}
+	if router != "" && (s.flags.Changed(s.prefix+"replicas") || s.flags.Changed(s.prefix+"replica-lag")) {
+		return r, errors.New("--replicas and --replica-lag: offline runs only; with --router the router's replicas are real")
+	}
+	return r, r.Validate()
+}
+
+// replicaNote is what a comparison's header says of its replicas ("" for one).
+func replicaNote(r sim.Replicas) string {
+	if r.N <= 1 {
+		return ""
+	}
+	return ", " + r.String()
 }
 
 // decidingAt is ps set to decide with --policy-slo, or else with the runs' own SLO
@@ -152,7 +183,10 @@ func (s *simFlags) unscaled() (*sim.Workload, error) {
 	if !(s.cpuKVGBps > 0 && s.cpuKVGBps*1e9 <= sim.MaxHostBytesPerSec) {
 		return nil, fmt.Errorf("--cpu-kv-gbps %v: must be in (0, %g]", s.cpuKVGBps, sim.MaxHostBytesPerSec/1e9)
 	}
-	w = w.Until(s.maxDuration).Head(s.maxRequests)
+	if s.arrivalSpread < 0 || s.arrivalSpread > sim.MaxArrivalSpread {
+		return nil, fmt.Errorf("--arrival-spread %s: must be in [0, %s]", s.arrivalSpread, sim.MaxArrivalSpread)
+	}
+	w = w.Until(s.maxDuration).Head(s.maxRequests).Spread(s.arrivalSpread, s.seed)
 	if len(w.Requests) == 0 {
 		return nil, errors.New("the workload has no requests (check --max-requests and --max-duration)")
 	}
@@ -211,6 +245,10 @@ under the SLO, local versus remote share by reason, prefix cache hits, and prefi
 queue and decode KV usage.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			replicas, err := sf.replicaSet(router)
+			if err != nil {
+				return err
+			}
 			w, err := sf.workload()
 			if err != nil {
 				return err
@@ -225,7 +263,9 @@ queue and decode KV usage.`,
 					return err
 				}
 				p = ps[0]
-				a.log.Info("sim offline", "policy", p.Name, "requests", len(w.Requests), "prefill", sf.prefill, "decode", sf.decode)
+				p.Replicas = replicas
+				a.log.Info("sim offline", "policy", p.Name, "requests", len(w.Requests), "prefill", sf.prefill, "decode", sf.decode,
+					"replicas", replicas.N, "replica_lag", replicas.Lag)
 				rep, err := sim.RunOffline(cmd.Context(), sf.fleet(), w, p, a.log)
 				if rep != nil {
 					rep.Format(a.stdout)
@@ -246,6 +286,7 @@ queue and decode KV usage.`,
 	}
 	sf.bind(cmd.Flags(), "")
 	sf.bindPolicySLO(cmd.Flags())
+	sf.bindReplicas(cmd.Flags())
 	cmd.Flags().StringVar(&router, "router", "", "router API base URL (http://127.0.0.1:8080); empty: offline, decider in-process")
 	cmd.Flags().StringVar(&authToken, "auth-token", "", "bearer token for the router API")
 	cmd.Flags().StringVar(&policy, "policy", sim.CondPrefix+string(decider.DefaultDisaggConfig().Policy),
@@ -278,6 +319,10 @@ own SLO, and cond-slo decides with it (its slo_ttft_ms and slo_itl_ms) unless
 			if err != nil {
 				return err
 			}
+			replicas, err := cf.replicaSet("")
+			if err != nil {
+				return err
+			}
 			cf.sloTTFT, cf.sloITL = slos[0].TTFT, slos[0].ITL
 			loads, err := sim.CheckLoadScales(cf.loadScales)
 			if err != nil {
@@ -296,13 +341,13 @@ own SLO, and cond-slo decides with it (its slo_ttft_ms and slo_itl_ms) unless
 				if list == "" {
 					list = fmt.Sprintf("%dP%dD", cf.prefill, cf.decode)
 				}
-				ps, err := cf.decidingAt(sim.Policies(), slos[0])
+				ps, err := cf.decidingAt(sim.PoliciesWithReplicas(sim.Policies(), replicas), slos[0])
 				if err != nil {
 					return err
 				}
 				return compareSweep(cmd, a, &cf, w, ps, list, loads, slos, chartLoad)
 			}
-			ps, err := cf.decidingAt(sim.Policies(), slos[0])
+			ps, err := cf.decidingAt(sim.PoliciesWithReplicas(sim.Policies(), replicas), slos[0])
 			if err != nil {
 				return err
 			}
@@ -312,8 +357,8 @@ own SLO, and cond-slo decides with it (its slo_ttft_ms and slo_itl_ms) unless
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(a.stdout, "%s: %d requests, %dP%dD, load ×%g, SLO TTFT ≤ %s and ITL ≤ %s (computed in %s)\n",
-				w.Name, len(w.Requests), cf.prefill, cf.decode, cf.loadScale, cf.sloTTFT, cf.sloITL, time.Since(start).Round(time.Millisecond))
+			fmt.Fprintf(a.stdout, "%s: %d requests, %dP%dD, load ×%g, SLO TTFT ≤ %s and ITL ≤ %s%s (computed in %s)\n",
+				w.Name, len(w.Requests), cf.prefill, cf.decode, cf.loadScale, cf.sloTTFT, cf.sloITL, replicaNote(replicas), time.Since(start).Round(time.Millisecond))
 			printPolicySLO(a.stdout, ps)
 			sim.FormatTable(a.stdout, reps)
 			if len(slos) > 1 {
@@ -357,6 +402,7 @@ own SLO, and cond-slo decides with it (its slo_ttft_ms and slo_itl_ms) unless
 	}
 	cf.sweep = true
 	cf.bind(compare.Flags(), "")
+	cf.bindReplicas(compare.Flags())
 	compare.Flags().StringVar(&out, "out", "", "directory to write compare.txt and compare.svg into (one shape and load level)")
 	compare.Flags().StringVar(&shapes, "shapes", "", "sweep fleet shapes of one GPU count, like 2P6D,3P5D,4P4D (overrides --prefill and --decode; not with --out)")
 	compare.Flags().StringVar(&chartLoad, "chart-load", "", "SVG file to draw goodput against --load-scale into, one line per policy (a panel per shape and SLO set)")
@@ -396,8 +442,8 @@ func compareSweep(cmd *cobra.Command, a *app, cf *simFlags, w *sim.Workload, ps 
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(a.stdout, "%s: %d requests, %s, load ×%g, SLO TTFT ≤ %s and ITL ≤ %s (computed in %s)\n",
-				wx.Name, len(wx.Requests), sh, x, cf.sloTTFT, cf.sloITL, time.Since(start).Round(time.Millisecond))
+			fmt.Fprintf(a.stdout, "%s: %d requests, %s, load ×%g, SLO TTFT ≤ %s and ITL ≤ %s%s (computed in %s)\n",
+				wx.Name, len(wx.Requests), sh, x, cf.sloTTFT, cf.sloITL, replicaNote(ps[0].Replicas), time.Since(start).Round(time.Millisecond))
 			printPolicySLO(a.stdout, ps)
 			sim.FormatTable(a.stdout, reps)
 			if len(slos) > 1 {

@@ -170,3 +170,55 @@ func TestPolicySLOFollowsTheUsersSLO(t *testing.T) {
 		}
 	}
 }
+
+// TestSimReplicaFlags: --replicas and --replica-lag are bounded, name the flag in the
+// error, are refused with a live router, leave a one-replica run as it was byte for
+// byte, and print the replicas and their races in sim's report and sim compare's
+// header and table.
+func TestSimReplicaFlags(t *testing.T) {
+	base := []string{"--trace", sampleTrace, "--max-requests", "40", "--log-level", "error"}
+	for _, cmd := range [][]string{{"sim"}, {"sim", "compare"}} {
+		for _, tc := range []struct {
+			args []string
+			want string
+		}{
+			{[]string{"--replicas", "0"}, "--replicas 0: want 1 to 64 router replicas"},
+			{[]string{"--replicas", "65"}, "--replicas 65: want 1 to 64 router replicas"},
+			{[]string{"--replica-lag", "-1ms"}, "--replica-lag -1ms: want 0 to 10s of simulated time"},
+			{[]string{"--replicas", "2", "--replica-lag", "10001ms"}, "--replica-lag 10.001s: want 0 to 10s of simulated time"},
+			{[]string{"--replicas", "two"}, `invalid argument "two" for "--replicas"`},
+			{[]string{"--arrival-spread", "-1s"}, "--arrival-spread -1s: must be in [0, 1m0s]"},
+			{[]string{"--arrival-spread", "61s"}, "--arrival-spread 1m1s: must be in [0, 1m0s]"},
+		} {
+			_, _, err := run(t, nil, append(append(slices.Clone(cmd), base...), tc.args...)...)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("%v %v: err %v; want %q", cmd, tc.args, err, tc.want)
+			}
+		}
+	}
+	_, _, err := run(t, nil, "sim", "--router", "http://127.0.0.1:1", "--replicas", "2")
+	if err == nil || !strings.Contains(err.Error(), "--replicas and --replica-lag: offline runs only") {
+		t.Errorf("--router with --replicas: err %v", err)
+	}
+
+	one, _, err := run(t, nil, append([]string{"sim", "--policy", "cond-slo"}, base...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	same, _, err := run(t, nil, append([]string{"sim", "--policy", "cond-slo", "--replicas", "1", "--replica-lag", "100ms"}, base...)...)
+	if err != nil || same != one {
+		t.Errorf("one replica with a lag: %v\n%s\nwant\n%s", err, same, one)
+	}
+	if strings.Contains(one, "replicas") {
+		t.Errorf("one router's report names replicas:\n%s", one)
+	}
+	many, _, err := run(t, nil, append([]string{"sim", "--policy", "cond-slo", "--replicas", "8", "--replica-lag", "100ms"}, base...)...)
+	if err != nil || !strings.Contains(many, "replicas     8, each seeing the others' decisions and outcomes 100ms late; ") {
+		t.Errorf("8 replicas: %v\n%s", err, many)
+	}
+	cmp, _, err := run(t, map[string]string{"PDR_REPLICAS": "4"}, append([]string{"sim", "compare", "--replica-lag", "20ms"}, base...)...)
+	if err != nil || !strings.Contains(cmp, "SLO TTFT ≤ 2s and ITL ≤ 50ms, 4 replicas, 20ms lag (computed in") ||
+		!strings.Contains(cmp, "KV moved  races") {
+		t.Errorf("compare with 4 replicas (PDR_REPLICAS): %v\n%s", err, cmp)
+	}
+}

@@ -1,0 +1,166 @@
+package sim
+
+import (
+	"fmt"
+	"time"
+)
+
+// Replicas of pdrouter share the load of each other's decisions through the log, so a
+// replica sees a peer's decision, and the prefill_done and completion that follow it,
+// only once the group commit, the fetch and the apply are through. Two replicas that
+// decide for one worker inside that window do not see each other: both may pick the
+// worker that looked idlest. WithReplicas models it in the in-process router, on
+// simulated time, so that its cost in decisions can be measured against the lag
+// (docs/scaling.md, "Staleness").
+//
+// Only the router-side active accounting lags (active blocks, prefill tokens,
+// requests, recent local prefills and decisions). The engines' prefix caches and load
+// samples stay exact, and the latency model is one for all replicas, fed at once:
+// they have pipelines of their own, which this does not measure.
+
+// Replicas is a set of virtual router replicas that each see their own decisions and
+// lifecycle events at once and their peers' Lag of simulated time later. Requests
+// reach them round-robin, in arrival order.
+type Replicas struct {
+	// N is the number of replicas (0 or 1: one router).
+	N int
+	// Lag is how late a replica sees its peers' effects (0: at once, one shared view).
+	Lag time.Duration
+}
+
+// MaxReplicas bounds Replicas.N: each replica keeps its own view of every worker.
+const MaxReplicas = 64
+
+// MaxReplicaLag bounds Replicas.Lag. Beyond decider.RecentLocalWindow (30 s) a peer's
+// decision would never count among a worker's recent ones; 10 s is already 200 times
+// the materializer's fetch wait.
+const MaxReplicaLag = 10 * time.Second
+
+// Validate checks the bounds, naming the flags of `pdrouter sim` that set them. (A
+// zero Replicas is valid where it means one router: in a Policy, or to WithReplicas.)
+func (r Replicas) Validate() error {
+	if r.N < 1 || r.N > MaxReplicas {
+		return fmt.Errorf("--replicas %d: want 1 to %d router replicas", r.N, MaxReplicas)
+	}
+	if r.Lag < 0 || r.Lag > MaxReplicaLag {
+		return fmt.Errorf("--replica-lag %s: want 0 to %s of simulated time", r.Lag, MaxReplicaLag)
+	}
+	return nil
+}
+
+// shared reports whether every replica sees every effect at once: then they hold the
+// same accounting, which is one router's, and the runs are one router's byte for byte.
+func (r Replicas) shared() bool { return r.N <= 1 || r.Lag == 0 }
+
+// String is "8 replicas, 50ms lag", or "1 replica".
+func (r Replicas) String() string {
+	if r.N <= 1 {
+		return "1 replica"
+	}
+	return fmt.Sprintf("%d replicas, %s lag", r.N, r.Lag)
+}
+
+// WithReplicas makes the router r.N replicas that see each other r.Lag late. With one
+// replica or no lag the router is the one router it is by default.
+func WithReplicas(r Replicas) LocalRouterOption {
+	return func(lr *LocalRouter) {
+		lr.replicas = r
+		if lr.replicas.N == 0 {
+			lr.replicas.N = 1
+		}
+	}
+}
+
+// Races is the number of decisions made on a decode worker while a peer's decision for
+// the same worker was not visible yet to the replica that decided: the decisions
+// pdrouter_active_decision_races_total counts on the live path. 0 with one view.
+func (lr *LocalRouter) Races() int64 {
+	if lr.reps == nil {
+		return 0
+	}
+	return lr.reps.races
+}
+
+// Replicas is the router's replica set.
+func (lr *LocalRouter) Replicas() Replicas { return lr.replicas }
+
+// replicaSet is the accounting of each replica.
+type replicaSet struct {
+	lag   time.Duration
+	q     *eventQueue
+	views [][]workerActive // views[replica][worker]
+	// blind[replica][worker] counts the peers' decisions naming worker as decode
+	// worker that the replica does not see yet.
+	blind [][]int
+	turn  int
+	races int64
+}
+
+func newReplicaSet(r Replicas, workers int, q *eventQueue) *replicaSet {
+	rs := &replicaSet{lag: r.Lag, q: q, views: make([][]workerActive, r.N), blind: make([][]int, r.N)}
+	for i := range rs.views {
+		rs.views[i] = make([]workerActive, workers)
+		for w := range rs.views[i] {
+			rs.views[i][w].blocks = map[uint64]int{}
+		}
+		rs.blind[i] = make([]int, workers)
+	}
+	return rs
+}
+
+// next is the replica the next request reaches, round-robin.
+func (rs *replicaSet) next() int {
+	r := rs.turn
+	rs.turn = (rs.turn + 1) % len(rs.views)
+	return r
+}
+
+// publish applies an effect of ent's decision to the accounting: at once to the
+// replica that decided (or to the one shared view), and rs.lag later to its peers.
+// The effects of one request reach a peer in the order they happened, since they are
+// all late by the same lag and the event queue keeps the order of equal times.
+func (lr *LocalRouter) publish(ent *activeEntry, apply func([]workerActive)) {
+	if lr.reps == nil {
+		apply(lr.view.active)
+		return
+	}
+	lr.reps.publish(ent.replica, apply, nil)
+}
+
+// publishDecision is publish for the decision itself, which also counts whether it
+// raced a peer's decision on its decode worker, and keeps its peers blind to the
+// worker until it reaches them.
+func (lr *LocalRouter) publishDecision(ent *activeEntry, apply func([]workerActive)) {
+	rs := lr.reps
+	if rs == nil {
+		apply(lr.view.active)
+		return
+	}
+	decode := ent.decode
+	if rs.blind[ent.replica][decode] > 0 {
+		rs.races++
+	}
+	for i := range rs.blind {
+		if i != ent.replica {
+			rs.blind[i][decode]++
+		}
+	}
+	rs.publish(ent.replica, apply, func(peer int) { rs.blind[peer][decode]-- })
+}
+
+// publish applies to the owner's view at once and to each peer's lag later, then
+// calls seen (when not nil) with the peer.
+func (rs *replicaSet) publish(owner int, apply func([]workerActive), seen func(peer int)) {
+	apply(rs.views[owner])
+	rs.q.after(rs.lag, func() {
+		for i, v := range rs.views {
+			if i == owner {
+				continue
+			}
+			apply(v)
+			if seen != nil {
+				seen(i)
+			}
+		}
+	})
+}
