@@ -23,24 +23,66 @@ cd "$root"
 start=$(date +%s)
 # step names a step and prints it with the seconds since the start; each
 # step's time is kept for the table printed at the end, pass or fail.
+# The table has the CPU-seconds of each step too (user + system, of this
+# script and of every process it started, in the background or not): on a
+# machine shared with other work, wall time says little, CPU time what the
+# step costs. A background job's CPU counts in the step during which it was
+# spent.
 step_names=()
 step_starts=()
+step_cpus=()
+clk_tck=$(getconf CLK_TCK 2>/dev/null || echo 100)
+# tree_cpu prints the clock ticks of CPU (user + system) that this script
+# and its descendants have used so far: those of every live process of the
+# tree, with the ticks of the children each has already reaped. A process
+# that outlives its parent (the broker's JVM, started with nohup) leaves the
+# tree, as it leaves /usr/bin/time's count.
+tree_cpu() {
+  cat /proc/[0-9]*/stat 2>/dev/null | awk -v root=$$ '
+    {
+      pid = $1
+      sub(/^.*\) /, "")
+      parent[pid] = $2
+      ticks[pid] = $12 + $13 + $14 + $15
+    }
+    END {
+      for (p in parent) kids[parent[p]] = kids[parent[p]] " " p
+      n = 1; todo[1] = root; sum = 0
+      while (n > 0) {
+        p = todo[n--]
+        sum += ticks[p]
+        m = split(kids[p], c, " ")
+        for (j = 1; j <= m; j++) todo[++n] = c[j]
+      }
+      print sum
+    }'
+}
+start_cpu=$(tree_cpu)
 step() {
   step_names+=("$*")
   step_starts+=("$(date +%s)")
+  step_cpus+=("$(tree_cpu)")
   printf '\n== %s (%ds)\n' "$*" $(( $(date +%s) - start ))
 }
+# cpu_secs TICKS prints TICKS as CPU-seconds.
+cpu_secs() { awk -v t="$1" -v hz="$clk_tck" 'BEGIN { printf "%.0f", t / hz }'; }
 timings() {
-  local i n=${#step_names[@]} end now
+  local i n=${#step_names[@]} end now cpu_end cpu_now
   [ "$n" -gt 0 ] || return 0
   now=$(date +%s)
-  printf '\n== make test: seconds per step\n'
+  cpu_now=$(tree_cpu)
+  printf '\n== make test: wall seconds and CPU-seconds (user + system) per step\n'
+  printf '%6s %6s\n' wall cpu
   for ((i = 0; i < n; i++)); do
     end=$now
-    [ $((i + 1)) -ge "$n" ] || end=${step_starts[$((i + 1))]}
-    printf '%6d  %s\n' $((end - step_starts[i])) "${step_names[$i]}"
+    cpu_end=$cpu_now
+    if [ $((i + 1)) -lt "$n" ]; then
+      end=${step_starts[$((i + 1))]}
+      cpu_end=${step_cpus[$((i + 1))]}
+    fi
+    printf '%6d %6s  %s\n' $((end - step_starts[i])) "$(cpu_secs $((cpu_end - step_cpus[i])))" "${step_names[$i]}"
   done
-  printf '%6d  total\n' $((now - start))
+  printf '%6d %6s  total\n' $((now - start)) "$(cpu_secs $((cpu_now - start_cpu)))"
 }
 
 command -v go >/dev/null || { echo "make test: Go is not installed (need go >= 1.26)" >&2; exit 1; }
