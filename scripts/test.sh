@@ -193,8 +193,9 @@ if [ -n "$norace_pkgs" ]; then go vet $norace_pkgs; fi
 # the release builds them (the Dockerfile: CGO_ENABLED=0, -trimpath): the
 # deployment checks build the binary that way, and the Python tests run
 # those very builds (PDR_BIN, PDR_EXPORTFIXTURE), so no test compiles a
-# third configuration. The fuzz smoke's instrumented builds (the last step)
-# are compiled then too. None of it shares a package with the race build. The
+# third configuration. The fuzz smoke's test binaries (the last step), one
+# per package, are built then too, into $logs/fuzzbin, where the smoke finds
+# them. None of it shares a package with the race build. The
 # race tests leave the CPU partly idle while they wait on the broker, so
 # this build runs meanwhile at the lowest priority; should it fail, the
 # build before the Python tests reports why.
@@ -207,7 +208,7 @@ warm_builds() {
   renice -n 19 -p "$BASHPID" >/dev/null
   release_build "$bindir/pdrouter" ./cmd/pdrouter
   release_build "$bindir/exportfixture" ./replay/internal/exportfixture
-  ./scripts/fuzz.sh build
+  PDR_FUZZ_BIN="$logs/fuzzbin" ./scripts/fuzz.sh build
 }
 
 step "Go tests with go vet (race detector, real broker)"
@@ -299,7 +300,7 @@ fi
 # target's start-up, its baseline and its link, is serial). Its output is
 # printed whole after the Python tests'.
 step "fuzz smoke (${PDR_FUZZTIME:-5s} per target, ${PDR_FUZZ_JOBS:-2} at once, in the background) and Python tests (on the release build)"
-background "$logs/fuzz" env PDR_FUZZ_FRESH=1 PDR_FUZZ_JOBS="${PDR_FUZZ_JOBS:-2}" ./scripts/fuzz.sh "${PDR_FUZZTIME:-5s}"
+background "$logs/fuzz" env PDR_FUZZ_FRESH=1 PDR_FUZZ_JOBS="${PDR_FUZZ_JOBS:-2}" PDR_FUZZ_BIN="$logs/fuzzbin" ./scripts/fuzz.sh "${PDR_FUZZTIME:-5s}"
 fuzz_pid=$bg_pid
 release_build "$bindir/pdrouter" ./cmd/pdrouter
 release_build "$bindir/exportfixture" ./replay/internal/exportfixture
