@@ -95,10 +95,10 @@ command -v python3 >/dev/null || { echo "make test: python3 is not installed" >&
 go_modules=(. deployments discovery)
 inmod() { (cd "$1" && shift && "$@"); }
 
-# nomsgpack, as every build of the Makefile and the Dockerfile has it (the
-# Makefile says why); the same flags here keep make test's builds those
-# builds, whether it runs from make or by itself.
-case " ${GOFLAGS:-} " in *nomsgpack*) ;; *) export GOFLAGS="${GOFLAGS:+$GOFLAGS }-tags=nomsgpack" ;; esac
+# The build tags of the Makefile (nomsgpack, pebblegozstd: it says why); the
+# same flags here keep make test's builds those builds, whether it runs from
+# make or by itself.
+case " ${GOFLAGS:-} " in *-tags=nomsgpack,pebblegozstd*) ;; *) export GOFLAGS="${GOFLAGS:+$GOFLAGS }-tags=nomsgpack,pebblegozstd" ;; esac
 
 # Background jobs, each in its own process group so that cleanup can stop
 # the go commands and the JVM they started too.
