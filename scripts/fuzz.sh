@@ -15,9 +15,8 @@
 # counts against -fuzztime, and on a machine that has fuzzed before it filled
 # a short run whole (10 of 23 targets executed no new input in 5 s), so a
 # smoke would fuzz only on fresh machines. `make fuzz` keeps the corpus.
-# Each package's fuzzing test binary (the whole dependency graph
-# instrumented for coverage, a build configuration of its own) is linked
-# once, with go test -c, and every target of the package runs from it, as
+# Each package's fuzzing test binary (instrumented for coverage, in a build
+# configuration of its own: PDR_FUZZ_SCOPE below) is linked once, with go test -c, and every target of the package runs from it, as
 # go test -fuzz runs it (same flags, in the package's directory, the same
 # corpus directory in the build cache). go test -fuzz per target would link
 # the binary again for each of its targets (test binaries are not cached)
