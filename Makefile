@@ -12,7 +12,13 @@ RUN_ARGS  ?= --router-conditional-disagg --sim --sim-time-scale 4
 # nomsgpack leaves gin's MessagePack binding out of every build: pdrouter
 # serves JSON only, and the codec library behind that binding was the largest
 # third-party package to compile (the Dockerfile builds with it too).
-export GOFLAGS := $(strip $(GOFLAGS) -tags=nomsgpack)
+# pebblegozstd has Pebble compress with the pure-Go zstd of klauspost/compress
+# even where cgo is on (make build; make test's race build, which needs cgo),
+# as the release image's CGO_ENABLED=0 build always does: every build and
+# every test runs the compression code that ships, and no build compiles the
+# C sources of DataDog/zstd (about 33 CPU-seconds for each configuration of
+# the build that has cgo).
+export GOFLAGS := $(strip $(GOFLAGS) -tags=nomsgpack,pebblegozstd)
 # The Go modules: the product, the deployment checks (their own module, so
 # the product does not depend on Prometheus, kustomize and Kubernetes types),
 # and the Kubernetes pod watcher (its own module, so the product does not

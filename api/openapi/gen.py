@@ -26,7 +26,12 @@ args = args.parse_args()
 if args.enums:
     ENUMS = json.loads(args.enums.read_text())
 else:
-    ENUMS = json.loads(subprocess.run([os.environ.get("GO", "go"), "run", "./api/openapi/enums"], cwd=ROOT,
+    # Built as the release is (CGO_ENABLED=0, -trimpath): the program needs no
+    # cgo, and `make test` (whose TestOpenAPIDocumentIsFresh runs this script)
+    # compiles the release build in that configuration, so the run reuses its
+    # packages instead of compiling a configuration of its own.
+    ENUMS = json.loads(subprocess.run([os.environ.get("GO", "go"), "run", "-trimpath", "./api/openapi/enums"], cwd=ROOT,
+                                      env={**os.environ, "CGO_ENABLED": "0"},
                                       check=True, capture_output=True, text=True).stdout)
 
 def ref(name):
