@@ -283,7 +283,7 @@ func sloBacklog(cfg *DisaggConfig, fit *LatencyFit, best *Candidate, in *Latency
 // does not slow their tokens. On the Mooncake synthetic trace at 1P7D ×2, 1000/25,
 // the decode workers' load samples showed 0 to 4,177 blocks in use where the router's
 // potential decode blocks came to 62k–114k (of 27,157), and the running requests' ITL
-// charge of a long local prefill came to 12 requests of goodput.
+// charge of one long local prefill came to as much as 14 requests of goodput.
 func residentShare(d *Candidate) float64 {
 	if !d.LoadKnown || d.ActiveDecodeBlocks <= 0 {
 		return 1
