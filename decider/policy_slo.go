@@ -97,6 +97,14 @@ func sloMode(dc *Decider, dst *Decision, d, p *Candidate) *Candidate {
 	}
 	s.RemoteTTFTMs = bestTTFT
 	s.RemoteITLMs = fit.Predict(PathRemote, TargetITL, &bestIn)
+	// A backlogged prefill worker (sloBacklog): remote is judged on its queue's prefill
+	// time and charged the requests it holds up there, and the decode worker's running
+	// requests are counted by the KV it holds.
+	var backlogged bool
+	var backlogCharge float64
+	if dc.backlog {
+		s.RemoteTTFTMs, backlogCharge, backlogged = sloBacklog(cfg, fit, best, &bestIn, s.RemoteTTFTMs)
+	}
 	s.RemoteGoodput = dc.sloMeet(fit, PathRemote, s.RemoteTTFTMs, s.RemoteITLMs)
 
 	// Others: the decode worker's running requests, with this request joining them,
@@ -108,7 +116,11 @@ func sloMode(dc *Decider, dst *Decision, d, p *Candidate) *Candidate {
 	others.DecodeRecentLocal += dst.EffectiveISL
 	s.OthersITLMs = fit.Predict(PathRemote, TargetITL, &others)
 	sigma := fit.Sigma[PathRemote][TargetITL]
-	loss := max(float64(d.ActiveRequests)*(meetProbability(s.OthersBaseITLMs, sigma, cfg.SLOITLMs)-
+	running := float64(d.ActiveRequests)
+	if backlogged {
+		running *= residentShare(d)
+	}
+	loss := max(running*(meetProbability(s.OthersBaseITLMs, sigma, cfg.SLOITLMs)-
 		meetProbability(s.OthersITLMs, sigma, cfg.SLOITLMs)), 0)
 
 	// Next: the requests sent to this decode worker after this one, each taken to be
@@ -130,6 +142,7 @@ func sloMode(dc *Decider, dst *Decision, d, p *Candidate) *Candidate {
 		dc.sloDelayCharges(dst, fit, d, best, &bestIn)
 		loss += s.LocalDelayCharge
 	}
+	s.RemoteDelayCharge = max(s.RemoteDelayCharge, backlogCharge)
 	s.LocalGoodput = selfLocal - loss
 	s.Margin = s.LocalGoodput - (s.RemoteGoodput - s.RemoteDelayCharge)
 	s.RemoteDecodeTTFTMs = fit.DecodeSide(PathRemote, TargetTTFT, &bestIn)
@@ -227,6 +240,65 @@ func (dc *Decider) sloDelayCharges(dst *Decision, fit *LatencyFit, d, best *Cand
 // fit's coefficient of uncached tokens (the path whose TTFT is mostly prefill), floored
 // at 0.
 func prefillMsPerToken(fit *LatencyFit) float64 { return max(fit.Coef[PathRemote][TargetTTFT][1], 0) }
+
+// sloBacklog returns the remote TTFT to judge the picked prefill worker on and the
+// backlog charge of a remote prefill there. When the prompt tokens queued on that
+// worker and this prompt's would take longer than slo_ttft_ms to prefill, the worker
+// is backlogged: a request sent there cannot have its first token in time, whatever
+// the fit predicts, so its TTFT is at least that prefill time (the floor), and the
+// remote path is charged the requests that arrive at the worker while this prompt is
+// prefilled (its arrival rate, recent_requests over RecentLocalWindow, times this
+// prompt's prefill time), at least.
+//
+// The fit cannot see a backlog for what it is. It learns from outcomes, and the
+// requests stuck in a growing queue report their TTFT only when they leave it; the
+// router counts a request waiting for its remote prefill on its decode worker, so
+// that worker's request and block counts grow with the queue and the fit puts the
+// wait on them; and the delay charges judge a delay on the remote path's typical
+// request, which past the backlog misses already, so they charge nothing for
+// lengthening it. At a tight ITL SLO the ITL terms of a local prefill then outweigh a
+// remote path that predicts a miss either way, and every prompt goes to the queue:
+// on the Mooncake synthetic trace at 1P7D ×2, 1000/25, the one prefill worker's queue
+// reached 33M tokens (docs/slo-policy.md, "At the user's SLO"). Every prompt a
+// backlogged worker takes delays all that come after it until the backlog drains, and
+// the ones it pushes past the SLO on the way down are those that arrive in its own
+// prefill time: that is the charge, which weighs the queue against the ITL a local
+// prefill costs. Below the backlog the delay charges price the queue as before.
+func sloBacklog(cfg *DisaggConfig, fit *LatencyFit, best *Candidate, in *LatencyInputs, ttftMs float64) (floorMs, charge float64, backlogged bool) {
+	perToken := backlogMsPerToken(fit)
+	// Summed as floats: the queued tokens come from the log, and an int64 sum could wrap.
+	backlogMs := perToken * (float64(max(in.Queued, 0)) + float64(max(in.Uncached, 0)))
+	if best == nil || !(backlogMs > cfg.SLOTTFTMs) {
+		return ttftMs, 0, false
+	}
+	rate := float64(max(best.RecentRequests, 0)) / float64(RecentLocalWindow.Milliseconds())
+	return max(ttftMs, backlogMs), rate * perToken * float64(max(in.Uncached, 0)), true
+}
+
+// residentShare is the share of the decode worker's active decode blocks that its own
+// load sample shows in use, in [0, 1] (1 without a sample or without active blocks).
+// The router counts a request on its decode worker from its decision on, so behind a
+// backlogged prefill worker most of the requests it counts there are waiting for
+// their prefill, not decoding: their KV is not on the worker yet, and a local prefill
+// does not slow their tokens. On the Mooncake synthetic trace at 1P7D ×2, 1000/25,
+// the decode workers' load samples showed 0 to 4,177 blocks in use where the router's
+// potential decode blocks came to 62k–114k (of 27,157), and the running requests' ITL
+// charge of one long local prefill came to as much as 14 requests of goodput.
+func residentShare(d *Candidate) float64 {
+	if !d.LoadKnown || d.ActiveDecodeBlocks <= 0 {
+		return 1
+	}
+	return min(max(float64(d.LoadKVUsedBlocks)/float64(d.ActiveDecodeBlocks), 0), 1)
+}
+
+// backlogMsPerToken is the time a prefill worker takes per queued prompt token: the
+// larger of the remote TTFT fit's coefficients of uncached and of queued tokens,
+// floored at 0. Either one alone can fall to 0 in a backlog, where the queue (and the
+// decode counts that grow with it) explain the TTFT better than the prompt does.
+func backlogMsPerToken(fit *LatencyFit) float64 {
+	c := &fit.Coef[PathRemote][TargetTTFT]
+	return max(c[1], c[3], 0)
+}
 
 // sloQueueCap returns the prefill time of the prompt tokens queued on the decode worker
 // and this prompt's, and whether it vetoes a local prefill: it does past

@@ -16,7 +16,10 @@ import "fmt"
 //   - 4: the slo policy caps a decode worker's local prefill queue in a fleet that
 //     prefills remotely nearly always (policy_slo.go, sloQueueCap). Other policies
 //     decide as in 2.
-const Version uint32 = 4
+//   - 5: the slo policy judges a backlogged prefill worker by the prefill time of its
+//     queue and charges a remote prefill there the requests it holds up
+//     (policy_slo.go, sloBacklog). Other policies decide as in 2.
+const Version uint32 = 5
 
 // SupportsVersion reports whether NewAt can decide with version v's semantics.
 func SupportsVersion(v uint32) bool { return v >= 1 && v <= Version }
@@ -42,4 +45,5 @@ func (dc *Decider) setVersion(version uint32) {
 	dc.tokenCost = version >= 2
 	dc.delayCharges = version >= 3
 	dc.queueCap = version >= 4
+	dc.backlog = version >= 5
 }

@@ -1,0 +1,86 @@
+package decider
+
+import (
+	"math"
+	"testing"
+)
+
+// TestBacklogSurvivesHostileRows: the prefill row's queued tokens and recent requests
+// come from the log, so any int64 can be in them. A queue whose sum with this prompt
+// would overflow is the longest there is and backlogged; a negative count is none.
+// At exactly slo_ttft_ms of prefill time the worker is not backlogged.
+func TestBacklogSurvivesHostileRows(t *testing.T) {
+	cfg := DefaultConfig().Disagg // slo_ttft_ms 2000
+	var fit LatencyFit
+	fit.Coef[PathRemote][TargetTTFT][1] = 0.5
+	for _, tc := range []struct {
+		queued, uncached, recent int64
+		backlogged               bool
+	}{
+		{0, 1000, 30, false},
+		{3000, 1000, 30, false}, // 2000 ms: at the SLO
+		{3001, 1000, 30, true},  // past it
+		{math.MaxInt64, 1000, 30, true},
+		{math.MaxInt64, math.MaxInt64, math.MaxInt64, true},
+		{math.MinInt64, 1000, 30, false},
+		{math.MaxInt64, 1000, math.MinInt64, true},
+	} {
+		in := LatencyInputs{Queued: tc.queued, Uncached: tc.uncached}
+		floor, charge, backlogged := sloBacklog(&cfg, &fit, &Candidate{RecentRequests: tc.recent}, &in, 100)
+		bad := math.IsNaN(floor) || math.IsInf(floor, 0) || floor < 100 || math.IsNaN(charge) || charge < 0
+		if backlogged != tc.backlogged || bad || (!backlogged && (floor != 100 || charge != 0)) {
+			t.Errorf("queued %d, uncached %d, recent %d: floor %v, charge %v, backlogged %v; want backlogged %v",
+				tc.queued, tc.uncached, tc.recent, floor, charge, backlogged, tc.backlogged)
+		}
+	}
+	// The per-token time is the larger remote TTFT coefficient of uncached and queued
+	// tokens: a fit that puts a backlog's wait on the queue still sees it.
+	fit.Coef[PathRemote][TargetTTFT][1], fit.Coef[PathRemote][TargetTTFT][3] = -0.1, 0.5
+	if _, _, b := sloBacklog(&cfg, &fit, &Candidate{}, &LatencyInputs{Queued: 5000}, 0); !b {
+		t.Error("a queued-token coefficient of 0.5 ms and 5000 queued tokens: want backlogged")
+	}
+	fit.Coef[PathRemote][TargetTTFT][3] = -0.5
+	if _, _, b := sloBacklog(&cfg, &fit, &Candidate{}, &LatencyInputs{Queued: math.MaxInt64}, 0); b {
+		t.Error("no positive per-token coefficient: want no backlog")
+	}
+}
+
+// TestResidentShare: the share is bounded to [0, 1] whatever the load sample and the
+// router's count say, and is 1 when either is missing.
+func TestResidentShare(t *testing.T) {
+	for _, tc := range []struct {
+		known        bool
+		used, active int64
+		want         float64
+	}{
+		{false, 0, 30, 1},
+		{true, 10, 0, 1},
+		{true, 10, -5, 1},
+		{true, 10, 30, 1.0 / 3},
+		{true, 90, 30, 1},
+		{true, -10, 30, 0},
+		{true, math.MaxInt64, 1, 1},
+		{true, math.MinInt64, math.MaxInt64, 0},
+	} {
+		d := Candidate{LoadKnown: tc.known, LoadKVUsedBlocks: tc.used, ActiveDecodeBlocks: tc.active}
+		if got := residentShare(&d); got != tc.want {
+			t.Errorf("known %v, used %d, active %d: %v; want %v", tc.known, tc.used, tc.active, got, tc.want)
+		}
+	}
+}
+
+// TestBacklogOnlyFromVersion5: a record of decider version 4 recomputes without the
+// backlog, as it was decided.
+func TestBacklogOnlyFromVersion5(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Disagg.Policy = PolicySLO
+	for v := uint32(1); v <= Version; v++ {
+		dc, err := NewAt(cfg, v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if dc.backlog != (v >= 5) {
+			t.Errorf("version %d: backlog %v", v, dc.backlog)
+		}
+	}
+}
