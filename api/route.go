@@ -269,12 +269,12 @@ func (s *Server) commitDecision(ctx context.Context, p *parsed, retryOf string, 
 	rec.LoraName = p.lora
 	rec.ConfigJson = s.configJSON()
 	rec.RetryOfDecisionId = retryOf
-	pos, value, err := s.appendDecision(ctx, rec)
+	pos, delta, value, err := s.appendDecision(ctx, rec)
 	if err != nil {
 		return nil, err
 	}
 	if s.recordAt != nil {
-		s.recordAt.RecordLocalDecisionAt(rec, value, pos)
+		s.recordAt.RecordLocalDecisionAt(rec, value, pos, delta)
 	} else {
 		s.deps.State.RecordLocalDecision(rec)
 	}
@@ -413,13 +413,14 @@ func decideError(err error) error {
 
 // appendDecision makes the decision durable before it is answered
 // (design.md invariant 5), and returns where it landed and the record
-// value written (rec encoded). On failure the decision is dropped, never
-// returned: the caller retries with the same request_id.
-func (s *Server) appendDecision(ctx context.Context, rec *pb.DecisionRecord) (Position, []byte, error) {
+// value written (rec encoded), and where its load delta landed (Offset -1:
+// none written). On failure the decision is dropped, never returned: the
+// caller retries with the same request_id.
+func (s *Server) appendDecision(ctx context.Context, rec *pb.DecisionRecord) (decision, delta Position, value []byte, err error) {
 	start := time.Now()
 	r, err := s.decisionLogRecord(rec)
 	if err != nil {
-		return Position{}, nil, err
+		return Position{}, Position{}, nil, err
 	}
 	ex := s.expecter
 	if ex != nil {
@@ -437,13 +438,17 @@ func (s *Server) appendDecision(ctx context.Context, rec *pb.DecisionRecord) (Po
 		}
 		s.metrics.auditFailures.Inc()
 		s.cfg.log.Error("decision not durable; answering 503", "request_id", rec.GetRequestId(), "err", err)
-		return Position{}, nil, unavailable("audit_log_unavailable", "the decision could not be made durable on the decisions topic; retry with the same request_id", 1)
+		return Position{}, Position{}, nil, unavailable("audit_log_unavailable", "the decision could not be made durable on the decisions topic; retry with the same request_id", 1)
 	}
-	p := Position{Topic: events.TopicDecisions, Partition: -1, Offset: -1}
+	decision = Position{Topic: events.TopicDecisions, Partition: -1, Offset: -1}
+	delta = Position{Topic: events.TopicLoadDeltas, Partition: -1, Offset: -1}
 	if len(pos) >= 1 {
-		p = pos[0] // the decision; its delta follows
+		decision = pos[0]
 	}
-	return p, r.Value, nil
+	if len(pos) >= 2 {
+		delta = pos[1]
+	}
+	return decision, delta, r.Value, nil
 }
 
 // configJSON is the decider's canonical configuration, recorded in every

@@ -71,11 +71,12 @@ type DecisionExpecter interface {
 }
 
 // PositionedDecisionRecorder is a State that records a local decision
-// knowing where its log copy, value, landed: it then knows from its applied
-// offsets whether the copy was applied already, without a read. The route
-// handler calls it instead of RecordLocalDecision.
+// knowing where its log copy, value, landed, and its load delta (delta's
+// Offset is -1 when none was written): it then knows from its applied
+// offsets whether the copy, or the delta, was applied already, without a
+// read. The route handler calls it instead of RecordLocalDecision.
 type PositionedDecisionRecorder interface {
-	RecordLocalDecisionAt(rec *pb.DecisionRecord, value []byte, at Position)
+	RecordLocalDecisionAt(rec *pb.DecisionRecord, value []byte, at, delta Position)
 }
 
 // StoredDecision is a decision as the state holds it.

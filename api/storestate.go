@@ -210,15 +210,18 @@ func (s *StoreState) UnexpectLocalDecision(id string) { s.Store.UnexpectLocalDec
 
 // RecordLocalDecisionAt implements PositionedDecisionRecorder: a local
 // decision whose log copy, value (rec encoded, as appended), is at
-// (partition, offset) of the decisions topic. The store knows from its offsets whether it applied
+// (partition, offset) of the decisions topic, and its load delta at delta. The store knows from its offsets whether it applied
 // the copy, without reading Pebble, and reads the copy back without
 // decoding it.
-func (s *StoreState) RecordLocalDecisionAt(rec *pb.DecisionRecord, value []byte, at Position) {
+func (s *StoreState) RecordLocalDecisionAt(rec *pb.DecisionRecord, value []byte, at, delta Position) {
 	if at.Topic != events.TopicDecisions || at.Offset < 0 {
 		_ = s.Store.RecordLocalDecision(rec)
 		return
 	}
-	_ = s.Store.RecordLocalDecisionAt(rec, value, at.Partition, at.Offset)
+	if delta.Topic != events.TopicLoadDeltas || delta.Offset < 0 {
+		delta.Partition, delta.Offset = -1, -1
+	}
+	_ = s.Store.RecordLocalDecisionWithDelta(rec, value, at.Partition, at.Offset, delta.Partition, delta.Offset)
 }
 
 // WorkersVersion implements WorkersVersionState.

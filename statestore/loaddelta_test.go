@@ -331,3 +331,32 @@ func TestOpenOtherSource(t *testing.T) {
 		t.Fatal("the rebuilt store still serves a decision of the wiped one")
 	}
 }
+
+// TestOwnDecisionAfterItsDeltaAndCompletion: with source load-deltas, the
+// deciding replica may record its own decision after its delta and even
+// its completion's delta were applied (the broker serves an append to the
+// materializer as it acknowledges it). Given the delta's position, the
+// store knows the decision was applied and counts nothing more: the load
+// of a request that ended must not come back as a local decision.
+func TestOwnDecisionAfterItsDeltaAndCompletion(t *testing.T) {
+	h := perfHarnessWith(t, Options{Source: SourceLoadDeltas})
+	d := perfDecisions(1, 9, 1e18)[0]
+	key := d.GetDecodeWorker().GetWorkerId()
+	dec := h.record(key, d) // the decision's own record, never applied here
+	delta := h.record(key, deltaOf(d))
+	h.apply(delta, h.record(key, deltaOf(completedOutcome(d, 1))))
+	if err := h.s.RecordLocalDecisionWithDelta(d, dec.Value, dec.Partition, dec.Offset, delta.Partition, delta.Offset); err != nil {
+		t.Fatal(err)
+	}
+	h.s.Read(func(v View) {
+		for ref, w := range v.Workers() {
+			if a := v.Active(decider.WorkerRef(ref)); a.Requests != 0 || a.DecodeBlocks != 0 || a.PrefillTokens != 0 {
+				t.Errorf("%s carries %+v after its one request completed", w.ID, a)
+			}
+		}
+	})
+	// Its position is still known, so it is served whole from the log.
+	if sd, ok := h.s.Decision(d.GetDecisionId()); !ok || sd.Partition != dec.Partition || sd.Offset != dec.Offset {
+		t.Fatalf("own decision served at %d/%d (complete %v), %v; want its position %d/%d", sd.Partition, sd.Offset, sd.Complete, ok, dec.Partition, dec.Offset)
+	}
+}

@@ -59,16 +59,30 @@ func (s *Store) RecordLocalDecision(d *pb.DecisionRecord) error {
 // exactly these bytes, Apply uses d instead of decoding and re-encoding
 // it: the same bytes are the same record.
 func (s *Store) RecordLocalDecisionAt(d *pb.DecisionRecord, value []byte, partition int32, offset int64) error {
+	return s.RecordLocalDecisionWithDelta(d, value, partition, offset, -1, -1)
+}
+
+// RecordLocalDecisionWithDelta is RecordLocalDecisionAt for a decision
+// whose load delta the caller also wrote, at deltaOffset of deltaPartition
+// of the load-deltas topic (-1: none). A store of source load-deltas
+// learns the decision from the delta: when it has applied the delta's
+// position, it counts nothing more (the request may even have ended), and
+// it keeps the decision's position for lookups (ownPositions).
+func (s *Store) RecordLocalDecisionWithDelta(d *pb.DecisionRecord, value []byte, partition int32, offset int64, deltaPartition int32, deltaOffset int64) error {
 	defer s.UnexpectLocalDecision(d.GetDecisionId())
 	if err := events.Validate(d); err != nil {
 		return fmt.Errorf("statestore: local decision: %w", err)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	applied := topicPartition{events.TopicDecisions, partition}
 	if s.opts.Source == SourceLoadDeltas {
 		s.own.add(d.GetDecisionId(), partition, offset, s.opts.MaxLocalDecisions)
+		// Without the delta's position the store cannot tell whether it
+		// applied the decision: it records it, as RecordLocalDecision does.
+		applied, offset = topicPartition{events.TopicLoadDeltas, deltaPartition}, deltaOffset
 	}
-	if next, ok := s.st.offsets[topicPartition{events.TopicDecisions, partition}]; ok && next > offset {
+	if next, ok := s.st.offsets[applied]; ok && offset >= 0 && next > offset {
 		return nil // applied: counted (or already absent) and served from the log copy
 	}
 	s.st.recordLocal(d)
