@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kgo"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
@@ -207,4 +208,42 @@ func FuzzDecodeLoadDelta(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestDecodeLoadDeltaRecord: a load delta read from its topic decodes
+// through events.Decode by its own rules, and each refusal has the kind
+// errors.Is tells (malformed, too large, invalid) and its delta reason as
+// the metric label.
+func TestDecodeLoadDeltaRecord(t *testing.T) {
+	names := events.Names{Prefix: "p."}
+	schema := []kgo.RecordHeader{{Key: events.HeaderSchema, Value: []byte(events.SchemaOf(events.TopicLoadDeltas))}}
+	good, err := events.MarshalLoadDelta(validDelta(), deltaKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := func(key string, v []byte) *kgo.Record {
+		return &kgo.Record{Topic: names.Physical(events.TopicLoadDeltas), Key: []byte(key), Value: v, Headers: schema, Timestamp: deltaLogTime}
+	}
+	env, err := events.Decode(names, rec(deltaKey, good))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d, ok := env.Message.(*pb.LoadDelta); !ok || !proto.Equal(d, validDelta()) || env.Topic != events.TopicLoadDeltas {
+		t.Fatalf("decoded %T %v on %s", env.Message, env.Message, env.Topic)
+	}
+	for _, c := range []struct {
+		name   string
+		r      *kgo.Record
+		kind   error
+		reason string
+	}{
+		{"malformed", rec(deltaKey, []byte{0x12, 0xff, 0xff, 0xff, 0xff, 0x0f}), events.ErrMalformed, events.ReasonDeltaMalformed},
+		{"too large", rec(deltaKey, make([]byte, events.MaxDeltaBytes+1)), events.ErrTooLarge, events.ReasonDeltaTooLarge},
+		{"another worker's key", rec("decode-8", good), events.ErrInvalid, events.ReasonDeltaKeyMismatch},
+	} {
+		_, err := events.Decode(names, c.r)
+		if !errors.Is(err, c.kind) || events.Reason(err) != c.reason {
+			t.Errorf("%s: %v (reason %q), want kind %v and reason %s", c.name, err, events.Reason(err), c.kind, c.reason)
+		}
+	}
 }
