@@ -9,17 +9,24 @@ import (
 	pb "github.com/pdrouter/pdrouter/events/eventspb"
 )
 
+// mergeableDelta is validDelta without its shared hashes, and its value.
+func mergeableDelta(t testing.TB) (*pb.LoadDelta, []byte) {
+	t.Helper()
+	d := validDelta()
+	d.Decisions[1].SharesHashesWith, d.Decisions[1].SharedHashes = 0, 0
+	v, err := events.MarshalLoadDelta(d, deltaKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d, v
+}
+
 // TestMergeDeltas: two deltas concatenated decode to one holding both
 // lists of entries; a delta whose decisions share hashes is not merged
 // (its reference would name another entry), and a merge past the entry
 // bound is refused.
 func TestMergeDeltas(t *testing.T) {
-	d := validDelta()
-	d.Decisions[1].SharesHashesWith, d.Decisions[1].SharedHashes = 0, 0
-	a, err := events.MarshalLoadDelta(d, deltaKey)
-	if err != nil {
-		t.Fatal(err)
-	}
+	d, a := mergeableDelta(t)
 	n, ok := events.DeltaEntries(a)
 	if !ok || n != 4 {
 		t.Fatalf("DeltaEntries = %d, %v; want 4 entries", n, ok)
@@ -59,12 +66,7 @@ func TestMergeDeltas(t *testing.T) {
 // FuzzMergeDeltas: whatever two values are, a merge of two deltas a reader
 // accepts is accepted and holds exactly their entries.
 func FuzzMergeDeltas(f *testing.F) {
-	d := validDelta()
-	d.Decisions[1].SharesHashesWith, d.Decisions[1].SharedHashes = 0, 0
-	v, err := events.MarshalLoadDelta(d, deltaKey)
-	if err != nil {
-		f.Fatal(err)
-	}
+	_, v := mergeableDelta(f)
 	f.Add(v, v)
 	f.Add(v[:len(v)/2], v)
 	f.Add([]byte{}, v)

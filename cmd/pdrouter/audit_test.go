@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/pdrouter/pdrouter/events"
 	pb "github.com/pdrouter/pdrouter/events/eventspb"
 	"github.com/pdrouter/pdrouter/internal/kafkatest"
@@ -186,19 +188,30 @@ func hammer(url, idPrefix string, n int, after map[string]map[string]int64, stop
 	return answered, failures
 }
 
+// decodedTopic decodes every record of a topic, failing the test on one
+// that does not decode: everything pdrouter appends must.
+func decodedTopic(t *testing.T, brokers []string, prefix string, topic events.Topic) []proto.Message {
+	t.Helper()
+	names := events.Names{Prefix: prefix}
+	var out []proto.Message
+	for _, r := range kafkatest.ReadAll(t, brokers, names.Physical(topic)) {
+		env, err := events.Decode(names, r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, env.Message)
+	}
+	return out
+}
+
 // logged reads every decision id in the decisions topic and fails the test
 // if one appears twice: a decision is appended once, by the replica that
 // made it, so the log must hold it exactly once.
 func logged(t *testing.T, brokers []string, prefix string) map[string]bool {
 	t.Helper()
-	names := events.Names{Prefix: prefix}
 	out := map[string]bool{}
-	for _, r := range kafkatest.ReadAll(t, brokers, names.Physical(events.TopicDecisions)) {
-		env, err := events.Decode(names, r)
-		if err != nil {
-			t.Fatal(err)
-		}
-		id := env.Message.(*pb.DecisionRecord).GetDecisionId()
+	for _, m := range decodedTopic(t, brokers, prefix, events.TopicDecisions) {
+		id := m.(*pb.DecisionRecord).GetDecisionId()
 		if out[id] {
 			t.Fatalf("decision %s is in the log twice", id)
 		}
@@ -212,14 +225,9 @@ func logged(t *testing.T, brokers []string, prefix string) map[string]bool {
 // append), which peers apply as one fact.
 func deltaLogged(t *testing.T, brokers []string, prefix string) map[string]bool {
 	t.Helper()
-	names := events.Names{Prefix: prefix}
 	out := map[string]bool{}
-	for _, r := range kafkatest.ReadAll(t, brokers, names.Physical(events.TopicLoadDeltas)) {
-		env, err := events.Decode(names, r)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, d := range env.Message.(*pb.LoadDelta).GetDecisions() {
+	for _, m := range decodedTopic(t, brokers, prefix, events.TopicLoadDeltas) {
+		for _, d := range m.(*pb.LoadDelta).GetDecisions() {
 			out[d.GetDecisionId()] = true
 		}
 	}
