@@ -32,8 +32,9 @@ import (
 // none of its own work: it answers the same HTTP requests of the same
 // load generator, appends a record of a decision's size for each route
 // request (through the same group commit, acks=all) and an outcome-sized
-// record for each lifecycle event, and fetches every record of the group's
-// topics back with the materializer's fetch settings, but parses, decides,
+// record for each lifecycle event, each with its load delta when its
+// --load-deltas mode writes them, and fetches back every record of the
+// topics the mode reads with the materializer's fetch settings, but parses, decides,
 // encodes, decodes and stores nothing. `bench scale --floor` measures it
 // as it measures serve, so the part of a and p that is pdrouter's own is
 // their difference from the floor's, measured in one run.

@@ -84,13 +84,19 @@ cell answered), within 20%. CPU per
 decision does not depend on how busy the machine is, unlike a rate; the
 replicas, the load generator and the broker share this machine.
 
+--load-deltas (default apply) is the replicas' mode: with apply, peers
+learn each other's load from the compact load-deltas topic and never fetch
+decisions or outcomes; with write or off they apply the whole records.
+
 --floor then runs the same load on two floor replicas, which do a
 replica's I/O and none of its work: they read each request's body, append
-a record of a decision's size (or a lifecycle event's) through the same
-group commit, fetch every record back, and answer. Their a and p are the
-floor that HTTP and Kafka set on this machine; what the replicas spend
+a record of a decision's size (or a lifecycle event's), with its load delta
+when the mode writes deltas, through the same group commit, fetch back
+every record of the topics the mode reads, and answer. Their a and p are
+the floor that HTTP and Kafka set on this machine; what the replicas spend
 above it is pdrouter's own work. --json then adds "floor":
-{"cpu_us_per_answered", "cpu_us_per_applied"}.`,
+{"cpu_us_per_answered", "cpu_us_per_applied"} and "applied_over_floor"
+(p over the floor's p); every --json object names "load_deltas".`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return b.run(cmd.Context()) },
 	}

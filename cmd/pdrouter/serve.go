@@ -18,10 +18,11 @@ func newServeCmd(a *app) *cobra.Command {
 		Long: `serve runs one stateless router replica against a real Kafka (--brokers). It
 materializes every partition of the topics it reads (kv-events, load,
 workers, and load-deltas or, with --load-deltas write or off, decisions and
-outcomes; only its cell's partitions, with --cell) into its Pebble store under --data-dir (or bootstraps from a peer's
-snapshot with --bootstrap-from), and answers POST /v1/route and the rest of
-the API on --http-addr. Every decision
-is durable on the decisions topic before it is answered. /readyz answers 200
+outcomes; only its cell's partitions, with --cell) into its Pebble store
+under --data-dir (or bootstraps from a peer's snapshot with
+--bootstrap-from), and answers POST /v1/route and the rest of the API on
+--http-addr. Every decision is durable on the decisions topic, with its
+load delta, before it is answered. /readyz answers 200
 once the state is within --ready-lag records of the log. With --ingest it
 also runs ingest in the same process.`,
 		Args: cobra.NoArgs,
