@@ -41,14 +41,13 @@ func (e *DecodeError) Error() string {
 // Unwrap exposes both the kind and the cause to errors.Is and errors.As.
 func (e *DecodeError) Unwrap() []error { return []error{e.Kind, e.Err} }
 
-// Reason is the metric label for an error returned by Decode: the kind,
-// or for an invalid value the precise Reason* of its *ValidationError. A
-// load delta's refusals always carry their own reasons
-// (LoadDeltaReasons), whatever their kind.
+// Reason is the metric label for an error returned by Decode: the precise
+// Reason* of the *ValidationError it carries (every invalid value; a load
+// delta's refusals of any kind, LoadDeltaReasons), else the kind.
 func Reason(err error) string {
 	var de *DecodeError
 	if errors.As(err, &de) {
-		if r := ValidationReason(de.Err); r != "" && (de.Kind == ErrInvalid || de.Schema == string(loadDeltaName)) {
+		if r := ValidationReason(de.Err); r != "" {
 			return r
 		}
 		return de.Kind.Error()
