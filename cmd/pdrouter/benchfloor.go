@@ -124,6 +124,7 @@ type floorReplica struct {
 	// fetchedTopics: the topics the floor fetches back, whose appends it
 	// counts.
 	fetchedTopics map[string]bool
+	deltaTopic    string   // the physical name of the load deltas' topic
 	keys          [][]byte // the decode workers' ids, which records are keyed by
 	next          atomic.Uint64
 	// appended and fetched let bench scale check that each floor replica
@@ -178,9 +179,10 @@ func runFloorReplica(ctx context.Context, cfg floorConfig) error {
 		return err
 	}
 	defer prod.Close()
-	f.log = api.NewGroupLog(prod, cfg.names, 64<<20, nil)
+	f.log = api.NewGroupLog(prod, cfg.names, 64<<20, reg)
 	var topics []string
 	f.fetchedTopics = map[string]bool{}
+	f.deltaTopic = cfg.names.Physical(events.TopicLoadDeltas)
 	for _, t := range cfg.source.Topics() {
 		topics = append(topics, cfg.names.Physical(t))
 		f.fetchedTopics[cfg.names.Physical(t)] = true
@@ -230,12 +232,23 @@ func runFloorReplica(ctx context.Context, cfg floorConfig) error {
 }
 
 // fetch reads every record of the group's topics, as a replica's
-// materializer does, and only counts them.
+// materializer does, and only counts them: a load delta record by its
+// entries, since a group commit merges the deltas of one decode worker
+// that were appended one by one.
 func (f *floorReplica) fetch(ctx context.Context, cl *kgo.Client) {
+	deltas := f.deltaTopic
 	for ctx.Err() == nil {
 		fs := cl.PollFetches(ctx)
 		n := 0
-		fs.EachRecord(func(*kgo.Record) { n++ })
+		fs.EachRecord(func(r *kgo.Record) {
+			if r.Topic == deltas {
+				if entries, ok := events.DeltaEntries(r.Value); ok {
+					n += entries
+					return
+				}
+			}
+			n++
+		})
 		f.fetched.Add(float64(n))
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 	"github.com/pdrouter/pdrouter/events"
 	"github.com/pdrouter/pdrouter/internal/kafkatest"
 	"github.com/pdrouter/pdrouter/migrations"
+	"github.com/pdrouter/pdrouter/statestore"
 )
 
 // The floor replica refuses flags that would size its start-up without
@@ -96,5 +98,66 @@ func TestFloorReplicaAppendsRealRecords(t *testing.T) {
 				t.Errorf("the floor replica wrote a record pdrouter cannot decode on %s: %v", rec.Topic, err)
 			}
 		})
+	}
+}
+
+// A floor replica that writes load deltas counts what it fetches back by
+// delta entries, as it counts appends: one group commit merges the deltas
+// of one decode worker into one record, which must not leave the floor
+// "behind" the records its group appended.
+func TestFloorReplicaCountsMergedDeltas(t *testing.T) {
+	brokers := kafkatest.Fake(t)
+	names := events.Names{Prefix: "floor-merge."}
+	specs, err := migrations.Declarations(migrations.SingleNodeOptions(names.Prefix))
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := []kgo.Opt{kgo.SeedBrokers(brokers...)}
+	if _, err := runMigrate(context.Background(), opts, specs, false); err != nil {
+		t.Fatal(err)
+	}
+	addr := freeAddr(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- runFloorReplica(ctx, floorConfig{names: names, connOpts: opts, httpAddr: addr, maxBlocks: 128,
+			decode: 1, prefill: 1, writeDeltas: true, source: statestore.SourceLoadDeltas})
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	r := &scaleReplica{url: "http://" + addr}
+	if err := r.waitReady(context.Background(), 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	// With one decode worker, every group of two or more appends merges;
+	// concurrent requests make such groups, until one is seen.
+	for round := 0; ; round++ {
+		var wg sync.WaitGroup
+		for range 16 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				resp, err := http.Post(r.url+"/v1/route", "application/json", strings.NewReader(`{"block_hashes":[1,2]}`))
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusOK {
+					t.Errorf("route: %d", resp.StatusCode)
+				}
+			}()
+		}
+		wg.Wait()
+		records, _ := r.metric(context.Background(), "pdrouter_load_delta_record_entries_count")
+		entries, _ := r.metric(context.Background(), "pdrouter_load_delta_record_entries_sum")
+		if entries > records {
+			break
+		}
+		if round == 50 {
+			t.Fatalf("no group merged two deltas in %d rounds (%v entries in %v records)", round, entries, records)
+		}
+	}
+	if err := checkFloorFetched(context.Background(), []*scaleReplica{r}); err != nil {
+		t.Fatal(err)
 	}
 }
