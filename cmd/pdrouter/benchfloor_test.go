@@ -34,24 +34,8 @@ func TestFloorReplicaRefusesUnboundedFlags(t *testing.T) {
 // (no replica reading its topics meets a record it cannot decode), and
 // fetches both back.
 func TestFloorReplicaAppendsRealRecords(t *testing.T) {
-	brokers := kafkatest.Fake(t)
 	names := events.Names{Prefix: "floor-test."}
-	specs, err := migrations.Declarations(migrations.SingleNodeOptions(names.Prefix))
-	if err != nil {
-		t.Fatal(err)
-	}
-	opts := []kgo.Opt{kgo.SeedBrokers(brokers...)}
-	if _, err := runMigrate(context.Background(), opts, specs, false); err != nil {
-		t.Fatal(err)
-	}
-	addr := freeAddr(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- runFloorReplica(ctx, floorConfig{names: names, connOpts: opts, httpAddr: addr, maxBlocks: 128, decode: 4, prefill: 2})
-	}()
-	t.Cleanup(func() { cancel(); <-done })
-	r := &scaleReplica{url: "http://" + addr}
+	r, opts := startFloorReplica(t, floorConfig{names: names, maxBlocks: 128, decode: 4, prefill: 2})
 	post := func(path string, body []byte) int {
 		for range 100 {
 			resp, err := http.Post(r.url+path, "application/json", bytes.NewReader(body))
@@ -106,28 +90,8 @@ func TestFloorReplicaAppendsRealRecords(t *testing.T) {
 // of one decode worker into one record, which must not leave the floor
 // "behind" the records its group appended.
 func TestFloorReplicaCountsMergedDeltas(t *testing.T) {
-	brokers := kafkatest.Fake(t)
-	names := events.Names{Prefix: "floor-merge."}
-	specs, err := migrations.Declarations(migrations.SingleNodeOptions(names.Prefix))
-	if err != nil {
-		t.Fatal(err)
-	}
-	opts := []kgo.Opt{kgo.SeedBrokers(brokers...)}
-	if _, err := runMigrate(context.Background(), opts, specs, false); err != nil {
-		t.Fatal(err)
-	}
-	addr := freeAddr(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- runFloorReplica(ctx, floorConfig{names: names, connOpts: opts, httpAddr: addr, maxBlocks: 128,
-			decode: 1, prefill: 1, writeDeltas: true, source: statestore.SourceLoadDeltas})
-	}()
-	t.Cleanup(func() { cancel(); <-done })
-	r := &scaleReplica{url: "http://" + addr}
-	if err := r.waitReady(context.Background(), 10*time.Second); err != nil {
-		t.Fatal(err)
-	}
+	r, _ := startFloorReplica(t, floorConfig{names: events.Names{Prefix: "floor-merge."}, maxBlocks: 128,
+		decode: 1, prefill: 1, writeDeltas: true, source: statestore.SourceLoadDeltas})
 	// With one decode worker, every group of two or more appends merges;
 	// concurrent requests make such groups, until one is seen.
 	for round := 0; ; round++ {
@@ -160,4 +124,30 @@ func TestFloorReplicaCountsMergedDeltas(t *testing.T) {
 	if err := checkFloorFetched(context.Background(), []*scaleReplica{r}); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// startFloorReplica runs a floor replica of cfg on a fake broker with the
+// deployment's topics, until the test ends, and waits until it is ready.
+func startFloorReplica(t *testing.T, cfg floorConfig) (*scaleReplica, []kgo.Opt) {
+	t.Helper()
+	brokers := kafkatest.Fake(t)
+	specs, err := migrations.Declarations(migrations.SingleNodeOptions(cfg.names.Prefix))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.connOpts = []kgo.Opt{kgo.SeedBrokers(brokers...)}
+	if _, err := runMigrate(context.Background(), cfg.connOpts, specs, false); err != nil {
+		t.Fatal(err)
+	}
+	addr := freeAddr(t)
+	cfg.httpAddr = addr
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- runFloorReplica(ctx, cfg) }()
+	t.Cleanup(func() { cancel(); <-done })
+	r := &scaleReplica{url: "http://" + addr}
+	if err := r.waitReady(context.Background(), 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	return r, cfg.connOpts
 }
