@@ -10,9 +10,9 @@ import (
 )
 
 // Load deltas (docs/scaling.md, "Load deltas"; design.md, invariants D1-D5):
-// the compact record peers would apply instead of whole DecisionRecords. This
-// file holds the record's bounds, its validation and its codec; no topic
-// carries it yet and no apply rule reads it.
+// the compact record peers apply instead of whole DecisionRecords and
+// OutcomeEvents (topic load-deltas). This file holds the record's bounds,
+// its validation and its codec; statestore/loaddelta.go applies it.
 //
 // Every rule below is a function of the record, its key and its Kafka
 // timestamp alone, so every replica refuses the same records, and a record

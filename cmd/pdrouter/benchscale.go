@@ -191,7 +191,8 @@ func (b *scaleBench) run(ctx context.Context) error {
 			s = fmt.Sprintf(`%s, "floor": {"cpu_us_per_answered": %.1f, "cpu_us_per_applied": %.1f}, "applied_over_floor": %.2f}`,
 				s[:len(s)-1], floor.AnsweredUS, floor.AppliedUS, m.AppliedUS/floor.AppliedUS)
 		}
-		s = fmt.Sprintf(`%s, "load_deltas": %q}`, s[:len(s)-1], b.loadDeltas)
+		s = fmt.Sprintf(`%s, "load_deltas": %q, "appends_per_group": %.2f, "delta_entries_per_record": %.2f}`,
+			s[:len(s)-1], b.loadDeltas, g.shape.appendsPerGroup, g.shape.entriesPerRecord)
 		fmt.Fprintln(b.a.stdout, s)
 	} else {
 		b.printModel(g, m)
@@ -229,6 +230,29 @@ type groupRun struct {
 	decisions int       // answered over the measured time, whole group
 	answered  []int     // by replica
 	cpu       []float64 // CPU seconds over the measured time, by replica
+	shape     commitShape
+}
+
+// commitShape is how the answering replica's group commits batched, over
+// the whole run: appends per group commit and load delta entries per
+// record. A peer's cost per decision depends on both (fewer, larger
+// records to fetch and apply), so the bench prints them beside a and p.
+type commitShape struct {
+	appendsPerGroup, entriesPerRecord float64
+}
+
+// shapeOf reads r's commit shape from its histograms' sums and counts;
+// a histogram it does not have (no load deltas) reads as 0.
+func shapeOf(ctx context.Context, r *scaleReplica) commitShape {
+	mean := func(name string) float64 {
+		sum, err1 := r.metric(ctx, name+"_sum")
+		n, err2 := r.metric(ctx, name+"_count")
+		if err1 != nil || err2 != nil || n == 0 {
+			return 0
+		}
+		return sum / n
+	}
+	return commitShape{appendsPerGroup: mean("pdrouter_eventlog_group_appends"), entriesPerRecord: mean("pdrouter_load_delta_record_entries")}
 }
 
 // modelOf is the model of a group of two whose first replica answered
@@ -327,6 +351,7 @@ func (b *scaleBench) runGroup(ctx context.Context, n, cells int, spread, floor b
 		}
 	}
 	g.res, g.decisions = res, res.Requests
+	g.shape = shapeOf(ctx, reps[0])
 	g.answered = make([]int, n)
 	copy(g.answered, res.ByTarget)
 	return g, nil
@@ -365,6 +390,7 @@ func (b *scaleBench) printModel(g groupRun, m scalemodel.Model) {
 		g.res.Throughput, g.res.P50.Round(time.Microsecond), g.res.P99.Round(time.Microsecond), g.res.P999.Round(time.Microsecond), g.res.Completions)
 	fmt.Fprintf(w, "cpu per answered decision\t%.1f µs\t(a: the answering replica, %.2f cores)\n", m.AnsweredUS, g.cpu[0]/g.res.Elapsed.Seconds())
 	fmt.Fprintf(w, "cpu per applied peer decision\t%.1f µs\t(p: the other replica, %.2f cores)\n", m.AppliedUS, g.cpu[1]/g.res.Elapsed.Seconds())
+	fmt.Fprintf(w, "group commits\t%.1f appends each, %.1f load delta entries a record\t(the answering replica)\n", g.shape.appendsPerGroup, g.shape.entriesPerRecord)
 	fmt.Fprintf(w, "load average\t%s\n", loadAverage())
 	_ = w.Flush()
 	fmt.Fprintf(b.a.stdout, "\ngroup of N replicas × %g cores: capacity N·C/(a+(N−1)·p), efficiency a/(a+(N−1)·p)\n", b.cores)

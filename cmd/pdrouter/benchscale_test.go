@@ -60,6 +60,8 @@ func checkBenchScale(t *testing.T, brokers []string, validate bool) {
 			A float64 `json:"cpu_us_per_answered"`
 			P float64 `json:"cpu_us_per_applied"`
 		} `json:"floor"`
+		AppendsPerGroup  float64 `json:"appends_per_group"`
+		EntriesPerRecord float64 `json:"delta_entries_per_record"`
 	}
 	if err := json.Unmarshal([]byte(out), &m); err != nil {
 		t.Fatalf("stdout is not the JSON object: %v\n%s", err, out)
@@ -67,6 +69,11 @@ func checkBenchScale(t *testing.T, brokers []string, validate bool) {
 	if m.A <= 0 || m.P <= 0 || len(m.Capacity) != 5 || len(m.Efficiency) != 5 || m.Efficiency["1"] != 1 ||
 		m.Capacity["16"] <= m.Capacity["1"] || m.Efficiency["16"] >= m.Efficiency["2"] {
 		t.Fatalf("implausible model: %+v", m)
+	}
+	// The answering replica's group commits carried its decisions and
+	// lifecycle events, each with its load delta (the default, apply).
+	if m.AppendsPerGroup < 1 || m.EntriesPerRecord < 1 {
+		t.Fatalf("implausible commit shape: %v appends a group commit, %v delta entries a record", m.AppendsPerGroup, m.EntriesPerRecord)
 	}
 	// The floor replicas answered, appended and fetched (bench scale
 	// checks that each fetched every record its group appended).
