@@ -261,6 +261,17 @@ type WorkerRegistration struct {
 	Engine  string `json:"engine,omitempty"`
 }
 
+// ready reports whether the router answers /readyz 200. A router without
+// /readyz (404) counts as ready; any other answer, or none, as not yet.
+func (h *HTTPRouter) ready(ctx context.Context) (bool, error) {
+	err := h.do(ctx, http.MethodGet, "/readyz", nil, nil)
+	var ae *APIError
+	if err == nil || errors.As(err, &ae) && ae.Status == http.StatusNotFound {
+		return true, nil
+	}
+	return false, err
+}
+
 // Register registers a worker. A router older than the http_url field refuses it as
 // unknown; the worker is then registered without it (its KV events and metrics still
 // flow, only a door cannot reach its API), and the refusal is logged.
@@ -275,28 +286,35 @@ func (h *HTTPRouter) Register(ctx context.Context, w WorkerRegistration) error {
 	return err
 }
 
-// WaitWorkers polls GET /v1/workers until every id is listed, or ctx ends.
+// WaitWorkers polls the router until it is ready (/readyz) and GET
+// /v1/workers lists every id, or ctx ends. Readiness first: a router
+// restarted on an existing log lists the workers it read back, the same
+// ids a fleet registers again, while it still answers routing 503
+// not_ready.
 func (h *HTTPRouter) WaitWorkers(ctx context.Context, ids []string) error {
 	for {
-		var resp struct {
-			Workers []struct {
-				WorkerID string `json:"worker_id"`
-			} `json:"workers"`
-		}
-		err := h.do(ctx, http.MethodGet, "/v1/workers", nil, &resp)
-		if err == nil {
-			seen := map[string]bool{}
-			for _, w := range resp.Workers {
-				seen[w.WorkerID] = true
+		ready, err := h.ready(ctx)
+		if ready {
+			var resp struct {
+				Workers []struct {
+					WorkerID string `json:"worker_id"`
+				} `json:"workers"`
 			}
-			missing := 0
-			for _, id := range ids {
-				if !seen[id] {
-					missing++
+			err = h.do(ctx, http.MethodGet, "/v1/workers", nil, &resp)
+			if err == nil {
+				seen := map[string]bool{}
+				for _, w := range resp.Workers {
+					seen[w.WorkerID] = true
 				}
-			}
-			if missing == 0 {
-				return nil
+				missing := 0
+				for _, id := range ids {
+					if !seen[id] {
+						missing++
+					}
+				}
+				if missing == 0 {
+					return nil
+				}
 			}
 		}
 		select {

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 // TestRegisterSendsHTTPURL: the registration carries http_url; a router that refuses
@@ -59,5 +60,62 @@ func TestRegisterSendsHTTPURL(t *testing.T) {
 	reg.WorkerID = "bad"
 	if err := h.Register(context.Background(), reg); err == nil {
 		t.Fatal("a refusal of another field was swallowed")
+	}
+}
+
+// TestWaitWorkersWaitsForReadiness: a router restarted on an existing log
+// lists the workers it read back (the same ids a second `pdrouter dev`
+// registers) while it is still reading the log, and answers routing 503
+// not_ready meanwhile; the fleet waits for /readyz before it sends its
+// workload. A router without /readyz (404) counts as ready.
+func TestWaitWorkersWaitsForReadiness(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		notReady int // /readyz answers 503 this many times, then 200
+		noProbe  bool
+	}{{name: "replaying", notReady: 3}, {name: "without /readyz", noProbe: true}} {
+		t.Run(c.name, func(t *testing.T) {
+			var mu sync.Mutex
+			probes := 0
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				switch r.URL.Path {
+				case "/readyz":
+					if c.noProbe {
+						http.NotFound(w, r)
+						return
+					}
+					mu.Lock()
+					probes++
+					n := probes
+					mu.Unlock()
+					if n <= c.notReady {
+						w.WriteHeader(http.StatusServiceUnavailable)
+						_, _ = w.Write([]byte(`{"error":{"code":"not_ready","message":"replaying"}}`))
+						return
+					}
+					w.WriteHeader(http.StatusOK)
+				case "/v1/workers":
+					_, _ = w.Write([]byte(`{"workers":[{"worker_id":"decode-0"}]}`))
+				default:
+					http.NotFound(w, r)
+				}
+			}))
+			defer srv.Close()
+			h, err := NewHTTPRouter(srv.URL, "", "m", nil, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer h.Close()
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if err := h.WaitWorkers(ctx, []string{"decode-0"}); err != nil {
+				t.Fatal(err)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if !c.noProbe && probes != c.notReady+1 {
+				t.Fatalf("WaitWorkers returned after %d /readyz probes; the router was ready at probe %d", probes, c.notReady+1)
+			}
+		})
 	}
 }

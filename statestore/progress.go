@@ -28,10 +28,13 @@ func (p *progress) add(n int) { p.total += int64(n); p.sinceLog += int64(n) }
 func (p *progress) due() bool { return time.Since(p.last) >= p.every }
 
 // report logs one progress line when records were applied since the last
-// one or lag remains. Only catching up is a long operation: while lag
-// remains the line is at info; once caught up, the records that keep coming
-// (an idle fleet's load samples among them) are a debug line, so that an
-// idle replica's log stays quiet.
+// one or lag remains. Only catching up is a long operation: while more
+// remains than the store applied since the last line (or anything remains
+// and nothing was applied: stuck) the line is at info; once caught up, the
+// records that keep coming are a debug line, so that an idle replica's log
+// stays quiet. The lag alone cannot tell: an idle fleet's load samples
+// arrive between a fetch and the lag probe, so a replica that keeps up
+// still sees a few records to go.
 func (p *progress) report(lag int64) {
 	now := time.Now()
 	dt := now.Sub(p.last).Seconds()
@@ -41,7 +44,7 @@ func (p *progress) report(lag int64) {
 		if rate > 0 && lag > 0 {
 			args = append(args, "eta", (time.Duration(float64(lag)/rate) * time.Second).Round(time.Second))
 		}
-		if lag > 0 {
+		if lag > p.sinceLog || lag > 0 && p.sinceLog == 0 {
 			p.log.Info("statestore: progress", args...)
 		} else {
 			p.log.Debug("statestore: applied", args...)
