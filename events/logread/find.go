@@ -248,9 +248,10 @@ func (r *Reader) offsetForTime(ctx context.Context, at position, timestamp int64
 
 // Partitions returns the number of partitions of topic, from the Reader's
 // cache of its metadata, asked of the cluster on first use. With
-// KeyPartition it names the partition a keyed record was written to. A
-// topic whose partitions grew since a record was written kept the record
-// where the count of then put it, which this count no longer names.
+// KeyPartition it names the partition a keyed record was written to, as
+// long as the topic's partition count has not changed since: a record
+// stays on the partition its count at write time chose, which a larger
+// count may not name.
 func (r *Reader) Partitions(ctx context.Context, topic string) (int32, error) {
 	at := position{topic, -1, -1}
 	if topic == "" {
