@@ -73,8 +73,11 @@ N·C / (a + (N−1)·p) decisions/s, with a scaling efficiency of
 a / (a + (N−1)·p); the table gives N = 1, 2, 4, 8, 16. Split into K cells
 (serve --cell), a replica applies only its own cell's decisions, and N
 replicas answer N·C / (a + (N/K−1)·p); a second table gives K = 2 and 4.
---json prints only {"cpu_us_per_answered", "cpu_us_per_applied",
-"capacity", "efficiency", "cells"}.
+It also prints how the answering replica's group commits batched: appends
+per group commit and load delta entries per record, which a peer's p
+depends on. --json prints only {"cpu_us_per_answered",
+"cpu_us_per_applied", "capacity", "efficiency", "cells", "load_deltas",
+"appends_per_group", "delta_entries_per_record"}.
 
 --validate then checks the model on groups of 2 and 3 replica processes
 loaded evenly (--clients per replica), and on 2 and 4 replicas split into 2
@@ -96,7 +99,7 @@ every record of the topics the mode reads, and answer. Their a and p are
 the floor that HTTP and Kafka set on this machine; what the replicas spend
 above it is pdrouter's own work. --json then adds "floor":
 {"cpu_us_per_answered", "cpu_us_per_applied"} and "applied_over_floor"
-(p over the floor's p); every --json object names "load_deltas".`,
+(p over the floor's p).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return b.run(cmd.Context()) },
 	}
