@@ -142,6 +142,9 @@ func sloMode(dc *Decider, dst *Decision, d, p *Candidate) *Candidate {
 		dc.sloDelayCharges(dst, fit, d, best, &bestIn)
 		loss += s.LocalDelayCharge
 	}
+	if dc.itlBoundCharge && !sloBacklogCharge(cfg, s) {
+		backlogCharge = 0
+	}
 	s.RemoteDelayCharge = max(s.RemoteDelayCharge, backlogCharge)
 	s.LocalGoodput = selfLocal - loss
 	s.Margin = s.LocalGoodput - (s.RemoteGoodput - s.RemoteDelayCharge)
@@ -274,6 +277,19 @@ func sloBacklog(cfg *DisaggConfig, fit *LatencyFit, best *Candidate, in *Latency
 	rate := float64(max(best.RecentRequests, 0)) / float64(RecentLocalWindow.Milliseconds())
 	return max(ttftMs, backlogMs), rate * perToken * float64(max(in.Uncached, 0)), true
 }
+
+// sloBacklogCharge reports whether the backlog charge counts: only where the local
+// path's predicted ITL meets slo_itl_ms. The charge weighs the requests a prompt holds
+// up in a backlogged queue against what a local prefill costs the decode worker, and
+// it grows with the prompt, so under a backlog it moves the longest prompts local. Where
+// the decode worker's steps are already too full for this request's own ITL to meet the
+// SLO, every local prefill there lengthens the steps of all the requests it decodes,
+// which the running requests' ITL charge (a linear fit, 0.6 ms for a median local
+// prompt) does not see: on the Mooncake conversation trace at 4 GPUs, 2P2D ×1,
+// 1000/25, the charge took 44M prompt tokens onto the two decode workers (30M without
+// it) and their ITL from p50 19.4 ms to 25.4, past the SLO (docs/slo-policy.md, "At the
+// user's SLO"). There the prompt goes to the queue, as it would below the backlog.
+func sloBacklogCharge(cfg *DisaggConfig, s *SLOPrediction) bool { return s.LocalITLMs <= cfg.SLOITLMs }
 
 // residentShare is the share of the decode worker's active decode blocks that its own
 // load sample shows in use, in [0, 1] (1 without a sample or without active blocks).
