@@ -164,6 +164,12 @@ func sloMode(dc *Decider, dst *Decision, d, p *Candidate) *Candidate {
 			SLOMissFactor*max(s.RemoteTTFTMs/cfg.SLOTTFTMs, s.RemoteITLMs/cfg.SLOITLMs) &&
 			2*s.RemoteDecodeTTFTMs <= s.RemoteTTFTMs &&
 			(!dc.delayCharges || loss-s.RemoteDelayCharge < SLOMissChargeLimit)
+		if dc.itlBoundCharge && backlogged && !sloBacklogCharge(cfg, s) {
+			// Behind a backlog, with the decode worker's steps too full for local's
+			// ITL to meet: this request misses on either path, and only what it
+			// costs the others tells them apart (sloBacklogCharge).
+			local2 = loss-s.RemoteDelayCharge < SLOMissChargeLimit
+		}
 	default:
 		// Local must be better by more than SLOTieMargin; ties go remote.
 		local2 = s.Margin > SLOTieMargin
@@ -288,7 +294,15 @@ func sloBacklog(cfg *DisaggConfig, fit *LatencyFit, best *Candidate, in *Latency
 // prompt) does not see: on the Mooncake conversation trace at 4 GPUs, 2P2D ×1,
 // 1000/25, the charge took 44M prompt tokens onto the two decode workers (30M without
 // it) and their ITL from p50 19.4 ms to 25.4, past the SLO (docs/slo-policy.md, "At the
-// user's SLO"). There the prompt goes to the queue, as it would below the backlog.
+// user's SLO"). There the prompt is judged as below the backlog's charge.
+//
+// Where the charge does not count and both paths miss, the test of the miss factor
+// does not choose either: local's miss is its ITL, which a full decode worker's steps
+// set for a short prompt as for a long one (28–64 ms against 25 for prompts of under
+// 2,048 uncached tokens at synthetic 1P7D ×2, 1000/25), remote's the backlog, and the
+// request misses on both. What it costs the others does: local is taken iff its
+// charges less remote's delay charge stay below SLOMissChargeLimit, so a short prompt
+// leaves the queue, and a long one, which holds the decode worker, joins it.
 func sloBacklogCharge(cfg *DisaggConfig, s *SLOPrediction) bool { return s.LocalITLMs <= cfg.SLOITLMs }
 
 // residentShare is the share of the decode worker's active decode blocks that its own

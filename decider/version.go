@@ -20,8 +20,8 @@ import "fmt"
 //     queue and charges a remote prefill there the requests it holds up
 //     (policy_slo.go, sloBacklog). Other policies decide as in 2.
 //   - 6: the slo policy charges remote a backlog only where the local path's predicted
-//     ITL meets slo_itl_ms (policy_slo.go, sloBacklogCharge). Other policies decide as
-//     in 2.
+//     ITL meets slo_itl_ms, and where it does not and both paths miss, decides by the
+//     charges alone (policy_slo.go, sloBacklogCharge). Other policies decide as in 2.
 const Version uint32 = 6
 
 // SupportsVersion reports whether NewAt can decide with version v's semantics.
