@@ -290,11 +290,12 @@ func sloBacklog(cfg *DisaggConfig, fit *LatencyFit, best *Candidate, in *Latency
 // it grows with the prompt, so under a backlog it moves the longest prompts local. Where
 // the decode worker's steps are already too full for this request's own ITL to meet the
 // SLO, every local prefill there lengthens the steps of all the requests it decodes,
-// which the running requests' ITL charge (a linear fit, 0.6 ms for a median local
-// prompt) does not see: on the Mooncake conversation trace at 4 GPUs, 2P2D ×1,
-// 1000/25, the charge took 44M prompt tokens onto the two decode workers (30M without
-// it) and their ITL from p50 19.4 ms to 25.4, past the SLO (docs/slo-policy.md, "At the
-// user's SLO"). There the prompt is judged as below the backlog's charge.
+// which the running requests' ITL charge (a linear fit: half a millisecond for the
+// median local prompt there) does not see: on the Mooncake conversation trace at 4 GPUs,
+// 2P2D ×1, 1000/25, the charge took 44M prompt tokens onto the two decode workers and
+// their ITL to p50 25.4 ms, past the SLO; bound by local's ITL alone, 34M and 20.8 ms
+// (docs/slo-policy.md, "At the user's SLO"). There the prompt is judged as below the
+// backlog's charge.
 //
 // Where the charge does not count and both paths miss, the test of the miss factor
 // does not choose either: local's miss is its ITL, which a full decode worker's steps
