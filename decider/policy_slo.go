@@ -290,8 +290,8 @@ func sloBacklog(cfg *DisaggConfig, fit *LatencyFit, best *Candidate, in *Latency
 // it grows with the prompt, so under a backlog it moves the longest prompts local. Where
 // the decode worker's steps are already too full for this request's own ITL to meet the
 // SLO, every local prefill there lengthens the steps of all the requests it decodes,
-// which the running requests' ITL charge (a linear fit: half a millisecond for the
-// median local prompt there) does not see: on the Mooncake conversation trace at 4 GPUs,
+// which the running requests' ITL charge (a linear fit: 0.3 ms for the median local
+// prompt there) does not see: on the Mooncake conversation trace at 4 GPUs,
 // 2P2D ×1, 1000/25, the charge took 44M prompt tokens onto the two decode workers and
 // their ITL to p50 25.4 ms, past the SLO; bound by local's ITL alone, 34M and 20.8 ms
 // (docs/slo-policy.md, "At the user's SLO"). There the prompt is judged as below the
