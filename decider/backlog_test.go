@@ -69,9 +69,27 @@ func TestResidentShare(t *testing.T) {
 	}
 }
 
-// TestBacklogOnlyFromVersion5: a record of decider version 4 recomputes without the
-// backlog, as it was decided.
-func TestBacklogOnlyFromVersion5(t *testing.T) {
+// TestBacklogChargeOnlyWhereLocalITLMeets: the backlog charge counts up to and at
+// slo_itl_ms of local predicted ITL, not past it, and not for a prediction that is
+// not a number.
+func TestBacklogChargeOnlyWhereLocalITLMeets(t *testing.T) {
+	cfg := DefaultConfig().Disagg // slo_itl_ms 50
+	for _, tc := range []struct {
+		itl  float64
+		want bool
+	}{
+		{0, true}, {49.9, true}, {50, true}, {50.1, false}, {math.Inf(1), false}, {math.NaN(), false},
+	} {
+		if got := sloBacklogCharge(&cfg, &SLOPrediction{LocalITLMs: tc.itl}); got != tc.want {
+			t.Errorf("local ITL %v ms: charge counts %v; want %v", tc.itl, got, tc.want)
+		}
+	}
+}
+
+// TestSLOSemanticsByVersion: a record recomputes with the slo policy's rules of the
+// decider version it was decided by: the backlog from version 5, its charge bound by
+// local's ITL from version 6.
+func TestSLOSemanticsByVersion(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.Disagg.Policy = PolicySLO
 	for v := uint32(1); v <= Version; v++ {
@@ -79,8 +97,8 @@ func TestBacklogOnlyFromVersion5(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if dc.backlog != (v >= 5) {
-			t.Errorf("version %d: backlog %v", v, dc.backlog)
+		if dc.backlog != (v >= 5) || dc.itlBoundCharge != (v >= 6) {
+			t.Errorf("version %d: backlog %v, itl-bound charge %v", v, dc.backlog, dc.itlBoundCharge)
 		}
 	}
 }

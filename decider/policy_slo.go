@@ -142,6 +142,9 @@ func sloMode(dc *Decider, dst *Decision, d, p *Candidate) *Candidate {
 		dc.sloDelayCharges(dst, fit, d, best, &bestIn)
 		loss += s.LocalDelayCharge
 	}
+	if dc.itlBoundCharge && !sloBacklogCharge(cfg, s) {
+		backlogCharge = 0
+	}
 	s.RemoteDelayCharge = max(s.RemoteDelayCharge, backlogCharge)
 	s.LocalGoodput = selfLocal - loss
 	s.Margin = s.LocalGoodput - (s.RemoteGoodput - s.RemoteDelayCharge)
@@ -161,6 +164,12 @@ func sloMode(dc *Decider, dst *Decision, d, p *Candidate) *Candidate {
 			SLOMissFactor*max(s.RemoteTTFTMs/cfg.SLOTTFTMs, s.RemoteITLMs/cfg.SLOITLMs) &&
 			2*s.RemoteDecodeTTFTMs <= s.RemoteTTFTMs &&
 			(!dc.delayCharges || loss-s.RemoteDelayCharge < SLOMissChargeLimit)
+		if dc.itlBoundCharge && backlogged && !sloBacklogCharge(cfg, s) {
+			// Behind a backlog, with the decode worker's steps too full for local's
+			// ITL to meet: this request misses on either path, and only what it
+			// costs the others tells them apart (sloBacklogCharge).
+			local2 = loss-s.RemoteDelayCharge < SLOMissChargeLimit
+		}
 	default:
 		// Local must be better by more than SLOTieMargin; ties go remote.
 		local2 = s.Margin > SLOTieMargin
@@ -274,6 +283,28 @@ func sloBacklog(cfg *DisaggConfig, fit *LatencyFit, best *Candidate, in *Latency
 	rate := float64(max(best.RecentRequests, 0)) / float64(RecentLocalWindow.Milliseconds())
 	return max(ttftMs, backlogMs), rate * perToken * float64(max(in.Uncached, 0)), true
 }
+
+// sloBacklogCharge reports whether the backlog charge counts: only where the local
+// path's predicted ITL meets slo_itl_ms. The charge weighs the requests a prompt holds
+// up in a backlogged queue against what a local prefill costs the decode worker, and
+// it grows with the prompt, so under a backlog it moves the longest prompts local. Where
+// the decode worker's steps are already too full for this request's own ITL to meet the
+// SLO, every local prefill there lengthens the steps of all the requests it decodes,
+// which the running requests' ITL charge (a linear fit: 0.3 ms for the median local
+// prompt there) does not see: on the Mooncake conversation trace at 4 GPUs,
+// 2P2D ×1, 1000/25, the charge took 44M prompt tokens onto the two decode workers and
+// their ITL to p50 25.4 ms, past the SLO; bound by local's ITL alone, 34M and 20.8 ms
+// (docs/slo-policy.md, "At the user's SLO"). There the prompt is judged as below the
+// backlog's charge.
+//
+// Where the charge does not count and both paths miss, the test of the miss factor
+// does not choose either: local's miss is its ITL, which a full decode worker's steps
+// set for a short prompt as for a long one (28–64 ms against 25 for prompts of under
+// 2,048 uncached tokens at synthetic 1P7D ×2, 1000/25), remote's the backlog, and the
+// request misses on both. What it costs the others does: local is taken iff its
+// charges less remote's delay charge stay below SLOMissChargeLimit, so a short prompt
+// leaves the queue, and a long one, which holds the decode worker, joins it.
+func sloBacklogCharge(cfg *DisaggConfig, s *SLOPrediction) bool { return s.LocalITLMs <= cfg.SLOITLMs }
 
 // residentShare is the share of the decode worker's active decode blocks that its own
 // load sample shows in use, in [0, 1] (1 without a sample or without active blocks).

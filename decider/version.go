@@ -19,7 +19,10 @@ import "fmt"
 //   - 5: the slo policy judges a backlogged prefill worker by the prefill time of its
 //     queue and charges a remote prefill there the requests it holds up
 //     (policy_slo.go, sloBacklog). Other policies decide as in 2.
-const Version uint32 = 5
+//   - 6: the slo policy charges remote a backlog only where the local path's predicted
+//     ITL meets slo_itl_ms, and where it does not and both paths miss, decides by the
+//     charges alone (policy_slo.go, sloBacklogCharge). Other policies decide as in 2.
+const Version uint32 = 6
 
 // SupportsVersion reports whether NewAt can decide with version v's semantics.
 func SupportsVersion(v uint32) bool { return v >= 1 && v <= Version }
@@ -46,4 +49,5 @@ func (dc *Decider) setVersion(version uint32) {
 	dc.delayCharges = version >= 3
 	dc.queueCap = version >= 4
 	dc.backlog = version >= 5
+	dc.itlBoundCharge = version >= 6
 }
