@@ -24,12 +24,17 @@ import (
 // door's x-pdrouter-mode), what the engines did, and that every request's
 // outcome joins its decision in an export of the dev broker.
 func TestDevSimThroughDoor(t *testing.T) {
-	out, _, err := run(t, nil, "dev", "--data-dir", t.TempDir(), "--kafka-port", "0", "--http-addr", "127.0.0.1:0",
+	out, stderr, err := run(t, nil, "dev", "--data-dir", t.TempDir(), "--kafka-port", "0", "--http-addr", "127.0.0.1:0",
 		"--router-conditional-disagg", "--sim", "--sim-exit", "--sim-max-requests", "12", "--sim-time-scale", "10")
 	if err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
 	t.Log(out)
+	// The fleet registers a moment after the router starts: a newcomer's
+	// first run warns of nothing.
+	if strings.Contains(stderr, "no worker is registered yet") {
+		t.Fatalf("dev --sim warned of an empty registry while its fleet registered:\n%s", stderr)
+	}
 	if !strings.Contains(out, "== live via http://") || !strings.Contains(out, "outcomes     12 of 12 requests have their outcome joined to their decision (0 missing)") {
 		t.Fatalf("the run did not go through the door, or outcomes are missing:\n%s", out)
 	}

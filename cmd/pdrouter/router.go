@@ -438,15 +438,16 @@ func (b bearer) RoundTrip(req *http.Request) (*http.Response, error) {
 // checkPools enforces conditional-disagg.md's requirement of separate
 // pools once the registry has been replayed: a registry with workers but
 // without both pools is a start-up error naming what is missing. Workers may
-// register after the router starts (the simulator does), so an empty
-// registry is a warning that repeats until workers arrive.
+// register after the router starts (the simulator does, and dev's fleet a
+// moment after the API listens), so an empty registry is a warning, first
+// after poolWarnGrace, then every poolWarnEvery until workers arrive.
 func (r *routerRun) checkPools(ctx context.Context, store *statestore.Store, cfg *decider.Config, mat *statestore.Materializer) error {
 	if !cfg.ConditionalDisagg {
 		return nil
 	}
-	t := time.NewTicker(30 * time.Second)
+	t := time.NewTicker(poolWarnGrace)
 	defer t.Stop()
-	for {
+	for first := true; ; first = false {
 		if ok, _, err := mat.Ready(ctx, r.f.readyLag); err == nil && ok {
 			var (
 				n   int
@@ -459,7 +460,10 @@ func (r *routerRun) checkPools(ctx context.Context, store *statestore.Store, cfg
 			case n > 0:
 				return err
 			}
-			r.a.log.Warn("conditional disaggregation is on but no worker is registered yet", "err", err)
+			if !first {
+				r.a.log.Warn("conditional disaggregation is on but no worker is registered yet", "err", err)
+				t.Reset(poolWarnEvery)
+			}
 		}
 		select {
 		case <-ctx.Done():
@@ -468,6 +472,13 @@ func (r *routerRun) checkPools(ctx context.Context, store *statestore.Store, cfg
 		}
 	}
 }
+
+// How long an empty registry goes unreported, and how often it is
+// reported after that.
+const (
+	poolWarnGrace = 10 * time.Second
+	poolWarnEvery = 30 * time.Second
+)
 
 func wrap(what string, err error) error {
 	if err == nil || errors.Is(err, context.Canceled) {
