@@ -17,6 +17,7 @@ type Decider struct {
 	queueCap         bool       // Version ≥ 4: the slo policy's queue cap (policy_slo.go)
 	backlog          bool       // Version ≥ 5: the slo policy's backlog floor and charge (policy_slo.go)
 	itlBoundCharge   bool       // Version ≥ 6: the backlog charge bound by local's ITL (policy_slo.go)
+	coldSoleDecode   bool       // Version ≥ 7: the cold start's decode guard at the sole decode worker's load sample (policy_slo.go)
 	rule             policyRule // of cfg.Disagg.Policy
 	mode             modeRule   // of cfg.Disagg.Policy, when it has one
 }

@@ -22,7 +22,11 @@ import "fmt"
 //   - 6: the slo policy charges remote a backlog only where the local path's predicted
 //     ITL meets slo_itl_ms, and where it does not and both paths miss, decides by the
 //     charges alone (policy_slo.go, sloBacklogCharge). Other policies decide as in 2.
-const Version uint32 = 6
+//   - 7: the slo policy's cold start, in a fleet of one decode worker, lets a prompt the
+//     ISL condition sends local through the decode guard when the worker's own load
+//     sample shows room (policy_slo.go, sloColdSampleGuard). Other policies decide as
+//     in 2.
+const Version uint32 = 7
 
 // SupportsVersion reports whether NewAt can decide with version v's semantics.
 func SupportsVersion(v uint32) bool { return v >= 1 && v <= Version }
@@ -50,4 +54,5 @@ func (dc *Decider) setVersion(version uint32) {
 	dc.queueCap = version >= 4
 	dc.backlog = version >= 5
 	dc.itlBoundCharge = version >= 6
+	dc.coldSoleDecode = version >= 7
 }

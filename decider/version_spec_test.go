@@ -31,13 +31,43 @@ func TestVersion5RecomputesWithTheBacklogCharge(t *testing.T) {
 			"fit remote ttft samples=10 mean=1000 c=300,0.5\nfit remote itl samples=10 c=10\n"+
 			"expect slo.remote_delay_charge=1 mode=%s reason=%s\n\n", c.name, c.d1, c.localITL, c.mode, c.reason)
 	}
-	path := filepath.Join(t.TempDir(), "v5.txt")
-	if err := os.WriteFile(path, []byte(b.String()), 0o600); err != nil {
+	runSpecText(t, b.String(), 2)
+}
+
+// TestVersion7ColdSampleGuardOnlyAtASoleDecodeWorker: spec.txt's
+// cold_start_sole_decode_worker_guard_at_its_load_sample, changed one line at a time,
+// keeps the router's count and its denial: a second decode worker, a load sample past
+// the guard, no load sample, a configured decode_busy_source, and a record of version 6.
+// They are here, not in spec.txt, because version 6 decides them the same.
+func TestVersion7ColdSampleGuardOnlyAtASoleDecodeWorker(t *testing.T) {
+	var b strings.Builder
+	for _, c := range []struct{ name, config, disagg, d2, load string }{
+		{"two_decode_workers", "", "", "worker d2 pool=decode total_kv=1000\nactive d2 decode_blocks=990", "load d1 kv_used=100"},
+		{"sample_past_the_guard", "", "", "", "load d1 kv_used=600"},
+		{"no_load_sample", "", "", "", ""},
+		{"configured_source_max", "", `,"decode_busy_source":"max"`, "", "load d1 kv_used=100"},
+		{"version_6_record", "config version=6", "", "", "load d1 kv_used=100"},
+	} {
+		fmt.Fprintf(&b, "case slo/version_7_cold_guard_keeps_the_router_count_%s\n%s\n"+
+			"disagg {\"policy\":\"slo\"%s}\nworker d1 pool=decode total_kv=1000\n%s\n"+
+			"worker p1 pool=prefill\nworker p2 pool=prefill\nrequest prompt=100\ncache d1 device=5\n"+
+			"active d1 decode_blocks=950\n%s\n"+
+			"expect mode=remote reason=slo_cold_start_remote decode=d1 decided_by=decode_busy_threshold check.decode_busy.hit=true\n\n",
+			c.name, c.config, c.disagg, c.d2, c.load)
+	}
+	runSpecText(t, b.String(), 5)
+}
+
+// runSpecText runs the spec cases of text, which must hold want of them.
+func runSpecText(t *testing.T, text string, want int) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "spec.txt")
+	if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	cases := parseSpecFile(t, path)
-	if len(cases) != 2 {
-		t.Fatalf("%d cases; want 2", len(cases))
+	if len(cases) != want {
+		t.Fatalf("%d cases; want %d", len(cases), want)
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) { runSpecCase(t, c) })
