@@ -158,7 +158,9 @@ func jsonError(err error) error {
 		return badRequest("malformed_json", "", fmt.Sprintf("invalid JSON at byte %d: %s", se.Offset, textcut.Truncate(se.Error(), maxQuotedBytes)))
 	case errors.As(err, &ute):
 		field := textcut.Truncate(ute.Field, maxFieldBytes)
-		return badRequest("invalid_type", field, fmt.Sprintf("%s: got a JSON %s, want %s", orBody(field), ute.Value, jsonKind(ute.Type.String())))
+		// Value quotes a number's literal whole ("number 6666…"), as long as
+		// the body sent it.
+		return badRequest("invalid_type", field, fmt.Sprintf("%s: got a JSON %s, want %s", orBody(field), textcut.Truncate(ute.Value, maxQuotedBytes), jsonKind(ute.Type.String())))
 	case strings.HasPrefix(err.Error(), "json: unknown field "):
 		name := strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
 		return badRequest("unknown_field", textcut.Truncate(name, maxFieldBytes), fmt.Sprintf("unknown field %s; see /openapi.json for the accepted fields", quoted(name)))
