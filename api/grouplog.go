@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -56,6 +57,10 @@ type GroupLog struct {
 
 	met groupLogMetrics
 
+	// deltaRecords counts the load-delta records the broker acknowledged
+	// (DeltaRecords).
+	deltaRecords atomic.Uint64
+
 	// onCommit, when set (tests), is called by the commit loop with each
 	// group's size before it is produced.
 	onCommit func(appends int)
@@ -103,6 +108,11 @@ func (l *GroupLog) waiting() int {
 	defer l.mu.Unlock()
 	return l.queued
 }
+
+// DeltaRecords returns how many load-delta records the broker has
+// acknowledged: fewer than the deltas appended when a group commit merged
+// some, so a reader that counts what it fetched compares with this.
+func (l *GroupLog) DeltaRecords() uint64 { return l.deltaRecords.Load() }
 
 // ErrLogFull is returned by GroupLog.Append when maxQueued bytes of
 // records already wait for the log.
@@ -218,6 +228,12 @@ func (l *GroupLog) commit(group []*groupAppend) {
 	// its error is only the context's, which never ends here.
 	_ = l.cl.Flush(context.Background())
 	wg.Wait()
+	deltas := l.names.Physical(events.TopicLoadDeltas)
+	for j, r := range out {
+		if r.Topic == deltas && errs[j] == nil {
+			l.deltaRecords.Add(1)
+		}
+	}
 	for ai, a := range group {
 		a.pos = make([]Position, len(a.recs))
 		for i := range a.recs {

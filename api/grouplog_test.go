@@ -235,6 +235,9 @@ func TestGroupLogMergesDeltasOfOneWorker(t *testing.T) {
 				t.Fatalf("decision %s reported at %v, whose record holds %v", id, p, held[p])
 			}
 		}
+		if got := l.DeltaRecords(); got != uint64(len(recs)) {
+			t.Fatalf("DeltaRecords = %d, the topic holds %d delta records", got, len(recs))
+		}
 		if len(recs) >= clients*each {
 			t.Fatalf("%d delta records for %d appends of 3 workers: nothing was merged", len(recs), clients*each)
 		}

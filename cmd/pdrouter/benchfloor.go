@@ -124,24 +124,35 @@ type floorReplica struct {
 	// fetchedTopics: the topics the floor fetches back, whose appends it
 	// counts.
 	fetchedTopics map[string]bool
-	deltaTopic    string   // the physical name of the load deltas' topic
+	fetchesDeltas bool     // the load deltas' topic is among them
+	deltaTopic    string   // its physical name
 	keys          [][]byte // the decode workers' ids, which records are keyed by
 	next          atomic.Uint64
 	// appended and fetched let bench scale check that each floor replica
 	// fetched every record its group appended: a floor that fetched less
-	// would be a lower floor than the replicas'.
-	appended, fetched prometheus.Counter
-	bodies            sync.Pool
+	// would be a lower floor than the replicas'. Records, not entries, on
+	// both sides: plainAppended counts the records of the fetched topics
+	// other than load deltas, and the group log the delta records it
+	// produced after merging, so fetching parses nothing.
+	plainAppended atomic.Uint64
+	fetched       prometheus.Counter
+	bodies        sync.Pool
 }
 
 func runFloorReplica(ctx context.Context, cfg floorConfig) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	f := &floorReplica{
-		appended: prometheus.NewCounter(prometheus.CounterOpts{Name: floorAppendedMetric, Help: "Records the floor replica appended to its group's topics."}),
-		fetched:  prometheus.NewCounter(prometheus.CounterOpts{Name: floorFetchedMetric, Help: "Records the floor replica fetched from its group's topics."}),
-		bodies:   sync.Pool{New: func() any { return new(bytes.Buffer) }}}
-	reg.MustRegister(f.appended, f.fetched)
+		fetched: prometheus.NewCounter(prometheus.CounterOpts{Name: floorFetchedMetric, Help: "Records the floor replica fetched from its group's topics."}),
+		bodies:  sync.Pool{New: func() any { return new(bytes.Buffer) }}}
+	reg.MustRegister(f.fetched, prometheus.NewCounterFunc(prometheus.CounterOpts{Name: floorAppendedMetric, Help: "Records the floor replica appended to its group's topics."},
+		func() float64 {
+			n := f.plainAppended.Load()
+			if f.fetchesDeltas {
+				n += f.log.DeltaRecords()
+			}
+			return float64(n)
+		}))
 	for i := range cfg.decode {
 		f.keys = append(f.keys, fmt.Appendf(nil, "decode-%03d", i))
 	}
@@ -182,11 +193,12 @@ func runFloorReplica(ctx context.Context, cfg floorConfig) error {
 	f.log = api.NewGroupLog(prod, cfg.names, 64<<20, reg)
 	var topics []string
 	f.fetchedTopics = map[string]bool{}
-	f.deltaTopic = cfg.names.Physical(events.TopicLoadDeltas)
 	for _, t := range cfg.source.Topics() {
 		topics = append(topics, cfg.names.Physical(t))
 		f.fetchedTopics[cfg.names.Physical(t)] = true
+		f.fetchesDeltas = f.fetchesDeltas || t == events.TopicLoadDeltas
 	}
+	f.deltaTopic = cfg.names.Physical(events.TopicLoadDeltas)
 	cons, err := kgo.NewClient(append(append([]kgo.Opt{}, cfg.connOpts...),
 		kgo.ConsumeTopics(topics...), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.FetchMaxBytes(64<<20), kgo.FetchMaxPartitionBytes(8<<20),
@@ -232,23 +244,12 @@ func runFloorReplica(ctx context.Context, cfg floorConfig) error {
 }
 
 // fetch reads every record of the group's topics, as a replica's
-// materializer does, and only counts them: a load delta record by its
-// entries, since a group commit merges the deltas of one decode worker
-// that were appended one by one.
+// materializer does, and only counts them.
 func (f *floorReplica) fetch(ctx context.Context, cl *kgo.Client) {
-	deltas := f.deltaTopic
 	for ctx.Err() == nil {
 		fs := cl.PollFetches(ctx)
 		n := 0
-		fs.EachRecord(func(r *kgo.Record) {
-			if r.Topic == deltas {
-				if entries, ok := events.DeltaEntries(r.Value); ok {
-					n += entries
-					return
-				}
-			}
-			n++
-		})
+		fs.EachRecord(func(*kgo.Record) { n++ })
 		f.fetched.Add(float64(n))
 	}
 }
@@ -327,8 +328,8 @@ func (f *floorReplica) append(c *gin.Context, tmpl *kgo.Record, deltas []*kgo.Re
 		return false
 	}
 	for _, r := range recs {
-		if f.fetchedTopics[r.Topic] {
-			f.appended.Inc()
+		if f.fetchedTopics[r.Topic] && r.Topic != f.deltaTopic {
+			f.plainAppended.Add(1)
 		}
 	}
 	return true
