@@ -247,15 +247,20 @@ type commitShape struct {
 // shapeOf reads r's commit shape from its histograms' sums and counts;
 // a histogram it does not have (no load deltas) reads as 0.
 func shapeOf(ctx context.Context, r *scaleReplica) commitShape {
-	mean := func(name string) float64 {
-		sum, err1 := r.metric(ctx, name+"_sum")
-		n, err2 := r.metric(ctx, name+"_count")
-		if err1 != nil || err2 != nil || n == 0 {
+	mean := func(sum, n float64) float64 {
+		if n == 0 {
 			return 0
 		}
 		return sum / n
 	}
-	return commitShape{appendsPerGroup: mean("pdrouter_eventlog_group_appends"), entriesPerRecord: mean("pdrouter_load_delta_record_entries")}
+	var sh commitShape
+	if v, err := r.metrics(ctx, "pdrouter_eventlog_group_appends_sum", "pdrouter_eventlog_group_appends_count"); err == nil {
+		sh.appendsPerGroup = mean(v[0], v[1])
+	}
+	if v, err := r.metrics(ctx, "pdrouter_load_delta_record_entries_sum", "pdrouter_load_delta_record_entries_count"); err == nil {
+		sh.entriesPerRecord = mean(v[0], v[1])
+	}
+	return sh
 }
 
 // modelOf is the model of a group of two whose first replica answered
@@ -615,23 +620,44 @@ func (r *scaleReplica) cpuSeconds(ctx context.Context) (float64, error) {
 
 // metric reads an unlabelled metric of the replica's /metrics.
 func (r *scaleReplica) metric(ctx context.Context, name string) (float64, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, r.url+"/metrics", nil)
+	vs, err := r.metrics(ctx, name)
 	if err != nil {
 		return 0, err
+	}
+	return vs[0], nil
+}
+
+// metrics reads unlabelled metrics of the replica's /metrics in one
+// scrape, in the order of names.
+func (r *scaleReplica) metrics(ctx context.Context, names ...string) ([]float64, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, r.url+"/metrics", nil)
+	if err != nil {
+		return nil, err
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	defer resp.Body.Close()
+	out, found := make([]float64, len(names)), make([]bool, len(names))
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), name+" "); ok {
-			return strconv.ParseFloat(v, 64)
+		for i, name := range names {
+			if v, ok := strings.CutPrefix(sc.Text(), name+" "); ok && !found[i] {
+				if out[i], err = strconv.ParseFloat(v, 64); err != nil {
+					return nil, err
+				}
+				found[i] = true
+			}
 		}
 	}
-	return 0, fmt.Errorf("%s/metrics has no %s", r.url, name)
+	for i, ok := range found {
+		if !ok {
+			return nil, fmt.Errorf("%s/metrics has no %s", r.url, names[i])
+		}
+	}
+	return out, nil
 }
 
 // floorFetchWait bounds how long bench scale waits for floor replicas to
@@ -646,20 +672,18 @@ func checkFloorFetched(ctx context.Context, reps []*scaleReplica) error {
 	deadline := time.Now().Add(floorFetchWait)
 	for {
 		appended, behind := 0.0, ""
-		for _, r := range reps {
-			n, err := r.metric(ctx, floorAppendedMetric)
+		fetched := make([]float64, len(reps))
+		for i, r := range reps {
+			v, err := r.metrics(ctx, floorAppendedMetric, floorFetchedMetric)
 			if err != nil {
 				return err
 			}
-			appended += n
+			appended += v[0]
+			fetched[i] = v[1]
 		}
-		for _, r := range reps {
-			n, err := r.metric(ctx, floorFetchedMetric)
-			if err != nil {
-				return err
-			}
-			if n < appended {
-				behind = fmt.Sprintf("floor replica %s fetched %.0f of the %.0f records its group appended", r.url, n, appended)
+		for i, r := range reps {
+			if fetched[i] < appended {
+				behind = fmt.Sprintf("floor replica %s fetched %.0f of the %.0f records its group appended", r.url, fetched[i], appended)
 			}
 		}
 		if behind == "" {
