@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -75,9 +76,14 @@ a / (a + (N−1)·p); the table gives N = 1, 2, 4, 8, 16. Split into K cells
 replicas answer N·C / (a + (N/K−1)·p); a second table gives K = 2 and 4.
 It also prints how the answering replica's group commits batched: appends
 per group commit and load delta entries per record, which a peer's p
-depends on. --json prints only {"cpu_us_per_answered",
-"cpu_us_per_applied", "capacity", "efficiency", "cells", "load_deltas",
-"appends_per_group", "delta_entries_per_record"}.
+depends on, and p over each third of the measured time: a peer's state
+grows with the history it keeps (completed requests for twice
+--router-active-request-expiry, decision headers for --decision-retention),
+and p with it, so a p that rose over the run is not yet the p of a replica
+at its steady size, and the bench says so. --json prints only
+{"cpu_us_per_answered", "cpu_us_per_applied", "capacity", "efficiency",
+"cells", "load_deltas", "appends_per_group", "delta_entries_per_record",
+"applied_us_by_part"}.
 
 --validate then checks the model on groups of 2 and 3 replica processes
 loaded evenly (--clients per replica), and on 2 and 4 replicas split into 2
@@ -194,8 +200,9 @@ func (b *scaleBench) run(ctx context.Context) error {
 			s = fmt.Sprintf(`%s, "floor": {"cpu_us_per_answered": %.1f, "cpu_us_per_applied": %.1f}, "applied_over_floor": %.2f}`,
 				s[:len(s)-1], floor.AnsweredUS, floor.AppliedUS, m.AppliedUS/floor.AppliedUS)
 		}
-		s = fmt.Sprintf(`%s, "load_deltas": %q, "appends_per_group": %.2f, "delta_entries_per_record": %.2f}`,
-			s[:len(s)-1], b.loadDeltas, g.shape.appendsPerGroup, g.shape.entriesPerRecord)
+		byPart, _ := json.Marshal(roundedTenths(g.appliedByPart))
+		s = fmt.Sprintf(`%s, "load_deltas": %q, "appends_per_group": %.2f, "delta_entries_per_record": %.2f, "applied_us_by_part": %s}`,
+			s[:len(s)-1], b.loadDeltas, g.shape.appendsPerGroup, g.shape.entriesPerRecord, byPart)
 		fmt.Fprintln(b.a.stdout, s)
 	} else {
 		b.printModel(g, m)
@@ -226,6 +233,16 @@ func (b *scaleBench) run(ctx context.Context) error {
 	return nil
 }
 
+// roundedTenths rounds each value to 0.1, as the other figures are
+// printed; never null in JSON.
+func roundedTenths(vs []float64) []float64 {
+	out := make([]float64, len(vs))
+	for i, v := range vs {
+		out[i] = math.Round(v*10) / 10
+	}
+	return out
+}
+
 // groupRun is one measured run of a replica group.
 type groupRun struct {
 	n, cells  int
@@ -234,7 +251,23 @@ type groupRun struct {
 	answered  []int     // by replica
 	cpu       []float64 // CPU seconds over the measured time, by replica
 	shape     commitShape
+	// appliedByPart is p over each of scaleParts equal parts of the
+	// measured time, for the model's run (tracePeer).
+	appliedByPart []float64
 }
+
+// scaleParts is how many parts the model's measured time is split into
+// to show whether p held still over it. A peer's state grows with the
+// history it keeps (completed requests' facts for twice
+// --router-active-request-expiry, decisions' headers for
+// --decision-retention), and with it Pebble's compactions and the
+// collector's work: p measured over a short run is the p of a young
+// store, not of a replica at its steady size.
+const scaleParts = 3
+
+// pRising is the rise of p from the first part to the last past which
+// the bench warns that the run was too short to measure a steady p.
+const pRising = 0.2
 
 // commitShape is how the answering replica's group commits batched, over
 // the whole run: appends per group commit and load delta entries per
@@ -336,12 +369,19 @@ func (b *scaleBench) runGroup(ctx context.Context, n, cells int, spread, floor b
 		}
 	}
 	var profiling sync.WaitGroup
+	var trace *peerTrace
 	cfg.OnMeasure = func(measuring bool) {
 		if measuring {
 			read(-1)
 			b.startProfiles(ctx, &profiling, reps, map[bool]string{false: "replicas", true: "floor"}[floor])
+			if n == 2 && !spread && !floor {
+				trace = tracePeer(ctx, reps[0], reps[1], b.cfg.Duration/scaleParts)
+			}
 		} else {
 			read(+1)
+			if trace != nil {
+				g.appliedByPart = trace.stop(ctx)
+			}
 		}
 	}
 	b.a.log.Info("bench scale: group", "replicas", n, "cells", cells, "floor", floor, "load_on", map[bool]string{true: "every replica", false: "the first replica"}[spread])
@@ -363,6 +403,89 @@ func (b *scaleBench) runGroup(ctx context.Context, n, cells int, spread, floor b
 	g.answered = make([]int, n)
 	copy(g.answered, res.ByTarget)
 	return g, nil
+}
+
+// peerTrace samples, during the model's measured time, the decisions the
+// answering replica made and the CPU the applying one spent, so that p
+// can be given by part of that time.
+type peerTrace struct {
+	answering, applying *scaleReplica
+	done                chan struct{}
+	wg                  sync.WaitGroup
+	mu                  sync.Mutex
+	samples             [][2]float64 // decisions answered, the peer's CPU seconds
+}
+
+// tracePeer samples at once and then every interval, parts−1 times: the
+// last sample is stop's, at the end of the measured time.
+func tracePeer(ctx context.Context, answering, applying *scaleReplica, every time.Duration) *peerTrace {
+	t := &peerTrace{answering: answering, applying: applying, done: make(chan struct{})}
+	t.sample(ctx)
+	t.wg.Go(func() {
+		tick := time.NewTicker(every)
+		defer tick.Stop()
+		for range scaleParts - 1 {
+			select {
+			case <-t.done:
+				return
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+				t.sample(ctx)
+			}
+		}
+	})
+	return t
+}
+
+// sample reads both counters; a failed read leaves the sample out, and
+// its part is then merged into the next.
+func (t *peerTrace) sample(ctx context.Context) {
+	d, err := t.answering.metric(ctx, "pdrouter_decision_duration_seconds_count")
+	if err != nil {
+		return
+	}
+	c, err := t.applying.cpuSeconds(ctx)
+	if err != nil {
+		return
+	}
+	t.mu.Lock()
+	t.samples = append(t.samples, [2]float64{d, c})
+	t.mu.Unlock()
+}
+
+// stop takes the last sample and returns p, in µs per decision, over each
+// part between samples that had decisions.
+func (t *peerTrace) stop(ctx context.Context) []float64 {
+	close(t.done)
+	t.wg.Wait()
+	t.sample(ctx)
+	return perPart(t.samples)
+}
+
+// perPart is p in µs per decision between successive samples of
+// (decisions answered, the peer's CPU seconds); a part without decisions
+// is merged into the next.
+func perPart(samples [][2]float64) []float64 {
+	var out []float64
+	last := 0
+	for i := 1; i < len(samples); i++ {
+		dd, dc := samples[i][0]-samples[last][0], samples[i][1]-samples[last][1]
+		if dd > 0 {
+			out = append(out, dc*1e6/dd)
+			last = i
+		}
+	}
+	return out
+}
+
+// rise is how much p grew from the first part to the last (0 with fewer
+// than two parts).
+func rise(ps []float64) float64 {
+	if len(ps) < 2 || ps[0] <= 0 {
+		return 0
+	}
+	return ps[len(ps)-1]/ps[0] - 1
 }
 
 // startProfiles has each replica profile its CPU over the measured time,
@@ -398,6 +521,17 @@ func (b *scaleBench) printModel(g groupRun, m scalemodel.Model) {
 		g.res.Throughput, g.res.P50.Round(time.Microsecond), g.res.P99.Round(time.Microsecond), g.res.P999.Round(time.Microsecond), g.res.Completions)
 	fmt.Fprintf(w, "cpu per answered decision\t%.1f µs\t(a: the answering replica, %.2f cores)\n", m.AnsweredUS, g.cpu[0]/g.res.Elapsed.Seconds())
 	fmt.Fprintf(w, "cpu per applied peer decision\t%.1f µs\t(p: the other replica, %.2f cores)\n", m.AppliedUS, g.cpu[1]/g.res.Elapsed.Seconds())
+	if len(g.appliedByPart) > 0 {
+		parts := make([]string, len(g.appliedByPart))
+		for i, p := range g.appliedByPart {
+			parts[i] = fmt.Sprintf("%.1f", p)
+		}
+		note := "(p over successive parts of the measured time)"
+		if r := rise(g.appliedByPart); r > pRising {
+			note = fmt.Sprintf("(rose %.0f%% over the measured time: the peer's state was still growing; a longer --duration measures a p nearer its steady value)", 100*r)
+		}
+		fmt.Fprintf(w, "p by part of the time\t%s µs\t%s\n", strings.Join(parts, ", "), note)
+	}
 	fmt.Fprintf(w, "group commits\t%.1f appends each, %.1f load delta entries a record\t(the answering replica)\n", g.shape.appendsPerGroup, g.shape.entriesPerRecord)
 	fmt.Fprintf(w, "load average\t%s\n", loadAverage())
 	_ = w.Flush()

@@ -5,9 +5,11 @@ import (
 	"compress/gzip"
 	"encoding/json"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -60,8 +62,9 @@ func checkBenchScale(t *testing.T, brokers []string, validate bool) {
 			A float64 `json:"cpu_us_per_answered"`
 			P float64 `json:"cpu_us_per_applied"`
 		} `json:"floor"`
-		AppendsPerGroup  float64 `json:"appends_per_group"`
-		EntriesPerRecord float64 `json:"delta_entries_per_record"`
+		AppendsPerGroup  float64   `json:"appends_per_group"`
+		EntriesPerRecord float64   `json:"delta_entries_per_record"`
+		ByPart           []float64 `json:"applied_us_by_part"`
 	}
 	if err := json.Unmarshal([]byte(out), &m); err != nil {
 		t.Fatalf("stdout is not the JSON object: %v\n%s", err, out)
@@ -74,6 +77,11 @@ func checkBenchScale(t *testing.T, brokers []string, validate bool) {
 	// lifecycle events, each with its load delta (the default, apply).
 	if m.AppendsPerGroup < 1 || m.EntriesPerRecord < 1 {
 		t.Fatalf("implausible commit shape: %v appends a group commit, %v delta entries a record", m.AppendsPerGroup, m.EntriesPerRecord)
+	}
+	// p over each part of the measured time: every part had decisions,
+	// and the peer spent CPU on them.
+	if len(m.ByPart) != scaleParts || slices.ContainsFunc(m.ByPart, func(p float64) bool { return p <= 0 }) {
+		t.Fatalf("p by part of the measured time: %v, want %d positive values", m.ByPart, scaleParts)
 	}
 	// The floor replicas answered, appended and fetched (bench scale
 	// checks that each fetched every record its group appended).
@@ -115,5 +123,26 @@ func checkBenchScale(t *testing.T, brokers []string, validate bool) {
 		if answered, _ := strconv.Atoi(r[4]); answered == 0 {
 			t.Errorf("replica %s answered nothing: the load was not spread:\n%s", r[1], errOut)
 		}
+	}
+}
+
+// TestPeerCPUByPart: p by part of the measured time, a part without
+// decisions merged into the next, and the rise from the first to the last.
+func TestPeerCPUByPart(t *testing.T) {
+	got := perPart([][2]float64{{100, 1.0}, {1100, 1.03}, {1100, 1.04}, {2100, 1.08}, {3100, 1.13}})
+	want := []float64{30, 50, 50}
+	if len(got) != len(want) {
+		t.Fatalf("perPart = %v, want %v", got, want)
+	}
+	for i := range want {
+		if math.Abs(got[i]-want[i]) > 1e-6 {
+			t.Fatalf("perPart = %v, want %v", got, want)
+		}
+	}
+	if r := rise(got); math.Abs(r-2.0/3) > 1e-9 {
+		t.Errorf("rise(%v) = %v, want 2/3", got, r)
+	}
+	if r := rise([]float64{40}); r != 0 {
+		t.Errorf("rise of one part = %v, want 0", r)
 	}
 }
