@@ -89,7 +89,8 @@ func TestBacklogChargeOnlyWhereLocalITLMeets(t *testing.T) {
 // TestSLOSemanticsByVersion: a record recomputes with the slo policy's rules of the
 // decider version it was decided by: the backlog from version 5, its charge bound by
 // local's ITL from version 6, the cold start's guard at a sole decode worker's load
-// sample from version 7.
+// sample from version 7, its fallback prefill busy threshold at a sole decode worker
+// from version 8.
 func TestSLOSemanticsByVersion(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.Disagg.Policy = PolicySLO
@@ -98,8 +99,9 @@ func TestSLOSemanticsByVersion(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if dc.backlog != (v >= 5) || dc.itlBoundCharge != (v >= 6) || dc.coldSoleDecode != (v >= 7) {
-			t.Errorf("version %d: backlog %v, itl-bound charge %v, cold guard at the sample %v", v, dc.backlog, dc.itlBoundCharge, dc.coldSoleDecode)
+		if dc.backlog != (v >= 5) || dc.itlBoundCharge != (v >= 6) || dc.coldSoleDecode != (v >= 7) || dc.coldSoleBusy != (v >= 8) {
+			t.Errorf("version %d: backlog %v, itl-bound charge %v, cold guard at the sample %v, sole decode busy fallback %v",
+				v, dc.backlog, dc.itlBoundCharge, dc.coldSoleDecode, dc.coldSoleBusy)
 		}
 	}
 }

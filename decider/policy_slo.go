@@ -14,6 +14,19 @@ package decider
 const (
 	SLOFallbackPrefillBusy = 2.0
 	SLOFallbackDecodeBusy  = 0.5
+	// SLOFallbackPrefillBusySoleDecode is the cold start's fallback prefill busy
+	// threshold in a fleet of one decode worker (decider version 8). There a prompt the
+	// prefill-busy condition sends local is prefilled on the worker every running
+	// request decodes on, and each such prefill lengthens all of their steps; the cold
+	// start decides most of such a run (2,866 of 3,983 decisions at synthetic 7P1D ×1.5,
+	// 1000/25, with version 7). Measured on the twelve one-decode-worker cells of the
+	// tight-SLO grid: at 2.0, 75.8% at 7P1D ×1.5 against isl_bounding's 76.6%, and
+	// conversation 3P1D ×0.5 at 4 GPUs 56.6% against 57.5%; at 3.0, 77.1% and 57.5%, no
+	// cell below the best static setup by more than 0.5 pp; at 4.0, 77.2% but 55.7%; at
+	// 8.0 (as with the ISL condition alone) synthetic 3P1D ×1 at 4 GPUs fell from 54.4% to
+	// 34.7%: there the prefill-busy condition is what beats isl_bounding's 36.2%
+	// (docs/slo-policy.md, "At the user's SLO").
+	SLOFallbackPrefillBusySoleDecode = 3.0
 	// SLOTieMargin is how much expected goodput local prefill must gain over remote
 	// prefill to be chosen: within it the paths tie, and a tie goes remote. What a
 	// local prefill costs the decode worker's later requests is only partly in the
@@ -407,12 +420,17 @@ func (dc *Decider) sloMeet(fit *LatencyFit, path LatencyPath, ttft, itl float64)
 }
 
 // sloColdStart is isl_or_load with the decode guard, under the slo policy's own reason
-// codes, with the fallback thresholds when the config leaves them unset.
+// codes, with the fallback thresholds when the config leaves them unset (the prefill
+// busy one higher in a fleet of one decode worker, SLOFallbackPrefillBusySoleDecode).
 func sloColdStart(dc *Decider, dst *Decision, d, p *Candidate) *Candidate {
 	cfg := dc.cfg.Disagg // a copy: the fallback guard threshold must not leak
 	thr := dc.prefillThreshold
+	sole := soleDecodeWorker(dst)
 	if _, ok := dc.cfg.PrefillBusyThreshold(); !ok {
 		thr = SLOFallbackPrefillBusy
+		if dc.coldSoleBusy && sole {
+			thr = SLOFallbackPrefillBusySoleDecode
+		}
 	}
 	if !cfg.DecodeBusyThreshold.Set {
 		cfg.DecodeBusyThreshold = Some(SLOFallbackDecodeBusy)
@@ -421,7 +439,7 @@ func sloColdStart(dc *Decider, dst *Decision, d, p *Candidate) *Candidate {
 	dst.PolicyBypass = res.bypass
 	known, busy := decodeBusy(dst, d, &cfg)
 	if dc.coldSoleDecode && busy && res.bypass && res.decider != &dst.PrefillBusy &&
-		cfg.DecodeBusySource == BusySourceRouter && soleDecodeWorker(dst) {
+		cfg.DecodeBusySource == BusySourceRouter && sole {
 		known, busy = sloColdSampleGuard(dst, d, &cfg)
 	}
 	decider := res.decider

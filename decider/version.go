@@ -26,7 +26,11 @@ import "fmt"
 //     ISL condition sends local through the decode guard when the worker's own load
 //     sample shows room (policy_slo.go, sloColdSampleGuard). Other policies decide as
 //     in 2.
-const Version uint32 = 7
+//   - 8: the slo policy's cold start, in a fleet of one decode worker and with
+//     prefill_busy_threshold unset, sees a prefill worker as busy past 3 × its
+//     max_num_batched_tokens, not 2 (policy_slo.go, SLOFallbackPrefillBusySoleDecode).
+//     Other policies decide as in 2.
+const Version uint32 = 8
 
 // SupportsVersion reports whether NewAt can decide with version v's semantics.
 func SupportsVersion(v uint32) bool { return v >= 1 && v <= Version }
@@ -55,4 +59,5 @@ func (dc *Decider) setVersion(version uint32) {
 	dc.backlog = version >= 5
 	dc.itlBoundCharge = version >= 6
 	dc.coldSoleDecode = version >= 7
+	dc.coldSoleBusy = version >= 8
 }

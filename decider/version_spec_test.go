@@ -58,6 +58,27 @@ func TestVersion7ColdSampleGuardOnlyAtASoleDecodeWorker(t *testing.T) {
 	runSpecText(t, b.String(), 5)
 }
 
+// TestVersion8SoleDecodeBusyFallbackOnlyAtASoleDecodeWorker: spec.txt's
+// cold_start_sole_decode_worker_prefill_busy_fallback_at_3 keeps a threshold of 2 ×
+// max_num_batched_tokens, and its local prefill, with a second decode worker, in a
+// record of version 7, and with prefill_busy_threshold configured at 2. They are here,
+// not in spec.txt, because version 7 decides them the same.
+func TestVersion8SoleDecodeBusyFallbackOnlyAtASoleDecodeWorker(t *testing.T) {
+	var b strings.Builder
+	for _, c := range []struct{ name, config, disagg, d2 string }{
+		{"two_decode_workers", "", "", "worker d2 pool=decode total_kv=1000"},
+		{"version_7_record", "config version=7", "", ""},
+		{"configured_threshold", "", `,"prefill_busy_threshold":2`, ""},
+	} {
+		fmt.Fprintf(&b, "case slo/version_8_cold_start_keeps_the_threshold_of_2_%s\n%s\n"+
+			"disagg {\"policy\":\"slo\"%s}\nworker d1 pool=decode total_kv=1000\n%s\n"+
+			"worker p1 pool=prefill mnbt=1000\nrequest prompt=1000\nload p1 prefill_tokens=2500\n"+
+			"expect mode=local reason=slo_cold_start_local check.prefill_busy.limit=2000 check.prefill_busy.hit=true\n\n",
+			c.name, c.config, c.disagg, c.d2)
+	}
+	runSpecText(t, b.String(), 3)
+}
+
 // runSpecText runs the spec cases of text, which must hold want of them.
 func runSpecText(t *testing.T, text string, want int) {
 	t.Helper()
