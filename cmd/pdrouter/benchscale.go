@@ -80,7 +80,8 @@ depends on, and p over each third of the measured time: a peer's state
 grows with the history it keeps (completed requests for twice
 --router-active-request-expiry, decision headers for --decision-retention),
 and p with it, so a p that rose over the run is not yet the p of a replica
-at its steady size, and the bench says so. --json prints only
+at its steady size, and the bench says so (--warmup 2m gives the peer a
+few minutes' history before the measured time). --json prints only
 {"cpu_us_per_answered", "cpu_us_per_applied", "capacity", "efficiency",
 "cells", "load_deltas", "appends_per_group", "delta_entries_per_record",
 "applied_us_by_part"}.
@@ -528,7 +529,7 @@ func (b *scaleBench) printModel(g groupRun, m scalemodel.Model) {
 		}
 		note := "(p over successive parts of the measured time)"
 		if r := rise(g.appliedByPart); r > pRising {
-			note = fmt.Sprintf("(rose %.0f%% over the measured time: the peer's state was still growing; a longer --duration measures a p nearer its steady value)", 100*r)
+			note = fmt.Sprintf("(rose %.0f%% over the measured time: the peer's state was still growing; a longer --warmup gives it history before the measured time)", 100*r)
 		}
 		fmt.Fprintf(w, "p by part of the time\t%s µs\t%s\n", strings.Join(parts, ", "), note)
 	}
