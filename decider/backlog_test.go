@@ -90,7 +90,8 @@ func TestBacklogChargeOnlyWhereLocalITLMeets(t *testing.T) {
 // decider version it was decided by: the backlog from version 5, its charge bound by
 // local's ITL from version 6, the cold start's guard at a sole decode worker's load
 // sample from version 7, its fallback prefill busy threshold at a sole decode worker
-// from version 8.
+// from version 8, the ITL guard standing aside behind a backlog at several decode
+// workers from version 9.
 func TestSLOSemanticsByVersion(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.Disagg.Policy = PolicySLO
@@ -99,9 +100,10 @@ func TestSLOSemanticsByVersion(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if dc.backlog != (v >= 5) || dc.itlBoundCharge != (v >= 6) || dc.coldSoleDecode != (v >= 7) || dc.coldSoleBusy != (v >= 8) {
-			t.Errorf("version %d: backlog %v, itl-bound charge %v, cold guard at the sample %v, sole decode busy fallback %v",
-				v, dc.backlog, dc.itlBoundCharge, dc.coldSoleDecode, dc.coldSoleBusy)
+		if dc.backlog != (v >= 5) || dc.itlBoundCharge != (v >= 6) || dc.coldSoleDecode != (v >= 7) || dc.coldSoleBusy != (v >= 8) ||
+			dc.backlogITLGuard != (v >= 9) {
+			t.Errorf("version %d: backlog %v, itl-bound charge %v, cold guard at the sample %v, sole decode busy fallback %v, itl guard aside behind a backlog %v",
+				v, dc.backlog, dc.itlBoundCharge, dc.coldSoleDecode, dc.coldSoleBusy, dc.backlogITLGuard)
 		}
 	}
 }

@@ -19,6 +19,7 @@ type Decider struct {
 	itlBoundCharge   bool       // Version ≥ 6: the backlog charge bound by local's ITL (policy_slo.go)
 	coldSoleDecode   bool       // Version ≥ 7: the cold start's decode guard at the sole decode worker's load sample (policy_slo.go)
 	coldSoleBusy     bool       // Version ≥ 8: the cold start's fallback prefill busy threshold at a sole decode worker (policy_slo.go)
+	backlogITLGuard  bool       // Version ≥ 9: no ITL guard veto behind a backlog at several decode workers (policy_slo.go)
 	rule             policyRule // of cfg.Disagg.Policy
 	mode             modeRule   // of cfg.Disagg.Policy, when it has one
 }

@@ -30,7 +30,10 @@ import "fmt"
 //     prefill_busy_threshold unset, sees a prefill worker as busy past 3 × its
 //     max_num_batched_tokens, not 2 (policy_slo.go, SLOFallbackPrefillBusySoleDecode).
 //     Other policies decide as in 2.
-const Version uint32 = 8
+//   - 9: the slo policy's ITL guard does not veto a local prefill behind a backlogged
+//     prefill worker in a fleet of several decode workers (policy_slo.go,
+//     sloITLGuardStandsAside). Other policies decide as in 2.
+const Version uint32 = 9
 
 // SupportsVersion reports whether NewAt can decide with version v's semantics.
 func SupportsVersion(v uint32) bool { return v >= 1 && v <= Version }
@@ -60,4 +63,5 @@ func (dc *Decider) setVersion(version uint32) {
 	dc.itlBoundCharge = version >= 6
 	dc.coldSoleDecode = version >= 7
 	dc.coldSoleBusy = version >= 8
+	dc.backlogITLGuard = version >= 9
 }

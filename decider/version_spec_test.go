@@ -64,19 +64,41 @@ func TestVersion7ColdSampleGuardOnlyAtASoleDecodeWorker(t *testing.T) {
 // record of version 7, and with prefill_busy_threshold configured at 2. They are here,
 // not in spec.txt, because version 7 decides them the same.
 func TestVersion8SoleDecodeBusyFallbackOnlyAtASoleDecodeWorker(t *testing.T) {
+	runSpecVariants(t, "case slo/version_8_cold_start_keeps_the_threshold_of_2_%s\n%s\n"+
+		"disagg {\"policy\":\"slo\"%s}\nworker d1 pool=decode total_kv=1000\n%s\n"+
+		"worker p1 pool=prefill mnbt=1000\nrequest prompt=1000\nload p1 prefill_tokens=2500\n"+
+		"expect mode=local reason=slo_cold_start_local check.prefill_busy.limit=2000 check.prefill_busy.hit=true\n\n",
+		[]any{"two_decode_workers", "", "", "worker d2 pool=decode total_kv=1000"},
+		[]any{"version_7_record", "config version=7", "", ""},
+		[]any{"configured_threshold", "", `,"prefill_busy_threshold":2`, ""})
+}
+
+// TestVersion9ITLGuardStandsAsideOnlyBehindABacklogAtSeveralDecodeWorkers: spec.txt's
+// backlog_itl_guard_stands_aside_at_several_decode_workers keeps the guard's veto with
+// one decode worker, with p1 not backlogged, and in a record of version 8. They are
+// here, not in spec.txt, because version 8 decides them the same.
+func TestVersion9ITLGuardStandsAsideOnlyBehindABacklogAtSeveralDecodeWorkers(t *testing.T) {
+	const d2 = "worker d2 pool=decode\nactive d2 requests=2 decode_blocks=30"
+	runSpecVariants(t, "case slo/version_9_itl_guard_vetoes_%s\n%s\n"+
+		"disagg {\"policy\":\"slo\",\"slo_min_samples\":10}\nworker d1 pool=decode\n%s\nworker p1 pool=prefill\n"+
+		"request prompt=1000\nactive d1 requests=2 decode_blocks=30\nactive p1 prefill_tokens=%d\n"+
+		"fit local ttft samples=10 c=100,1\nfit local itl samples=10 c=10\n"+
+		"fit remote ttft samples=10 c=300,0.5\nfit remote itl samples=10 sigma=1000 c=10,0,0,0,0,0,0.05\n"+
+		"expect mode=remote reason=slo_local_denied_itl_guard decided_by=slo_itl_guard distance=10\n\n",
+		[]any{"one_decode_worker", "", "", 5000},
+		[]any{"no_backlog", "", d2, 0},
+		[]any{"version_8_record", "config version=8", d2, 5000})
+}
+
+// runSpecVariants runs format, filled with each row's values, as spec cases: every one
+// must hold.
+func runSpecVariants(t *testing.T, format string, rows ...[]any) {
+	t.Helper()
 	var b strings.Builder
-	for _, c := range []struct{ name, config, disagg, d2 string }{
-		{"two_decode_workers", "", "", "worker d2 pool=decode total_kv=1000"},
-		{"version_7_record", "config version=7", "", ""},
-		{"configured_threshold", "", `,"prefill_busy_threshold":2`, ""},
-	} {
-		fmt.Fprintf(&b, "case slo/version_8_cold_start_keeps_the_threshold_of_2_%s\n%s\n"+
-			"disagg {\"policy\":\"slo\"%s}\nworker d1 pool=decode total_kv=1000\n%s\n"+
-			"worker p1 pool=prefill mnbt=1000\nrequest prompt=1000\nload p1 prefill_tokens=2500\n"+
-			"expect mode=local reason=slo_cold_start_local check.prefill_busy.limit=2000 check.prefill_busy.hit=true\n\n",
-			c.name, c.config, c.disagg, c.d2)
+	for _, r := range rows {
+		fmt.Fprintf(&b, format, r...)
 	}
-	runSpecText(t, b.String(), 3)
+	runSpecText(t, b.String(), len(rows))
 }
 
 // runSpecText runs the spec cases of text, which must hold want of them.
