@@ -138,8 +138,8 @@ func (lr *LocalRouter) Route(_ context.Context, r *Request, tokens []uint32) (De
 		ent.prefillAt, ent.prefillTok = ent.decode, d.EffectiveISL
 	}
 	at, decode, prefillAt, chain, extra, prefillTok := v.q.now, ent.decode, ent.prefillAt, ent.chain, ent.extra, ent.prefillTok
-	lr.publishDecision(ent, func(act []workerActive) {
-		act[decode].add(chain, extra)
+	lr.publishDecision(ent, func(act []workerActive, peer bool) {
+		act[decode].add(lr.replicas.peerShare(chain, extra, peer))
 		act[decode].noteDecided(at)
 		if remote {
 			act[prefillAt].noteDecided(at)
@@ -188,7 +188,7 @@ func (lr *LocalRouter) PrefillDone(_ context.Context, r *Request, ttft time.Dura
 	}
 	if ent := lr.inflight[r.ID]; ent != nil && ent.prefillAt >= 0 {
 		at, tok := ent.prefillAt, ent.prefillTok
-		lr.publish(ent, func(act []workerActive) { act[at].prefillTok -= tok })
+		lr.publish(ent, func(act []workerActive, _ bool) { act[at].prefillTok -= tok })
 		ent.prefillAt = -1
 	}
 }
@@ -204,7 +204,7 @@ func (lr *LocalRouter) Completed(ctx context.Context, r *Request, outputTokens i
 	}
 	lr.PrefillDone(ctx, r, 0)
 	decode, chain, extra := ent.decode, ent.chain, ent.extra
-	lr.publish(ent, func(act []workerActive) { act[decode].remove(chain, extra) })
+	lr.publish(ent, func(act []workerActive, peer bool) { act[decode].remove(lr.replicas.peerShare(chain, extra, peer)) })
 	delete(lr.inflight, r.ID)
 }
 

@@ -3,6 +3,8 @@ package sim
 import (
 	"fmt"
 	"time"
+
+	"github.com/pdrouter/pdrouter/events"
 )
 
 // Replicas of pdrouter share the load of each other's decisions through the log, so a
@@ -26,6 +28,10 @@ type Replicas struct {
 	N int
 	// Lag is how late a replica sees its peers' effects (0: at once, one shared view).
 	Lag time.Duration
+	// PeerHashes is how many leading hashes of a peer's chain a replica sees, as a
+	// load delta carries them (the writer cuts each chain, and the blocks past the
+	// cut count as blocks without a hash); 0: the whole chain.
+	PeerHashes int
 }
 
 // MaxReplicas bounds Replicas.N: each replica keeps its own view of every worker.
@@ -45,6 +51,9 @@ func (r Replicas) Validate() error {
 	if r.Lag < 0 || r.Lag > MaxReplicaLag {
 		return fmt.Errorf("--replica-lag %s: want 0 to %s of simulated time", r.Lag, MaxReplicaLag)
 	}
+	if r.PeerHashes < 0 || r.PeerHashes > events.MaxDeltaHashes {
+		return fmt.Errorf("--replica-hashes %d: want 0 (the whole chain) to %d, the most a load delta carries", r.PeerHashes, events.MaxDeltaHashes)
+	}
 	return nil
 }
 
@@ -52,12 +61,26 @@ func (r Replicas) Validate() error {
 // same accounting, which is one router's, and the runs are one router's byte for byte.
 func (r Replicas) shared() bool { return r.N <= 1 || r.Lag == 0 }
 
-// String is "8 replicas, 50ms lag", or "1 replica".
+// String is "8 replicas, 50ms lag", or "1 replica", with ", peers' chains cut to 32
+// hashes" when they are.
 func (r Replicas) String() string {
 	if r.N <= 1 {
 		return "1 replica"
 	}
-	return fmt.Sprintf("%d replicas, %s lag", r.N, r.Lag)
+	s := fmt.Sprintf("%d replicas, %s lag", r.N, r.Lag)
+	if r.PeerHashes > 0 {
+		s += fmt.Sprintf(", peers' chains cut to %d hashes", r.PeerHashes)
+	}
+	return s
+}
+
+// peerShare is the chain and the blocks without a hash that a replica counts for a
+// request: a peer's chain cut to PeerHashes, the rest of its blocks without a hash.
+func (r Replicas) peerShare(chain []uint64, extra int64, peer bool) ([]uint64, int64) {
+	if !peer || r.PeerHashes == 0 || len(chain) <= r.PeerHashes {
+		return chain, extra
+	}
+	return chain[:r.PeerHashes], extra + int64(len(chain)-r.PeerHashes)
 }
 
 // WithReplicas makes the router r.N replicas that see each other r.Lag late. With one
@@ -116,12 +139,13 @@ func (rs *replicaSet) next() int {
 }
 
 // publish applies an effect of ent's decision to the accounting: at once to the
-// replica that decided (or to the one shared view), and rs.lag later to its peers.
+// replica that decided (or to the one shared view), and rs.lag later to its peers;
+// apply learns which (peer).
 // The effects of one request reach a peer in the order they happened, since they are
 // all late by the same lag and the event queue keeps the order of equal times.
-func (lr *LocalRouter) publish(ent *activeEntry, apply func([]workerActive)) {
+func (lr *LocalRouter) publish(ent *activeEntry, apply func(act []workerActive, peer bool)) {
 	if lr.reps == nil {
-		apply(lr.view.active)
+		apply(lr.view.active, false)
 		return
 	}
 	lr.reps.publish(ent.replica, apply, nil)
@@ -130,10 +154,10 @@ func (lr *LocalRouter) publish(ent *activeEntry, apply func([]workerActive)) {
 // publishDecision is publish for the decision itself, which also counts whether it
 // raced a peer's decision on its decode worker, and keeps its peers blind to the
 // worker until it reaches them.
-func (lr *LocalRouter) publishDecision(ent *activeEntry, apply func([]workerActive)) {
+func (lr *LocalRouter) publishDecision(ent *activeEntry, apply func(act []workerActive, peer bool)) {
 	rs := lr.reps
 	if rs == nil {
-		apply(lr.view.active)
+		apply(lr.view.active, false)
 		return
 	}
 	decode := ent.decode
@@ -150,14 +174,14 @@ func (lr *LocalRouter) publishDecision(ent *activeEntry, apply func([]workerActi
 
 // publish applies to the owner's view at once and to each peer's lag later, then
 // calls seen (when not nil) with the peer.
-func (rs *replicaSet) publish(owner int, apply func([]workerActive), seen func(peer int)) {
-	apply(rs.views[owner])
+func (rs *replicaSet) publish(owner int, apply func(act []workerActive, peer bool), seen func(peer int)) {
+	apply(rs.views[owner], false)
 	rs.q.after(rs.lag, func() {
 		for i, v := range rs.views {
 			if i == owner {
 				continue
 			}
-			apply(v)
+			apply(v, true)
 			if seen != nil {
 				seen(i)
 			}

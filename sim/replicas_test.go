@@ -226,3 +226,44 @@ func synthetic40s(t *testing.T) *Workload {
 	}
 	return w
 }
+
+// TestReplicasPeerHashes: a replica counts a peer's chain cut to PeerHashes and the
+// blocks past the cut without a hash, so the request's blocks are the same whatever
+// the cut; its own requests, and every request with no cut, keep the whole chain.
+func TestReplicasPeerHashes(t *testing.T) {
+	chain := make([]uint64, 40)
+	for i := range chain {
+		chain[i] = uint64(i + 1)
+	}
+	for _, c := range []struct {
+		name      string
+		r         Replicas
+		peer      bool
+		hashes    int
+		extra     int64
+		validates bool
+	}{
+		{"a peer's, cut", Replicas{N: 8, Lag: time.Millisecond, PeerHashes: 32}, true, 32, 3 + 8, true},
+		{"its own, whole", Replicas{N: 8, Lag: time.Millisecond, PeerHashes: 32}, false, 40, 3, true},
+		{"no cut", Replicas{N: 8, Lag: time.Millisecond}, true, 40, 3, true},
+		{"a cut past the chain", Replicas{N: 8, Lag: time.Millisecond, PeerHashes: 64}, true, 40, 3, true},
+		{"past a delta's bound", Replicas{N: 8, PeerHashes: 257}, true, 40, 3, false},
+		{"negative", Replicas{N: 8, PeerHashes: -1}, true, 40, 3, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if err := c.r.Validate(); (err == nil) != c.validates {
+				t.Fatalf("Validate: %v, want valid %v", err, c.validates)
+			}
+			if !c.validates {
+				return
+			}
+			got, extra := c.r.peerShare(chain, 3, c.peer)
+			if len(got) != c.hashes || extra != c.extra || !reflect.DeepEqual(got, chain[:c.hashes]) {
+				t.Fatalf("peerShare: %d hashes and %d without a hash, want %d and %d", len(got), extra, c.hashes, c.extra)
+			}
+			if int64(len(got))+extra != int64(len(chain))+3 {
+				t.Fatalf("the request's blocks changed with the cut: %d", int64(len(got))+extra)
+			}
+		})
+	}
+}

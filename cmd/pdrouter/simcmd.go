@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/pdrouter/pdrouter/decider"
+	"github.com/pdrouter/pdrouter/events"
 	"github.com/pdrouter/pdrouter/sim"
 )
 
@@ -49,8 +50,11 @@ type simFlags struct {
 	// router replicas that see each other's load late.
 	replicas   int
 	replicaLag time.Duration
-	flags      *pflag.FlagSet
-	prefix     string
+	// replicaHashes is --replica-hashes: how many leading hashes of a peer's
+	// chain a replica sees.
+	replicaHashes int
+	flags         *pflag.FlagSet
+	prefix        string
 }
 
 func (s *simFlags) bind(f *pflag.FlagSet, prefix string) {
@@ -96,14 +100,15 @@ func (s *simFlags) bindPolicySLO(f *pflag.FlagSet) {
 func (s *simFlags) bindReplicas(f *pflag.FlagSet) {
 	f.IntVar(&s.replicas, s.prefix+"replicas", 1, fmt.Sprintf("offline runs: router replicas, requests reaching them round-robin; each sees its own decisions at once and the others' after --replica-lag; 1 to %d", sim.MaxReplicas))
 	f.DurationVar(&s.replicaLag, s.prefix+"replica-lag", 0, fmt.Sprintf("offline runs: simulated time before a replica sees a peer's decisions, prefill_done and completions (the log's group commit, fetch and apply); 0 to %s", sim.MaxReplicaLag))
+	f.IntVar(&s.replicaHashes, s.prefix+"replica-hashes", 0, fmt.Sprintf("offline runs with --replica-lag: how many leading hashes of a peer's chain a replica sees, as a load delta cut to that many carries it (the rest of the prompt's blocks count without a hash); 0: the whole chain; at most %d", events.MaxDeltaHashes))
 }
 
 // replicaSet is --replicas and --replica-lag, validated. Given with a live router
 // (router not empty) they are an error: they would change nothing there.
 func (s *simFlags) replicaSet(router string) (sim.Replicas, error) {
-	r := sim.Replicas{N: s.replicas, Lag: s.replicaLag}
-	if router != "" && (s.flags.Changed(s.prefix+"replicas") || s.flags.Changed(s.prefix+"replica-lag")) {
-		return r, errors.New("--replicas and --replica-lag: offline runs only; with --router the router's replicas are real")
+	r := sim.Replicas{N: s.replicas, Lag: s.replicaLag, PeerHashes: s.replicaHashes}
+	if router != "" && (s.flags.Changed(s.prefix+"replicas") || s.flags.Changed(s.prefix+"replica-lag") || s.flags.Changed(s.prefix+"replica-hashes")) {
+		return r, errors.New("--replicas, --replica-lag and --replica-hashes: offline runs only; with --router the router's replicas are real")
 	}
 	return r, r.Validate()
 }

@@ -187,6 +187,7 @@ func TestSimReplicaFlags(t *testing.T) {
 			{[]string{"--replica-lag", "-1ms"}, "--replica-lag -1ms: want 0 to 10s of simulated time"},
 			{[]string{"--replicas", "2", "--replica-lag", "10001ms"}, "--replica-lag 10.001s: want 0 to 10s of simulated time"},
 			{[]string{"--replicas", "two"}, `invalid argument "two" for "--replicas"`},
+			{[]string{"--replicas", "2", "--replica-hashes", "257"}, "--replica-hashes 257: want 0 (the whole chain) to 256"},
 			{[]string{"--arrival-spread", "-1s"}, "--arrival-spread -1s: must be in [0, 1m0s]"},
 			{[]string{"--arrival-spread", "61s"}, "--arrival-spread 1m1s: must be in [0, 1m0s]"},
 		} {
@@ -197,7 +198,7 @@ func TestSimReplicaFlags(t *testing.T) {
 		}
 	}
 	_, _, err := run(t, nil, "sim", "--router", "http://127.0.0.1:1", "--replicas", "2")
-	if err == nil || !strings.Contains(err.Error(), "--replicas and --replica-lag: offline runs only") {
+	if err == nil || !strings.Contains(err.Error(), "--replicas, --replica-lag and --replica-hashes: offline runs only") {
 		t.Errorf("--router with --replicas: err %v", err)
 	}
 
