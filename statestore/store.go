@@ -274,6 +274,9 @@ func Open(dir string, o Options) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
+	if o.Registerer != nil {
+		o.Registerer.MustRegister(newPebbleCollector(s))
+	}
 	return s, nil
 }
 
