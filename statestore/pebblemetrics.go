@@ -57,7 +57,9 @@ func (c *pebbleCollector) Collect(ch chan<- prometheus.Metric) {
 		flushed += l.TableBytesFlushed + l.BlobBytesFlushed
 	}
 	gauge := func(d *prometheus.Desc, v float64) { ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v) }
-	counter := func(d *prometheus.Desc, v float64) { ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v) }
+	counter := func(d *prometheus.Desc, v float64) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v)
+	}
 	gauge(c.diskBytes, float64(m.DiskSpaceUsage()))
 	gauge(c.memtableBytes, float64(m.MemTable.Size))
 	gauge(c.debtBytes, float64(m.Compact.EstimatedDebt))
