@@ -84,7 +84,7 @@ at its steady size, and the bench says so (--warmup 2m gives the peer a
 few minutes' history before the measured time). --json prints only
 {"cpu_us_per_answered", "cpu_us_per_applied", "capacity", "efficiency",
 "cells", "load_deltas", "appends_per_group", "delta_entries_per_record",
-"applied_us_by_part"}.
+"applied_us_by_part", "applied_pebble_bytes_per_decision"}.
 
 --validate then checks the model on groups of 2 and 3 replica processes
 loaded evenly (--clients per replica), and on 2 and 4 replicas split into 2
@@ -202,8 +202,8 @@ func (b *scaleBench) run(ctx context.Context) error {
 				s[:len(s)-1], floor.AnsweredUS, floor.AppliedUS, m.AppliedUS/floor.AppliedUS)
 		}
 		byPart, _ := json.Marshal(roundedTenths(g.appliedByPart))
-		s = fmt.Sprintf(`%s, "load_deltas": %q, "appends_per_group": %.2f, "delta_entries_per_record": %.2f, "applied_us_by_part": %s}`,
-			s[:len(s)-1], b.loadDeltas, g.shape.appendsPerGroup, g.shape.entriesPerRecord, byPart)
+		s = fmt.Sprintf(`%s, "load_deltas": %q, "appends_per_group": %.2f, "delta_entries_per_record": %.2f, "applied_us_by_part": %s, "applied_pebble_bytes_per_decision": %.0f}`,
+			s[:len(s)-1], b.loadDeltas, g.shape.appendsPerGroup, g.shape.entriesPerRecord, byPart, g.peerPebbleBytes)
 		fmt.Fprintln(b.a.stdout, s)
 	} else {
 		b.printModel(g, m)
@@ -255,6 +255,9 @@ type groupRun struct {
 	// appliedByPart is p over each of scaleParts equal parts of the
 	// measured time, for the model's run (tracePeer).
 	appliedByPart []float64
+	// peerPebbleBytes is what the applying replica's Pebble wrote in
+	// flushes and compactions per decision, for the model's run.
+	peerPebbleBytes float64
 }
 
 // scaleParts is how many parts the model's measured time is split into
@@ -381,7 +384,8 @@ func (b *scaleBench) runGroup(ctx context.Context, n, cells int, spread, floor b
 		} else {
 			read(+1)
 			if trace != nil {
-				g.appliedByPart = trace.stop(ctx)
+				samples := trace.stop(ctx)
+				g.appliedByPart, g.peerPebbleBytes = perPart(samples), pebbleBytesPerDecision(samples)
 			}
 		}
 	}
@@ -408,13 +412,15 @@ func (b *scaleBench) runGroup(ctx context.Context, n, cells int, spread, floor b
 
 // peerTrace samples, during the model's measured time, the decisions the
 // answering replica made and the CPU the applying one spent, so that p
-// can be given by part of that time.
+// can be given by part of that time, and the bytes the applying one's
+// Pebble wrote in flushes and compactions, the work that grows with the
+// history its store keeps.
 type peerTrace struct {
 	answering, applying *scaleReplica
 	done                chan struct{}
 	wg                  sync.WaitGroup
 	mu                  sync.Mutex
-	samples             [][2]float64 // decisions answered, the peer's CPU seconds
+	samples             []peerSample
 }
 
 // tracePeer samples at once and then every interval, parts−1 times: the
@@ -439,45 +445,61 @@ func tracePeer(ctx context.Context, answering, applying *scaleReplica, every tim
 	return t
 }
 
-// sample reads both counters; a failed read leaves the sample out, and
-// its part is then merged into the next.
+// peerSample is one reading of the counters peerTrace follows.
+type peerSample struct {
+	decisions, cpuSeconds, pebbleBytes float64
+}
+
+// sample reads the counters; a failed read leaves the sample out, and its
+// part is then merged into the next.
 func (t *peerTrace) sample(ctx context.Context) {
 	d, err := t.answering.metric(ctx, "pdrouter_decision_duration_seconds_count")
 	if err != nil {
 		return
 	}
-	c, err := t.applying.cpuSeconds(ctx)
+	v, err := t.applying.metrics(ctx, "process_cpu_seconds_total", "pdrouter_statestore_compacted_bytes_total", "pdrouter_statestore_flushed_bytes_total")
 	if err != nil {
 		return
 	}
 	t.mu.Lock()
-	t.samples = append(t.samples, [2]float64{d, c})
+	t.samples = append(t.samples, peerSample{decisions: d, cpuSeconds: v[0], pebbleBytes: v[1] + v[2]})
 	t.mu.Unlock()
 }
 
-// stop takes the last sample and returns p, in µs per decision, over each
-// part between samples that had decisions.
-func (t *peerTrace) stop(ctx context.Context) []float64 {
+// stop takes the last sample and returns the samples.
+func (t *peerTrace) stop(ctx context.Context) []peerSample {
 	close(t.done)
 	t.wg.Wait()
 	t.sample(ctx)
-	return perPart(t.samples)
+	return t.samples
 }
 
-// perPart is p in µs per decision between successive samples of
-// (decisions answered, the peer's CPU seconds); a part without decisions
-// is merged into the next.
-func perPart(samples [][2]float64) []float64 {
+// perPart is p in µs per decision between successive samples; a part
+// without decisions is merged into the next.
+func perPart(samples []peerSample) []float64 {
 	var out []float64
 	last := 0
 	for i := 1; i < len(samples); i++ {
-		dd, dc := samples[i][0]-samples[last][0], samples[i][1]-samples[last][1]
+		dd, dc := samples[i].decisions-samples[last].decisions, samples[i].cpuSeconds-samples[last].cpuSeconds
 		if dd > 0 {
 			out = append(out, dc*1e6/dd)
 			last = i
 		}
 	}
 	return out
+}
+
+// pebbleBytesPerDecision is what the peer's Pebble wrote in flushes and
+// compactions per decision over all the samples (0 without decisions).
+func pebbleBytesPerDecision(samples []peerSample) float64 {
+	if len(samples) < 2 {
+		return 0
+	}
+	first, last := samples[0], samples[len(samples)-1]
+	if dd := last.decisions - first.decisions; dd > 0 {
+		return (last.pebbleBytes - first.pebbleBytes) / dd
+	}
+	return 0
 }
 
 // rise is how much p grew from the first part to the last (0 with fewer
@@ -532,6 +554,7 @@ func (b *scaleBench) printModel(g groupRun, m scalemodel.Model) {
 			note = fmt.Sprintf("(rose %.0f%% over the measured time: the peer's state was still growing; a longer --warmup gives it history before the measured time)", 100*r)
 		}
 		fmt.Fprintf(w, "p by part of the time\t%s µs\t%s\n", strings.Join(parts, ", "), note)
+		fmt.Fprintf(w, "peer's Pebble writes\t%.1f KB per decision\t(its flushes and compactions: they grow with the history the store keeps)\n", g.peerPebbleBytes/1024)
 	}
 	fmt.Fprintf(w, "group commits\t%.1f appends each, %.1f load delta entries a record\t(the answering replica)\n", g.shape.appendsPerGroup, g.shape.entriesPerRecord)
 	fmt.Fprintf(w, "load average\t%s\n", loadAverage())

@@ -65,6 +65,7 @@ func checkBenchScale(t *testing.T, brokers []string, validate bool) {
 		AppendsPerGroup  float64   `json:"appends_per_group"`
 		EntriesPerRecord float64   `json:"delta_entries_per_record"`
 		ByPart           []float64 `json:"applied_us_by_part"`
+		PebbleBytes      *float64  `json:"applied_pebble_bytes_per_decision"`
 	}
 	if err := json.Unmarshal([]byte(out), &m); err != nil {
 		t.Fatalf("stdout is not the JSON object: %v\n%s", err, out)
@@ -82,6 +83,11 @@ func checkBenchScale(t *testing.T, brokers []string, validate bool) {
 	// and the peer spent CPU on them.
 	if len(m.ByPart) != scaleParts || slices.ContainsFunc(m.ByPart, func(p float64) bool { return p <= 0 }) {
 		t.Fatalf("p by part of the measured time: %v, want %d positive values", m.ByPart, scaleParts)
+	}
+	// What the peer's Pebble wrote per decision is read (it may be 0 in a
+	// run too short to flush).
+	if m.PebbleBytes == nil || *m.PebbleBytes < 0 {
+		t.Fatalf("applied_pebble_bytes_per_decision: %v", m.PebbleBytes)
 	}
 	// The floor replicas answered, appended and fetched (bench scale
 	// checks that each fetched every record its group appended).
@@ -129,7 +135,8 @@ func checkBenchScale(t *testing.T, brokers []string, validate bool) {
 // TestPeerCPUByPart: p by part of the measured time, a part without
 // decisions merged into the next, and the rise from the first to the last.
 func TestPeerCPUByPart(t *testing.T) {
-	got := perPart([][2]float64{{100, 1.0}, {1100, 1.03}, {1100, 1.04}, {2100, 1.08}, {3100, 1.13}})
+	samples := []peerSample{{100, 1.0, 0}, {1100, 1.03, 4e6}, {1100, 1.04, 4e6}, {2100, 1.08, 5e6}, {3100, 1.13, 9e6}}
+	got := perPart(samples)
 	want := []float64{30, 50, 50}
 	if len(got) != len(want) {
 		t.Fatalf("perPart = %v, want %v", got, want)
@@ -141,6 +148,9 @@ func TestPeerCPUByPart(t *testing.T) {
 	}
 	if r := rise(got); math.Abs(r-2.0/3) > 1e-9 {
 		t.Errorf("rise(%v) = %v, want 2/3", got, r)
+	}
+	if b := pebbleBytesPerDecision(samples); b != 3000 {
+		t.Errorf("Pebble bytes per decision = %v, want 9e6/3000", b)
 	}
 	if r := rise([]float64{40}); r != 0 {
 		t.Errorf("rise of one part = %v, want 0", r)
