@@ -76,12 +76,12 @@ a / (a + (N−1)·p); the table gives N = 1, 2, 4, 8, 16. Split into K cells
 replicas answer N·C / (a + (N/K−1)·p); a second table gives K = 2 and 4.
 It also prints how the answering replica's group commits batched: appends
 per group commit and load delta entries per record, which a peer's p
-depends on, and p over each third of the measured time: a peer's state
-grows with the history it keeps (completed requests for twice
---router-active-request-expiry, decision headers for --decision-retention),
-and p with it, so a p that rose over the run is not yet the p of a replica
-at its steady size, and the bench says so (--warmup 2m gives the peer a
-few minutes' history before the measured time). --json prints only
+depends on, and p over each third of the measured time: a peer's store
+writes keys for every decision of the group (its request index, active
+entry and latency entry), its Pebble's compaction work per decision grows
+as the LSM fills, and p with it, so a p that rose over the run is not yet
+the p of a replica at its steady size, and the bench says so (--warmup 2m
+gives the peer a few minutes' history before the measured time). --json prints only
 {"cpu_us_per_answered", "cpu_us_per_applied", "capacity", "efficiency",
 "cells", "load_deltas", "appends_per_group", "delta_entries_per_record",
 "applied_us_by_part", "applied_pebble_bytes_per_decision"}.
@@ -261,12 +261,11 @@ type groupRun struct {
 }
 
 // scaleParts is how many parts the model's measured time is split into
-// to show whether p held still over it. A peer's state grows with the
-// history it keeps (completed requests' facts for twice
-// --router-active-request-expiry, decisions' headers for
-// --decision-retention), and with it Pebble's compactions and the
-// collector's work: p measured over a short run is the p of a young
-// store, not of a replica at its steady size.
+// to show whether p held still over it. A peer's store writes keys for
+// every decision of the group, and Pebble's compaction work per decision
+// grows as its LSM fills (docs/scaling.md, "p at a steady size"): p
+// measured over a short run is the p of a young store, not of a replica
+// at its steady size.
 const scaleParts = 3
 
 // pRising is the rise of p from the first part to the last past which
@@ -554,7 +553,7 @@ func (b *scaleBench) printModel(g groupRun, m scalemodel.Model) {
 			note = fmt.Sprintf("(rose %.0f%% over the measured time: the peer's state was still growing; a longer --warmup gives it history before the measured time)", 100*r)
 		}
 		fmt.Fprintf(w, "p by part of the time\t%s µs\t%s\n", strings.Join(parts, ", "), note)
-		fmt.Fprintf(w, "peer's Pebble writes\t%.1f KB per decision\t(its flushes and compactions: they grow with the history the store keeps)\n", g.peerPebbleBytes/1024)
+		fmt.Fprintf(w, "peer's Pebble writes\t%.1f KB per decision\t(its flushes and compactions: they grow as its LSM fills)\n", g.peerPebbleBytes/1024)
 	}
 	fmt.Fprintf(w, "group commits\t%.1f appends each, %.1f load delta entries a record\t(the answering replica)\n", g.shape.appendsPerGroup, g.shape.entriesPerRecord)
 	fmt.Fprintf(w, "load average\t%s\n", loadAverage())
