@@ -7,10 +7,10 @@ import (
 
 // Pebble's own figures, read on each scrape.
 //
-// Why: a replica's CPU per peer decision grows with the history its store
-// keeps (docs/scaling.md, "p at a steady size"), and most of that growth is
+// Why: a replica's CPU per peer decision grows as its store fills
+// (docs/scaling.md, "p at a steady size"), and most of that growth is
 // Pebble's background work: flushes and compactions of the keys every
-// decision of the group leaves behind. These series let an operator see it
+// decision of the group writes. These series let an operator see it
 // grow (disk bytes, compaction debt, bytes compacted per second) beside the
 // process's CPU, instead of inferring it from a profile.
 //
