@@ -91,7 +91,8 @@ func TestBacklogChargeOnlyWhereLocalITLMeets(t *testing.T) {
 // local's ITL from version 6, the cold start's guard at a sole decode worker's load
 // sample from version 7, its fallback prefill busy threshold at a sole decode worker
 // from version 8, the ITL guard standing aside behind a backlog at several decode
-// workers from version 9.
+// workers from version 9, the cold start's guard at the load sample behind a deep
+// backlog from version 10.
 func TestSLOSemanticsByVersion(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.Disagg.Policy = PolicySLO
@@ -101,9 +102,9 @@ func TestSLOSemanticsByVersion(t *testing.T) {
 			t.Fatal(err)
 		}
 		if dc.backlog != (v >= 5) || dc.itlBoundCharge != (v >= 6) || dc.coldSoleDecode != (v >= 7) || dc.coldSoleBusy != (v >= 8) ||
-			dc.backlogITLGuard != (v >= 9) {
-			t.Errorf("version %d: backlog %v, itl-bound charge %v, cold guard at the sample %v, sole decode busy fallback %v, itl guard aside behind a backlog %v",
-				v, dc.backlog, dc.itlBoundCharge, dc.coldSoleDecode, dc.coldSoleBusy, dc.backlogITLGuard)
+			dc.backlogITLGuard != (v >= 9) || dc.coldBacklogSample != (v >= 10) {
+			t.Errorf("version %d: backlog %v, itl-bound charge %v, cold guard at the sample %v, sole decode busy fallback %v, itl guard aside behind a backlog %v, cold guard at the sample behind a deep backlog %v",
+				v, dc.backlog, dc.itlBoundCharge, dc.coldSoleDecode, dc.coldSoleBusy, dc.backlogITLGuard, dc.coldBacklogSample)
 		}
 	}
 }

@@ -9,19 +9,20 @@ import (
 // state, so one Decider serves any number of goroutines; the per-call working memory
 // lives in the Decision the caller passes to DecideInto.
 type Decider struct {
-	cfg              Config
-	hash             string
-	prefillThreshold float64
-	tokenCost        bool       // Version ≥ 2 (version.go)
-	delayCharges     bool       // Version ≥ 3: the slo policy's delay charges (policy_slo.go)
-	queueCap         bool       // Version ≥ 4: the slo policy's queue cap (policy_slo.go)
-	backlog          bool       // Version ≥ 5: the slo policy's backlog floor and charge (policy_slo.go)
-	itlBoundCharge   bool       // Version ≥ 6: the backlog charge bound by local's ITL (policy_slo.go)
-	coldSoleDecode   bool       // Version ≥ 7: the cold start's decode guard at the sole decode worker's load sample (policy_slo.go)
-	coldSoleBusy     bool       // Version ≥ 8: the cold start's fallback prefill busy threshold at a sole decode worker (policy_slo.go)
-	backlogITLGuard  bool       // Version ≥ 9: no ITL guard veto behind a backlog at several decode workers (policy_slo.go)
-	rule             policyRule // of cfg.Disagg.Policy
-	mode             modeRule   // of cfg.Disagg.Policy, when it has one
+	cfg               Config
+	hash              string
+	prefillThreshold  float64
+	tokenCost         bool       // Version ≥ 2 (version.go)
+	delayCharges      bool       // Version ≥ 3: the slo policy's delay charges (policy_slo.go)
+	queueCap          bool       // Version ≥ 4: the slo policy's queue cap (policy_slo.go)
+	backlog           bool       // Version ≥ 5: the slo policy's backlog floor and charge (policy_slo.go)
+	itlBoundCharge    bool       // Version ≥ 6: the backlog charge bound by local's ITL (policy_slo.go)
+	coldSoleDecode    bool       // Version ≥ 7: the cold start's decode guard at the sole decode worker's load sample (policy_slo.go)
+	coldSoleBusy      bool       // Version ≥ 8: the cold start's fallback prefill busy threshold at a sole decode worker (policy_slo.go)
+	backlogITLGuard   bool       // Version ≥ 9: no ITL guard veto behind a backlog at several decode workers (policy_slo.go)
+	coldBacklogSample bool       // Version ≥ 10: the cold start's decode guard at the load sample behind a deep backlog (policy_slo.go)
+	rule              policyRule // of cfg.Disagg.Policy
+	mode              modeRule   // of cfg.Disagg.Policy, when it has one
 }
 
 // New validates cfg (Config.Validate) and returns a Decider for it. The registry check

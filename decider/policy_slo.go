@@ -456,7 +456,7 @@ func sloColdStart(dc *Decider, dst *Decision, d, p *Candidate) *Candidate {
 	dst.PolicyBypass = res.bypass
 	known, busy := decodeBusy(dst, d, &cfg)
 	if dc.coldSoleDecode && busy && res.bypass && res.decider != &dst.PrefillBusy &&
-		cfg.DecodeBusySource == BusySourceRouter && sole {
+		cfg.DecodeBusySource == BusySourceRouter && (sole || dc.coldBacklogSample && sloDeepBacklog(p)) {
 		known, busy = sloColdSampleGuard(dst, d, &cfg)
 	}
 	decider := res.decider
@@ -506,6 +506,29 @@ func sloColdSampleGuard(dst *Decision, d *Candidate, cfg *DisaggConfig) (known, 
 	}
 	dst.DecodeBusy = router
 	return router.Known, router.Hit
+}
+
+// sloDeepBacklog reports whether prefill worker p's own load sample queues more than
+// SLOPrefillGuardBusy × its max_num_batched_tokens (an unknown one taken as
+// UnknownMaxNumBatchedTokens): the cold start then reads its decode guard at the decode
+// worker's load sample in a fleet of several decode workers too (decider version 10).
+//
+// The router counts a request on its decode worker from its decision on, so behind a
+// queue that deep every decode worker's count holds the requests waiting in it, and the
+// guard, at the router's count, sends the next prompt the ISL condition would keep local
+// into the queue as well: the local path gathers no samples, the model never warms, and
+// the queue only grows. On the Mooncake conversation trace at 2P2D ×1.5, 1000/25, the
+// cold start decided all 12,031 requests, 29 of them local, behind queues of up to 24.3M
+// prompt tokens, and kept 0.1% against isl_bounding's 20.5% (docs/slo-policy.md, "Beyond
+// the grid"). Below that depth the router's count stands: read at the sample wherever
+// the decode workers are several, the guard warmed the model sooner and cost
+// conversation 6P2D ×1.5 at the default SLO 2.9 pp (version 7).
+func sloDeepBacklog(p *Candidate) bool {
+	mnbt := p.MaxNumBatchedTokens
+	if mnbt <= 0 {
+		mnbt = UnknownMaxNumBatchedTokens
+	}
+	return p.LoadKnown && float64(p.LoadPrefillTokens) > SLOPrefillGuardBusy*float64(mnbt)
 }
 
 // soleDecodeWorker reports whether the fleet has exactly one decode worker of the

@@ -33,7 +33,12 @@ import "fmt"
 //   - 9: the slo policy's ITL guard does not veto a local prefill behind a backlogged
 //     prefill worker in a fleet of several decode workers (policy_slo.go,
 //     sloITLGuardStandsAside). Other policies decide as in 2.
-const Version uint32 = 9
+//   - 10: the slo policy's cold start, in a fleet of several decode workers, reads the
+//     decode guard at the decode worker's load sample (as 7 does at a sole decode
+//     worker) behind a prefill worker queued past SLOPrefillGuardBusy × its
+//     max_num_batched_tokens (policy_slo.go, sloDeepBacklog). Other policies decide as
+//     in 2.
+const Version uint32 = 10
 
 // SupportsVersion reports whether NewAt can decide with version v's semantics.
 func SupportsVersion(v uint32) bool { return v >= 1 && v <= Version }
@@ -64,4 +69,5 @@ func (dc *Decider) setVersion(version uint32) {
 	dc.coldSoleDecode = version >= 7
 	dc.coldSoleBusy = version >= 8
 	dc.backlogITLGuard = version >= 9
+	dc.coldBacklogSample = version >= 10
 }

@@ -90,6 +90,22 @@ func TestVersion9ITLGuardStandsAsideOnlyBehindABacklogAtSeveralDecodeWorkers(t *
 		[]any{"version_8_record", "config version=8", d2, 5000})
 }
 
+// TestVersion10ColdSampleGuardOnlyBehindADeepBacklog: spec.txt's
+// cold_start_guard_at_the_load_sample_behind_a_deep_backlog keeps the router's count and
+// its denial with p1's queue at 8 × its max_num_batched_tokens (not past it), with its
+// max_num_batched_tokens unknown, and in a record of version 9. They are here, not in
+// spec.txt, because version 9 decides them the same.
+func TestVersion10ColdSampleGuardOnlyBehindADeepBacklog(t *testing.T) {
+	runSpecVariants(t, "case slo/version_10_cold_guard_keeps_the_router_count_%s\n%s\n"+
+		"disagg {\"policy\":\"slo\"}\nworker d1 pool=decode total_kv=1000\nworker d2 pool=decode total_kv=1000\n"+
+		"worker p1 pool=prefill%s\nrequest prompt=100\ncache d1 device=5\n"+
+		"active d1 decode_blocks=950\nactive d2 decode_blocks=990\nload d1 kv_used=100\nload p1 prefill_tokens=%d\n"+
+		"expect mode=remote reason=slo_cold_start_remote decode=d1 decided_by=decode_busy_threshold check.decode_busy.hit=true\n\n",
+		[]any{"queue_at_8_times", "", " mnbt=1000", 8000},
+		[]any{"mnbt_unknown", "", "", 8001},
+		[]any{"version_9_record", "config version=9", " mnbt=1000", 8001})
+}
+
 // runSpecVariants runs format, filled with each row's values, as spec cases: every one
 // must hold.
 func runSpecVariants(t *testing.T, format string, rows ...[]any) {
