@@ -79,10 +79,12 @@ func checkBenchScale(t *testing.T, brokers []string, validate bool) {
 	if m.AppendsPerGroup < 1 || m.EntriesPerRecord < 1 {
 		t.Fatalf("implausible commit shape: %v appends a group commit, %v delta entries a record", m.AppendsPerGroup, m.EntriesPerRecord)
 	}
-	// p over each part of the measured time: every part had decisions,
-	// and the peer spent CPU on them.
-	if len(m.ByPart) != scaleParts || slices.ContainsFunc(m.ByPart, func(p float64) bool { return p <= 0 }) {
-		t.Fatalf("p by part of the measured time: %v, want %d positive values", m.ByPart, scaleParts)
+	// p over each part of the measured time, and the peer spent CPU on
+	// each. A part can merge into the next when a scrape runs late on a
+	// loaded machine (TestPeerCPUByPart holds the split itself), so the
+	// count is at most scaleParts, never 0.
+	if len(m.ByPart) == 0 || len(m.ByPart) > scaleParts || slices.ContainsFunc(m.ByPart, func(p float64) bool { return p <= 0 }) {
+		t.Fatalf("p by part of the measured time: %v, want 1 to %d positive values", m.ByPart, scaleParts)
 	}
 	// What the peer's Pebble wrote per decision is read (it may be 0 in a
 	// run too short to flush).
