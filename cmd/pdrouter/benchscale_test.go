@@ -80,9 +80,10 @@ func checkBenchScale(t *testing.T, brokers []string, validate bool) {
 		t.Fatalf("implausible commit shape: %v appends a group commit, %v delta entries a record", m.AppendsPerGroup, m.EntriesPerRecord)
 	}
 	// p over each part of the measured time, and the peer spent CPU on
-	// each. A part can merge into the next when a scrape runs late on a
-	// loaded machine (TestPeerCPUByPart holds the split itself), so the
-	// count is at most scaleParts, never 0.
+	// each. A sample missed on a loaded machine (a scrape that fails, or a
+	// tick that comes after the measured time) joins two parts into one
+	// (TestPeerCPUByPart holds the split itself), so the count is at most
+	// scaleParts, never 0.
 	if len(m.ByPart) == 0 || len(m.ByPart) > scaleParts || slices.ContainsFunc(m.ByPart, func(p float64) bool { return p <= 0 }) {
 		t.Fatalf("p by part of the measured time: %v, want 1 to %d positive values", m.ByPart, scaleParts)
 	}
