@@ -54,6 +54,10 @@ func (r Replicas) Validate() error {
 	if r.PeerHashes < 0 || r.PeerHashes > events.MaxDeltaHashes {
 		return fmt.Errorf("--replica-hashes %d: want 0 (the whole chain) to %d, the most a load delta carries", r.PeerHashes, events.MaxDeltaHashes)
 	}
+	if r.PeerHashes > 0 && r.shared() {
+		// One shared view has no peers: the cut would change nothing, silently.
+		return fmt.Errorf("--replica-hashes %d: needs --replicas above 1 and a --replica-lag above 0, or no replica sees a peer's chain", r.PeerHashes)
+	}
 	return nil
 }
 

@@ -249,6 +249,8 @@ func TestReplicasPeerHashes(t *testing.T) {
 		{"a cut past the chain", Replicas{N: 8, Lag: time.Millisecond, PeerHashes: 64}, true, 40, 3, true},
 		{"past a delta's bound", Replicas{N: 8, PeerHashes: 257}, true, 40, 3, false},
 		{"negative", Replicas{N: 8, PeerHashes: -1}, true, 40, 3, false},
+		{"no lag: no peer to cut", Replicas{N: 8, PeerHashes: 32}, true, 40, 3, false},
+		{"one replica: no peer to cut", Replicas{N: 1, Lag: time.Millisecond, PeerHashes: 32}, true, 40, 3, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			if err := c.r.Validate(); (err == nil) != c.validates {

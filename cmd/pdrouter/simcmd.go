@@ -100,7 +100,7 @@ func (s *simFlags) bindPolicySLO(f *pflag.FlagSet) {
 func (s *simFlags) bindReplicas(f *pflag.FlagSet) {
 	f.IntVar(&s.replicas, s.prefix+"replicas", 1, fmt.Sprintf("offline runs: router replicas, requests reaching them round-robin; each sees its own decisions at once and the others' after --replica-lag; 1 to %d", sim.MaxReplicas))
 	f.DurationVar(&s.replicaLag, s.prefix+"replica-lag", 0, fmt.Sprintf("offline runs: simulated time before a replica sees a peer's decisions, prefill_done and completions (the log's group commit, fetch and apply); 0 to %s", sim.MaxReplicaLag))
-	f.IntVar(&s.replicaHashes, s.prefix+"replica-hashes", 0, fmt.Sprintf("offline runs with --replica-lag: how many leading hashes of a peer's chain a replica sees, as a load delta cut to that many carries it (the rest of the prompt's blocks count without a hash); 0: the whole chain; at most %d", events.MaxDeltaHashes))
+	f.IntVar(&s.replicaHashes, s.prefix+"replica-hashes", 0, fmt.Sprintf("offline runs with --replicas above 1 and --replica-lag above 0: how many leading hashes of a peer's chain a replica sees, as a load delta cut to that many carries it (the rest of the prompt's blocks count without a hash); 0: the whole chain; at most %d", events.MaxDeltaHashes))
 }
 
 // replicaSet is --replicas and --replica-lag, validated. Given with a live router

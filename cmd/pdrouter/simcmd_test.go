@@ -187,7 +187,8 @@ func TestSimReplicaFlags(t *testing.T) {
 			{[]string{"--replica-lag", "-1ms"}, "--replica-lag -1ms: want 0 to 10s of simulated time"},
 			{[]string{"--replicas", "2", "--replica-lag", "10001ms"}, "--replica-lag 10.001s: want 0 to 10s of simulated time"},
 			{[]string{"--replicas", "two"}, `invalid argument "two" for "--replicas"`},
-			{[]string{"--replicas", "2", "--replica-hashes", "257"}, "--replica-hashes 257: want 0 (the whole chain) to 256"},
+			{[]string{"--replicas", "2", "--replica-lag", "5ms", "--replica-hashes", "257"}, "--replica-hashes 257: want 0 (the whole chain) to 256"},
+			{[]string{"--replicas", "2", "--replica-hashes", "32"}, "--replica-hashes 32: needs --replicas above 1 and a --replica-lag above 0"},
 			{[]string{"--arrival-spread", "-1s"}, "--arrival-spread -1s: must be in [0, 1m0s]"},
 			{[]string{"--arrival-spread", "61s"}, "--arrival-spread 1m1s: must be in [0, 1m0s]"},
 		} {
