@@ -71,11 +71,15 @@ func (r Replicas) String() string {
 	if r.N <= 1 {
 		return "1 replica"
 	}
-	s := fmt.Sprintf("%d replicas, %s lag", r.N, r.Lag)
-	if r.PeerHashes > 0 {
-		s += fmt.Sprintf(", peers' chains cut to %d hashes", r.PeerHashes)
+	return fmt.Sprintf("%d replicas, %s lag%s", r.N, r.Lag, r.cutNote())
+}
+
+// cutNote is ", peers' chains cut to K hashes" when they are, else "".
+func (r Replicas) cutNote() string {
+	if r.PeerHashes == 0 {
+		return ""
 	}
-	return s
+	return fmt.Sprintf(", peers' chains cut to %d hashes", r.PeerHashes)
 }
 
 // peerShare is the chain and the blocks without a hash that a replica counts for a

@@ -266,12 +266,8 @@ func (r *Report) Format(w io.Writer) {
 		fmt.Fprintf(w, "policy SLO   the policy decided with TTFT ≤ %s and ITL ≤ %s\n", r.PolicySLO.TTFT, r.PolicySLO.ITL)
 	}
 	if r.Replicas.N > 1 {
-		cut := ""
-		if r.Replicas.PeerHashes > 0 {
-			cut = fmt.Sprintf(", their chains cut to %d hashes", r.Replicas.PeerHashes)
-		}
 		fmt.Fprintf(w, "replicas     %d, each seeing the others' decisions and outcomes %s late%s; %d decisions raced a peer's on their decode worker\n",
-			r.Replicas.N, r.Replicas.Lag, cut, r.Races)
+			r.Replicas.N, r.Replicas.Lag, r.Replicas.cutNote(), r.Races)
 	}
 	fmt.Fprintf(w, "placement    local %d (%.1f%%), remote %d\n", r.Local, 100*r.LocalShare(), r.Remote)
 	if r.Unplaced > 0 {
