@@ -24,7 +24,12 @@ type config struct {
 	readyLag     int64
 	now          func() time.Time
 	newID        func() string
-	auditTimeout time.Duration
+	// newDecisionID names a decision made at a time: by default a ULID of
+	// that very time, the decided_at of its record, which is what lets a
+	// decision no index holds be found on the decisions topic by its id
+	// (decisionsearch.go).
+	newDecisionID func(time.Time) string
+	auditTimeout  time.Duration
 	// readTimeout, maxHeaderBytes: httplimits.go.
 	readTimeout    time.Duration
 	maxHeaderBytes int
@@ -112,7 +117,9 @@ func WithClock(now func() time.Time) Option { return func(c *config) { c.now = n
 
 // WithIDGenerator replaces the generator of request and decision ids
 // (default: ULIDs). Every id it returns must be new: a generated request id
-// is never looked up for an earlier decision.
+// is never looked up for an earlier decision. A decision whose id is not a
+// ULID of its decided_at is found only while the replica's index holds it:
+// GET /v1/decisions searches the decisions topic by the time in the id.
 func WithIDGenerator(f func() string) Option { return func(c *config) { c.newID = f } }
 
 // WithReadTimeout bounds the time from a request reaching the API to the

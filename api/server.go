@@ -18,6 +18,7 @@ import (
 	"github.com/pdrouter/pdrouter/door"
 	"github.com/pdrouter/pdrouter/events"
 	"github.com/pdrouter/pdrouter/internal/rejects"
+	"github.com/pdrouter/pdrouter/internal/ulid"
 )
 
 // Deps are the parts a Server is built from.
@@ -88,7 +89,11 @@ func New(deps Deps, opts ...Option) (*Server, error) {
 		return nil, err
 	}
 	if cfg.newID == nil {
-		cfg.newID = func() string { return newULID(cfg.now()) }
+		cfg.newID = func() string { return ulid.New(cfg.now()) }
+		cfg.newDecisionID = ulid.New
+	} else {
+		gen := cfg.newID
+		cfg.newDecisionID = func(time.Time) string { return gen() }
 	}
 	if cfg.registerer == nil {
 		r := prometheus.NewRegistry()
