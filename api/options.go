@@ -36,6 +36,9 @@ type config struct {
 	maxAfter       int
 	maxWorkers     int
 	budget         recordBudget
+	// search bounds the searches of the decisions topic for decisions the
+	// state does not hold (decisionsearch.go).
+	search DecisionSearch
 	// loadDeltas: append a load delta with every decision and lifecycle
 	// event (loaddeltas.go).
 	loadDeltas bool
@@ -134,6 +137,11 @@ func WithMaxHeaderBytes(n int) Option { return func(c *config) { c.maxHeaderByte
 // WithMaxAfterPartitions caps the entries of a /v1/route `after` vector,
 // topics and partitions together (422 above it). Default 1024.
 func WithMaxAfterPartitions(n int) Option { return func(c *config) { c.maxAfter = n } }
+
+// WithDecisionSearch bounds the searches of the decisions topic that
+// GET /v1/decisions/{id} and its explain make for a decision the state does
+// not hold (DecisionSearch; zero fields keep their defaults).
+func WithDecisionSearch(d DecisionSearch) Option { return func(c *config) { c.search = d } }
 
 // WithDoor serves the OpenAI-compatible front door (package door) on /v1:
 // POST /v1/completions, POST /v1/chat/completions and GET /v1/models,

@@ -74,6 +74,9 @@ type Server struct {
 	own ownWrites
 	// door is the OpenAI front door, nil unless WithDoor.
 	door *door.Door
+	// searchSlots holds a token per running search of the decisions topic
+	// (decisionsearch.go); its capacity is DecisionSearch.Concurrent.
+	searchSlots chan struct{}
 }
 
 // New builds a Server.
@@ -88,6 +91,11 @@ func New(deps Deps, opts ...Option) (*Server, error) {
 	if err := cfg.budget.validate(); err != nil {
 		return nil, err
 	}
+	search, err := cfg.search.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	cfg.search = search
 	if cfg.newID == nil {
 		cfg.newID = func() string { return ulid.New(cfg.now()) }
 		cfg.newDecisionID = ulid.New
@@ -105,6 +113,7 @@ func New(deps Deps, opts ...Option) (*Server, error) {
 	s.expecter, _ = deps.State.(DecisionExpecter)
 	s.recordAt, _ = deps.State.(PositionedDecisionRecorder)
 	s.decisions.New = func() any { return new(decider.Decision) }
+	s.searchSlots = make(chan struct{}, cfg.search.Concurrent)
 	if cfg.door != nil {
 		opts := append([]door.Option{door.WithLogger(cfg.log), door.WithMetrics(cfg.registerer),
 			door.WithIDGenerator(cfg.newID), door.WithMaxPromptTokens(cfg.maxTokens)}, cfg.door...)
