@@ -1,6 +1,7 @@
 package api
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -61,18 +62,10 @@ func (d DecisionSearch) withDefaults() (DecisionSearch, error) {
 	if d.Concurrent < 0 || d.Timeout < 0 || d.PartitionRecords < 0 || d.PartitionBytes < 0 {
 		return d, fmt.Errorf("api: negative decision search bounds %+v", d)
 	}
-	if d.Concurrent == 0 {
-		d.Concurrent = DefaultDecisionSearches
-	}
-	if d.Timeout == 0 {
-		d.Timeout = DefaultDecisionSearchTimeout
-	}
-	if d.PartitionRecords == 0 {
-		d.PartitionRecords = DefaultDecisionSearchPartitionRecords
-	}
-	if d.PartitionBytes == 0 {
-		d.PartitionBytes = DefaultDecisionSearchPartitionBytes
-	}
+	d.Concurrent = cmp.Or(d.Concurrent, DefaultDecisionSearches)
+	d.Timeout = cmp.Or(d.Timeout, DefaultDecisionSearchTimeout)
+	d.PartitionRecords = cmp.Or(d.PartitionRecords, DefaultDecisionSearchPartitionRecords)
+	d.PartitionBytes = cmp.Or(d.PartitionBytes, DefaultDecisionSearchPartitionBytes)
 	return d, nil
 }
 
