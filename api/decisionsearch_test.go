@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -164,8 +165,8 @@ func (h *harness) records(t *testing.T) *api.LogDecisionReader {
 	return api.NewLogDecisionReader(kafkatest.Client(t, h.brokers), h.names)
 }
 
-// heldReader holds every search until release is closed, and says when
-// one has started.
+// heldReader holds every search until release is closed (or its request
+// ends), and says when one has started.
 type heldReader struct {
 	*api.LogDecisionReader
 	started chan struct{}
@@ -173,8 +174,15 @@ type heldReader struct {
 }
 
 func (r *heldReader) SearchDecision(ctx context.Context, id string, at time.Time, lim logread.ScanLimits) (*pb.DecisionRecord, int, error) {
-	r.started <- struct{}{}
-	<-r.release
+	select {
+	case r.started <- struct{}{}:
+	default:
+	}
+	select {
+	case <-r.release:
+	case <-ctx.Done():
+		return nil, 0, ctx.Err()
+	}
 	return r.LogDecisionReader.SearchDecision(ctx, id, at, lim)
 }
 
@@ -183,9 +191,12 @@ func (r *heldReader) SearchDecision(ctx context.Context, id string, at time.Time
 // end as searches do, and the next one runs.
 func TestDecisionSearchesAtOnce(t *testing.T) {
 	brokers := kafkatest.Brokers(t)
-	held := &heldReader{started: make(chan struct{}, 2), release: make(chan struct{})}
+	held := &heldReader{started: make(chan struct{}, 3), release: make(chan struct{})}
 	h := newHarness(t, brokers, harnessOpt{records: held, apiOpts: []api.Option{api.WithDecisionSearch(api.DecisionSearch{Concurrent: 2})}})
 	held.LogDecisionReader = h.records(t)
+	// Cleanups run last first: the held searches end before the server.
+	release := sync.OnceFunc(func() { close(held.release) })
+	t.Cleanup(release)
 	id := ulid.New(time.Now())
 	var wg sync.WaitGroup
 	codes := make([]int, 2)
@@ -207,11 +218,23 @@ func TestDecisionSearchesAtOnce(t *testing.T) {
 			t.Fatal("the searches did not start")
 		}
 	}
-	code, hdr, body := h.do("GET", "/v1/decisions/"+id, nil, nil)
-	if code != http.StatusServiceUnavailable || !strings.Contains(string(body), `"decision_search_busy"`) || hdr.Get("Retry-After") != "1" {
-		t.Fatalf("a third search while two run: %d %s (Retry-After %q)", code, body, hdr.Get("Retry-After"))
+	// Refused at once, or held like the others until the deadline.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, "GET", h.srv.URL+"/v1/decisions/"+id, nil)
+	if err != nil {
+		t.Fatal(err)
 	}
-	close(held.release)
+	resp, err := h.client.Do(req)
+	if err != nil {
+		t.Fatalf("a third search while two run was not answered at once: %v", err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(string(body), `"decision_search_busy"`) || resp.Header.Get("Retry-After") != "1" {
+		t.Fatalf("a third search while two run: %d %s (Retry-After %q)", resp.StatusCode, body, resp.Header.Get("Retry-After"))
+	}
+	release()
 	wg.Wait()
 	if codes[0] != http.StatusNotFound || codes[1] != http.StatusNotFound {
 		t.Fatalf("the held searches answered %v, want 404s", codes)
