@@ -35,7 +35,9 @@ type Deps struct {
 	Snapshot http.Handler
 	// Records reads whole decision records from the decisions topic, for
 	// GET /v1/decisions, explain and ?explain=true replays of decisions
-	// the state holds as headers. Without it those answer 503.
+	// the state holds as headers, and searches the topic for decisions
+	// the state does not hold (decisionsearch.go). Without it the former
+	// answer 503, the latter 404.
 	Records DecisionReader
 	// Started, when set, holds the answers that read the log's content
 	// (routes, lifecycle events, decisions, HTTP ingest) and /readyz at
