@@ -135,7 +135,7 @@ func TestRouteEndToEnd(t *testing.T) {
 		if !exp.PureCheck.Identical {
 			t.Fatalf("explain could not recompute the decision from its record: %s", raw)
 		}
-		h.mustDo(http.StatusNotFound, "GET", "/v1/decisions/nope", nil, nil)
+		h.mustDo(http.StatusBadRequest, "GET", "/v1/decisions/nope", nil, nil)
 	})
 }
 

@@ -5,10 +5,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
+	"strconv"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/pdrouter/pdrouter/events"
@@ -116,13 +120,19 @@ func (s *Server) wholeDecision(ctx context.Context, sd StoredDecision) (*pb.Deci
 // Kafka cluster (Deps.Records).
 type LogDecisionReader struct {
 	reader *logread.Reader
+	client *kgo.Client
 	names  events.Names
+
+	// mu guards the retention Retention read last, and when.
+	mu          sync.Mutex
+	retention   time.Duration
+	retentionAt time.Time
 }
 
 // NewLogDecisionReader reads the decisions topic named by names through cl,
 // which the caller owns and closes.
 func NewLogDecisionReader(cl *kgo.Client, names events.Names) *LogDecisionReader {
-	return &LogDecisionReader{reader: logread.New(cl), names: names}
+	return &LogDecisionReader{reader: logread.New(cl), client: cl, names: names}
 }
 
 // ReadDecision implements DecisionReader.
@@ -159,9 +169,73 @@ func (r *LogDecisionReader) FindDecision(ctx context.Context, id, decodeWorker s
 	if err != nil {
 		return nil, err
 	}
+	var scanned int
+	return r.findIn(ctx, topic, p, id, decidedAt, func(rec *kgo.Record) bool { return bytes.Equal(rec.Key, key) },
+		logread.ScanLimits{After: events.MaxEventSkew}, &scanned)
+}
+
+// SearchDecision implements DecisionReader. Without the decode worker, the
+// partition is unknown: every partition is searched in turn, each with
+// logread.FindNear and lim, until one holds the record. A record is decoded
+// only when its bytes hold the id (a decision's id is a plain string field
+// of its record), so the records of other decisions cost a byte search,
+// not a decode.
+//
+// A partition that reached its end before the end of the time window holds
+// nothing more of that time: it counts as searched. The answer wraps
+// ErrSearchLimit when a partition reached lim, or ctx ended, before the
+// record was found; else ErrRecordGone when a partition no longer holds the
+// records of at; else ErrRecordNotFound. scanned counts the records offered
+// to the match, over every partition, whatever the answer.
+func (r *LogDecisionReader) SearchDecision(ctx context.Context, id string, at time.Time, lim logread.ScanLimits) (rec *pb.DecisionRecord, scanned int, err error) {
+	defer func() {
+		// The search's deadline, or its caller gone: a bound too.
+		if err != nil && ctx.Err() != nil && !errors.Is(err, ErrSearchLimit) {
+			err = fmt.Errorf("%w (%w): %w", ErrSearchLimit, ctx.Err(), err)
+		}
+	}()
+	topic := r.names.Physical(events.TopicDecisions)
+	n, err := r.reader.Partitions(ctx, topic)
+	if err != nil {
+		return nil, 0, err
+	}
+	needle := []byte(id)
+	holdsID := func(rec *kgo.Record) bool { return bytes.Contains(rec.Value, needle) }
+	var limited, gone error
+	for p := range n {
+		rec, err := r.findIn(ctx, topic, p, id, at, holdsID, lim, &scanned)
+		switch {
+		case err == nil:
+			return rec, scanned, nil
+		case errors.Is(err, ErrRecordNotFound), errors.Is(err, logread.ErrNotYet):
+		case errors.Is(err, ErrSearchLimit):
+			limited = err
+		case errors.Is(err, ErrRecordGone):
+			gone = err
+		default:
+			return nil, scanned, err
+		}
+	}
+	switch {
+	case limited != nil:
+		return nil, scanned, limited
+	case gone != nil:
+		return nil, scanned, gone
+	}
+	return nil, scanned, fmt.Errorf("%w: none of the %d partitions of %s holds it near %s", ErrRecordNotFound, n, topic, at.UTC().Format(time.RFC3339Nano))
+}
+
+// findIn returns decision id's record from partition p of topic, searched
+// by logread.FindNear near at within lim. keep tells, cheaply, the records
+// that may be it: only those are decoded. scanned counts every record
+// offered. Its errors wrap ErrRecordGone, ErrRecordNotFound or
+// ErrSearchLimit for FindNear's ErrGone, ErrNotFound and ErrScanLimit, and
+// keep FindNear's error in their chain.
+func (r *LogDecisionReader) findIn(ctx context.Context, topic string, p int32, id string, at time.Time, keep func(*kgo.Record) bool, lim logread.ScanLimits, scanned *int) (*pb.DecisionRecord, error) {
 	var found *pb.DecisionRecord
-	_, err = r.reader.FindNear(ctx, topic, p, decidedAt, func(rec *kgo.Record) bool {
-		if !bytes.Equal(rec.Key, key) {
+	_, err := r.reader.FindNear(ctx, topic, p, at, func(rec *kgo.Record) bool {
+		*scanned++
+		if !keep(rec) {
 			return false
 		}
 		// A record that does not decode is skipped like any other
@@ -170,7 +244,7 @@ func (r *LogDecisionReader) FindDecision(ctx context.Context, id, decodeWorker s
 			found = d
 		}
 		return found != nil
-	}, logread.ScanLimits{After: events.MaxEventSkew})
+	}, lim)
 	switch {
 	case err == nil:
 		return found, nil
@@ -182,6 +256,49 @@ func (r *LogDecisionReader) FindDecision(ctx context.Context, id, decodeWorker s
 		return nil, fmt.Errorf("%w: %w", ErrSearchLimit, err)
 	}
 	return nil, err
+}
+
+// retentionTTL is how long Retention trusts the retention.ms it read: a
+// topic's retention changes rarely, and a search must not cost a
+// DescribeConfigs request each.
+const retentionTTL = time.Minute
+
+// Retention implements DecisionReader: the decisions topic's retention.ms,
+// read from the cluster and kept for retentionTTL. A topic without a time
+// bound (retention.ms -1) gives 0.
+func (r *LogDecisionReader) Retention(ctx context.Context) (time.Duration, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.retentionAt.IsZero() && time.Since(r.retentionAt) < retentionTTL {
+		return r.retention, nil
+	}
+	topic := r.names.Physical(events.TopicDecisions)
+	rcs, err := kadm.NewClient(r.client).DescribeTopicConfigs(ctx, topic)
+	if err != nil {
+		return 0, err
+	}
+	rc, err := rcs.On(topic, nil)
+	if err == nil {
+		err = rc.Err
+	}
+	if err != nil {
+		return 0, fmt.Errorf("describe %s: %w", topic, err)
+	}
+	var keep time.Duration
+	for _, c := range rc.Configs {
+		if c.Key != "retention.ms" || c.Value == nil {
+			continue
+		}
+		ms, err := strconv.ParseInt(*c.Value, 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("%s: retention.ms %q: %w", topic, *c.Value, err)
+		}
+		if ms > 0 && ms < math.MaxInt64/int64(time.Millisecond) {
+			keep = time.Duration(ms) * time.Millisecond
+		}
+	}
+	r.retention, r.retentionAt = keep, time.Now()
+	return keep, nil
 }
 
 // decode returns the decision record rec holds, or an error wrapping

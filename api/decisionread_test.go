@@ -21,6 +21,7 @@ import (
 	"github.com/pdrouter/pdrouter/events"
 	pb "github.com/pdrouter/pdrouter/events/eventspb"
 	"github.com/pdrouter/pdrouter/events/eventstest"
+	"github.com/pdrouter/pdrouter/events/logread"
 	"github.com/pdrouter/pdrouter/internal/kafkatest"
 	"github.com/pdrouter/pdrouter/statestore"
 )
@@ -168,8 +169,8 @@ func TestOldDecisionsWithoutAReader(t *testing.T) {
 	}
 }
 
-// readerFunc is a DecisionReader for failure injection: both of its
-// lookups answer what the function returns.
+// readerFunc is a DecisionReader for failure injection: its lookups
+// answer what the function returns, and its topic keeps records forever.
 type readerFunc func() (*pb.DecisionRecord, error)
 
 func (f readerFunc) ReadDecision(context.Context, int32, int64) (*pb.DecisionRecord, error) {
@@ -179,6 +180,13 @@ func (f readerFunc) ReadDecision(context.Context, int32, int64) (*pb.DecisionRec
 func (f readerFunc) FindDecision(context.Context, string, string, time.Time) (*pb.DecisionRecord, error) {
 	return f()
 }
+
+func (f readerFunc) SearchDecision(context.Context, string, time.Time, logread.ScanLimits) (*pb.DecisionRecord, int, error) {
+	rec, err := f()
+	return rec, 0, err
+}
+
+func (f readerFunc) Retention(context.Context) (time.Duration, error) { return 0, nil }
 
 // positionless is the state of a replica that holds committed decisions
 // without their positions on the decisions topic, as a peer's load delta

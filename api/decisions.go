@@ -9,19 +9,16 @@ import (
 
 var recordJSON = protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: false}
 
-// getDecision returns the stored decision record, in the Protobuf JSON
-// mapping of pdrouter.events.v1.DecisionRecord (what `log tail` prints).
+// getDecision returns a decision record, in the Protobuf JSON mapping of
+// pdrouter.events.v1.DecisionRecord (what `log tail` prints): the state's,
+// or one found on the decisions topic (decisionByID).
 func (s *Server) getDecision(c *gin.Context) {
-	sd, ok := s.deps.State.Decision(c.Param("id"))
-	if !ok {
-		fail(c, notFound("unknown_decision", "no decision "+c.Param("id")+" in this replica's state (old decisions: pdrouter log tail decisions)"))
-		return
-	}
-	rec, err := s.wholeDecision(c.Request.Context(), sd)
+	rec, source, err := s.decisionByID(c.Request.Context(), c.Param("id"))
 	if err != nil {
 		fail(c, err)
 		return
 	}
+	c.Header(HeaderDecisionSource, source)
 	b, err := recordJSON.Marshal(rec)
 	if err != nil {
 		fail(c, err)

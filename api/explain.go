@@ -15,22 +15,19 @@ import (
 const explainNoState = "the state check rebuilds the state at the watermark by reading the Kafka log, which this API does not read; run `pdrouter explain <decision-id>` for it"
 
 // explain answers GET /v1/decisions/{id}/explain with the replay
-// explanation of a decision this replica holds: the recompute from the
+// explanation of a decision, whether this replica's state holds it or the
+// decisions topic does (decisionByID): the recompute from the
 // record alone (invariant 6's pure check), the candidate table, the
 // runner-up and its margin, and the rule that settled the mode with its
 // distance. The body is replay.Explanation; a record that cannot be
 // recomputed is still explained, with the reason in pure_check.error.
 func (s *Server) explain(c *gin.Context) {
-	sd, ok := s.deps.State.Decision(c.Param("id"))
-	if !ok {
-		fail(c, notFound("unknown_decision", "no decision "+c.Param("id")+" in this replica's state (older decisions: pdrouter explain <decision-id>, which reads the log)"))
-		return
-	}
-	rec, err := s.wholeDecision(c.Request.Context(), sd)
+	rec, source, err := s.decisionByID(c.Request.Context(), c.Param("id"))
 	if err != nil {
 		fail(c, err)
 		return
 	}
+	c.Header(HeaderDecisionSource, source)
 	exp := replay.Explain(c.Request.Context(), rec, replay.ExplainOptions{NoStateReason: explainNoState})
 	c.JSON(http.StatusOK, exp)
 }

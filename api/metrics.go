@@ -22,6 +22,10 @@ type metrics struct {
 	auditInFlight prometheus.Gauge
 	recordReads   *prometheus.CounterVec
 	delayCharges  *prometheus.HistogramVec
+	// logSearches and logSearchRecords: searches of the decisions topic
+	// for a decision the state does not hold (decisionsearch.go).
+	logSearches      *prometheus.CounterVec
+	logSearchRecords prometheus.Histogram
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -70,6 +74,15 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "pdrouter_decision_record_reads_total",
 			Help: "Whole decision records read back from the decisions topic (the store keeps headers), by lookup (position: at the position the store holds; search: by decode worker and decided_at, for a decision known without its position) and result: ok, gone (past the topic's retention), not_found and limit (search only: the record is not where its time places it, or the search reached its bounds first) or error.",
 		}, []string{"lookup", "result"}),
+		logSearches: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "pdrouter_decision_log_searches_total",
+			Help: "Lookups by id of a decision this replica's state does not hold (GET /v1/decisions/{id} and its explain), by result: found and not_found (the decisions topic searched on every partition around the time in the id), limited (a partition's record or byte bound, or the search's deadline, came first), busy (the most searches that run at once were running), refused (answered without a search: a malformed id, one stamped in the future or before the topic's retention, or no reader) or error.",
+		}, []string{"result"}),
+		logSearchRecords: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "pdrouter_decision_log_search_records",
+			Help:    "Records each search of the decisions topic for a decision read, over every partition, whatever its result.",
+			Buckets: prometheus.ExponentialBuckets(1, 10, 7),
+		}),
 	}
 	m.delayCharges = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name: "pdrouter_slo_delay_charge",
@@ -87,8 +100,11 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	for _, p := range []string{"local", "remote"} {
 		m.delayCharges.WithLabelValues(p)
 	}
+	for _, r := range searchResults {
+		m.logSearches.WithLabelValues(r)
+	}
 	reg.MustRegister(m.decisions, m.decisionSecs, m.effISL, m.requests, m.requestSecs, m.auditFailures, m.auditSecs,
-		m.idempotent, m.auditInFlight, m.recordReads, m.delayCharges)
+		m.idempotent, m.auditInFlight, m.recordReads, m.delayCharges, m.logSearches, m.logSearchRecords)
 	return m
 }
 

@@ -24,13 +24,21 @@ type config struct {
 	readyLag     int64
 	now          func() time.Time
 	newID        func() string
-	auditTimeout time.Duration
+	// newDecisionID names a decision made at a time: by default a ULID of
+	// that very time, the decided_at of its record, which is what lets a
+	// decision no index holds be found on the decisions topic by its id
+	// (decisionsearch.go).
+	newDecisionID func(time.Time) string
+	auditTimeout  time.Duration
 	// readTimeout, maxHeaderBytes: httplimits.go.
 	readTimeout    time.Duration
 	maxHeaderBytes int
 	maxAfter       int
 	maxWorkers     int
 	budget         recordBudget
+	// search bounds the searches of the decisions topic for decisions the
+	// state does not hold (decisionsearch.go).
+	search DecisionSearch
 	// loadDeltas: append a load delta with every decision and lifecycle
 	// event (loaddeltas.go).
 	loadDeltas bool
@@ -112,7 +120,9 @@ func WithClock(now func() time.Time) Option { return func(c *config) { c.now = n
 
 // WithIDGenerator replaces the generator of request and decision ids
 // (default: ULIDs). Every id it returns must be new: a generated request id
-// is never looked up for an earlier decision.
+// is never looked up for an earlier decision. A decision whose id is not a
+// ULID of its decided_at is found only while the replica's index holds it:
+// GET /v1/decisions searches the decisions topic by the time in the id.
 func WithIDGenerator(f func() string) Option { return func(c *config) { c.newID = f } }
 
 // WithReadTimeout bounds the time from a request reaching the API to the
@@ -127,6 +137,11 @@ func WithMaxHeaderBytes(n int) Option { return func(c *config) { c.maxHeaderByte
 // WithMaxAfterPartitions caps the entries of a /v1/route `after` vector,
 // topics and partitions together (422 above it). Default 1024.
 func WithMaxAfterPartitions(n int) Option { return func(c *config) { c.maxAfter = n } }
+
+// WithDecisionSearch bounds the searches of the decisions topic that
+// GET /v1/decisions/{id} and its explain make for a decision the state does
+// not hold (DecisionSearch; zero fields keep their defaults).
+func WithDecisionSearch(d DecisionSearch) Option { return func(c *config) { c.search = d } }
 
 // WithDoor serves the OpenAI-compatible front door (package door) on /v1:
 // POST /v1/completions, POST /v1/chat/completions and GET /v1/models,

@@ -20,7 +20,7 @@ var httpRefusals = []string{
 	"invalid_type", "invalid_value", "missing_field", "ambiguous_prompt", "invalid_request_id", "invalid_request",
 	"too_many_tokens", "unknown_model", "unsupported_media_type", "request_id_conflict", "no_route",
 	"method_not_allowed", "unauthorized", "unknown_request", "unknown_worker", "unknown_decision",
-	"too_many_workers", reasonWrongCell, reasonRecordTooLarge, reasonOther,
+	"invalid_decision_id", "too_many_workers", reasonWrongCell, reasonRecordTooLarge, reasonOther,
 }
 
 const (

@@ -262,8 +262,12 @@ func (s *Server) commitDecision(ctx context.Context, p *parsed, retryOf string, 
 	if err != nil {
 		return nil, err
 	}
-	rec.DecisionId = s.cfg.newID()
-	rec.DecidedAtUnixNano = s.cfg.now().UnixNano()
+	// One clock reading stamps both: the id's time is decided_at cut to
+	// its millisecond, where a search of the decisions topic by the id
+	// alone looks for the record (decisionsearch.go).
+	now := s.cfg.now()
+	rec.DecisionId = s.cfg.newDecisionID(now)
+	rec.DecidedAtUnixNano = now.UnixNano()
 	rec.ReplicaId = s.cfg.replicaID
 	rec.ExpectedOutputTokens = p.expected
 	rec.LoraName = p.lora

@@ -18,6 +18,7 @@ import (
 	"github.com/pdrouter/pdrouter/door"
 	"github.com/pdrouter/pdrouter/events"
 	"github.com/pdrouter/pdrouter/internal/rejects"
+	"github.com/pdrouter/pdrouter/internal/ulid"
 )
 
 // Deps are the parts a Server is built from.
@@ -34,7 +35,9 @@ type Deps struct {
 	Snapshot http.Handler
 	// Records reads whole decision records from the decisions topic, for
 	// GET /v1/decisions, explain and ?explain=true replays of decisions
-	// the state holds as headers. Without it those answer 503.
+	// the state holds as headers, and searches the topic for decisions
+	// the state does not hold (decisionsearch.go). Without it the former
+	// answer 503, the latter 404.
 	Records DecisionReader
 	// Started, when set, holds the answers that read the log's content
 	// (routes, lifecycle events, decisions, HTTP ingest) and /readyz at
@@ -73,6 +76,9 @@ type Server struct {
 	own ownWrites
 	// door is the OpenAI front door, nil unless WithDoor.
 	door *door.Door
+	// searchSlots holds a token per running search of the decisions topic
+	// (decisionsearch.go); its capacity is DecisionSearch.Concurrent.
+	searchSlots chan struct{}
 }
 
 // New builds a Server.
@@ -87,8 +93,17 @@ func New(deps Deps, opts ...Option) (*Server, error) {
 	if err := cfg.budget.validate(); err != nil {
 		return nil, err
 	}
+	search, err := cfg.search.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	cfg.search = search
 	if cfg.newID == nil {
-		cfg.newID = func() string { return newULID(cfg.now()) }
+		cfg.newID = func() string { return ulid.New(cfg.now()) }
+		cfg.newDecisionID = ulid.New
+	} else {
+		gen := cfg.newID
+		cfg.newDecisionID = func(time.Time) string { return gen() }
 	}
 	if cfg.registerer == nil {
 		r := prometheus.NewRegistry()
@@ -100,6 +115,7 @@ func New(deps Deps, opts ...Option) (*Server, error) {
 	s.expecter, _ = deps.State.(DecisionExpecter)
 	s.recordAt, _ = deps.State.(PositionedDecisionRecorder)
 	s.decisions.New = func() any { return new(decider.Decision) }
+	s.searchSlots = make(chan struct{}, cfg.search.Concurrent)
 	if cfg.door != nil {
 		opts := append([]door.Option{door.WithLogger(cfg.log), door.WithMetrics(cfg.registerer),
 			door.WithIDGenerator(cfg.newID), door.WithMaxPromptTokens(cfg.maxTokens)}, cfg.door...)

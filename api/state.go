@@ -7,6 +7,7 @@ import (
 	"github.com/pdrouter/pdrouter/decider"
 	"github.com/pdrouter/pdrouter/events"
 	pb "github.com/pdrouter/pdrouter/events/eventspb"
+	"github.com/pdrouter/pdrouter/events/logread"
 )
 
 // Offsets is an `after` vector: logical topic → partition → the offset of a
@@ -110,6 +111,17 @@ type DecisionReader interface {
 	// of that time, ErrRecordNotFound when they do not include it, and
 	// ErrSearchLimit when the search reached its bounds first.
 	FindDecision(ctx context.Context, id, decodeWorker string, decidedAt time.Time) (*pb.DecisionRecord, error)
+	// SearchDecision returns the record of decision id, which the state
+	// does not hold, from whichever partition of the decisions topic holds
+	// it near at (the time in its id), each partition searched within lim.
+	// Its errors wrap ErrSearchLimit, ErrRecordGone or ErrRecordNotFound
+	// as FindDecision's do. scanned is the records it read, whatever the
+	// answer.
+	SearchDecision(ctx context.Context, id string, at time.Time, lim logread.ScanLimits) (rec *pb.DecisionRecord, scanned int, err error)
+	// Retention is how long the decisions topic keeps a record (its
+	// retention.ms), 0 for no time bound: a decision older than that is
+	// not searched for.
+	Retention(ctx context.Context) (time.Duration, error)
 }
 
 // DecisionRef names a decision and the workers it chose.

@@ -6,37 +6,21 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"strings"
 	"time"
 
 	"google.golang.org/protobuf/encoding/protojson"
 
 	pb "github.com/pdrouter/pdrouter/events/eventspb"
+	"github.com/pdrouter/pdrouter/internal/ulid"
 )
-
-// crockford is the ULID alphabet the API's decision ids use.
-const crockford = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 
 // DecisionIDTime reads the creation time out of a decision id: the API
 // makes ULIDs, whose first 10 characters are the milliseconds since the
 // epoch. It lets explain read a few minutes of the decisions topic instead
 // of all of it.
 func DecisionIDTime(id string) (time.Time, bool) {
-	if len(id) != 26 {
-		return time.Time{}, false
-	}
-	var ms uint64
-	for i := 0; i < 10; i++ {
-		v := strings.IndexByte(crockford, id[i])
-		if v < 0 {
-			return time.Time{}, false
-		}
-		ms = ms<<5 | uint64(v)
-	}
-	if ms >= 1<<48 {
-		return time.Time{}, false
-	}
-	return time.UnixMilli(int64(ms)), true
+	t, err := ulid.Time(id)
+	return t, err == nil
 }
 
 var errFound = errors.New("found")

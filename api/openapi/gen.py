@@ -205,6 +205,11 @@ def op(summary, responses, body=None, params=None):
 
 ID = lambda name, desc: {"name": name, "in": "path", "required": True, "schema": {"type": "string"}, "description": desc}
 INGEST_ERRS = errors("400", "401", "413", "415", "421", "422", "503", body=True)
+DECISION_ID = ID("decision_id", "a decision id (a 26-character ULID): one the replica's state does not hold is searched for on the decisions topic around the time in the id")
+DECISION_ERRS = errors("400", "401", "404", "410", "500", "503")
+DECISION_SOURCE = {"X-Pdrouter-Decision-Source": {
+    "description": "where the record came from: index (this replica's state) or log (a search of the decisions topic for a decision the state does not hold)",
+    "schema": {"type": "string", "enum": ["index", "log"]}}}
 
 doc = {
     "openapi": "3.0.3",
@@ -223,12 +228,12 @@ doc = {
             body=ref("RouteRequest"),
             params=[{"name": "explain", "in": "query", "schema": {"type": "string", "enum": ["true", "false"]},
                      "description": "include the candidate table"}])},
-        "/v1/decisions/{decision_id}": {"get": op("The stored decision record", {
-            "200": resp("the record", ref("DecisionRecord")), **errors("401", "404", "410", "500", "503")},
-            params=[ID("decision_id", "a decision id")])},
+        "/v1/decisions/{decision_id}": {"get": op("A decision record, from the replica's state or the decisions topic", {
+            "200": {**resp("the record", ref("DecisionRecord")), "headers": DECISION_SOURCE}, **DECISION_ERRS},
+            params=[DECISION_ID])},
         "/v1/decisions/{decision_id}/explain": {"get": op("Replay explanation of a decision", {
-            "200": resp("the explanation", ref("Explanation")), **errors("401", "404", "410", "500", "503")},
-            params=[ID("decision_id", "a decision id")])},
+            "200": {**resp("the explanation", ref("Explanation")), "headers": DECISION_SOURCE}, **DECISION_ERRS},
+            params=[DECISION_ID])},
         "/v1/requests/{request_id}/events": {"post": op("A request lifecycle event (frees accounting)", {
             "202": resp("written; the offsets it was written at", ref("IngestAccepted")), **errors("400", "401", "404", "413", "415", "421", "422", "503", body=True)},
             body=ref("RequestEvent"), params=[ID("request_id", "the request id of a routed request")])},

@@ -129,6 +129,8 @@ func TestBadInputIsAPreciseError(t *testing.T) {
 		{nil, []string{"ingest", "--brokers", "127.0.0.1:1", "--gc-percent", "-3"}, "--gc-percent -3: want ≥ 0"},
 		{nil, []string{"bench", "api", "--router", "http://127.0.0.1:1", "--in-flight", "-1"}, "--in-flight ≥ 0"},
 		{nil, []string{"serve", "--brokers", "127.0.0.1:1", "--decision-retention", "0s"}, "--decision-retention 0s: want at least 1s"},
+		{nil, []string{"serve", "--brokers", "127.0.0.1:1", "--decision-search-concurrency", "0"}, "--decision-search-concurrency 0, --decision-search-timeout 10s: want at least 1 search and 1s"},
+		{map[string]string{"PDR_DECISION_SEARCH_TIMEOUT": "10ms"}, []string{"serve", "--brokers", "127.0.0.1:1"}, "--decision-search-timeout 10ms"},
 		{nil, []string{"serve", "--brokers", "127.0.0.1:1", "--cell", "4/4"}, `--cell: cell "4/4": want 0 ≤ i < n`},
 		{map[string]string{"PDR_CELL": "half"}, []string{"ingest", "--brokers", "127.0.0.1:1"}, `--cell: cell "half": want i/n`},
 		{map[string]string{"PDR_MAX_WORKERS": "0"}, []string{"serve", "--brokers", "127.0.0.1:1"}, "--max-workers 0: want at least 1"},

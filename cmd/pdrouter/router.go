@@ -77,6 +77,9 @@ type routerFlags struct {
 	// api.WithDecisionRecordMaxBytes).
 	decisionMaxCandidates  int
 	decisionRecordMaxBytes int
+	// decisionSearch bounds the searches of the decisions topic for
+	// decisions the state does not hold (api.WithDecisionSearch).
+	decisionSearch api.DecisionSearch
 	// door configures the OpenAI front door (doorflags.go).
 	door doorFlags
 }
@@ -126,6 +129,8 @@ func (f *routerFlags) bindFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&f.maxWorkers, "max-workers", statestore.DefaultMaxWorkers, "most registered worker ids: a registration of a new id beyond it is answered 422 too_many_workers and skipped by every replica that applies it. Give every replica the same value: it shapes the state they compare")
 	fs.IntVar(&f.decisionMaxCandidates, "decision-max-candidates", api.DefaultDecisionMaxCandidates, "candidate rows a decision record keeps: the picked workers, then the best ranked others; the record counts the rows it leaves out")
 	fs.IntVar(&f.decisionRecordMaxBytes, "decision-record-max-bytes", api.DefaultDecisionRecordMaxBytes, fmt.Sprintf("largest decision record value, in bytes (%d to %d): hash chains are cut to fit, and a decision whose record still does not fit is answered 413 decision_record_too_large; keep it below the decisions topic's max.message.bytes (serve warns)", api.MinDecisionRecordMaxBytes, api.MaxDecisionRecordMaxBytes))
+	fs.IntVar(&f.decisionSearch.Concurrent, "decision-search-concurrency", api.DefaultDecisionSearches, "most searches of the decisions topic that run at once for GET /v1/decisions/{id} of a decision past --decision-retention; one more is answered 503 decision_search_busy")
+	fs.DurationVar(&f.decisionSearch.Timeout, "decision-search-timeout", api.DefaultDecisionSearchTimeout, "longest a search of the decisions topic for a decision past --decision-retention may take, every partition together (503 decision_search_limited past it)")
 	fs.DurationVar(&f.decisionRetention, "decision-retention", 24*time.Hour, "how long after its event time every replica keeps a decision record, for GET /v1/decisions, explain and idempotent retries; the data dir keeps each one's header, ~0.45 KB on disk, and reads the whole record back from the decisions topic, whose retention.ms should be at least this (deployments/README.md, Sizing). Give every replica the same value: it shapes the state they compare. In approximate mode it is at least the 2m prediction TTL")
 }
 
@@ -165,6 +170,10 @@ func (f *routerFlags) validate() error {
 	}
 	if err := f.door.validate(); err != nil {
 		return err
+	}
+	if f.decisionSearch.Concurrent < 1 || f.decisionSearch.Timeout < time.Second {
+		return fmt.Errorf("--decision-search-concurrency %d, --decision-search-timeout %s: want at least 1 search and 1s",
+			f.decisionSearch.Concurrent, f.decisionSearch.Timeout)
 	}
 	if f.decisionRetention < time.Second {
 		return fmt.Errorf("--decision-retention %s: want at least 1s (records are looked up by later requests and lifecycle events)", f.decisionRetention)
@@ -319,6 +328,7 @@ func (r *routerRun) run(ctx context.Context) error {
 		api.WithAuditTimeout(f.auditTimeout), api.WithBodyLimit(f.bodyLimit), api.WithMaxTokens(f.maxTokens), api.WithMaxWorkers(f.maxWorkers),
 		api.WithReadTimeout(f.httpReadTimeout), api.WithMaxHeaderBytes(f.httpMaxHeaderBytes), api.WithMaxAfterPartitions(f.maxAfterPartitions),
 		api.WithDecisionMaxCandidates(f.decisionMaxCandidates), api.WithDecisionRecordMaxBytes(f.decisionRecordMaxBytes),
+		api.WithDecisionSearch(f.decisionSearch),
 	}
 	doorOpt, err := f.door.option()
 	if err != nil {
