@@ -21,6 +21,7 @@ type Decider struct {
 	coldSoleBusy      bool       // Version ≥ 8: the cold start's fallback prefill busy threshold at a sole decode worker (policy_slo.go)
 	backlogITLGuard   bool       // Version ≥ 9: no ITL guard veto behind a backlog at several decode workers (policy_slo.go)
 	coldBacklogSample bool       // Version ≥ 10: the cold start's decode guard at the load sample behind a deep backlog (policy_slo.go)
+	triage            bool       // Version ≥ 11: both-miss sends a long prompt remote behind a doomed queue (policy_slo.go)
 	rule              policyRule // of cfg.Disagg.Policy
 	mode              modeRule   // of cfg.Disagg.Policy, when it has one
 }

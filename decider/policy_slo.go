@@ -60,6 +60,15 @@ const (
 	// fraction of slo_ttft_ms of prefill time.
 	SLOQueueCapLocalShare = 0.05
 	SLOQueueCapFraction   = 0.5
+	// SLOTriageFactor is where the overload triage (sloTriage) sees the remote path's
+	// queue as one that cannot drain: remote's predicted TTFT past this many times
+	// slo_ttft_ms, most of it the wait ahead of this prompt. Far past the backlog's 1 ×,
+	// so that it leaves alone a backlog that drains: on the Mooncake synthetic trace at
+	// 1P7D ×2, 1000/25, remote's predicted TTFT stayed under 15 s and the long prompts
+	// taken local behind it met the SLO one time in three (at 10 × the triage cost that
+	// cell 1.4 pp); on the conversation trace at 4 GPUs past ×1 it was 105–320 s from the
+	// first warm decision on (docs/slo-policy.md, "Beyond the grid").
+	SLOTriageFactor = 20.0
 )
 
 // latencyFitOf returns the view's latency model fit, or nil when the view has none.
@@ -183,6 +192,9 @@ func sloMode(dc *Decider, dst *Decision, d, p *Candidate) *Candidate {
 			// costs the others tells them apart (sloBacklogCharge).
 			local2 = loss-s.RemoteDelayCharge < SLOMissChargeLimit
 		}
+		if local2 && dc.triage && sloTriage(cfg, fit, dst, bestIn.Uncached) {
+			local2 = false
+		}
 	default:
 		// Local must be better by more than SLOTieMargin; ties go remote.
 		local2 = s.Margin > SLOTieMargin
@@ -216,6 +228,39 @@ func sloMode(dc *Decider, dst *Decision, d, p *Candidate) *Candidate {
 		dst.Mode, dst.Reason = ModeLocal, ReasonSLOLocalBetter
 	}
 	return best
+}
+
+// sloTriage reports whether a local prefill chosen with both paths predicted to miss is
+// refused (decider version 11): behind a remote queue that cannot drain (remote's
+// predicted TTFT past SLOTriageFactor × slo_ttft_ms, and this prompt's own prefill time
+// at backlogMsPerToken at most half of it), a prompt the ISL condition would not keep
+// local (shortPrompt) goes remote.
+//
+// Such a fleet is overloaded on both sides, and the request misses on either path. What
+// tells the paths apart is where its miss costs the others: a long prompt on a decode
+// worker fills the steps every request there decodes in, and joins the local queue the
+// others' prompts wait in; in a queue that cannot drain it costs only requests that
+// miss already. Neither the miss factor nor the charges see it: the fit's terms are
+// linear, and behind a queue that deep its coefficients put the wait on the decode
+// counts. On the Mooncake conversation trace at 1P3D ×1.5 at 4 GPUs, 1000/25, the warm
+// policy took 3,057 such prompts local, none of which met the SLO, and the 857 short
+// prompts it took local met it 0 times, where isl_bounding, which keeps exactly those
+// local, met it 793 times (docs/slo-policy.md, "Beyond the grid"). A short prompt,
+// mostly cached, costs the decode worker little and stays judged as before. The wait
+// ahead, not remote's whole TTFT, tells such a queue: a prompt of 54k tokens is 7.7 s of
+// prefill on its own, and sent remote on that count at synthetic 2P6D ×2, 500/20, it
+// cost the run 11.7 pp.
+func sloTriage(cfg *DisaggConfig, fit *LatencyFit, dst *Decision, uncached int64) bool {
+	remote := dst.SLO.RemoteTTFTMs
+	own := backlogMsPerToken(fit) * float64(max(uncached, 0))
+	return remote > SLOTriageFactor*cfg.SLOTTFTMs && 2*own <= remote && !shortPrompt(dst, cfg)
+}
+
+// shortPrompt reports whether the ISL condition of isl_bounding would keep the prompt
+// local (islCondition, without recording its checks): an empty prompt, or an effective
+// ISL and ratio both under their thresholds.
+func shortPrompt(dst *Decision, cfg *DisaggConfig) bool {
+	return dst.PromptTokens == 0 || dst.EffectiveISL < cfg.EffISLThreshold && dst.Ratio < cfg.EffISLRatioThreshold
 }
 
 // sloITLGuardStandsAside reports whether the ITL guard lets a local prefill through

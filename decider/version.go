@@ -38,7 +38,11 @@ import "fmt"
 //     worker) behind a prefill worker queued past SLOPrefillGuardBusy × its
 //     max_num_batched_tokens (policy_slo.go, sloDeepBacklog). Other policies decide as
 //     in 2.
-const Version uint32 = 10
+//   - 11: the slo policy, when both paths are predicted to miss and remote's predicted
+//     TTFT is past SLOTriageFactor × slo_ttft_ms, sends remote a prompt the ISL
+//     condition would not keep local (policy_slo.go, sloTriage). Other policies decide
+//     as in 2.
+const Version uint32 = 11
 
 // SupportsVersion reports whether NewAt can decide with version v's semantics.
 func SupportsVersion(v uint32) bool { return v >= 1 && v <= Version }
@@ -70,4 +74,5 @@ func (dc *Decider) setVersion(version uint32) {
 	dc.coldSoleBusy = version >= 8
 	dc.backlogITLGuard = version >= 9
 	dc.coldBacklogSample = version >= 10
+	dc.triage = version >= 11
 }

@@ -106,6 +106,35 @@ func TestVersion10ColdSampleGuardOnlyBehindADeepBacklog(t *testing.T) {
 		[]any{"version_9_record", "config version=9", " mnbt=1000", 8001})
 }
 
+// TestVersion11TriageOnlyForALongPromptBehindADoomedQueue: spec.txt's
+// both_miss_behind_a_doomed_queue_sends_a_long_prompt_remote keeps local for a prompt the
+// ISL condition keeps local (2,000 of 3,000 tokens cached), with remote at 20 × the SLO
+// (not past it), with remote at 22.5 × the SLO all of which is the prompt's own prefill
+// (15 ms a token: no wait ahead, and more than half of it), and in a record of version
+// 10. They are here, not in
+// spec.txt, because version 10 decides them the same.
+func TestVersion11TriageOnlyForALongPromptBehindADoomedQueue(t *testing.T) {
+	const format = `case slo/version_11_triage_keeps_local_%s
+%s
+disagg {"policy":"slo","slo_min_samples":10}
+worker d1 pool=decode
+worker p1 pool=prefill
+request prompt=3000
+%s
+fit local ttft samples=10 c=3000
+fit local itl samples=10 c=10
+fit remote ttft samples=10 c=%s
+fit remote itl samples=10 c=10
+expect mode=local reason=slo_local_predicted_better decided_by=slo_goodput
+
+`
+	runSpecVariants(t, format,
+		[]any{"short_prompt", "", "cache d1 device=125", "50000"},
+		[]any{"remote_at_20_times", "", "", "40000"},
+		[]any{"remote_mostly_its_own_prefill", "", "", "0,15"},
+		[]any{"version_10_record", "config version=10", "", "50000"})
+}
+
 // runSpecVariants runs format, filled with each row's values, as spec cases: every one
 // must hold.
 func runSpecVariants(t *testing.T, format string, rows ...[]any) {
