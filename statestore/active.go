@@ -68,6 +68,7 @@ type activeConfig struct {
 	kvMissingAfter    int64 // ns, Options.KvEventsMissingAfter
 	maxWorkers        int   // Options.MaxWorkers
 	latency           latmodel.Config
+	open              bool // Options.PeerSums (open.go)
 }
 
 const (
@@ -553,7 +554,9 @@ func (st *state) sweep(b *pebble.Batch) {
 			}
 			continue
 		}
-		if e := a.entries[it.id]; e != nil {
+		if e := a.entries[it.id]; e != nil && a.cfg.open {
+			st.openRefresh(e)
+		} else if e != nil {
 			st.refresh(b, e, false)
 			if it.id[0] == 'r' {
 				st.refreshDecisions(b, e.requestID)

@@ -100,6 +100,12 @@ type Options struct {
 	// applied a topic of the other source (ErrWrongSource). Every replica
 	// of a group must use the same source, or their states differ.
 	Source Source
+	// PeerSums (work in progress, docs/scaling.md "The order to build it
+	// in", step 2): with SourceLoadDeltas, the log's decisions are held as
+	// open requests in memory, ended by their lifecycle entries in partition
+	// order, not as order-independent facts. Restart and the digest do not
+	// hold them yet.
+	PeerSums bool
 
 	// RebuildOtherSource: Open wipes a store of the other Source and
 	// rebuilds it by replay instead of refusing it with ErrWrongSource (a
@@ -474,6 +480,7 @@ func (s *Store) activeConfig() activeConfig {
 		kvMissingAfter:    int64(s.opts.KvEventsMissingAfter),
 		maxWorkers:        s.opts.MaxWorkers,
 		latency:           s.opts.LatencyModel,
+		open:              s.opts.PeerSums && s.opts.Source == SourceLoadDeltas,
 	}
 	if s.opts.Approximate {
 		c.approxTTL = int64(s.opts.ApproximateTTL)
