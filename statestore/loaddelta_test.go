@@ -1,11 +1,11 @@
 package statestore
 
 import (
-	"os"
 	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"os"
 	"testing"
 
 	"github.com/twmb/franz-go/pkg/kgo"
