@@ -108,6 +108,7 @@ type reqEntry struct {
 	local       bool  // a RecordLocalDecision entry
 	effLast     int64 // last event time of the effective facts
 	recentOn    bool  // counted in its workers' recent counts (setRecent)
+	stored      bool  // an open request whose key is in Pebble (opencheckpoint.go)
 }
 
 type activeTable struct {
@@ -121,13 +122,19 @@ type activeTable struct {
 	// chainBlocks: the hashes held by entries' chains, log and local
 	// (chains.go, pdrouter_statestore_active_chain_bytes).
 	chainBlocks int64
+	// open: the open requests' family (open.go); nil unless cfg.open.
+	open *openFamily
 }
 
 func newActiveTable(cfg activeConfig) *activeTable {
-	return &activeTable{
+	a := &activeTable{
 		cfg: cfg, entries: map[string]*reqEntry{}, byRequest: map[string][]string{},
 		local: map[string]*reqEntry{},
 	}
+	if cfg.open {
+		a.open = newOpenFamily()
+	}
+	return a
 }
 
 // decisionFacts fills the D fact of e from a decision record, using only

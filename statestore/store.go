@@ -246,6 +246,9 @@ type Store struct {
 	// commits counts the batches whose decisions moved from pending to
 	// Pebble (local.go reads it without mu).
 	commits atomic.Uint64
+	// uncommitted: memory holds records applied since the last commit
+	// (Apply's chunks are visible before their batch commits). Under mu.
+	uncommitted bool
 }
 
 // ErrRebuildNeeded is matched by errors that can only be cured by wiping
@@ -336,7 +339,7 @@ func (s *Store) open(dir string) error {
 	}
 	st.storedAt = s.storedDecisionAt
 	s.st = st
-	s.committed = st.sortedOffsets()
+	s.committed = st.committedOffsets()
 	if err := checkCellOffsets(o.Cell, s.committed); err != nil {
 		db.Close()
 		return fmt.Errorf("statestore: %s: %w", dir, err)
@@ -490,6 +493,7 @@ func (s *Store) activeConfig() activeConfig {
 
 // Close flushes the memtable (required with the WAL off) and closes.
 func (s *Store) Close() error {
+	cerr := s.checkpointOpen()
 	s.commitMu.Lock()
 	defer s.commitMu.Unlock()
 	if s.db == nil {
@@ -500,7 +504,7 @@ func (s *Store) Close() error {
 	ferr := s.db.Flush()
 	err := s.db.Close()
 	s.db = nil
-	return errors.Join(ferr, err, s.closeFS.Close())
+	return errors.Join(cerr, ferr, err, s.closeFS.Close())
 }
 
 // Dir is the Pebble directory.
