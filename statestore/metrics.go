@@ -45,9 +45,9 @@ type Metrics struct {
 	openRequests    prometheus.Gauge
 	openCheckpoints prometheus.Counter
 	openReplayed    prometheus.Counter
-	walk          *prometheus.CounterVec
-	diskSlow      prometheus.Counter
-	cell, cells   prometheus.Gauge
+	walk            *prometheus.CounterVec
+	diskSlow        prometheus.Counter
+	cell, cells     prometheus.Gauge
 	// Worker health (workerhealth.go).
 	healthTransitions *prometheus.CounterVec
 	unhealthy         prometheus.Gauge
