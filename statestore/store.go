@@ -100,11 +100,12 @@ type Options struct {
 	// applied a topic of the other source (ErrWrongSource). Every replica
 	// of a group must use the same source, or their states differ.
 	Source Source
-	// PeerSums (work in progress, docs/scaling.md "The order to build it
-	// in", step 2): with SourceLoadDeltas, the log's decisions are held as
-	// open requests in memory, ended by their lifecycle entries in partition
-	// order, not as order-independent facts. Restart and the digest do not
-	// hold them yet.
+	// PeerSums: with SourceLoadDeltas, the log's requests are held in
+	// memory as open requests, ended in their partition's order, and
+	// reach Pebble only in checkpoints (open.go, opencheckpoint.go),
+	// instead of as facts written per request (active.go). Every replica
+	// of a group must use the same value; a store built with the other is
+	// refused with ErrWrongSource (or rebuilt, RebuildOtherSource).
 	PeerSums bool
 
 	// RebuildOtherSource: Open wipes a store of the other Source and
