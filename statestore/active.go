@@ -108,7 +108,10 @@ type reqEntry struct {
 	local       bool  // a RecordLocalDecision entry
 	effLast     int64 // last event time of the effective facts
 	recentOn    bool  // counted in its workers' recent counts (setRecent)
-	stored      bool  // an open request whose key is in Pebble (opencheckpoint.go)
+	// An open request's checkpoint state (opencheckpoint.go): ver counts
+	// its changes, storedVer is the one its key in Pebble holds.
+	stored         bool
+	ver, storedVer uint32
 }
 
 type activeTable struct {

@@ -68,16 +68,28 @@ type openFamily struct {
 	gone map[int32]*dueHeap
 
 	// Checkpoint bookkeeping (opencheckpoint.go), memory only.
-	dirty    map[*reqEntry]struct{} // changed since the last checkpoint
-	removed  []string               // ids with a key in Pebble, dropped since the last checkpoint
-	ckptNext map[int32]int64        // next as of the last checkpoint written
-	lastCkpt int64                  // reqNow at the last checkpoint
-	ebuf     []byte
+	removed  []string        // ids with a key in Pebble, dropped since the last checkpoint
+	ckptNext map[int32]int64 // where the last checkpoint written resumes from
+	lastCkpt int64           // reqNow at the last checkpoint
+	// marks: the family's position (next and clock) at each checkpoint
+	// of the last openReplayWindow, oldest first: a checkpoint resumes
+	// from the oldest still in the window, so that the requests opened
+	// since are read again rather than written.
+	marks []openMark
+	ebuf  []byte
+}
+
+// openMark is the family's position at one checkpoint.
+type openMark struct {
+	at    int64 // reqNow
+	next  map[int32]int64
+	clock map[int32]int64
 }
 
 func newOpenFamily() *openFamily {
 	return &openFamily{clock: map[int32]int64{}, next: map[int32]int64{}, gone: map[int32]*dueHeap{},
-		dirty: map[*reqEntry]struct{}{}, ckptNext: map[int32]int64{}, lastCkpt: math.MinInt64}
+		ckptNext: map[int32]int64{}, lastCkpt: math.MinInt64,
+		marks: []openMark{{at: math.MinInt64, next: map[int32]int64{}, clock: map[int32]int64{}}}}
 }
 
 // openEntryID is the entry id of a decision read from partition: "d", the
@@ -195,7 +207,6 @@ func (st *state) openDecision(d *pb.DecisionRecord, partition int32, offset int6
 	} else {
 		st.dropLocal(l)
 	}
-	f.dirty[e] = struct{}{}
 	st.pushGone(e)
 	st.openRefresh(e)
 }
@@ -235,7 +246,7 @@ func (st *state) openEvent(e *reqEntry, o *pb.OutcomeEvent) {
 	default:
 		return
 	}
-	st.act.open.dirty[e] = struct{}{}
+	e.ver++
 	if st.goneAt(e) != was {
 		st.pushGone(e)
 	}
@@ -253,7 +264,7 @@ func (st *state) openRefresh(e *reqEntry) {
 	st.setContribution(e, alive, alive && e.flags&fPrefillDone == 0 && e.prefillTok > 0)
 	if e.flags&fTerminal != 0 && e.chain != nil {
 		st.setChain(e, nil) // ended: its blocks left with its contribution
-		st.act.open.dirty[e] = struct{}{}
+		e.ver++
 	}
 	next := int64(math.MaxInt64)
 	if e.onDecode {
@@ -276,7 +287,6 @@ func (st *state) dropOpen(e *reqEntry) {
 	st.forgetDecision(e)
 	st.releaseSlots(e)
 	delete(a.entries, e.id)
-	delete(f.dirty, e)
 	if e.stored {
 		f.removed = append(f.removed, e.id)
 	}

@@ -69,10 +69,12 @@ func TestOpenRequestsMatchFacts(t *testing.T) {
 	})
 }
 
-// openOptions are the options of the open requests' tests: a short expiry,
-// so that requests never ended are dropped within the log's 60 seconds.
+// openOptions are the options of the open requests' tests: an expiry
+// longer than a checkpoint's replay window, so that requests never ended
+// are written to checkpoints, and shorter than the log's 120 seconds, so
+// that they are dropped too.
 func openOptions() Options {
-	return Options{Source: SourceLoadDeltas, PeerSums: true, ActiveExpiry: 2 * time.Second}
+	return Options{Source: SourceLoadDeltas, PeerSums: true, ActiveExpiry: 75 * time.Second}
 }
 
 // openLog makes, on h, the records of n decisions 200 ms apart and their
@@ -128,13 +130,13 @@ func applyIn(t *testing.T, s *Store, recs []*kgo.Record, n int) {
 // read the partitions in another order, in other batches, agrees too.
 func TestOpenRequestsRestart(t *testing.T) {
 	a := perfHarnessWith(t, openOptions())
-	recs := openLog(t, a, 300)
+	recs := openLog(t, a, 600)
 	applyIn(t, a.s, recs, 40)
 	a.log = append(a.log, recs...)
 	want := a.digest()
 	var held float64
 	a.s.Read(func(View) { held = float64(len(a.s.st.act.entries)) })
-	if held == 0 || held >= 300 {
+	if held == 0 || held >= 600 {
 		t.Fatalf("%v requests held at the end: the log should leave some, and drop the rest", held)
 	}
 
@@ -173,6 +175,9 @@ func TestOpenRequestsRestart(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer x.Close()
+		if restored := len(x.st.act.entries); restored == 0 {
+			t.Fatal("the checkpoint holds no request: the test shows only the records read again")
+		}
 		from := map[int32]int64{}
 		behind := 0
 		for _, p := range x.Offsets() {

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"time"
@@ -48,6 +49,11 @@ import (
 // openCheckpointEvery is how often, in the store's clock (reqNow), the
 // open requests are checkpointed: what a restart reads again at most.
 const openCheckpointEvery = int64(5 * time.Second)
+
+// openReplayWindow is how far back, in the store's clock, a checkpoint
+// resumes from: a request that ends within it (nearly all) never reaches
+// Pebble, and a restart reads at most about this much of load-deltas again.
+const openReplayWindow = int64(time.Minute)
 
 // famOpen holds the open requests' checkpoint: 'e' + entry id → encodeOpen,
 // and 'c' + partition → the family's next offset and clock there.
@@ -130,7 +136,8 @@ func (st *state) restoreOpen(entries []*reqEntry) {
 		st.pushGone(e)
 		st.openRefresh(e)
 	}
-	clear(st.act.open.dirty) // as stored
+	f := st.act.open
+	f.marks = []openMark{{at: math.MinInt64, next: maps.Clone(f.next), clock: maps.Clone(f.clock)}}
 }
 
 // openReplays reports whether a record at offset of tp, below the store's
@@ -148,32 +155,50 @@ func (st *state) openAdvance(tp topicPartition, next int64) {
 	}
 }
 
-// writeOpenCheckpoint adds a checkpoint to b when one is due (or force):
-// the requests dropped since the last one are deleted, those changed are
-// written, and each partition's next offset and clock. Called with the
-// store's lock held, on the batch that commits the same offsets.
+// writeOpenCheckpoint adds a checkpoint to b when one is due (or force).
+// It resumes from base, the family's position at the oldest checkpoint of
+// the last openReplayWindow (force: from now): the requests opened before
+// base and still held are written (once, and again when they change), the
+// requests dropped since the last checkpoint are deleted, and each
+// partition gets base's next offset and clock. The requests opened since
+// base are not written: a restart reads their records again. Called with
+// the store's lock held, on the batch that commits the same offsets.
 func (st *state) writeOpenCheckpoint(b *pebble.Batch, force bool) {
 	f := st.act.open
 	if f == nil || !force && f.lastCkpt != math.MinInt64 && st.reqNow < addSat(f.lastCkpt, openCheckpointEvery) {
 		return
 	}
 	f.lastCkpt = st.reqNow
+	f.marks = append(f.marks, openMark{at: st.reqNow, next: maps.Clone(f.next), clock: maps.Clone(f.clock)})
+	// The newest mark at least openReplayWindow old is the base; older
+	// ones are no longer needed.
+	i := 0
+	for i+1 < len(f.marks) && f.marks[i+1].at <= st.reqNow-openReplayWindow {
+		i++
+	}
+	f.marks = f.marks[i:]
+	base := f.marks[0]
+	if force {
+		base = f.marks[len(f.marks)-1]
+	}
 	// Deletions first: an id dropped and opened again since the last
 	// checkpoint (a copy read later with a newer time) is written after.
 	for _, id := range f.removed {
 		_ = b.Delete(openEntryKey(id), nil)
 	}
 	f.removed = f.removed[:0]
-	for e := range f.dirty {
-		f.ebuf = encodeOpen(f.ebuf[:0], e)
-		_ = b.Set(openEntryKey(e.id), f.ebuf, nil)
-		e.stored = true
+	for _, e := range st.act.entries {
+		if (!e.stored || e.ver != e.storedVer) && e.offset < base.next[e.partition] {
+			f.ebuf = encodeOpen(f.ebuf[:0], e)
+			_ = b.Set(openEntryKey(e.id), f.ebuf, nil)
+			e.stored, e.storedVer = true, e.ver
+		}
 	}
-	clear(f.dirty)
-	for p, n := range f.next {
-		c, ok := f.clock[p]
-		_ = b.Set(openPartitionKey(p), openPartitionValue(n, c, ok), nil)
-		f.ckptNext[p] = n
+	clear(f.ckptNext)
+	for p := range f.next {
+		c, ok := base.clock[p]
+		_ = b.Set(openPartitionKey(p), openPartitionValue(base.next[p], c, ok), nil)
+		f.ckptNext[p] = base.next[p]
 	}
 	st.stats.openCheckpoints++
 }
