@@ -274,7 +274,8 @@ func shortPrompt(dst *Decision, cfg *DisaggConfig) bool {
 // goodput does not (decider version 12): in a fleet of one decode worker, when both
 // paths are predicted to miss, and when the margin is within SLOTieMargin. A prompt
 // the condition keeps local is prefilled locally, any other goes remote, whatever the
-// miss factor, the charges and the overload triage chose.
+// miss factor, the charges and the overload triage chose; the queue cap and the guards
+// still apply after it.
 //
 // There every request of the fleet decodes on the worker the prompt would prefill on.
 // A short prompt, mostly cached, is a fraction of one step there whichever path it
