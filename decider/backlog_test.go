@@ -92,7 +92,8 @@ func TestBacklogChargeOnlyWhereLocalITLMeets(t *testing.T) {
 // sample from version 7, its fallback prefill busy threshold at a sole decode worker
 // from version 8, the ITL guard standing aside behind a backlog at several decode
 // workers from version 9, the cold start's guard at the load sample behind a deep
-// backlog from version 10, the overload triage from version 11.
+// backlog from version 10, the overload triage from version 11, the ISL condition at a
+// sole decode worker where the goodput does not choose from version 12.
 func TestSLOSemanticsByVersion(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.Disagg.Policy = PolicySLO
@@ -102,9 +103,9 @@ func TestSLOSemanticsByVersion(t *testing.T) {
 			t.Fatal(err)
 		}
 		if dc.backlog != (v >= 5) || dc.itlBoundCharge != (v >= 6) || dc.coldSoleDecode != (v >= 7) || dc.coldSoleBusy != (v >= 8) ||
-			dc.backlogITLGuard != (v >= 9) || dc.coldBacklogSample != (v >= 10) || dc.triage != (v >= 11) {
-			t.Errorf("version %d: backlog %v, itl-bound charge %v, cold guard at the sample %v, sole decode busy fallback %v, itl guard aside behind a backlog %v, cold guard at the sample behind a deep backlog %v, triage %v",
-				v, dc.backlog, dc.itlBoundCharge, dc.coldSoleDecode, dc.coldSoleBusy, dc.backlogITLGuard, dc.coldBacklogSample, dc.triage)
+			dc.backlogITLGuard != (v >= 9) || dc.coldBacklogSample != (v >= 10) || dc.triage != (v >= 11) || dc.soleDecodeISL != (v >= 12) {
+			t.Errorf("version %d: backlog %v, itl-bound charge %v, cold guard at the sample %v, sole decode busy fallback %v, itl guard aside behind a backlog %v, cold guard at the sample behind a deep backlog %v, triage %v, sole decode ISL %v",
+				v, dc.backlog, dc.itlBoundCharge, dc.coldSoleDecode, dc.coldSoleBusy, dc.backlogITLGuard, dc.coldBacklogSample, dc.triage, dc.soleDecodeISL)
 		}
 	}
 }

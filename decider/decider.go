@@ -22,6 +22,7 @@ type Decider struct {
 	backlogITLGuard   bool       // Version ≥ 9: no ITL guard veto behind a backlog at several decode workers (policy_slo.go)
 	coldBacklogSample bool       // Version ≥ 10: the cold start's decode guard at the load sample behind a deep backlog (policy_slo.go)
 	triage            bool       // Version ≥ 11: both-miss sends a long prompt remote behind a doomed queue (policy_slo.go)
+	soleDecodeISL     bool       // Version ≥ 12: at a sole decode worker the ISL condition decides both-miss and ties (policy_slo.go)
 	rule              policyRule // of cfg.Disagg.Policy
 	mode              modeRule   // of cfg.Disagg.Policy, when it has one
 }

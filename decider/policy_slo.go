@@ -195,6 +195,13 @@ func sloMode(dc *Decider, dst *Decision, d, p *Candidate) *Candidate {
 		if local2 && dc.triage && sloTriage(cfg, fit, dst, bestIn.Uncached) {
 			local2 = false
 		}
+		if dc.sloSoleDecodeISL(dst) {
+			// At a sole decode worker the ISL condition decides a both-miss.
+			local2 = shortPrompt(dst, cfg)
+		}
+	case s.Margin > -SLOTieMargin && s.Margin <= SLOTieMargin && dc.sloSoleDecodeISL(dst):
+		// And a tie.
+		local2 = shortPrompt(dst, cfg)
 	default:
 		// Local must be better by more than SLOTieMargin; ties go remote.
 		local2 = s.Margin > SLOTieMargin
@@ -261,6 +268,31 @@ func sloTriage(cfg *DisaggConfig, fit *LatencyFit, dst *Decision, uncached int64
 // ISL and ratio both under their thresholds.
 func shortPrompt(dst *Decision, cfg *DisaggConfig) bool {
 	return dst.PromptTokens == 0 || dst.EffectiveISL < cfg.EffISLThreshold && dst.Ratio < cfg.EffISLRatioThreshold
+}
+
+// sloSoleDecodeISL reports whether the ISL condition (shortPrompt) decides where the
+// goodput does not (decider version 12): in a fleet of one decode worker, when both
+// paths are predicted to miss, and when the margin is within SLOTieMargin. A prompt
+// the condition keeps local is prefilled locally, any other goes remote, whatever the
+// miss factor, the charges and the overload triage chose; the queue cap and the guards
+// still apply after it.
+//
+// There every request of the fleet decodes on the worker the prompt would prefill on.
+// A short prompt, mostly cached, is a fraction of one step there whichever path it
+// takes, while the remote path adds a prefill queue and a transfer, and lengthens the
+// queue every remote request of the fleet waits in; a long one fills the steps of every
+// running request and holds up the start of every remote request's decode. The model's
+// own terms do not tell the paths apart there: the decode worker's counts explain most
+// of remote's TTFT, so the both-miss rule sent short prompts remote, and the charges,
+// linear, priced a long local prefill at the margin. On the Mooncake conversation trace
+// at 3P1D ×0.75 at 4 GPUs, 1000/25, version 11 sent 1,157 short prompts remote with both
+// paths predicted to miss, of which 198 met the SLO, where isl_bounding kept them local
+// and 476 met it, and prefilled 9.6% of the requests locally against isl_bounding's
+// 20.6%: 29.2% goodput against 33.9 (docs/slo-policy.md, "Beyond the grid"). Where the
+// goodput chooses, with a margin past SLOTieMargin, it still decides: at synthetic 3P1D
+// ×1 at 4 GPUs it keeps 58.7% against isl_bounding's 36.2.
+func (dc *Decider) sloSoleDecodeISL(dst *Decision) bool {
+	return dc.soleDecodeISL && soleDecodeWorker(dst)
 }
 
 // sloITLGuardStandsAside reports whether the ITL guard lets a local prefill through

@@ -42,7 +42,11 @@ import "fmt"
 //     TTFT is past SLOTriageFactor × slo_ttft_ms, sends remote a prompt the ISL
 //     condition would not keep local (policy_slo.go, sloTriage). Other policies decide
 //     as in 2.
-const Version uint32 = 11
+//   - 12: the slo policy, in a fleet of one decode worker, lets the ISL condition decide
+//     where the goodput does not: when both paths are predicted to miss, and when the
+//     margin is within SLOTieMargin (policy_slo.go, sloSoleDecodeISL). Other policies
+//     decide as in 2.
+const Version uint32 = 12
 
 // SupportsVersion reports whether NewAt can decide with version v's semantics.
 func SupportsVersion(v uint32) bool { return v >= 1 && v <= Version }
@@ -75,4 +79,5 @@ func (dc *Decider) setVersion(version uint32) {
 	dc.backlogITLGuard = version >= 9
 	dc.coldBacklogSample = version >= 10
 	dc.triage = version >= 11
+	dc.soleDecodeISL = version >= 12
 }

@@ -118,6 +118,7 @@ func TestVersion11TriageOnlyForALongPromptBehindADoomedQueue(t *testing.T) {
 %s
 disagg {"policy":"slo","slo_min_samples":10}
 worker d1 pool=decode
+worker d2 pool=decode
 worker p1 pool=prefill
 request prompt=3000
 %s
@@ -133,6 +134,35 @@ expect mode=local reason=slo_local_predicted_better decided_by=slo_goodput
 		[]any{"remote_at_20_times", "", "", "40000"},
 		[]any{"remote_mostly_its_own_prefill", "", "", "0,15"},
 		[]any{"version_10_record", "config version=10", "", "50000"})
+}
+
+// TestVersion12SoleDecodeISLOnlyWhereTheGoodputDoesNotChoose: spec.txt's
+// sole_decode_worker_* cases keep version 11's decision at a sole decode worker for a
+// long prompt within the tie margin (remote, as ties go), for a short prompt the
+// margin sends remote by more than SLOTieMargin, and in a record of version 11; and at
+// two decode workers for a short prompt with both paths predicted to miss. They are
+// here, not in spec.txt, because version 11 decides them the same.
+func TestVersion12SoleDecodeISLOnlyWhereTheGoodputDoesNotChoose(t *testing.T) {
+	const format = `case slo/version_12_keeps_remote_%s
+%s
+disagg {"policy":"slo","slo_min_samples":10}
+worker d1 pool=decode
+%s
+worker p1 pool=prefill
+request prompt=1000
+%s
+fit local ttft samples=10 c=%s
+fit local itl samples=10 c=10
+fit remote ttft samples=10 c=%s
+fit remote itl samples=10 c=10
+expect mode=remote reason=slo_remote_predicted_better decided_by=slo_goodput
+
+`
+	runSpecVariants(t, format,
+		[]any{"long_prompt_tie", "", "", "", "100", "300"},
+		[]any{"short_prompt_remote_better", "", "", "cache d1 device=50", "3000", "300"},
+		[]any{"version_11_record", "config version=11", "", "cache d1 device=50", "3000", "4000"},
+		[]any{"two_decode_workers", "", "worker d2 pool=decode", "cache d1 device=50", "3000", "4000"})
 }
 
 // runSpecVariants runs format, filled with each row's values, as spec cases: every one
