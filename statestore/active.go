@@ -301,7 +301,18 @@ func (st *state) applyOutcome(b *pebble.Batch, o *pb.OutcomeEvent) {
 		e = &reqEntry{id: id, requestID: o.GetRequestId(), prefillSlot: -1}
 		a.entries[id] = e
 	}
-	switch o.GetKind() {
+	e.noteEvent(o.GetKind(), t)
+	st.refresh(b, e, true)
+	if e.id[0] == 'r' {
+		st.refreshDecisions(b, e.requestID)
+	}
+}
+
+// noteEvent records a lifecycle event of kind at t in e's facts: the latest
+// time of each kind is kept, so events applied twice or in another order
+// give the same facts. It reports whether kind is one the facts hold.
+func (e *reqEntry) noteEvent(kind pb.OutcomeEvent_Kind, t int64) bool {
+	switch kind {
 	case pb.OutcomeEvent_KIND_PREFILL_DONE:
 		if e.flags&fPrefillDone == 0 || t > e.tP {
 			e.flags |= fPrefillDone
@@ -312,11 +323,10 @@ func (st *state) applyOutcome(b *pebble.Batch, o *pb.OutcomeEvent) {
 			e.flags |= fTerminal
 			e.tT = t
 		}
+	default:
+		return false
 	}
-	st.refresh(b, e, true)
-	if e.id[0] == 'r' {
-		st.refreshDecisions(b, e.requestID)
-	}
+	return true
 }
 
 // refreshDecisions refreshes the decisions of a request whose own facts

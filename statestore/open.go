@@ -231,19 +231,8 @@ func (st *state) openLifecycle(o *pb.OutcomeEvent, partition int32) {
 }
 
 func (st *state) openEvent(e *reqEntry, o *pb.OutcomeEvent) {
-	t, was := o.GetEventTimeUnixNano(), st.goneAt(e)
-	switch o.GetKind() {
-	case pb.OutcomeEvent_KIND_PREFILL_DONE:
-		if e.flags&fPrefillDone == 0 || t > e.tP {
-			e.flags |= fPrefillDone
-			e.tP = t
-		}
-	case pb.OutcomeEvent_KIND_COMPLETED, pb.OutcomeEvent_KIND_CANCELLED:
-		if e.flags&fTerminal == 0 || t > e.tT {
-			e.flags |= fTerminal
-			e.tT = t
-		}
-	default:
+	was := st.goneAt(e)
+	if !e.noteEvent(o.GetKind(), o.GetEventTimeUnixNano()) {
 		return
 	}
 	e.ver++
