@@ -68,6 +68,7 @@ type activeConfig struct {
 	kvMissingAfter    int64 // ns, Options.KvEventsMissingAfter
 	maxWorkers        int   // Options.MaxWorkers
 	latency           latmodel.Config
+	open              bool // Options.PeerSums (open.go)
 }
 
 const (
@@ -107,6 +108,10 @@ type reqEntry struct {
 	local       bool  // a RecordLocalDecision entry
 	effLast     int64 // last event time of the effective facts
 	recentOn    bool  // counted in its workers' recent counts (setRecent)
+	// An open request's checkpoint state (opencheckpoint.go): ver counts
+	// its changes, storedVer is the one its key in Pebble holds.
+	stored         bool
+	ver, storedVer uint32
 }
 
 type activeTable struct {
@@ -120,13 +125,19 @@ type activeTable struct {
 	// chainBlocks: the hashes held by entries' chains, log and local
 	// (chains.go, pdrouter_statestore_active_chain_bytes).
 	chainBlocks int64
+	// open: the open requests' family (open.go); nil unless cfg.open.
+	open *openFamily
 }
 
 func newActiveTable(cfg activeConfig) *activeTable {
-	return &activeTable{
+	a := &activeTable{
 		cfg: cfg, entries: map[string]*reqEntry{}, byRequest: map[string][]string{},
 		local: map[string]*reqEntry{},
 	}
+	if cfg.open {
+		a.open = newOpenFamily()
+	}
+	return a
 }
 
 // decisionFacts fills the D fact of e from a decision record, using only
@@ -290,7 +301,18 @@ func (st *state) applyOutcome(b *pebble.Batch, o *pb.OutcomeEvent) {
 		e = &reqEntry{id: id, requestID: o.GetRequestId(), prefillSlot: -1}
 		a.entries[id] = e
 	}
-	switch o.GetKind() {
+	e.noteEvent(o.GetKind(), t)
+	st.refresh(b, e, true)
+	if e.id[0] == 'r' {
+		st.refreshDecisions(b, e.requestID)
+	}
+}
+
+// noteEvent records a lifecycle event of kind at t in e's facts: the latest
+// time of each kind is kept, so events applied twice or in another order
+// give the same facts. It reports whether kind is one the facts hold.
+func (e *reqEntry) noteEvent(kind pb.OutcomeEvent_Kind, t int64) bool {
+	switch kind {
 	case pb.OutcomeEvent_KIND_PREFILL_DONE:
 		if e.flags&fPrefillDone == 0 || t > e.tP {
 			e.flags |= fPrefillDone
@@ -301,11 +323,10 @@ func (st *state) applyOutcome(b *pebble.Batch, o *pb.OutcomeEvent) {
 			e.flags |= fTerminal
 			e.tT = t
 		}
+	default:
+		return false
 	}
-	st.refresh(b, e, true)
-	if e.id[0] == 'r' {
-		st.refreshDecisions(b, e.requestID)
-	}
+	return true
 }
 
 // refreshDecisions refreshes the decisions of a request whose own facts
@@ -553,7 +574,9 @@ func (st *state) sweep(b *pebble.Batch) {
 			}
 			continue
 		}
-		if e := a.entries[it.id]; e != nil {
+		if e := a.entries[it.id]; e != nil && a.cfg.open {
+			st.openRefresh(e)
+		} else if e != nil {
 			st.refresh(b, e, false)
 			if it.id[0] == 'r' {
 				st.refreshDecisions(b, e.requestID)

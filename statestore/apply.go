@@ -74,9 +74,15 @@ func (s *Store) Apply(recs []*kgo.Record) error {
 			}
 			t, ok := s.opts.Names.Logical(r.Topic)
 			tp := topicPartition{t, r.Partition}
+			replay := false
 			if ok {
 				if next, seen := st.offsets[tp]; seen && r.Offset < next {
-					continue
+					if !st.openReplays(tp, r.Offset) {
+						continue
+					}
+					// Applied before a restart, and read again for the
+					// open requests only (opencheckpoint.go).
+					replay = true
 				}
 				if !s.opts.Source.Applies(t) {
 					// The other source's topic: not part of this state,
@@ -85,19 +91,33 @@ func (s *Store) Apply(recs []*kgo.Record) error {
 					continue
 				}
 			}
+			s.uncommitted = true
 			p := &prep[i]
-			s.met.decode.Observe(s.opts.Names, r.Topic, p.err)
-			if p.err != nil {
+			st.replaying = replay
+			switch {
+			case replay && p.err != nil:
+			case replay:
+				_ = st.applyEnvelope(b, p.env, r.Timestamp.UnixMilli())
+				st.stats.openReplayed++
+			case p.err != nil:
+				s.met.decode.Observe(s.opts.Names, r.Topic, p.err)
 				s.log.Warn("statestore: skipping a record that does not decode", "err", p.err)
-			} else if reason := st.applyEnvelope(b, p.env, r.Timestamp.UnixMilli()); reason != "" {
-				s.skipped(r, t, reason)
-			} else {
-				counts[topicIndex[t]]++
+			default:
+				s.met.decode.Observe(s.opts.Names, r.Topic, p.err)
+				if reason := st.applyEnvelope(b, p.env, r.Timestamp.UnixMilli()); reason != "" {
+					s.skipped(r, t, reason)
+				} else {
+					counts[topicIndex[t]]++
+				}
 			}
+			st.replaying = false
 			*p = preparedRecord{}
 			if ok {
-				st.offsets[tp] = r.Offset + 1
-				touched[tp] = struct{}{}
+				st.openAdvance(tp, r.Offset+1)
+				if !replay {
+					st.offsets[tp] = r.Offset + 1
+					touched[tp] = struct{}{}
+				}
 			}
 		}
 		prep = prep[hi-lo:]
@@ -122,15 +142,17 @@ func (s *Store) Apply(recs []*kgo.Record) error {
 	}
 	// Sorted outside the lock: readers need not wait for it.
 	pw.flush(b)
-	s.mu.RLock()
+	s.mu.Lock()
 	for tp := range touched {
 		_ = b.Set(offsetKey(tp.topic, tp.partition), i64Value(s.st.offsets[tp]), nil)
 	}
 	_ = b.Set(keyNow, i64Value(s.st.now), nil)
 	_ = b.Set(keyReqNow, i64Value(s.st.reqNow), nil)
-	offs := s.st.sortedOffsets()
+	s.st.writeOpenCheckpoint(b, false)
+	offs := s.st.committedOffsets()
 	s.met.observeState(s.st)
-	s.mu.RUnlock()
+	s.met.addStats(&s.st.stats)
+	s.mu.Unlock()
 
 	if testHookBeforeCommit != nil {
 		testHookBeforeCommit()
@@ -153,6 +175,7 @@ func (s *Store) Apply(recs []*kgo.Record) error {
 	s.mu.Lock()
 	s.st.dec.committed(s.cache)
 	s.commits.Add(1)
+	s.uncommitted = false
 	s.mu.Unlock()
 	for i, n := range counts {
 		if n > 0 {
@@ -347,7 +370,12 @@ func sortOffsets(o Offsets) {
 func (s *Store) Offsets() Offsets {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	return s.st.sortedOffsets()
+	offs := s.st.sortedOffsets()
+	if f := s.st.act.open; f != nil {
+		// The open requests resume from their checkpoint (opencheckpoint.go).
+		offs = familyOffsets(offs, f.next)
+	}
+	return offs
 }
 
 // CommittedOffsets returns the offset vector of the last committed batch:

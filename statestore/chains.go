@@ -168,7 +168,9 @@ func (s *Store) readChain(ctx context.Context, r RecordReader, topic string, e *
 		chain, _, _ = activeChain(m)
 	case *pb.LoadDelta:
 		// The entry's chain as apply resolved it (shared hashes first).
-		i := slices.IndexFunc(m.GetDecisions(), func(d *pb.DecisionDelta) bool { return "d"+d.GetDecisionId() == e.id })
+		i := slices.IndexFunc(m.GetDecisions(), func(d *pb.DecisionDelta) bool {
+			return "d"+d.GetDecisionId() == e.id || string(openEntryID(nil, d.GetDecisionId(), e.partition)) == e.id
+		})
 		if i < 0 {
 			return nil, errNotTheChain
 		}

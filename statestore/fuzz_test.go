@@ -74,6 +74,8 @@ func FuzzApply(f *testing.F) {
 		}
 		if v, err := proto.Marshal(ld); err == nil {
 			f.Add(uint8(topicIndex[events.TopicLoadDeltas]), v, uint8(8))
+			// Mode bit 16: the same, held as open requests (Options.PeerSums).
+			f.Add(uint8(topicIndex[events.TopicLoadDeltas]), v, uint8(8|16))
 		}
 	}
 	f.Fuzz(func(t *testing.T, topic uint8, value []byte, mode uint8) {
@@ -86,7 +88,9 @@ func FuzzApply(f *testing.F) {
 		// (on disk, opening, closing and reopening one store per input
 		// held the fuzzer to a few inputs a second).
 		fs := vfs.NewMem()
-		s, err := Open("s", Options{Registerer: prometheus.NewRegistry(), ActiveExpiry: time.Second, FS: fs, Source: src})
+		o := Options{ActiveExpiry: time.Second, FS: fs, Source: src, PeerSums: mode&16 != 0}
+		o.Registerer = prometheus.NewRegistry()
+		s, err := Open("s", o)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -151,7 +155,8 @@ func FuzzApply(f *testing.F) {
 			}
 		})
 		_ = s.Close()
-		s2, err := Open(s.Dir(), Options{Registerer: prometheus.NewRegistry(), ActiveExpiry: time.Second, FS: fs, Source: src})
+		o.Registerer = prometheus.NewRegistry()
+		s2, err := Open(s.Dir(), o)
 		if err != nil {
 			t.Fatalf("reopen: %v", err)
 		}

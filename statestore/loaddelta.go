@@ -154,6 +154,10 @@ func outcomeOfDelta(e *pb.LifecycleDelta) *pb.OutcomeEvent {
 // set (active.go, "Order independence"), so their order within the record
 // does not change the state.
 func (st *state) applyLoadDelta(b *pebble.Batch, d *pb.LoadDelta, partition int32, offset int64) {
+	if st.act.cfg.open {
+		st.applyOpenDelta(b, d, partition, offset, st.replaying)
+		return
+	}
 	chains := events.LoadDeltaChains(d)
 	for i, e := range d.GetDecisions() {
 		r := recordOfDelta(e, chains[i])

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"os"
 	"testing"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -268,7 +269,7 @@ func BenchmarkApplyLoadDeltas(b *testing.B) {
 	for _, per := range []int{1, 8} {
 		for _, hashes := range []int{0, 32, events.MaxDeltaHashes} {
 			b.Run(fmt.Sprintf("entries=%d/hashes=%d", per, hashes), func(b *testing.B) {
-				h := perfHarnessWith(b, Options{Source: SourceLoadDeltas})
+				h := perfHarnessWith(b, Options{Source: SourceLoadDeltas, PeerSums: os.Getenv("PDR_BENCH_PEER_SUMS") == "1"})
 				benchApply(b, h, deltaRecords(h, perfDecisions(b.N, 3, 1e18), per, hashes))
 				b.ReportMetric(b.Elapsed().Seconds()*1e9/float64(b.N), "ns/decision")
 			})

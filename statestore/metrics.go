@@ -41,9 +41,13 @@ type Metrics struct {
 	predicted     prometheus.Gauge
 	chainBytes    prometheus.Gauge
 	chainsRead    *prometheus.CounterVec
-	walk          *prometheus.CounterVec
-	diskSlow      prometheus.Counter
-	cell, cells   prometheus.Gauge
+	// The open requests (open.go), with Options.PeerSums.
+	openRequests    prometheus.Gauge
+	openCheckpoints prometheus.Counter
+	openReplayed    prometheus.Counter
+	walk            *prometheus.CounterVec
+	diskSlow        prometheus.Counter
+	cell, cells     prometheus.Gauge
 	// Worker health (workerhealth.go).
 	healthTransitions *prometheus.CounterVec
 	unhealthy         prometheus.Gauge
@@ -150,6 +154,18 @@ func newMetrics(reg prometheus.Registerer, dm *events.DecodeMetrics) *Metrics {
 			Help: "Active requests' hash chains read back from the decisions topic when the store opened, by result: recovered, or lost (counted as blocks without a hash until the request ends).",
 		}, []string{"result"}),
 	}
+	m.openRequests = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "pdrouter_statestore_open_requests",
+		Help: "Requests of the log held in memory as open requests (--peer-requests memory): from their decision until their partition's clock passes their end, expiry and recent window. 0 when they are kept as facts.",
+	})
+	m.openCheckpoints = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "pdrouter_statestore_open_checkpoints_total",
+		Help: "Checkpoints of the open requests written to the store (every 5s of the log's clock, and at close and snapshot): a restart reads the load deltas since the last one again.",
+	})
+	m.openReplayed = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "pdrouter_statestore_open_replayed_records_total",
+		Help: "Load-delta records read again after a restart for the open requests only (those since their last checkpoint).",
+	})
 	m.walk = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "pdrouter_statestore_prefix_walk_blocks_total",
 		Help: "Blocks of overlap queries (MatchPrefix) by how the hot index found them: predicted (the arena entry next to the block before), linked (where the chain went on last) or looked_up (hash table). A growing looked_up share means the arena has drifted from chain order; a restart lays it out again.",
@@ -210,7 +226,7 @@ func newMetrics(reg prometheus.Registerer, dm *events.DecodeMetrics) *Metrics {
 	if reg != nil {
 		reg.MustRegister(m.applied, m.applySeconds, m.offset, m.lag, m.topicLag, m.blocks, m.workers, m.removeUnknown, m.storeUnknown,
 			m.orphans, m.resets, m.staleLoads, m.afterTomb, m.active, m.races, m.copies, m.indexBytes, m.kvMissing, m.bsMismatch, m.predicted, m.walk, m.diskSlow,
-			m.chainBytes, m.chainsRead, m.cell, m.cells, m.healthTransitions, m.unhealthy)
+			m.chainBytes, m.chainsRead, m.cell, m.cells, m.healthTransitions, m.unhealthy, m.openRequests, m.openCheckpoints, m.openReplayed)
 		reg.MustRegister(m.latency.collectors()...)
 	}
 	return m
@@ -271,6 +287,8 @@ func (m *Metrics) addStats(s *applyStats) {
 	m.afterTomb.Add(float64(s.afterTombstone))
 	m.races.Add(float64(s.races))
 	m.copies.Add(float64(s.decisionCopies))
+	m.openCheckpoints.Add(float64(s.openCheckpoints))
+	m.openReplayed.Add(float64(s.openReplayed))
 	m.latency.dropped.WithLabelValues(latDropNoRow).Add(float64(s.latNoRow))
 	for _, t := range s.healthTransitions {
 		to := healthUnhealthy
@@ -321,6 +339,9 @@ func (m *Metrics) observeState(st *state) {
 	m.bsMismatch.Set(float64(st.bsMismatch))
 	m.predicted.Set(float64(st.predicted))
 	m.chainBytes.Set(float64(8 * st.act.chainBlocks))
+	if st.act.open != nil {
+		m.openRequests.Set(float64(len(st.act.entries)))
+	}
 	m.latency.observe(st)
 	for tp, n := range st.offsets {
 		m.offset.WithLabelValues(string(tp.topic), strconv.Itoa(int(tp.partition))).Set(float64(n))

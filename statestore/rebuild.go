@@ -22,7 +22,7 @@ func (s *Store) rebuild() (*state, error) {
 		return nil, err
 	}
 	defer it.Close()
-	var entries []*reqEntry
+	var entries, opens []*reqEntry
 	for it.First(); it.Valid(); it.Next() {
 		k, v := it.Key(), it.Value()
 		if len(k) == 0 {
@@ -92,7 +92,14 @@ func (s *Store) rebuild() (*state, error) {
 					return nil, fmt.Errorf("latency model entry %q: %w", body[1:], err)
 				}
 			}
+		case famOpen:
+			if err := st.restoreOpenKey(k, v, &opens); err != nil {
+				return nil, err
+			}
 		case famActive:
+			if st.act.open != nil {
+				return nil, fmt.Errorf("%w: it holds requests as facts and is opened to hold them in memory (Options.PeerSums)", ErrWrongSource)
+			}
 			e, err := decodeEntry(string(body), v)
 			if err != nil {
 				return nil, fmt.Errorf("active entry %q: %w", body, err)
@@ -114,10 +121,18 @@ func (s *Store) rebuild() (*state, error) {
 			st.noteDecision(e)
 		}
 	}
+	for _, e := range opens {
+		st.act.entries[e.id] = e
+		st.resolveSlots(e)
+		st.noteDecision(e)
+	}
 	// Their chains, from the log (chains.go), before they contribute.
-	s.recoverChains(st, entries)
+	s.recoverChains(st, append(entries, opens...))
 	for _, e := range entries {
 		st.refresh(b, e, false)
+	}
+	if st.act.open != nil {
+		st.restoreOpen(opens)
 	}
 	// The latency model's sums, from its entries (entries whose facts left the
 	// window since they were stored are written again, or deleted).

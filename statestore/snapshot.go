@@ -44,6 +44,9 @@ func (s *Store) Checkpoint(dir string) (SnapshotManifest, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return SnapshotManifest{}, err
 	}
+	if err := s.checkpointOpen(); err != nil {
+		return SnapshotManifest{}, err
+	}
 	s.commitMu.Lock()
 	if s.db == nil {
 		s.commitMu.Unlock()

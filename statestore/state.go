@@ -70,6 +70,10 @@ type state struct {
 	stats   applyStats
 	scratch []uint64
 	kbuf    []byte
+	obuf    []byte // openEntryID's (open.go)
+	// replaying: the record being applied was applied before a restart
+	// and is read again for the open requests only (Apply, open.go).
+	replaying bool
 	// pw holds the prefix writes of the Apply in progress (prefixwrites.go);
 	// nil outside Apply.
 	pw *prefixWrites
@@ -106,6 +110,9 @@ type applyStats struct {
 	// position (decisions.go appliedAt).
 	decisionCopies int64
 	latNoRow       int64 // decisions the latency model could not read (latency.go)
+	// openCheckpoints and openReplayed: the open requests' checkpoints
+	// written and records read again after a restart (opencheckpoint.go).
+	openCheckpoints, openReplayed int64
 	// kv-events or load records stamped at or before the worker's latest
 	// tombstone, ignored because the tombstone purged (or will purge) them.
 	afterTombstone int64

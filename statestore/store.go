@@ -100,6 +100,13 @@ type Options struct {
 	// applied a topic of the other source (ErrWrongSource). Every replica
 	// of a group must use the same source, or their states differ.
 	Source Source
+	// PeerSums: with SourceLoadDeltas, the log's requests are held in
+	// memory as open requests, ended in their partition's order, and
+	// reach Pebble only in checkpoints (open.go, opencheckpoint.go),
+	// instead of as facts written per request (active.go). Every replica
+	// of a group must use the same value; a store built with the other is
+	// refused with ErrWrongSource (or rebuilt, RebuildOtherSource).
+	PeerSums bool
 
 	// RebuildOtherSource: Open wipes a store of the other Source and
 	// rebuilds it by replay instead of refusing it with ErrWrongSource (a
@@ -240,6 +247,9 @@ type Store struct {
 	// commits counts the batches whose decisions moved from pending to
 	// Pebble (local.go reads it without mu).
 	commits atomic.Uint64
+	// uncommitted: memory holds records applied since the last commit
+	// (Apply's chunks are visible before their batch commits). Under mu.
+	uncommitted bool
 }
 
 // ErrRebuildNeeded is matched by errors that can only be cured by wiping
@@ -330,7 +340,7 @@ func (s *Store) open(dir string) error {
 	}
 	st.storedAt = s.storedDecisionAt
 	s.st = st
-	s.committed = st.sortedOffsets()
+	s.committed = st.committedOffsets()
 	if err := checkCellOffsets(o.Cell, s.committed); err != nil {
 		db.Close()
 		return fmt.Errorf("statestore: %s: %w", dir, err)
@@ -474,6 +484,7 @@ func (s *Store) activeConfig() activeConfig {
 		kvMissingAfter:    int64(s.opts.KvEventsMissingAfter),
 		maxWorkers:        s.opts.MaxWorkers,
 		latency:           s.opts.LatencyModel,
+		open:              s.opts.PeerSums && s.opts.Source == SourceLoadDeltas,
 	}
 	if s.opts.Approximate {
 		c.approxTTL = int64(s.opts.ApproximateTTL)
@@ -483,6 +494,7 @@ func (s *Store) activeConfig() activeConfig {
 
 // Close flushes the memtable (required with the WAL off) and closes.
 func (s *Store) Close() error {
+	cerr := s.checkpointOpen()
 	s.commitMu.Lock()
 	defer s.commitMu.Unlock()
 	if s.db == nil {
@@ -493,7 +505,7 @@ func (s *Store) Close() error {
 	ferr := s.db.Flush()
 	err := s.db.Close()
 	s.db = nil
-	return errors.Join(ferr, err, s.closeFS.Close())
+	return errors.Join(cerr, ferr, err, s.closeFS.Close())
 }
 
 // Dir is the Pebble directory.

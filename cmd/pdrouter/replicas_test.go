@@ -31,14 +31,21 @@ import (
 //
 // Each --load-deltas mode that shapes the state runs it: write (peers
 // apply whole decisions and outcomes) and apply (peers apply load deltas,
-// and decisions stay on the log for audit).
+// and decisions stay on the log for audit), the latter with each
+// --peer-requests layout (memory: open requests checkpointed, so C's
+// SIGKILL reads the load deltas since the checkpoint again; pebble: a
+// fact per request).
 func TestReplicasAgree(t *testing.T) {
-	for _, mode := range []string{"write", "apply"} {
+	for _, mode := range []string{"write", "apply", "apply-pebble"} {
 		t.Run(mode, func(t *testing.T) { testReplicasAgree(t, mode) })
 	}
 }
 
 func testReplicasAgree(t *testing.T, mode string) {
+	mode, layout, _ := strings.Cut(mode, "-")
+	if layout == "" {
+		layout = "memory"
+	}
 	brokers := kafkatest.Brokers(t)
 	prefix := kafkatest.Prefix(t)
 	kafkatest.Migrate(t, brokers, prefix)
@@ -48,7 +55,7 @@ func testReplicasAgree(t *testing.T, mode string) {
 	// barrier must reach each replica alone, not in one fetch with the
 	// decision a faster peer made just after it, or the replicas decide at
 	// different watermarks and there is nothing to compare.
-	unbatched := []string{"--fetch-min-bytes", "1", "--load-deltas", mode}
+	unbatched := []string{"--fetch-min-bytes", "1", "--load-deltas", mode, "--peer-requests", layout}
 	peerTopic := events.TopicDecisions // where a peer learns a decision from
 	if mode == "apply" {
 		peerTopic = events.TopicLoadDeltas
@@ -215,7 +222,7 @@ func testReplicasAgree(t *testing.T, mode string) {
 
 	// 4. D joins from A's snapshot: it applies only what came after it.
 	join := time.Now()
-	d := startReplica(t, brokers, prefix, t.TempDir(), "--bootstrap-from", a.url+"/v1/state/snapshot", "--load-deltas", mode)
+	d := startReplica(t, brokers, prefix, t.TempDir(), "--bootstrap-from", a.url+"/v1/state/snapshot", "--load-deltas", mode, "--peer-requests", layout)
 	joinTook := time.Since(join)
 	if joinTook > 30*time.Second {
 		t.Errorf("D took %s to join from a snapshot", joinTook)

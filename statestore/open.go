@@ -1,0 +1,282 @@
+package statestore
+
+import (
+	"container/heap"
+	"encoding/binary"
+	"math"
+
+	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/pdrouter/pdrouter/events"
+	pb "github.com/pdrouter/pdrouter/events/eventspb"
+)
+
+// Open requests: with Options.PeerSums, a store of load deltas holds each
+// decision of the log as an open request in memory, from its decision
+// entry to its terminal lifecycle entry or its expiry, instead of as
+// order-independent facts written to Pebble and kept twice the expiry
+// (active.go). A peer then writes no key per decision for its load: the
+// requests reach Pebble only in checkpoints (opencheckpoint.go), and only
+// those still open when one is written.
+//
+// Why partition order is enough: every entry about a request is keyed by
+// its decode worker, so a decision's delta and its lifecycle deltas share
+// one partition, and the deciding replica appends the decision before it
+// answers, so no lifecycle entry precedes the decision it names. A
+// partition's requests are therefore a function of that partition's
+// records, read in order, whatever the interleaving with other partitions.
+//
+// Invariants, kept here:
+//
+//   - An open request belongs to the partition its decision was read from:
+//     its entry id is openEntryID(decision id, partition), and only
+//     lifecycle entries of the same partition reach it. A decision id that
+//     appears on two partitions (a forged or mirrored copy) is two requests,
+//     each a function of its own partition, so replicas that read the
+//     partitions interleaved differently still agree.
+//   - Whether a request is still held is decided by its partition's clock
+//     (openFamily.clock: the latest event time read from that partition),
+//     never by the store's clock, which other partitions move: a request
+//     is dropped once its partition's clock passes goneAt, and a decision
+//     already past it when read is never opened. Entries are dropped only
+//     there (dropGone), so a lifecycle entry finds its request or not by
+//     its partition's records alone.
+//   - What a held request contributes is decided at the store's clock,
+//     reqNow, by the facts' rules (setContribution, setRecent): its decode
+//     worker carries its blocks while it is neither ended nor expired
+//     (max(t_d, t_p) + expiry > reqNow), the worker that prefills carries
+//     its prefill tokens until prefill_done, and its workers' recent counts
+//     hold it while t_d + recentWindow > reqNow. The sweep recomputes it at
+//     each change (schedule), so at equal offsets equal requests contribute
+//     equally.
+//   - Everything a request holds is in its entry (encodeOpen), so a
+//     checkpoint of the entries, the clocks and the offsets they stand at
+//     restores the family exactly, and the digest hashes it from memory.
+
+// openFamily is the memory of the open requests besides the entries
+// themselves (activeTable.entries, which the facts path uses too).
+type openFamily struct {
+	// clock: per load-deltas partition, the latest event time read from it.
+	clock map[int32]int64
+	// next: per load-deltas partition, the next offset the family has
+	// applied. It equals the store's offset, except after a restart, while
+	// the records since the last checkpoint are read again (Apply's replay).
+	next map[int32]int64
+	// gone: per partition, the requests by the clock time they can be
+	// dropped at. An item is pushed at each change of a request's goneAt;
+	// an item whose request moved on is skipped when popped.
+	gone map[int32]*dueHeap
+
+	// Checkpoint bookkeeping (opencheckpoint.go), memory only.
+	removed  []string        // ids with a key in Pebble, dropped since the last checkpoint
+	ckptNext map[int32]int64 // where the last checkpoint written resumes from
+	lastCkpt int64           // reqNow at the last checkpoint
+	// marks: the family's position (next and clock) at each checkpoint
+	// of the last openReplayWindow, oldest first: a checkpoint resumes
+	// from the oldest still in the window, so that the requests opened
+	// since are read again rather than written.
+	marks []openMark
+	ebuf  []byte
+}
+
+// openMark is the family's position at one checkpoint.
+type openMark struct {
+	at    int64 // reqNow
+	next  map[int32]int64
+	clock map[int32]int64
+}
+
+func newOpenFamily() *openFamily {
+	return &openFamily{clock: map[int32]int64{}, next: map[int32]int64{}, gone: map[int32]*dueHeap{},
+		ckptNext: map[int32]int64{}, lastCkpt: math.MinInt64,
+		marks: []openMark{{at: math.MinInt64, next: map[int32]int64{}, clock: map[int32]int64{}}}}
+}
+
+// openEntryID is the entry id of a decision read from partition: "d", the
+// decision id, then 0xff (never in a valid UTF-8 id) and the partition.
+func openEntryID(dst []byte, decisionID string, partition int32) []byte {
+	dst = append(append(append(dst[:0], 'd'), decisionID...), 0xff)
+	return binary.BigEndian.AppendUint32(dst, uint32(partition))
+}
+
+// applyOpenDelta applies a load delta's entries as open requests. replay:
+// the record was applied before a restart and is read again only for the
+// open requests (Apply), so the request index and the latency model, which
+// are in Pebble already, are left alone.
+func (st *state) applyOpenDelta(b *pebble.Batch, d *pb.LoadDelta, partition int32, offset int64, replay bool) {
+	chains := events.LoadDeltaChains(d)
+	for i, e := range d.GetDecisions() {
+		r := recordOfDelta(e, chains[i])
+		st.observe(r.GetDecidedAtUnixNano(), true)
+		st.openClock(partition, r.GetDecidedAtUnixNano())
+		st.openDecision(r, partition, offset)
+		if !replay {
+			st.applyDeltaDecisionLog(b, r, partition, offset)
+			st.learnDelta(e)
+		}
+	}
+	for _, e := range d.GetLifecycle() {
+		o := outcomeOfDelta(e)
+		st.observe(o.GetEventTimeUnixNano(), true)
+		st.openClock(partition, o.GetEventTimeUnixNano())
+		st.openLifecycle(o, partition)
+		if !replay {
+			st.learnOutcome(o)
+		}
+	}
+}
+
+// openClock advances partition's clock to t and drops the requests it
+// passes.
+func (st *state) openClock(partition int32, t int64) {
+	f := st.act.open
+	c, ok := f.clock[partition]
+	if ok && t <= c {
+		return
+	}
+	f.clock[partition] = t
+	h := f.gone[partition]
+	for h != nil && h.Len() > 0 && (*h)[0].at <= t {
+		it := heap.Pop(h).(dueItem)
+		if e := st.act.entries[it.id]; e != nil && st.goneAt(e) <= t {
+			st.dropOpen(e)
+		}
+	}
+}
+
+// goneAt is the partition clock time from which a request contributes
+// nothing and no entry of its partition can change that: past its recent
+// window, and ended or past its expiry.
+func (st *state) goneAt(e *reqEntry) int64 {
+	g := addSat(e.tD, recentWindow)
+	if e.flags&fTerminal == 0 {
+		g = max(g, addSat(openLast(e), st.act.cfg.expiry))
+	}
+	return g
+}
+
+// openLast is the request's last event that keeps it alive.
+func openLast(e *reqEntry) int64 {
+	if e.flags&fPrefillDone != 0 && e.tP > e.tD {
+		return e.tP
+	}
+	return e.tD
+}
+
+func (st *state) pushGone(e *reqEntry) {
+	f := st.act.open
+	h := f.gone[e.partition]
+	if h == nil {
+		h = &dueHeap{}
+		f.gone[e.partition] = h
+	}
+	heap.Push(h, dueItem{at: st.goneAt(e), id: e.id})
+}
+
+// openDecision opens the request of a decision read from partition at
+// offset. Our own decision read back takes over its local share, as
+// applyDecision does.
+func (st *state) openDecision(d *pb.DecisionRecord, partition int32, offset int64) {
+	a, f := st.act, st.act.open
+	l := a.local[d.GetDecisionId()]
+	if l != nil {
+		delete(a.local, d.GetDecisionId())
+		st.workers[l.decodeSlot].localPending--
+	} else if slot, ok := st.lookupSlot(d.GetDecodeWorker().GetWorkerId(), d.GetDecodeWorker().GetDpRank()); ok && st.workers[slot].localPending > 0 {
+		st.stats.races++
+	}
+	st.obuf = openEntryID(st.obuf, d.GetDecisionId(), partition)
+	tD := d.GetDecidedAtUnixNano()
+	if _, ok := a.entries[string(st.obuf)]; ok || addSat(tD, max(a.cfg.expiry, recentWindow)) <= f.clock[partition] {
+		// The same decision again in this partition (a retried append: the
+		// first copy holds), or one its partition's clock has passed.
+		st.dropLocal(l)
+		return
+	}
+	e := &reqEntry{id: string(st.obuf)}
+	st.decisionFacts(e, d)
+	e.partition, e.offset = partition, offset
+	a.entries[e.id] = e
+	st.noteDecision(e)
+	if l != nil && sameShare(l, e) {
+		c := l.chain
+		st.setChain(l, nil)
+		st.setChain(e, c)
+		e.onDecode, e.onPrefill = l.onDecode, l.onPrefill
+		l.onDecode, l.onPrefill = false, false
+	} else {
+		st.dropLocal(l)
+	}
+	st.pushGone(e)
+	st.openRefresh(e)
+}
+
+// openLifecycle applies a lifecycle entry read from partition to the open
+// request it names, or to every open request of its request id read from
+// that partition when it names no decision.
+func (st *state) openLifecycle(o *pb.OutcomeEvent, partition int32) {
+	a := st.act
+	if id := o.GetDecisionId(); id != "" {
+		st.obuf = openEntryID(st.obuf, id, partition)
+		if e := a.entries[string(st.obuf)]; e != nil {
+			st.openEvent(e, o)
+		}
+		return
+	}
+	for _, id := range a.byRequest[o.GetRequestId()] {
+		if e := a.entries[id]; e != nil && e.partition == partition {
+			st.openEvent(e, o)
+		}
+	}
+}
+
+func (st *state) openEvent(e *reqEntry, o *pb.OutcomeEvent) {
+	was := st.goneAt(e)
+	if !e.noteEvent(o.GetKind(), o.GetEventTimeUnixNano()) {
+		return
+	}
+	e.ver++
+	if st.goneAt(e) != was {
+		st.pushGone(e)
+	}
+	st.openRefresh(e)
+}
+
+// openRefresh recomputes an open request's contribution at reqNow and
+// schedules its next change. It never drops the request (openClock does).
+func (st *state) openRefresh(e *reqEntry) {
+	a, now := st.act, st.reqNow
+	last := openLast(e)
+	e.effLast = last
+	alive := e.flags&fTerminal == 0 && addSat(last, a.cfg.expiry) > now
+	st.setRecent(e, addSat(e.tD, recentWindow) > now)
+	st.setContribution(e, alive, alive && e.flags&fPrefillDone == 0 && e.prefillTok > 0)
+	if e.flags&fTerminal != 0 && e.chain != nil {
+		st.setChain(e, nil) // ended: its blocks left with its contribution
+		e.ver++
+	}
+	next := int64(math.MaxInt64)
+	if e.onDecode {
+		next = addSat(last, a.cfg.expiry)
+	}
+	if e.recentOn {
+		next = min(next, addSat(e.tD, recentWindow))
+	}
+	if next != math.MaxInt64 {
+		heap.Push(&a.due, dueItem{at: next, id: e.id})
+	}
+}
+
+// dropOpen forgets a request its partition's clock has passed.
+func (st *state) dropOpen(e *reqEntry) {
+	a, f := st.act, st.act.open
+	st.setContribution(e, false, false)
+	st.setRecent(e, false)
+	st.setChain(e, nil)
+	st.forgetDecision(e)
+	st.releaseSlots(e)
+	delete(a.entries, e.id)
+	if e.stored {
+		f.removed = append(f.removed, e.id)
+	}
+}

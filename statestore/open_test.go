@@ -1,0 +1,254 @@
+package statestore
+
+import (
+	"errors"
+	"math/rand/v2"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/pdrouter/pdrouter/events"
+	pb "github.com/pdrouter/pdrouter/events/eventspb"
+)
+
+// TestOpenRequestsMatchFacts: a store that holds the log's decisions as
+// open requests (Options.PeerSums) holds the load a store applying the
+// whole records holds, for a log in partition order: per worker the same
+// active requests, prefill tokens and active blocks, the same matches and
+// the same latency model.
+func TestOpenRequestsMatchFacts(t *testing.T) {
+	whole, open := perfHarness(t), perfHarnessWith(t, Options{Source: SourceLoadDeltas, PeerSums: true})
+	ds := perfDecisions(300, 7, 1e18)
+	withLatencyFeatures(ds, rand.New(rand.NewPCG(7, 5)))
+	cutChains(ds, events.MaxDeltaHashes)
+	var wr, or []*kgo.Record
+	for i, d := range ds {
+		key := d.GetDecodeWorker().GetWorkerId()
+		wr = append(wr, whole.record(key, d))
+		or = append(or, open.record(key, deltaOf(d)))
+		var o *pb.OutcomeEvent
+		switch i % 4 {
+		case 0:
+			o = completedOutcome(d, i)
+		case 1:
+			o = &pb.OutcomeEvent{RequestId: d.GetRequestId(), DecisionId: d.GetDecisionId(), DecodeWorker: d.GetDecodeWorker(),
+				Kind: pb.OutcomeEvent_KIND_PREFILL_DONE, EventTimeUnixNano: d.GetDecidedAtUnixNano() + 5e5}
+		case 2:
+			o = completedOutcome(d, i)
+			o.DecisionId = "" // names the request only
+		}
+		if o != nil {
+			wr = append(wr, whole.record(key, o))
+			or = append(or, open.record(key, deltaOf(o)))
+		}
+	}
+	for lo := 0; lo < len(wr); lo += 64 {
+		whole.apply(wr[lo:min(lo+64, len(wr))]...)
+	}
+	for lo := 0; lo < len(or); lo += 50 {
+		open.apply(or[lo:min(lo+50, len(or))]...)
+	}
+	compareLoad(t, whole.s, open.s, ds, true)
+	open.s.Read(func(View) {
+		ended, held := 0, 0
+		for _, e := range open.s.st.act.entries {
+			if e.flags&fTerminal != 0 {
+				ended++
+				if e.chain != nil || e.onDecode {
+					held++
+				}
+			}
+		}
+		if ended == 0 || held > 0 {
+			t.Fatalf("%d ended requests, %d of them still carrying blocks", ended, held)
+		}
+	})
+}
+
+// openOptions are the options of the open requests' tests: an expiry
+// longer than a checkpoint's replay window, so that requests never ended
+// are written to checkpoints, and shorter than the log's 120 seconds, so
+// that they are dropped too.
+func openOptions() Options {
+	return Options{Source: SourceLoadDeltas, PeerSums: true, ActiveExpiry: 75 * time.Second}
+}
+
+// openLog makes, on h, the records of n decisions 200 ms apart and their
+// lifecycle: a quarter completed, a quarter prefilled then completed by
+// request id only, a quarter prefilled only and a quarter never ended
+// (both expire), and every 16th decision copied onto another partition.
+// Nothing is applied.
+func openLog(t *testing.T, h *harness, n int) []*kgo.Record {
+	t.Helper()
+	ds := perfDecisions(n, 11, 1e18)
+	withLatencyFeatures(ds, rand.New(rand.NewPCG(11, 5)))
+	cutChains(ds, events.MaxDeltaHashes)
+	var recs []*kgo.Record
+	for i, d := range ds {
+		d.DecidedAtUnixNano = 1e18 + int64(i)*200e6
+		key := d.GetDecodeWorker().GetWorkerId()
+		r := h.record(key, deltaOf(d))
+		recs = append(recs, r)
+		if i%16 == 5 {
+			recs = append(recs, h.duplicateOnPartition(r, (r.Partition+1)%h.parts))
+		}
+		prefilled := &pb.OutcomeEvent{RequestId: d.GetRequestId(), DecisionId: d.GetDecisionId(), DecodeWorker: d.GetDecodeWorker(),
+			Kind: pb.OutcomeEvent_KIND_PREFILL_DONE, EventTimeUnixNano: d.GetDecidedAtUnixNano() + 5e8}
+		switch i % 4 {
+		case 0:
+			recs = append(recs, h.record(key, deltaOf(completedOutcome(d, i))))
+		case 1:
+			o := completedOutcome(d, i)
+			o.DecisionId = ""
+			o.EventTimeUnixNano += 1e9
+			recs = append(recs, h.record(key, deltaOf(prefilled)), h.record(key, deltaOf(o)))
+		case 2:
+			recs = append(recs, h.record(key, deltaOf(prefilled)))
+		}
+	}
+	return recs
+}
+
+// applyIn applies recs to s in batches of n.
+func applyIn(t *testing.T, s *Store, recs []*kgo.Record, n int) {
+	t.Helper()
+	for lo := 0; lo < len(recs); lo += n {
+		if err := s.Apply(recs[lo:min(lo+n, len(recs))]); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestOpenRequestsRestart: a store of open requests reaches the state of
+// one that never stopped, at the same offsets, whether it closed cleanly
+// or crashed between two checkpoints (then it reads the load deltas since
+// the last checkpoint again, for the open requests only); and a store that
+// read the partitions in another order, in other batches, agrees too.
+func TestOpenRequestsRestart(t *testing.T) {
+	a := perfHarnessWith(t, openOptions())
+	recs := openLog(t, a, 600)
+	applyIn(t, a.s, recs, 40)
+	a.log = append(a.log, recs...)
+	want := a.digest()
+	var held float64
+	a.s.Read(func(View) { held = float64(len(a.s.st.act.entries)) })
+	if held == 0 || held >= 600 {
+		t.Fatalf("%v requests held at the end: the log should leave some, and drop the rest", held)
+	}
+
+	t.Run("clean restart", func(t *testing.T) {
+		b := perfHarnessWith(t, openOptions())
+		b.log = append(b.log, recs...)
+		applyIn(t, b.s, recs[:len(recs)/2], 33)
+		b.reopen()
+		if got := b.s.Offsets(); !slices.Equal(got, b.s.st.sortedOffsets()) {
+			t.Fatalf("a store closed cleanly has load deltas to read again: %v against %v", got, b.s.st.sortedOffsets())
+		}
+		applyIn(t, b.s, recs[len(recs)/2:], 33)
+		if got := b.digest(); got.Hash != want.Hash {
+			t.Fatalf("digest after a restart %s, without %s", got, want)
+		}
+		compareOpen(t, a.s, b.s)
+	})
+
+	t.Run("crash", func(t *testing.T) {
+		c := perfHarnessWith(t, openOptions())
+		c.log = append(c.log, recs...)
+		cut := 2 * len(recs) / 3
+		applyIn(t, c.s, recs[:cut], 25)
+		// What a crash leaves with the WAL off: the flushed batches.
+		dir := filepath.Join(t.TempDir(), "crashed")
+		if err := c.s.db.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.s.db.Checkpoint(dir); err != nil {
+			t.Fatal(err)
+		}
+		o := openOptions()
+		o.Records = harnessLog{c}
+		x, err := Open(dir, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer x.Close()
+		if restored := len(x.st.act.entries); restored == 0 {
+			t.Fatal("the checkpoint holds no request: the test shows only the records read again")
+		}
+		from := map[int32]int64{}
+		behind := 0
+		for _, p := range x.Offsets() {
+			if p.Topic == events.TopicLoadDeltas {
+				from[p.Partition] = p.Next
+				if n, _ := c.s.Offsets().Get(p.Topic, p.Partition); n > p.Next {
+					behind++
+				}
+			}
+		}
+		if behind == 0 {
+			t.Fatal("no partition to read again: the crash left the checkpoint at the offsets, the test shows nothing")
+		}
+		var again []*kgo.Record
+		for _, r := range recs {
+			if r.Offset >= from[r.Partition] {
+				again = append(again, r)
+			}
+		}
+		if _, err := x.Digest(); !errors.Is(err, errOpenBehind) {
+			t.Fatalf("digest of a store whose open requests are behind: %v, want errOpenBehind", err)
+		}
+		applyIn(t, x, again, 30)
+		if n := testutil.ToFloat64(x.met.openReplayed); n == 0 {
+			t.Fatal("no record was read again for the open requests")
+		}
+		got, err := x.Digest()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Hash != want.Hash {
+			t.Fatalf("digest after a crash %s, without %s", got, want)
+		}
+		compareOpen(t, a.s, x)
+	})
+
+	t.Run("partitions in another order", func(t *testing.T) {
+		order := make([]int32, a.parts)
+		for i := range order {
+			order[i] = a.parts - 1 - int32(i)
+		}
+		d := applyPartitionsInOrder(t, a.log, order, openOptions(), nil)
+		got, err := d.Digest()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Hash != want.Hash {
+			t.Fatalf("digest with the partitions read in reverse %s, in log order %s", got, want)
+		}
+		compareOpen(t, a.s, d)
+	})
+}
+
+// compareOpen compares the load two stores of open requests hold.
+func compareOpen(t *testing.T, a, b *Store) {
+	t.Helper()
+	a.Read(func(av View) {
+		b.Read(func(bv View) {
+			busy := 0
+			for ref, w := range av.Workers() {
+				x, y := av.Active(ref), bv.Active(ref)
+				if x != y {
+					t.Errorf("%s: active load %+v against %+v", w.ID, x, y)
+				}
+				if x.DecodeBlocks > 0 {
+					busy++
+				}
+			}
+			if busy == 0 {
+				t.Fatal("no worker carries blocks: the comparison shows nothing")
+			}
+		})
+	})
+}
