@@ -112,6 +112,7 @@ type reqEntry struct {
 	// its changes, storedVer is the one its key in Pebble holds.
 	stored         bool
 	ver, storedVer uint32
+	dropped        bool // an open request no longer held (open.go dropOpen)
 }
 
 type activeTable struct {

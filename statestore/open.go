@@ -65,7 +65,7 @@ type openFamily struct {
 	// gone: per partition, the requests by the clock time they can be
 	// dropped at. An item is pushed at each change of a request's goneAt;
 	// an item whose request moved on is skipped when popped.
-	gone map[int32]*dueHeap
+	gone map[int32]*goneHeap
 
 	// Checkpoint bookkeeping (opencheckpoint.go), memory only.
 	removed  []string        // ids with a key in Pebble, dropped since the last checkpoint
@@ -87,7 +87,7 @@ type openMark struct {
 }
 
 func newOpenFamily() *openFamily {
-	return &openFamily{clock: map[int32]int64{}, next: map[int32]int64{}, gone: map[int32]*dueHeap{},
+	return &openFamily{clock: map[int32]int64{}, next: map[int32]int64{}, gone: map[int32]*goneHeap{},
 		ckptNext: map[int32]int64{}, lastCkpt: math.MinInt64,
 		marks: []openMark{{at: math.MinInt64, next: map[int32]int64{}, clock: map[int32]int64{}}}}
 }
@@ -136,9 +136,9 @@ func (st *state) openClock(partition int32, t int64) {
 	}
 	f.clock[partition] = t
 	h := f.gone[partition]
-	for h != nil && h.Len() > 0 && (*h)[0].at <= t {
-		it := heap.Pop(h).(dueItem)
-		if e := st.act.entries[it.id]; e != nil && st.goneAt(e) <= t {
+	for h != nil && len(*h) > 0 && (*h)[0].at <= t {
+		it := h.pop()
+		if e := it.e; !e.dropped && st.goneAt(e) <= t {
 			st.dropOpen(e)
 		}
 	}
@@ -167,10 +167,68 @@ func (st *state) pushGone(e *reqEntry) {
 	f := st.act.open
 	h := f.gone[e.partition]
 	if h == nil {
-		h = &dueHeap{}
+		h = &goneHeap{}
 		f.gone[e.partition] = h
 	}
-	heap.Push(h, dueItem{at: st.goneAt(e), id: e.id})
+	h.push(goneItem{at: st.goneAt(e), e: e})
+}
+
+// goneItem is a request and the clock time it may be dropped at. An item
+// whose request has moved on (dropped, or its goneAt changed: a newer item
+// was pushed) is skipped when popped.
+type goneItem struct {
+	at int64
+	e  *reqEntry
+}
+
+// goneHeap orders a partition's items by time, then entry id: a
+// deterministic drop order. Typed, not container/heap: an item pushed per
+// request and per lifecycle event is not boxed.
+type goneHeap []goneItem
+
+func (h goneHeap) less(i, j int) bool {
+	if h[i].at != h[j].at {
+		return h[i].at < h[j].at
+	}
+	return h[i].e.id < h[j].e.id
+}
+
+func (h *goneHeap) push(it goneItem) {
+	*h = append(*h, it)
+	q := *h
+	for j := len(q) - 1; j > 0; {
+		p := (j - 1) / 2
+		if !q.less(j, p) {
+			break
+		}
+		q[j], q[p] = q[p], q[j]
+		j = p
+	}
+}
+
+func (h *goneHeap) pop() goneItem {
+	q := *h
+	top := q[0]
+	n := len(q) - 1
+	q[0] = q[n]
+	q[n] = goneItem{}
+	q = q[:n]
+	for j := 0; ; {
+		c := 2*j + 1
+		if c >= n {
+			break
+		}
+		if c+1 < n && q.less(c+1, c) {
+			c++
+		}
+		if !q.less(c, j) {
+			break
+		}
+		q[j], q[c] = q[c], q[j]
+		j = c
+	}
+	*h = q
+	return top
 }
 
 // openDecision opens the request of a decision read from partition at
@@ -276,6 +334,7 @@ func (st *state) dropOpen(e *reqEntry) {
 	st.forgetDecision(e)
 	st.releaseSlots(e)
 	delete(a.entries, e.id)
+	e.dropped = true
 	if e.stored {
 		f.removed = append(f.removed, e.id)
 	}

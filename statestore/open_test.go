@@ -1,10 +1,13 @@
 package statestore
 
 import (
+	"cmp"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -316,4 +319,31 @@ func BenchmarkOpenReplay(b *testing.B) {
 		b.Fatalf("%v records read again for the open requests, want %d", n, len(again))
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(len(again)), "ns/record")
+}
+
+// TestGoneHeapPopsInOrder: the typed heap of open.go pops by time, then
+// entry id, whatever the order items were pushed in.
+func TestGoneHeapPopsInOrder(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 9))
+	var h goneHeap
+	var want []goneItem
+	for i := range 500 {
+		it := goneItem{at: rng.Int64N(50), e: &reqEntry{id: fmt.Sprintf("d%03d", i)}}
+		h.push(it)
+		want = append(want, it)
+	}
+	slices.SortFunc(want, func(a, b goneItem) int {
+		if a.at != b.at {
+			return cmp.Compare(a.at, b.at)
+		}
+		return strings.Compare(a.e.id, b.e.id)
+	})
+	for i, w := range want {
+		if got := h.pop(); got != w {
+			t.Fatalf("pop %d: %d %s, want %d %s", i, got.at, got.e.id, w.at, w.e.id)
+		}
+	}
+	if len(h) != 0 {
+		t.Fatalf("%d items left", len(h))
+	}
 }
