@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"os"
 	"testing"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -259,20 +258,23 @@ func TestHostileLoadDeltasAreSkipped(t *testing.T) {
 // BenchmarkApplyLoadDeltas: what a peer of source load-deltas spends to
 // apply one decision and its completion, by how many entries a record
 // holds (a group commit's for one worker) and how long a chain a decision
-// carries. cpu-ns/op is process CPU per record (a decision's, or its
+// carries, with the group's requests held in memory (--peer-requests memory)
+// or as facts in Pebble. cpu-ns/op is process CPU per record (a decision's, or its
 // completion's), Pebble's memtable flushes included but not the
 // compactions the flushed tables owe afterwards; ns/decision is wall time
 // per decision and completion.
 //
 //	go test ./statestore -run '^$' -bench ApplyLoadDeltas -benchtime 20000x -count 3
 func BenchmarkApplyLoadDeltas(b *testing.B) {
-	for _, per := range []int{1, 8} {
-		for _, hashes := range []int{0, 32, events.MaxDeltaHashes} {
-			b.Run(fmt.Sprintf("entries=%d/hashes=%d", per, hashes), func(b *testing.B) {
-				h := perfHarnessWith(b, Options{Source: SourceLoadDeltas, PeerSums: os.Getenv("PDR_BENCH_PEER_SUMS") == "1"})
-				benchApply(b, h, deltaRecords(h, perfDecisions(b.N, 3, 1e18), per, hashes))
-				b.ReportMetric(b.Elapsed().Seconds()*1e9/float64(b.N), "ns/decision")
-			})
+	for _, layout := range []string{"memory", "pebble"} {
+		for _, per := range []int{1, 8} {
+			for _, hashes := range []int{0, 32, events.MaxDeltaHashes} {
+				b.Run(fmt.Sprintf("requests=%s/entries=%d/hashes=%d", layout, per, hashes), func(b *testing.B) {
+					h := perfHarnessWith(b, Options{Source: SourceLoadDeltas, PeerSums: layout == "memory"})
+					benchApply(b, h, deltaRecords(h, perfDecisions(b.N, 3, 1e18), per, hashes))
+					b.ReportMetric(b.Elapsed().Seconds()*1e9/float64(b.N), "ns/decision")
+				})
+			}
 		}
 	}
 }
