@@ -564,6 +564,9 @@ func (st *state) setRecent(e *reqEntry, on bool) {
 // at the end of each chunk of records, before readers see the state.
 func (st *state) sweep(b *pebble.Batch) {
 	a := st.act
+	if a.open != nil {
+		st.sweepOpen()
+	}
 	for a.due.Len() > 0 && a.due[0].at <= st.reqNow {
 		it := heap.Pop(&a.due).(dueItem)
 		if it.local {
@@ -575,9 +578,7 @@ func (st *state) sweep(b *pebble.Batch) {
 			}
 			continue
 		}
-		if e := a.entries[it.id]; e != nil && a.cfg.open {
-			st.openRefresh(e)
-		} else if e != nil {
+		if e := a.entries[it.id]; e != nil {
 			st.refresh(b, e, false)
 			if it.id[0] == 'r' {
 				st.refreshDecisions(b, e.requestID)

@@ -1,7 +1,6 @@
 package statestore
 
 import (
-	"container/heap"
 	"encoding/binary"
 	"math"
 
@@ -65,7 +64,10 @@ type openFamily struct {
 	// gone: per partition, the requests by the clock time they can be
 	// dropped at. An item is pushed at each change of a request's goneAt;
 	// an item whose request moved on is skipped when popped.
-	gone map[int32]*goneHeap
+	gone map[int32]*openHeap
+	// due: the requests by the store's clock time their contribution
+	// changes at (openRefresh), for the sweep (sweepOpen).
+	due openHeap
 
 	// Checkpoint bookkeeping (opencheckpoint.go), memory only.
 	removed  []string        // ids with a key in Pebble, dropped since the last checkpoint
@@ -87,7 +89,7 @@ type openMark struct {
 }
 
 func newOpenFamily() *openFamily {
-	return &openFamily{clock: map[int32]int64{}, next: map[int32]int64{}, gone: map[int32]*goneHeap{},
+	return &openFamily{clock: map[int32]int64{}, next: map[int32]int64{}, gone: map[int32]*openHeap{},
 		ckptNext: map[int32]int64{}, lastCkpt: math.MinInt64,
 		marks: []openMark{{at: math.MinInt64, next: map[int32]int64{}, clock: map[int32]int64{}}}}
 }
@@ -167,33 +169,33 @@ func (st *state) pushGone(e *reqEntry) {
 	f := st.act.open
 	h := f.gone[e.partition]
 	if h == nil {
-		h = &goneHeap{}
+		h = &openHeap{}
 		f.gone[e.partition] = h
 	}
-	h.push(goneItem{at: st.goneAt(e), e: e})
+	h.push(openItem{at: st.goneAt(e), e: e})
 }
 
-// goneItem is a request and the clock time it may be dropped at. An item
-// whose request has moved on (dropped, or its goneAt changed: a newer item
-// was pushed) is skipped when popped.
-type goneItem struct {
+// openItem is a request and a time: when its partition's clock may drop
+// it (openFamily.gone), or when its contribution changes at the store's
+// clock (openFamily.due). An item whose request has moved on (dropped, or
+// a newer item pushed) is skipped or harmless when popped.
+type openItem struct {
 	at int64
 	e  *reqEntry
 }
 
-// goneHeap orders a partition's items by time, then entry id: a
-// deterministic drop order. Typed, not container/heap: an item pushed per
+// openHeap orders items by time, then entry id: a deterministic order. Typed, not container/heap: an item pushed per
 // request and per lifecycle event is not boxed.
-type goneHeap []goneItem
+type openHeap []openItem
 
-func (h goneHeap) less(i, j int) bool {
+func (h openHeap) less(i, j int) bool {
 	if h[i].at != h[j].at {
 		return h[i].at < h[j].at
 	}
 	return h[i].e.id < h[j].e.id
 }
 
-func (h *goneHeap) push(it goneItem) {
+func (h *openHeap) push(it openItem) {
 	*h = append(*h, it)
 	q := *h
 	for j := len(q) - 1; j > 0; {
@@ -206,12 +208,12 @@ func (h *goneHeap) push(it goneItem) {
 	}
 }
 
-func (h *goneHeap) pop() goneItem {
+func (h *openHeap) pop() openItem {
 	q := *h
 	top := q[0]
 	n := len(q) - 1
 	q[0] = q[n]
-	q[n] = goneItem{}
+	q[n] = openItem{}
 	q = q[:n]
 	for j := 0; ; {
 		c := 2*j + 1
@@ -321,7 +323,19 @@ func (st *state) openRefresh(e *reqEntry) {
 		next = min(next, addSat(e.tD, recentWindow))
 	}
 	if next != math.MaxInt64 {
-		heap.Push(&a.due, dueItem{at: next, id: e.id})
+		a.open.due.push(openItem{at: next, e: e})
+	}
+}
+
+// sweepOpen applies every change of an open request's contribution due by
+// reqNow. An item whose request was dropped is skipped; one whose request
+// was refreshed since is harmless (the refresh is idempotent).
+func (st *state) sweepOpen() {
+	f := st.act.open
+	for len(f.due) > 0 && f.due[0].at <= st.reqNow {
+		if it := f.due.pop(); !it.e.dropped {
+			st.openRefresh(it.e)
+		}
 	}
 }
 

@@ -321,18 +321,18 @@ func BenchmarkOpenReplay(b *testing.B) {
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(len(again)), "ns/record")
 }
 
-// TestGoneHeapPopsInOrder: the typed heap of open.go pops by time, then
+// TestOpenHeapPopsInOrder: the typed heap of open.go pops by time, then
 // entry id, whatever the order items were pushed in.
-func TestGoneHeapPopsInOrder(t *testing.T) {
+func TestOpenHeapPopsInOrder(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 9))
-	var h goneHeap
-	var want []goneItem
+	var h openHeap
+	var want []openItem
 	for i := range 500 {
-		it := goneItem{at: rng.Int64N(50), e: &reqEntry{id: fmt.Sprintf("d%03d", i)}}
+		it := openItem{at: rng.Int64N(50), e: &reqEntry{id: fmt.Sprintf("d%03d", i)}}
 		h.push(it)
 		want = append(want, it)
 	}
-	slices.SortFunc(want, func(a, b goneItem) int {
+	slices.SortFunc(want, func(a, b openItem) int {
 		if a.at != b.at {
 			return cmp.Compare(a.at, b.at)
 		}
