@@ -21,22 +21,30 @@ import (
 // seconds, and a key written at the decision and deleted at the end costs
 // every replica a memtable insert, a flush and compactions per decision of
 // the group, which is what made a peer's apply grow with its store
-// (docs/scaling.md). A checkpoint writes the requests that changed since
-// the last one, every openCheckpointEvery of the store's clock: a request
-// that opens and ends between two never reaches Pebble.
+// (docs/scaling.md). A checkpoint, every openCheckpointEvery of the
+// store's clock, resumes from the family's position openReplayWindow back
+// (a mark) and writes only the requests opened before that mark and still
+// held: a request that ends within the window never reaches Pebble.
 //
 // Invariants, kept here and in Apply:
 //
-//   - A checkpoint is written in an Apply batch, with the family's offsets
-//     (openFamily.next) and clocks as of that batch, so Pebble always holds
-//     the family at some offsets ckptNext ≤ the store's own offsets of
-//     load-deltas. After a restart (or a crash, which loses the batches
+//   - A checkpoint is written in an Apply batch. It holds a mark's offsets
+//     and clocks (ckptNext ≤ the store's own offsets of load-deltas) and
+//     every request held that was opened from a record before the mark,
+//     as it is now. After a restart (or a crash, which loses the batches
 //     since the last flush, checkpoint and offsets alike), the family
 //     resumes from ckptNext: the store reports min(offset, next) for each
 //     load-deltas partition (Offsets), so the materializer reads the
-//     records since the checkpoint again, and Apply applies them to the
-//     open requests only (state.replaying): the request index and the
-//     latency model, in Pebble already, are not applied twice.
+//     records since the mark again, and Apply applies them to the open
+//     requests only (state.replaying): the request index and the latency
+//     model, in Pebble already, are not applied twice.
+//   - Reading them again reaches the state before the restart: the
+//     requests opened since the mark are opened again by the same records
+//     in the same partition order and clocks (dropped ones dropped again);
+//     a request restored from the checkpoint is as it was at the
+//     checkpoint, and its lifecycle entries read again change nothing (each
+//     keeps the latest time of its kind) and cannot drop it (it was held at
+//     a later clock).
 //   - The checkpoint's keys are not part of the digest: replicas write them
 //     at different times. The digest hashes the family from memory instead
 //     (openDigest), in key order, once the family stands at the store's
