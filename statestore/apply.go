@@ -366,7 +366,11 @@ func sortOffsets(o Offsets) {
 	})
 }
 
-// Offsets returns the offset vector of the state readers currently see.
+// Offsets returns the offset vector of the state readers currently see:
+// where it would resume. For load-deltas partitions of a store of open
+// requests that is where the open requests stand, which after a restart is
+// behind what the rest of the state applied until the records since their
+// checkpoint are read again (opencheckpoint.go).
 func (s *Store) Offsets() Offsets {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
