@@ -79,6 +79,8 @@ type openFamily struct {
 	// since are read again rather than written.
 	marks []openMark
 	ebuf  []byte
+	// marked: the store holds openMarkerKey (read at Open).
+	marked bool
 }
 
 // openMark is the family's position at one checkpoint.

@@ -69,6 +69,12 @@ const famOpen = 'r'
 
 func openEntryKey(id string) []byte { return append([]byte{famOpen, 'e'}, id...) }
 
+// openMarkerKey marks a store of open requests. Every checkpoint writes it,
+// the first one in the batch of the store's first load-deltas offsets, so a
+// store with load-deltas offsets and no marker holds its requests as facts,
+// even when it holds none at the moment (rebuild refuses it).
+var openMarkerKey = []byte{famOpen, 'm'}
+
 func openPartitionKey(partition int32) []byte {
 	return binary.BigEndian.AppendUint32([]byte{famOpen, 'c'}, uint32(partition))
 }
@@ -118,6 +124,8 @@ func (st *state) restoreOpenKey(k, v []byte, entries *[]*reqEntry) error {
 		return fmt.Errorf("%w: it holds open requests (Options.PeerSums) and is opened without them", ErrWrongSource)
 	}
 	switch {
+	case string(k) == string(openMarkerKey):
+		f.marked = true
 	case len(k) > 2 && k[1] == 'e':
 		e, err := decodeOpen(string(k[2:]), v)
 		if err != nil {
@@ -138,14 +146,23 @@ func (st *state) restoreOpenKey(k, v []byte, entries *[]*reqEntry) error {
 }
 
 // restoreOpen makes the checkpointed requests contribute, after rebuild
-// has resolved their slots and read their chains back.
-func (st *state) restoreOpen(entries []*reqEntry) {
+// has resolved their slots and read their chains back. A store that
+// applied load deltas without the marker kept its requests as facts.
+func (st *state) restoreOpen(entries []*reqEntry) error {
+	if !st.act.open.marked {
+		for tp := range st.offsets {
+			if tp.topic == events.TopicLoadDeltas {
+				return fmt.Errorf("%w: it applied load deltas with its requests kept as facts and is opened to hold them in memory (Options.PeerSums)", ErrWrongSource)
+			}
+		}
+	}
 	for _, e := range entries {
 		st.pushGone(e)
 		st.openRefresh(e)
 	}
 	f := st.act.open
 	f.marks = []openMark{{at: math.MinInt64, next: maps.Clone(f.next), clock: maps.Clone(f.clock)}}
+	return nil
 }
 
 // openReplays reports whether a record at offset of tp, below the store's
@@ -202,6 +219,7 @@ func (st *state) writeOpenCheckpoint(b *pebble.Batch, force bool) {
 			e.stored, e.storedVer = true, e.ver
 		}
 	}
+	_ = b.Set(openMarkerKey, nil, nil)
 	clear(f.ckptNext)
 	for p := range f.next {
 		c, ok := base.clock[p]

@@ -132,7 +132,9 @@ func (s *Store) rebuild() (*state, error) {
 		st.refresh(b, e, false)
 	}
 	if st.act.open != nil {
-		st.restoreOpen(opens)
+		if err := st.restoreOpen(opens); err != nil {
+			return nil, err
+		}
 	}
 	// The latency model's sums, from its entries (entries whose facts left the
 	// window since they were stored are written again, or deleted).

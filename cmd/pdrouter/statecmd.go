@@ -29,11 +29,20 @@ a store is opened by one process at a time.`,
 			if entries, err := os.ReadDir(dir); err != nil || len(entries) == 0 {
 				return fmt.Errorf("no store in %s (--data-dir %s)", dir, a.dataDir)
 			}
-			o := statestore.Options{Names: a.names(), Logger: a.log, Registerer: prometheus.NewRegistry()}
-			s, err := statestore.Open(dir, o)
-			if errors.Is(err, statestore.ErrWrongSource) {
-				// A replica's store of --load-deltas apply.
-				o.Source, o.Registerer = statestore.SourceLoadDeltas, prometheus.NewRegistry()
+			// A store says what it was built as only by refusing the other
+			// layouts (statestore.ErrWrongSource): try serve's default first
+			// (--load-deltas apply, --peer-requests memory), then the others.
+			var s *statestore.Store
+			err := statestore.ErrWrongSource
+			for _, o := range []statestore.Options{
+				{Source: statestore.SourceLoadDeltas, PeerSums: true},
+				{Source: statestore.SourceLoadDeltas},
+				{Source: statestore.SourceDecisions},
+			} {
+				if !errors.Is(err, statestore.ErrWrongSource) {
+					break
+				}
+				o.Names, o.Logger, o.Registerer = a.names(), a.log, prometheus.NewRegistry()
 				s, err = statestore.Open(dir, o)
 			}
 			if err != nil {
