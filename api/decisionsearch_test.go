@@ -329,6 +329,26 @@ func setTopicRetention(t *testing.T, brokers []string, topic string, keep time.D
 	if r, _ := rs.On(topic, nil); r.Err != nil {
 		t.Fatal(r.Err)
 	}
+	// The broker applies a config change asynchronously: a describe right
+	// after the alter may still see the old value. Wait until it does not.
+	for {
+		rcs, err := kadm.NewClient(kafkatest.Client(t, brokers)).DescribeTopicConfigs(ctx, topic)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rc, err := rcs.On(topic, nil); err == nil && rc.Err == nil {
+			for _, c := range rc.Configs {
+				if c.Key == "retention.ms" && c.Value != nil && *c.Value == ms {
+					return
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("retention.ms of %s is not %s after 20s", topic, ms)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
 
 // searchCounts checks pdrouter_decision_log_searches_total of h for the
