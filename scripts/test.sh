@@ -38,7 +38,9 @@ clk_tck=$(getconf CLK_TCK 2>/dev/null || echo 100)
 # that outlives its parent (the broker's JVM, started with nohup) leaves the
 # tree, as it leaves /usr/bin/time's count.
 tree_cpu() {
-  cat /proc/[0-9]*/stat 2>/dev/null | awk -v root=$$ '
+  # A process that exits between the glob and the read makes cat fail:
+  # under pipefail that failed the whole script.
+  { cat /proc/[0-9]*/stat 2>/dev/null || true; } | awk -v root=$$ '
     {
       pid = $1
       sub(/^.*\) /, "")
