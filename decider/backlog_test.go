@@ -93,7 +93,9 @@ func TestBacklogChargeOnlyWhereLocalITLMeets(t *testing.T) {
 // from version 8, the ITL guard standing aside behind a backlog at several decode
 // workers from version 9, the cold start's guard at the load sample behind a deep
 // backlog from version 10, the overload triage from version 11, the ISL condition at a
-// sole decode worker where the goodput does not choose from version 12.
+// sole decode worker where the goodput does not choose from version 12, the pick's
+// decode term at the load sample behind a deep backlog from version 13 (and only under
+// the slo policy).
 func TestSLOSemanticsByVersion(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.Disagg.Policy = PolicySLO
@@ -103,9 +105,15 @@ func TestSLOSemanticsByVersion(t *testing.T) {
 			t.Fatal(err)
 		}
 		if dc.backlog != (v >= 5) || dc.itlBoundCharge != (v >= 6) || dc.coldSoleDecode != (v >= 7) || dc.coldSoleBusy != (v >= 8) ||
-			dc.backlogITLGuard != (v >= 9) || dc.coldBacklogSample != (v >= 10) || dc.triage != (v >= 11) || dc.soleDecodeISL != (v >= 12) {
-			t.Errorf("version %d: backlog %v, itl-bound charge %v, cold guard at the sample %v, sole decode busy fallback %v, itl guard aside behind a backlog %v, cold guard at the sample behind a deep backlog %v, triage %v, sole decode ISL %v",
-				v, dc.backlog, dc.itlBoundCharge, dc.coldSoleDecode, dc.coldSoleBusy, dc.backlogITLGuard, dc.coldBacklogSample, dc.triage, dc.soleDecodeISL)
+			dc.backlogITLGuard != (v >= 9) || dc.coldBacklogSample != (v >= 10) || dc.triage != (v >= 11) || dc.soleDecodeISL != (v >= 12) ||
+			dc.backlogPick != (v >= 13) {
+			t.Errorf("version %d: backlog %v, itl-bound charge %v, cold guard at the sample %v, sole decode busy fallback %v, itl guard aside behind a backlog %v, cold guard at the sample behind a deep backlog %v, triage %v, sole decode ISL %v, backlog pick %v",
+				v, dc.backlog, dc.itlBoundCharge, dc.coldSoleDecode, dc.coldSoleBusy, dc.backlogITLGuard, dc.coldBacklogSample, dc.triage, dc.soleDecodeISL, dc.backlogPick)
 		}
+	}
+	other := DefaultConfig()
+	other.Disagg.Policy = PolicyISLBounding
+	if dc, err := NewAt(other, Version); err != nil || dc.backlogPick {
+		t.Errorf("isl_bounding at version %d: backlog pick %v (err %v); want false", Version, dc != nil && dc.backlogPick, err)
 	}
 }

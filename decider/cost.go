@@ -21,6 +21,10 @@ type costInputs struct {
 	// tokenCost: the cost is in tokens (Version 2 on); false only to recompute
 	// decisions of Version 1, whose cost was in blocks.
 	tokenCost bool
+	// residentCap, when ≥ 0, caps the active decode blocks the decode term counts: the
+	// KV blocks the worker's own load sample shows in use (the slo policy behind a deep
+	// prefill backlog from decider version 13, sloBacklogPick). −1: no cap.
+	residentCap int64
 }
 
 // scoreRow fills the cost terms of an eligible row (conditional-disagg.md, Step 1):
@@ -30,6 +34,11 @@ type costInputs struct {
 //	prefill_term       = prefill_load_scale · max(0, raw_prefill_blocks − overlap_credit)
 //	cost               = B · (prefill_term + potential_decode_blocks)   (decode pool)
 //	cost               = B · prefill_term                               (prefill pool)
+//
+// Under the slo policy from decider version 13, behind a deep prefill backlog, the
+// decode term counts the active decode blocks at most at the worker's own load sample
+// (residentCap, sloBacklogPick); potential_decode_blocks, which the guards and the
+// latency model read, is unchanged.
 //
 // The terms are in the worker's own blocks, as Dynamo states them; the cost is in
 // tokens, because a block of one worker is not a block of another: SGLang's page size
@@ -60,7 +69,11 @@ func scoreRow(row *Candidate, in *costInputs) {
 		row.RequestBlocks = ceilDiv(in.prompt, int64(in.blockSize))
 		row.SharedActiveBlocks = in.sharedActive
 		row.PotentialDecodeBlocks = in.active.DecodeBlocks + row.RequestBlocks - in.sharedActive
-		blocks += float64(row.PotentialDecodeBlocks)
+		if in.residentCap >= 0 && in.residentCap < in.active.DecodeBlocks {
+			blocks += float64(in.residentCap + row.RequestBlocks - in.sharedActive)
+		} else {
+			blocks += float64(row.PotentialDecodeBlocks)
+		}
 	}
 	row.Cost = blocks
 	if in.tokenCost {

@@ -23,6 +23,7 @@ type Decider struct {
 	coldBacklogSample bool       // Version ≥ 10: the cold start's decode guard at the load sample behind a deep backlog (policy_slo.go)
 	triage            bool       // Version ≥ 11: both-miss sends a long prompt remote behind a doomed queue (policy_slo.go)
 	soleDecodeISL     bool       // Version ≥ 12: at a sole decode worker the ISL condition decides both-miss and ties (policy_slo.go)
+	backlogPick       bool       // Version ≥ 13 and the slo policy: behind a deep backlog the pick's decode term at the load sample (policy_slo.go)
 	rule              policyRule // of cfg.Disagg.Policy
 	mode              modeRule   // of cfg.Disagg.Policy, when it has one
 }
@@ -214,6 +215,7 @@ func (s *scratch) matchState(v View, r *Request, workers []WorkerInfo, nDecode i
 func (dc *Decider) buildRows(dst *Decision, v View, r *Request, workers []WorkerInfo, nDecode int) []Candidate {
 	s := &dst.scratch
 	rows := slices.Grow(dst.Candidates[:0], len(s.order))[:len(s.order)]
+	atSample := dc.sloBacklogPick(v, workers, s.order[nDecode:])
 	for k, ref := range s.order {
 		w := &workers[ref]
 		row := &rows[k]
@@ -237,6 +239,10 @@ func (dc *Decider) buildRows(dst *Decision, v View, r *Request, workers []Worker
 			overlapCredit: dc.cfg.OverlapScoreCredit,
 			prefillScale:  dc.cfg.PrefillLoadScale,
 			tokenCost:     dc.tokenCost,
+			residentCap:   -1,
+		}
+		if decode && atSample && row.LoadKnown {
+			in.residentCap = max(row.LoadKVUsedBlocks, 0)
 		}
 		if decode {
 			in.sharedActive = int64(min(max(s.shared[ref], 0), chainLen))

@@ -134,7 +134,9 @@ type Candidate struct {
 	PotentialDecodeBlocks int64 `json:"potential_decode_blocks"`
 	// Cost = B · (PrefillTerm (+ PotentialDecodeBlocks for decode rows)), in tokens so
 	// that workers of different block sizes compare (decider version 1 left out the B).
-	// Lowest wins.
+	// Under the slo policy from decider version 13, behind a deep prefill backlog, a
+	// decode row with a load sample counts ActiveDecodeBlocks at most at
+	// LoadKVUsedBlocks in that term. Lowest wins.
 	Cost float64 `json:"cost"`
 	// TieHash = hash(request id, worker id); the lowest breaks an exact cost tie.
 	TieHash Hash64 `json:"tie_hash"`

@@ -608,6 +608,45 @@ func sloDeepBacklog(p *Candidate) bool {
 	return p.LoadKnown && float64(p.LoadPrefillTokens) > SLOPrefillGuardBusy*float64(mnbt)
 }
 
+// sloBacklogPick reports whether the slo policy's pick of a decode worker reads the
+// decode workers' active decode blocks at their load samples (decider version 13):
+// every eligible prefill worker of refs (there is at least one) has a load sample
+// queued past SLOPrefillGuardBusy × its max_num_batched_tokens (an unknown one taken as
+// UnknownMaxNumBatchedTokens), as sloDeepBacklog reads it.
+//
+// The router counts a request's blocks on its decode worker from the decision on, and a
+// request waiting in a prefill queue holds none there yet. Behind a queue that deep
+// such requests make much of every decode worker's count, for the seconds they wait,
+// and the cost's decode term, counting them block for block against the prefix a
+// worker holds, sends a prompt whose prefix is cached on one worker to another to
+// prefill it all again. On the synthetic trace at 1P7D ×2.5, 1000/25, read at
+// the samples the cell went from 19.6 to 36.7 against isl_or_load's 24.2; read there
+// whatever the queues, 7 cells of the tight-SLO grid fell below the bar (conversation
+// 2P6D ×1.5 at 8 GPUs from 67.9 to 58.0), the samples lagging the decisions that just
+// went to a worker (docs/slo-policy.md, "Beyond the grid").
+func (dc *Decider) sloBacklogPick(v View, workers []WorkerInfo, refs []int32) bool {
+	if !dc.backlogPick {
+		return false
+	}
+	n := 0
+	for _, ref := range refs {
+		w := &workers[ref]
+		if exclusion(w) != "" {
+			continue
+		}
+		ls, ok := v.Load(int(ref))
+		if !ok {
+			return false
+		}
+		row := Candidate{LoadKnown: true, LoadPrefillTokens: ls.ActivePrefillTokens, MaxNumBatchedTokens: w.MaxNumBatchedTokens}
+		if !sloDeepBacklog(&row) {
+			return false
+		}
+		n++
+	}
+	return n > 0
+}
+
 // soleDecodeWorker reports whether the fleet has exactly one decode worker of the
 // request's model: one candidate row of the decode pool, eligible or not.
 func soleDecodeWorker(dst *Decision) bool {

@@ -46,7 +46,11 @@ import "fmt"
 //     where the goodput does not: when both paths are predicted to miss, and when the
 //     margin is within SLOTieMargin (policy_slo.go, sloSoleDecodeISL). Other policies
 //     decide as in 2.
-const Version uint32 = 12
+//   - 13: the slo policy's pick of a decode worker, while every eligible prefill worker's
+//     load sample queues past SLOPrefillGuardBusy × its max_num_batched_tokens, counts a
+//     worker's active decode blocks at most at the KV blocks its own load sample shows
+//     in use (cost.go, policy_slo.go, sloBacklogPick). Other policies decide as in 2.
+const Version uint32 = 13
 
 // SupportsVersion reports whether NewAt can decide with version v's semantics.
 func SupportsVersion(v uint32) bool { return v >= 1 && v <= Version }
@@ -80,4 +84,5 @@ func (dc *Decider) setVersion(version uint32) {
 	dc.coldBacklogSample = version >= 10
 	dc.triage = version >= 11
 	dc.soleDecodeISL = version >= 12
+	dc.backlogPick = version >= 13 && dc.cfg.Disagg.Policy == PolicySLO
 }

@@ -191,3 +191,36 @@ func runSpecText(t *testing.T, text string, want int) {
 		t.Run(c.name, func(t *testing.T) { runSpecCase(t, c) })
 	}
 }
+
+// TestVersion13BacklogPickOnlyBehindADeepBacklogUnderSLO: spec.txt's
+// pick_behind_a_deep_backlog_counts_decode_blocks_at_the_load_sample keeps the
+// router's count, and the idle worker, in a record of version 12, under another
+// policy, on a decode worker with no load sample, with the prefill queue at 8 × its
+// max_num_batched_tokens and not past it, with a second prefill worker whose queue is
+// short or unknown, and where the sample shows more blocks than the count. They are
+// here, not in spec.txt, because version 12 decides them the same.
+func TestVersion13BacklogPickOnlyBehindADeepBacklogUnderSLO(t *testing.T) {
+	const format = `case select/version_13_keeps_the_count_%s
+%s
+disagg {"policy":"%s","slo_min_samples":10}
+worker d1 pool=decode
+worker d2 pool=decode
+worker p1 pool=prefill mnbt=100
+%s
+request prompt=320
+cache d1 device=10
+active d1 decode_blocks=40
+%s
+load p1 prefill_tokens=%s
+expect decode=d2 cost.d1=1120 cost.d2=640 potential.d1=60
+
+`
+	runSpecVariants(t, format,
+		[]any{"version_12_record", "config version=12", "slo", "", "load d1 kv_used=5", "1000"},
+		[]any{"isl_bounding", "", "isl_bounding", "", "load d1 kv_used=5", "1000"},
+		[]any{"no_decode_sample", "", "slo", "", "", "1000"},
+		[]any{"queue_at_the_limit", "", "slo", "", "load d1 kv_used=5", "800"},
+		[]any{"another_prefill_worker_short", "", "slo", "worker p2 pool=prefill mnbt=100", "load d1 kv_used=5\nload p2 prefill_tokens=0", "1000"},
+		[]any{"another_prefill_worker_unknown", "", "slo", "worker p2 pool=prefill mnbt=100", "load d1 kv_used=5", "1000"},
+		[]any{"sample_above_the_count", "", "slo", "", "load d1 kv_used=100", "1000"})
+}
