@@ -220,13 +220,7 @@ func (st *state) resolveSlots(e *reqEntry) {
 func (st *state) applyDecision(b *pebble.Batch, d *pb.DecisionRecord, partition int32, offset int64) {
 	a := st.act
 	// Our own decision read back: it counts once, from now on as a log fact.
-	l := a.local[d.GetDecisionId()]
-	if l != nil {
-		delete(a.local, d.GetDecisionId())
-		st.workers[l.decodeSlot].localPending--
-	} else if slot, ok := st.lookupSlot(d.GetDecodeWorker().GetWorkerId(), d.GetDecodeWorker().GetDpRank()); ok && st.workers[slot].localPending > 0 {
-		st.stats.races++
-	}
+	l := st.takeLocal(d)
 	if d.GetDecidedAtUnixNano()+a.cfg.retention <= st.reqNow {
 		st.dropLocal(l)
 		return // already absent: the same as seen, then swept
@@ -254,21 +248,44 @@ func (st *state) applyDecision(b *pebble.Batch, d *pb.DecisionRecord, partition 
 		st.setChain(e, nil) // never needed: the request is over
 	}
 	st.noteDecision(e)
-	if l != nil && !e.onDecode && !e.onPrefill && sameShare(l, e) {
-		// The log entry carries exactly what the local one carried (the
-		// same record, read back): it takes over the local share instead of
-		// removing it block by block and adding it again. refresh then
-		// adjusts it like any share, so the aggregates are those of the log
-		// facts alone, as if the local decision had never been counted.
-		c := l.chain
-		st.setChain(l, nil)
-		st.setChain(e, c)
-		e.onDecode, e.onPrefill = l.onDecode, l.onPrefill
-		l.onDecode, l.onPrefill = false, false
+	if !e.onDecode && !e.onPrefill {
+		st.handOver(l, e)
 	} else {
 		st.dropLocal(l)
 	}
 	st.refresh(b, e, true)
+}
+
+// takeLocal removes and returns this replica's own share of decision d, now
+// read back from the log (nil if it holds none); a decision of another
+// replica on a worker with own decisions pending is counted as a race.
+func (st *state) takeLocal(d *pb.DecisionRecord) *reqEntry {
+	a := st.act
+	l := a.local[d.GetDecisionId()]
+	if l != nil {
+		delete(a.local, d.GetDecisionId())
+		st.workers[l.decodeSlot].localPending--
+	} else if slot, ok := st.lookupSlot(d.GetDecodeWorker().GetWorkerId(), d.GetDecodeWorker().GetDpRank()); ok && st.workers[slot].localPending > 0 {
+		st.stats.races++
+	}
+	return l
+}
+
+// handOver gives log entry e the local share l, when e carries exactly what
+// l carried (the same record, read back): e takes over the share instead of
+// removing it block by block and adding it again, and the next refresh
+// adjusts it like any share, so the aggregates are those of the log alone,
+// as if the local decision had never been counted. Otherwise l is dropped.
+func (st *state) handOver(l, e *reqEntry) {
+	if l == nil || !sameShare(l, e) {
+		st.dropLocal(l)
+		return
+	}
+	c := l.chain
+	st.setChain(l, nil)
+	st.setChain(e, c)
+	e.onDecode, e.onPrefill = l.onDecode, l.onPrefill
+	l.onDecode, l.onPrefill = false, false
 }
 
 // dropLocal removes the share of a local entry that left a.local (nil: no

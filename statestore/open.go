@@ -240,13 +240,7 @@ func (h *openHeap) pop() openItem {
 // applyDecision does.
 func (st *state) openDecision(d *pb.DecisionRecord, partition int32, offset int64) {
 	a, f := st.act, st.act.open
-	l := a.local[d.GetDecisionId()]
-	if l != nil {
-		delete(a.local, d.GetDecisionId())
-		st.workers[l.decodeSlot].localPending--
-	} else if slot, ok := st.lookupSlot(d.GetDecodeWorker().GetWorkerId(), d.GetDecodeWorker().GetDpRank()); ok && st.workers[slot].localPending > 0 {
-		st.stats.races++
-	}
+	l := st.takeLocal(d)
 	st.obuf = openEntryID(st.obuf, d.GetDecisionId(), partition)
 	tD := d.GetDecidedAtUnixNano()
 	if _, ok := a.entries[string(st.obuf)]; ok || addSat(tD, max(a.cfg.expiry, recentWindow)) <= f.clock[partition] {
@@ -260,15 +254,7 @@ func (st *state) openDecision(d *pb.DecisionRecord, partition int32, offset int6
 	e.partition, e.offset = partition, offset
 	a.entries[e.id] = e
 	st.noteDecision(e)
-	if l != nil && sameShare(l, e) {
-		c := l.chain
-		st.setChain(l, nil)
-		st.setChain(e, c)
-		e.onDecode, e.onPrefill = l.onDecode, l.onPrefill
-		l.onDecode, l.onPrefill = false, false
-	} else {
-		st.dropLocal(l)
-	}
+	st.handOver(l, e)
 	st.pushGone(e)
 	st.openRefresh(e)
 }
