@@ -163,42 +163,13 @@ func TestOpenRequestsRestart(t *testing.T) {
 		c.log = append(c.log, recs...)
 		cut := 2 * len(recs) / 3
 		applyIn(t, c.s, recs[:cut], 25)
-		// What a crash leaves with the WAL off: the flushed batches.
-		dir := filepath.Join(t.TempDir(), "crashed")
-		if err := c.s.db.Flush(); err != nil {
-			t.Fatal(err)
-		}
-		if err := c.s.db.Checkpoint(dir); err != nil {
-			t.Fatal(err)
-		}
-		o := openOptions()
-		o.Records = harnessLog{c}
-		x, err := Open(dir, o)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer x.Close()
+		x := crashed(t, c, openOptions())
 		if restored := len(x.st.act.entries); restored == 0 {
 			t.Fatal("the checkpoint holds no request: the test shows only the records read again")
 		}
-		from := map[int32]int64{}
-		behind := 0
-		for _, p := range x.Offsets() {
-			if p.Topic == events.TopicLoadDeltas {
-				from[p.Partition] = p.Next
-				if n, _ := c.s.Offsets().Get(p.Topic, p.Partition); n > p.Next {
-					behind++
-				}
-			}
-		}
-		if behind == 0 {
-			t.Fatal("no partition to read again: the crash left the checkpoint at the offsets, the test shows nothing")
-		}
-		var again []*kgo.Record
-		for _, r := range recs {
-			if r.Offset >= from[r.Partition] {
-				again = append(again, r)
-			}
+		again := readAgain(x, recs)
+		if len(again) <= len(recs)-cut {
+			t.Fatal("no record before the crash to read again: the crash left the checkpoint at the offsets, the test shows nothing")
 		}
 		if _, err := x.Digest(); !errors.Is(err, errOpenBehind) {
 			t.Fatalf("digest of a store whose open requests are behind: %v, want errOpenBehind", err)
@@ -283,31 +254,8 @@ func BenchmarkOpenReplay(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	dir := filepath.Join(b.TempDir(), "crashed")
-	if err := h.s.db.Flush(); err != nil {
-		b.Fatal(err)
-	}
-	if err := h.s.db.Checkpoint(dir); err != nil {
-		b.Fatal(err)
-	}
-	o.Records = harnessLog{h}
-	x, err := Open(dir, o)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer x.Close()
-	from := map[int32]int64{}
-	for _, p := range x.Offsets() {
-		if p.Topic == events.TopicLoadDeltas {
-			from[p.Partition] = p.Next
-		}
-	}
-	var again []*kgo.Record
-	for _, r := range recs {
-		if r.Offset >= from[r.Partition] {
-			again = append(again, r)
-		}
-	}
+	x := crashed(b, h, o)
+	again := readAgain(x, recs)
 	b.ResetTimer()
 	for lo := 0; lo < len(again); lo += 256 {
 		if err := x.Apply(again[lo:min(lo+256, len(again))]); err != nil {
@@ -346,4 +294,43 @@ func TestOpenHeapPopsInOrder(t *testing.T) {
 	if len(h) != 0 {
 		t.Fatalf("%d items left", len(h))
 	}
+}
+
+// crashed opens, with o, what a crash of h's store would leave with the WAL
+// off (its flushed batches), reading chains back from h's log. It closes
+// when the test ends.
+func crashed(tb testing.TB, h *harness, o Options) *Store {
+	tb.Helper()
+	dir := filepath.Join(tb.TempDir(), "crashed")
+	if err := h.s.db.Flush(); err != nil {
+		tb.Fatal(err)
+	}
+	if err := h.s.db.Checkpoint(dir); err != nil {
+		tb.Fatal(err)
+	}
+	o.Records = harnessLog{h}
+	x, err := Open(dir, o)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { _ = x.Close() })
+	return x
+}
+
+// readAgain returns the load-delta records of recs at or past where s
+// resumes: what its materializer would read again.
+func readAgain(s *Store, recs []*kgo.Record) []*kgo.Record {
+	from := map[int32]int64{}
+	for _, p := range s.Offsets() {
+		if p.Topic == events.TopicLoadDeltas {
+			from[p.Partition] = p.Next
+		}
+	}
+	var again []*kgo.Record
+	for _, r := range recs {
+		if r.Offset >= from[r.Partition] {
+			again = append(again, r)
+		}
+	}
+	return again
 }
