@@ -15,6 +15,7 @@ import (
 	"github.com/pdrouter/pdrouter/events"
 	"github.com/pdrouter/pdrouter/events/eventstest"
 	"github.com/pdrouter/pdrouter/internal/kafkatest"
+	"github.com/pdrouter/pdrouter/statestore"
 )
 
 // run executes the CLI in-process with the given environment.
@@ -134,6 +135,7 @@ func TestBadInputIsAPreciseError(t *testing.T) {
 		{nil, []string{"serve", "--brokers", "127.0.0.1:1", "--cell", "4/4"}, `--cell: cell "4/4": want 0 ≤ i < n`},
 		{map[string]string{"PDR_CELL": "half"}, []string{"ingest", "--brokers", "127.0.0.1:1"}, `--cell: cell "half": want i/n`},
 		{map[string]string{"PDR_MAX_WORKERS": "0"}, []string{"serve", "--brokers", "127.0.0.1:1"}, "--max-workers 0: want at least 1"},
+		{map[string]string{"PDR_PEER_REQUESTS": "disk"}, []string{"serve", "--brokers", "127.0.0.1:1"}, `--peer-requests "disk": want memory or pebble`},
 		{nil, []string{"serve", "--brokers", "127.0.0.1:1", "--latency-model-window", "45s"}, "--latency-model-window 45s: want a multiple of 30s"},
 		{map[string]string{"PDR_LATENCY_MODEL_MAX_ENTRIES": "0"}, []string{"serve", "--brokers", "127.0.0.1:1"}, "--latency-model-max-entries 0"},
 		{nil, []string{"sim", "compare", "--load-scale", "0"}, "--load-scale 0: must be in (0, 100]"},
@@ -193,7 +195,17 @@ func TestRouterFlagsReachTheStore(t *testing.T) {
 	if o.DecisionRetention != 90*time.Minute || o.ActiveExpiry != 7*time.Minute || o.MaxWorkers != 17 || o.Cell != (events.Cell{Index: 3, Count: 4}) {
 		t.Fatalf("store options: decision retention %s, active expiry %s, max workers %d, cell %s; want 90m, 7m, 17 and 3/4", o.DecisionRetention, o.ActiveExpiry, o.MaxWorkers, o.Cell)
 	}
+	if !o.PeerSums || o.Source != statestore.SourceLoadDeltas {
+		t.Fatalf("store options: peer sums %v, source %s; want the group's requests in memory by default, from load deltas", o.PeerSums, o.Source)
+	}
 	if m := (&routerRun{a: a, f: rf}).materializerOptions(prometheus.NewRegistry()); m.FetchMinBytes != 4096 || m.FetchMaxWait != 25*time.Millisecond {
 		t.Fatalf("materializer options: fetch min bytes %d, max wait %s; want 4096 and 25ms", m.FetchMinBytes, m.FetchMaxWait)
+	}
+	rf = parseRouterFlags(t, nil, "--peer-requests", "pebble")
+	if err := rf.validate(); err != nil {
+		t.Fatal(err)
+	}
+	if (&routerRun{a: a, f: rf}).storeOptions(cfg, nil).PeerSums {
+		t.Fatal("--peer-requests pebble: the store still holds the group's requests in memory")
 	}
 }
