@@ -206,9 +206,11 @@ func (s *Server) route(c *gin.Context) {
 	if !generated {
 		if sd, ok := s.deps.State.DecisionForRequest(p.id); ok {
 			rec := sd.Record
-			if !sd.Complete && sd.Partition < 0 {
-				// Learnt from a load delta: the header names the decision but
-				// not the prompt it was made for; the record on the log does.
+			if !sd.Complete && (sd.Partition < 0 || rec.GetRequestDigest() == 0) {
+				// Learnt from a load delta (even one of this replica's own
+				// decisions, whose position it knows): the header names the
+				// decision but not the prompt it was made for; the record on
+				// the log does.
 				var err error
 				if rec, err = s.wholeDecision(c.Request.Context(), sd); err != nil {
 					fail(c, err)

@@ -183,6 +183,12 @@ func testReplicasAgree(t *testing.T, mode string) {
 		if n := metricSum(t, b.url, `pdrouter_decision_record_reads_total{lookup="search",result="ok"}`); n != 1 {
 			t.Errorf("B's pdrouter_decision_record_reads_total{lookup=search,result=ok} = %v, want 1", n)
 		}
+		// A retry on A itself, once its own record was applied back, is its
+		// decision too: the prompt is checked against the whole record,
+		// which a delta does not carry.
+		if own := routeOn(t, a.url, "accounting-1", append(tokenSeq(1, 512), tokenSeq(40001, 64)...), nil, false); own["decision_id"] != resp["decision_id"] || own["idempotent_replay"] != true {
+			t.Errorf("the retry on A: %s, want its decision %v replayed", indented(own), resp["decision_id"])
+		}
 		// A retry of A's request on B is A's decision (its prompt checked
 		// against the whole record), and another prompt under the same
 		// request id is refused.
