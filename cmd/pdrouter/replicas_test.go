@@ -66,11 +66,12 @@ func testReplicasAgree(t *testing.T, mode string) {
 	t.Logf("three replicas ready in %s", time.Since(start).Round(time.Millisecond))
 
 	registerFleet(t, a.url)
+	all := []*replica{a, b, c}
+	waitSynced(t, all...) // B must know the workers A registered before it takes their KV events
 	// d1 holds a 32-block prefix (512 tokens), so prompts that share it are
 	// cheaper there and may be prefilled locally.
 	prefixToks := tokenSeq(1, 512)
 	postKVBlocks(t, b.url, "d1", prefixToks)
-	all := []*replica{a, b, c}
 	waitSynced(t, all...)
 
 	// 1. Same request, same `after` bound: identical decisions. The bound
