@@ -46,7 +46,9 @@ import (
 //     less its table and chains, the same bytes for any record pdrouter
 //     writes; the position is the record's) and two replicas
 //     must agree on which requests already have a decision, or a retried
-//     request would be decided twice on one of them.
+//     request would be decided twice on one of them. A store of open
+//     requests (Options.PeerSums) writes none of these keys: its index is
+//     the open requests it holds, in memory (openindex.go).
 //
 // Only the first two sources hold whole records, and only of this
 // replica's own decisions. Pebble keeps the header
@@ -491,6 +493,17 @@ func (s *Store) decision(id string) (StoredDecision, bool) {
 		sd, ok := p.lookup()
 		return sd, ok && present
 	}
+	if st.act.open != nil {
+		// The index is the open requests (openindex.go): nothing in Pebble.
+		var sd StoredDecision
+		e := st.openByID(id)
+		if e != nil {
+			sd = e.openStored(id)
+		}
+		ok := e != nil && st.decisionPresent(sd.Record)
+		s.mu.RUnlock()
+		return sd, ok
+	}
 	now := st.reqNow
 	s.mu.RUnlock()
 	sd, ok := s.loadDecision(id)
@@ -587,6 +600,11 @@ func (s *Store) forRequest(requestID string) (mem StoredDecision, stored Decisio
 	}
 	for _, id := range st.dec.pendingReq[requestID] {
 		consider(st.dec.pending[id], true)
+	}
+	if st.act.open != nil {
+		st.openByRequest(requestID, func(id string, e *reqEntry) {
+			consider(pendingDecision{sd: e.openStored(id)}, false)
+		})
 	}
 	now := st.reqNow
 	indexed, single := st.dec.reqs.lookup(requestID)

@@ -155,7 +155,7 @@ func outcomeOfDelta(e *pb.LifecycleDelta) *pb.OutcomeEvent {
 // does not change the state.
 func (st *state) applyLoadDelta(b *pebble.Batch, d *pb.LoadDelta, partition int32, offset int64) {
 	if st.act.cfg.open {
-		st.applyOpenDelta(b, d, partition, offset, st.replaying)
+		st.applyOpenDelta(d, partition, offset, st.replaying)
 		return
 	}
 	chains := events.LoadDeltaChains(d)

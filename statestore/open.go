@@ -4,8 +4,6 @@ import (
 	"encoding/binary"
 	"math"
 
-	"github.com/cockroachdb/pebble/v2"
-
 	"github.com/pdrouter/pdrouter/events"
 	pb "github.com/pdrouter/pdrouter/events/eventspb"
 )
@@ -105,17 +103,22 @@ func openEntryID(dst []byte, decisionID string, partition int32) []byte {
 
 // applyOpenDelta applies a load delta's entries as open requests. replay:
 // the record was applied before a restart and is read again only for the
-// open requests (Apply), so the request index and the latency model, which
-// are in Pebble already, are left alone.
-func (st *state) applyOpenDelta(b *pebble.Batch, d *pb.LoadDelta, partition int32, offset int64, replay bool) {
+// open requests (Apply), so the latency model, which learnt it before, is
+// left alone. The request index is the open requests (openindex.go).
+func (st *state) applyOpenDelta(d *pb.LoadDelta, partition int32, offset int64, replay bool) {
 	chains := events.LoadDeltaChains(d)
 	for i, e := range d.GetDecisions() {
 		r := recordOfDelta(e, chains[i])
 		st.observe(r.GetDecidedAtUnixNano(), true)
 		st.openClock(partition, r.GetDecidedAtUnixNano())
 		st.openDecision(r, partition, offset)
+		// The log copy serves lookups from now on, from the open request
+		// (openindex.go): no key of the request index is written.
+		st.dropLocalDecision(r.GetDecisionId())
 		if !replay {
-			st.applyDeltaDecisionLog(b, r, partition, offset)
+			if st.decisionPresent(r) {
+				st.predictDecision(r)
+			}
 			st.learnDelta(e)
 		}
 	}

@@ -36,8 +36,8 @@ import (
 //     resumes from ckptNext: the store reports min(offset, next) for each
 //     load-deltas partition (Offsets), so the materializer reads the
 //     records since the mark again, and Apply applies them to the open
-//     requests only (state.replaying): the request index and the latency
-//     model, in Pebble already, are not applied twice.
+//     requests only (state.replaying): the latency model, which learnt
+//     them before and is in Pebble already, does not learn them twice.
 //   - Reading them again reaches the state before the restart: the
 //     requests opened since the mark are opened again by the same records
 //     in the same partition order and clocks (dropped ones dropped again);
@@ -74,6 +74,13 @@ func openEntryKey(id string) []byte { return append([]byte{famOpen, 'e'}, id...)
 // store with load-deltas offsets and no marker holds its requests as facts,
 // even when it holds none at the moment (rebuild refuses it).
 var openMarkerKey = []byte{famOpen, 'm'}
+
+// openLayout is the marker's value: the layout of the family and of what
+// it replaces. 1: the request index of the log's decisions is the open
+// requests themselves (openindex.go), not keys 'd', 'q' and 'e'. A store
+// whose marker holds another value (an empty one: the index in Pebble) is
+// refused with ErrWrongSource, and serve rebuilds it by replay.
+var openLayout = []byte{1}
 
 func openPartitionKey(partition int32) []byte {
 	return binary.BigEndian.AppendUint32([]byte{famOpen, 'c'}, uint32(partition))
@@ -125,6 +132,9 @@ func (st *state) restoreOpenKey(k, v []byte, entries *[]*reqEntry) error {
 	}
 	switch {
 	case string(k) == string(openMarkerKey):
+		if string(v) != string(openLayout) {
+			return fmt.Errorf("%w: its open requests are of layout %x, not %x (the request index was in Pebble): rebuild it", ErrWrongSource, v, openLayout)
+		}
 		f.marked = true
 	case len(k) > 2 && k[1] == 'e':
 		e, err := decodeOpen(string(k[2:]), v)
@@ -219,7 +229,7 @@ func (st *state) writeOpenCheckpoint(b *pebble.Batch, force bool) {
 			e.stored, e.storedVer = true, e.ver
 		}
 	}
-	_ = b.Set(openMarkerKey, nil, nil)
+	_ = b.Set(openMarkerKey, openLayout, nil)
 	clear(f.ckptNext)
 	for p := range f.next {
 		c, ok := base.clock[p]

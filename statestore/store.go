@@ -103,7 +103,10 @@ type Options struct {
 	// PeerSums: with SourceLoadDeltas, the log's requests are held in
 	// memory as open requests, ended in their partition's order, and
 	// reach Pebble only in checkpoints (open.go, opencheckpoint.go),
-	// instead of as facts written per request (active.go). Every replica
+	// instead of as facts written per request (active.go); lookups of
+	// the log's decisions are served from them, for as long as they are
+	// held, instead of from a request index in Pebble (openindex.go).
+	// Every replica
 	// of a group must use the same value; a store built with the other is
 	// refused with ErrWrongSource (or rebuilt, RebuildOtherSource).
 	PeerSums bool
