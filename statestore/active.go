@@ -68,7 +68,8 @@ type activeConfig struct {
 	kvMissingAfter    int64 // ns, Options.KvEventsMissingAfter
 	maxWorkers        int   // Options.MaxWorkers
 	latency           latmodel.Config
-	open              bool // Options.PeerSums (open.go)
+	open              bool  // Options.PeerSums (open.go)
+	openHold          int64 // ns, how long an open request is held at least (Options.IdempotencyWindow)
 }
 
 const (

@@ -155,7 +155,7 @@ func (st *state) openClock(partition int32, t int64) {
 // nothing and no entry of its partition can change that: past its recent
 // window, and ended or past its expiry.
 func (st *state) goneAt(e *reqEntry) int64 {
-	g := addSat(e.tD, recentWindow)
+	g := addSat(e.tD, st.act.cfg.openHold)
 	if e.flags&fTerminal == 0 {
 		g = max(g, addSat(openLast(e), st.act.cfg.expiry))
 	}
@@ -246,7 +246,7 @@ func (st *state) openDecision(d *pb.DecisionRecord, partition int32, offset int6
 	l := st.takeLocal(d)
 	st.obuf = openEntryID(st.obuf, d.GetDecisionId(), partition)
 	tD := d.GetDecidedAtUnixNano()
-	if _, ok := a.entries[string(st.obuf)]; ok || addSat(tD, max(a.cfg.expiry, recentWindow)) <= f.clock[partition] {
+	if _, ok := a.entries[string(st.obuf)]; ok || addSat(tD, max(a.cfg.expiry, a.cfg.openHold)) <= f.clock[partition] {
 		// The same decision again in this partition (a retried append: the
 		// first copy holds), or one its partition's clock has passed.
 		st.dropLocal(l)

@@ -16,8 +16,8 @@ import (
 // writes no index key, and serves lookups from the requests it holds.
 //
 // What a lookup finds, then: a decision whose open request is held (from
-// its decision entry until RecentLocalWindow after decided_at, or its end
-// or expiry if later), and within DecisionRetention. Past that:
+// its decision entry until Options.IdempotencyWindow after decided_at, or
+// its end or expiry if later), and within DecisionRetention. Past that:
 //
 //   - by decision id, nothing here: the API searches the decisions topic
 //     around the id's own time (api decisionByID), as for any decision a
@@ -25,7 +25,8 @@ import (
 //   - by request id, nothing: an idempotent retry of a request decided
 //     longer ago than its open request is held is decided again, and a
 //     lifecycle event about it is refused as unknown. The request had
-//     ended (or expired) by then, so no load is lost.
+//     ended (or expired) by then, so no load is lost; a deployment whose
+//     clients retry later sets a longer window.
 //
 // Invariants, kept here: a lookup reads only held open requests, which are
 // a function of each partition's records (open.go), so replicas at equal

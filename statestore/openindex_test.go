@@ -2,7 +2,9 @@ package statestore
 
 import (
 	"errors"
+	"fmt"
 	"testing"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -154,4 +156,51 @@ func modeOfDelta(e *pb.DecisionDelta) string {
 		return "local"
 	}
 	return "remote"
+}
+
+// TestOpenRequestsIdempotencyWindow: Options.IdempotencyWindow holds an
+// ended request, and so its decision for lookups, that long after it was
+// decided; a store that crashed with such requests in its checkpoint
+// reaches the digest of one that never stopped.
+func TestOpenRequestsIdempotencyWindow(t *testing.T) {
+	for _, w := range []time.Duration{0, 90 * time.Second} {
+		t.Run(fmt.Sprint("window=", w), func(t *testing.T) {
+			o := openOptions()
+			o.IdempotencyWindow = w
+			a := perfHarnessWith(t, o)
+			recs := openLog(t, a, 600) // 120 s of decisions
+			applyIn(t, a.s, recs, 40)
+			a.log = append(a.log, recs...)
+			// Decision 300, completed at once, 60 s before the log's end.
+			var id, req string
+			for _, r := range recs {
+				env, err := events.Decode(events.Names{}, r)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, e := range env.Message.(*pb.LoadDelta).GetDecisions() {
+					if e.GetDecidedAtUnixNano() == 1e18+300*200e6 {
+						id, req = e.GetDecisionId(), e.GetRequestId()
+					}
+				}
+			}
+			_, byID := a.s.Decision(id)
+			_, byReq := a.s.DecisionRefForRequest(req)
+			if want := w > 60*time.Second; byID != want || byReq != want {
+				t.Fatalf("a request that ended 60 s ago, window %s: found by id %v, by request %v; want %v", w, byID, byReq, want)
+			}
+			c := perfHarnessWith(t, o)
+			c.log = append(c.log, recs...)
+			applyIn(t, c.s, recs[:2*len(recs)/3], 25)
+			x := crashed(t, c, o)
+			applyIn(t, x, readAgain(x, recs), 30)
+			got, err := x.Digest()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := a.digest(); got.Hash != want.Hash {
+				t.Fatalf("digest after a crash %s, without %s", got, want)
+			}
+		})
+	}
 }

@@ -110,6 +110,16 @@ type Options struct {
 	// of a group must use the same value; a store built with the other is
 	// refused with ErrWrongSource (or rebuilt, RebuildOtherSource).
 	PeerSums bool
+	// IdempotencyWindow: with PeerSums, how long after decided_at an open
+	// request is held at least, ended or not, and so how long its decision
+	// is found by request id (idempotent retries, lifecycle events) and by
+	// decision id (openindex.go). Default and minimum 30 s
+	// (decider.RecentLocalWindow, which holds every request that long for
+	// its workers' recent counts). Longer costs memory (~0.3 KB a
+	// decision held) and a checkpoint write and deletion per decision held
+	// past a minute. Every replica of a group must use the same value: it
+	// shapes the state they compare.
+	IdempotencyWindow time.Duration
 
 	// RebuildOtherSource: Open wipes a store of the other Source and
 	// rebuilds it by replay instead of refusing it with ErrWrongSource (a
@@ -488,6 +498,7 @@ func (s *Store) activeConfig() activeConfig {
 		maxWorkers:        s.opts.MaxWorkers,
 		latency:           s.opts.LatencyModel,
 		open:              s.opts.PeerSums && s.opts.Source == SourceLoadDeltas,
+		openHold:          max(recentWindow, int64(s.opts.IdempotencyWindow)),
 	}
 	if s.opts.Approximate {
 		c.approxTTL = int64(s.opts.ApproximateTTL)

@@ -136,6 +136,8 @@ func TestBadInputIsAPreciseError(t *testing.T) {
 		{map[string]string{"PDR_CELL": "half"}, []string{"ingest", "--brokers", "127.0.0.1:1"}, `--cell: cell "half": want i/n`},
 		{map[string]string{"PDR_MAX_WORKERS": "0"}, []string{"serve", "--brokers", "127.0.0.1:1"}, "--max-workers 0: want at least 1"},
 		{map[string]string{"PDR_PEER_REQUESTS": "disk"}, []string{"serve", "--brokers", "127.0.0.1:1"}, `--peer-requests "disk": want memory or pebble`},
+		{nil, []string{"serve", "--brokers", "127.0.0.1:1", "--idempotency-window", "10s"}, "--idempotency-window 10s: want 30s to --decision-retention (24h0m0s)"},
+		{map[string]string{"PDR_IDEMPOTENCY_WINDOW": "25h"}, []string{"serve", "--brokers", "127.0.0.1:1"}, "--idempotency-window 25h0m0s: want 30s to --decision-retention"},
 		{nil, []string{"serve", "--brokers", "127.0.0.1:1", "--latency-model-window", "45s"}, "--latency-model-window 45s: want a multiple of 30s"},
 		{map[string]string{"PDR_LATENCY_MODEL_MAX_ENTRIES": "0"}, []string{"serve", "--brokers", "127.0.0.1:1"}, "--latency-model-max-entries 0"},
 		{nil, []string{"sim", "compare", "--load-scale", "0"}, "--load-scale 0: must be in (0, 100]"},
@@ -182,7 +184,7 @@ func TestVersionListsSchemas(t *testing.T) {
 // TestRouterFlagsReachTheStore: the replica flags that shape the state
 // arrive in the statestore's options.
 func TestRouterFlagsReachTheStore(t *testing.T) {
-	rf := parseRouterFlags(t, nil, "--decision-retention", "90m", "--router-active-request-expiry", "7m", "--fetch-min-bytes", "4096", "--fetch-max-wait", "25ms", "--max-workers", "17", "--cell", "3/4")
+	rf := parseRouterFlags(t, nil, "--decision-retention", "90m", "--router-active-request-expiry", "7m", "--fetch-min-bytes", "4096", "--fetch-max-wait", "25ms", "--max-workers", "17", "--cell", "3/4", "--idempotency-window", "5m")
 	if err := rf.validate(); err != nil {
 		t.Fatal(err)
 	}
@@ -195,8 +197,8 @@ func TestRouterFlagsReachTheStore(t *testing.T) {
 	if o.DecisionRetention != 90*time.Minute || o.ActiveExpiry != 7*time.Minute || o.MaxWorkers != 17 || o.Cell != (events.Cell{Index: 3, Count: 4}) {
 		t.Fatalf("store options: decision retention %s, active expiry %s, max workers %d, cell %s; want 90m, 7m, 17 and 3/4", o.DecisionRetention, o.ActiveExpiry, o.MaxWorkers, o.Cell)
 	}
-	if !o.PeerSums || o.Source != statestore.SourceLoadDeltas {
-		t.Fatalf("store options: peer sums %v, source %s; want the group's requests in memory by default, from load deltas", o.PeerSums, o.Source)
+	if !o.PeerSums || o.Source != statestore.SourceLoadDeltas || o.IdempotencyWindow != 5*time.Minute {
+		t.Fatalf("store options: peer sums %v, source %s, idempotency window %s; want the group's requests in memory by default, from load deltas, held 5m", o.PeerSums, o.Source, o.IdempotencyWindow)
 	}
 	if m := (&routerRun{a: a, f: rf}).materializerOptions(prometheus.NewRegistry()); m.FetchMinBytes != 4096 || m.FetchMaxWait != 25*time.Millisecond {
 		t.Fatalf("materializer options: fetch min bytes %d, max wait %s; want 4096 and 25ms", m.FetchMinBytes, m.FetchMaxWait)

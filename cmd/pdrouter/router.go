@@ -72,6 +72,8 @@ type routerFlags struct {
 	// peerRequests is --peer-requests: where a store of load deltas keeps
 	// the log's requests (statestore.Options.PeerSums).
 	peerRequests string
+	// idempotencyWindow is statestore.Options.IdempotencyWindow.
+	idempotencyWindow time.Duration
 	// latencyWindow and latencyMaxEntries shape the online latency model
 	// (statestore.Options.LatencyModel, docs/slo-policy.md).
 	latencyWindow     time.Duration
@@ -129,7 +131,8 @@ func (f *routerFlags) bindFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&f.latencyMaxEntries, "latency-model-max-entries", latmodel.DefaultMaxEntries, "most decisions and outcomes the latency model holds while it joins them; facts beyond it are dropped and counted in pdrouter_latency_model_dropped_total{reason=\"max_entries\"}")
 	fs.StringVar(&f.cell, "cell", "0/1", "the cell of the log this replica applies and answers for, i/n: partitions p with p mod n = i of every topic, and so the workers whose ids hash there (docs/scaling.md, Cells). n must divide every topic's partition count; every replica of a cell gives the same value. 0/1 is the whole log")
 	fs.StringVar(&f.loadDeltas, "load-deltas", "apply", "how the replicas of a group share load (docs/scaling.md, Load deltas): off (apply peers' whole decisions and outcomes, write no deltas), write (the same, and append a load delta with every decision and lifecycle event: the first step of a migration), apply (append deltas and apply peers' deltas instead of their decisions and outcomes, which stay on the log for audit; the group then scales). Every replica of a group gives the same value but for write beside apply; a store built in the other mode is refused: delete it to rebuild by replay")
-	fs.StringVar(&f.peerRequests, "peer-requests", "memory", "with --load-deltas apply, where a replica keeps the requests the group decided, for their load: memory (open requests, ended in their partition's order and checkpointed every 5s of the log's clock; a restart reads the load deltas since the last checkpoint again; lookups by request id, for idempotent retries and lifecycle events, find a decision while its request is open and 30s after it was decided, and by decision id past that the decisions topic is searched) or pebble (a fact per request written to the store, the earlier layout). Give every replica the same value: it shapes the state they compare; a store built with the other is rebuilt by replay")
+	fs.StringVar(&f.peerRequests, "peer-requests", "memory", "with --load-deltas apply, where a replica keeps the requests the group decided, for their load: memory (open requests, ended in their partition's order and checkpointed every 5s of the log's clock; a restart reads the load deltas since the last checkpoint again; lookups by request id, for idempotent retries and lifecycle events, find a decision while its request is open and --idempotency-window after it was decided, and by decision id past that the decisions topic is searched) or pebble (a fact per request written to the store, the earlier layout). Give every replica the same value: it shapes the state they compare; a store built with the other is rebuilt by replay")
+	fs.DurationVar(&f.idempotencyWindow, "idempotency-window", decider.RecentLocalWindow, "with --peer-requests memory, how long after its decision a request stays held, ended or not, so that a retry under its request_id is answered with its decision and a lifecycle event finds it (--decision-retention otherwise). From 30s to --decision-retention; longer costs memory, ~0.3 KB a decision held, and a checkpoint write per decision held past a minute. Give every replica the same value: it shapes the state they compare")
 	fs.IntVar(&f.maxWorkers, "max-workers", statestore.DefaultMaxWorkers, "most registered worker ids: a registration of a new id beyond it is answered 422 too_many_workers and skipped by every replica that applies it. Give every replica the same value: it shapes the state they compare")
 	fs.IntVar(&f.decisionMaxCandidates, "decision-max-candidates", api.DefaultDecisionMaxCandidates, "candidate rows a decision record keeps: the picked workers, then the best ranked others; the record counts the rows it leaves out")
 	fs.IntVar(&f.decisionRecordMaxBytes, "decision-record-max-bytes", api.DefaultDecisionRecordMaxBytes, fmt.Sprintf("largest decision record value, in bytes (%d to %d): hash chains are cut to fit, and a decision whose record still does not fit is answered 413 decision_record_too_large; keep it below the decisions topic's max.message.bytes (serve warns)", api.MinDecisionRecordMaxBytes, api.MaxDecisionRecordMaxBytes))
@@ -185,6 +188,9 @@ func (f *routerFlags) validate() error {
 	if f.decisionRetention < time.Second {
 		return fmt.Errorf("--decision-retention %s: want at least 1s (records are looked up by later requests and lifecycle events)", f.decisionRetention)
 	}
+	if w := f.idempotencyWindow; w < decider.RecentLocalWindow || w > max(f.decisionRetention, decider.RecentLocalWindow) {
+		return fmt.Errorf("--idempotency-window %s: want %s to --decision-retention (%s)", w, decider.RecentLocalWindow, f.decisionRetention)
+	}
 	return nil
 }
 
@@ -226,7 +232,7 @@ func (r *routerRun) storeOptions(cfg decider.Config, reg prometheus.Registerer) 
 		// A store of the other --load-deltas mode is rebuilt by replay: a
 		// rolling restart into another mode does not stop at its first
 		// replica.
-		Source: r.f.source, RebuildOtherSource: true, PeerSums: r.f.peerRequests == "memory",
+		Source: r.f.source, RebuildOtherSource: true, PeerSums: r.f.peerRequests == "memory", IdempotencyWindow: r.f.idempotencyWindow,
 		LatencyModel: latmodel.Config{Buckets: int(r.f.latencyWindow / latmodel.DefaultBucketWidth), MaxEntries: r.f.latencyMaxEntries},
 	}
 }
