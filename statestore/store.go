@@ -115,7 +115,7 @@ type Options struct {
 	// is found by request id (idempotent retries, lifecycle events) and by
 	// decision id (openindex.go). Default and minimum 30 s
 	// (decider.RecentLocalWindow, which holds every request that long for
-	// its workers' recent counts). Longer costs memory (~0.3 KB a
+	// its workers' recent counts). Longer costs memory (~0.7 KB of heap a
 	// decision held) and a checkpoint write and deletion per decision held
 	// past a minute. Every replica of a group must use the same value: it
 	// shapes the state they compare.
