@@ -11,6 +11,16 @@ import (
 // ErrBadEntry is returned for bytes that are not an entry's encoding.
 var ErrBadEntry = errors.New("latmodel: malformed entry")
 
+// IDs returns the ids of the entries the model holds, sorted: with
+// AppendEntry, what a state that keeps the model in memory hashes.
+func (m *Model) IDs() []string {
+	ids := make([]string, 0, len(m.entries))
+	for id := range m.entries {
+		ids = append(ids, id)
+	}
+	return sortedStrings(ids)
+}
+
 // AppendEntry appends the canonical encoding of the facts of entry id (the state's
 // stored value), and false when the model holds no entry of id (the state deletes
 // its key). Equal facts give equal bytes, whatever order they arrived in.

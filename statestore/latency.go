@@ -95,8 +95,19 @@ func (st *state) learnOutcome(o *pb.OutcomeEvent) {
 
 // flushLatency writes the entries and sums the chunk changed and refits the model, so
 // that views see the fit of the state they read.
+//
+// A store of open requests writes neither: the model is part of the
+// family, in memory, and reaches Pebble in its checkpoints
+// (opencheckpoint.go), so a peer writes no latency key per decision.
 func (st *state) flushLatency(b *pebble.Batch) {
 	ids, sums := st.lat.TakeDirty()
+	if f := st.act.open; f != nil {
+		for _, id := range ids {
+			f.latDirty[id] = struct{}{}
+		}
+		st.latFit = st.lat.Fit()
+		return
+	}
 	for _, id := range ids {
 		var ok bool
 		st.ybuf, ok = st.lat.AppendEntry(st.ybuf[:0], id)

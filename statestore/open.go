@@ -68,7 +68,10 @@ type openFamily struct {
 	due openHeap
 
 	// Checkpoint bookkeeping (opencheckpoint.go), memory only.
-	removed  []string        // ids with a key in Pebble, dropped since the last checkpoint
+	removed []string // ids with a key in Pebble, dropped since the last checkpoint
+	// latDirty: the latency model's entries changed since the last
+	// checkpoint, which writes them (opencheckpoint.go).
+	latDirty map[string]struct{}
 	ckptNext map[int32]int64 // where the last checkpoint written resumes from
 	lastCkpt int64           // reqNow at the last checkpoint
 	// marks: the family's position (next and clock) at each checkpoint
@@ -90,7 +93,7 @@ type openMark struct {
 
 func newOpenFamily() *openFamily {
 	return &openFamily{clock: map[int32]int64{}, next: map[int32]int64{}, gone: map[int32]*openHeap{},
-		ckptNext: map[int32]int64{}, lastCkpt: math.MinInt64,
+		ckptNext: map[int32]int64{}, lastCkpt: math.MinInt64, latDirty: map[string]struct{}{},
 		marks: []openMark{{at: math.MinInt64, next: map[int32]int64{}, clock: map[int32]int64{}}}}
 }
 
@@ -101,10 +104,11 @@ func openEntryID(dst []byte, decisionID string, partition int32) []byte {
 	return binary.BigEndian.AppendUint32(dst, uint32(partition))
 }
 
-// applyOpenDelta applies a load delta's entries as open requests. replay:
-// the record was applied before a restart and is read again only for the
-// open requests (Apply), so the latency model, which learnt it before, is
-// left alone. The request index is the open requests (openindex.go).
+// applyOpenDelta applies a load delta's entries as open requests, and
+// teaches the latency model. replay: the record was applied before a
+// restart and is read again (Apply), so approximate mode's predictions,
+// memory only and short-lived, are left alone. The request index is the
+// open requests (openindex.go).
 func (st *state) applyOpenDelta(d *pb.LoadDelta, partition int32, offset int64, replay bool) {
 	chains := events.LoadDeltaChains(d)
 	for i, e := range d.GetDecisions() {
@@ -115,21 +119,17 @@ func (st *state) applyOpenDelta(d *pb.LoadDelta, partition int32, offset int64, 
 		// The log copy serves lookups from now on, from the open request
 		// (openindex.go): no key of the request index is written.
 		st.dropLocalDecision(r.GetDecisionId())
-		if !replay {
-			if st.decisionPresent(r) {
-				st.predictDecision(r)
-			}
-			st.learnDelta(e)
+		if !replay && st.decisionPresent(r) {
+			st.predictDecision(r)
 		}
+		st.learnDelta(e) // a fact learnt again changes nothing (opencheckpoint.go)
 	}
 	for _, e := range d.GetLifecycle() {
 		o := outcomeOfDelta(e)
 		st.observe(o.GetEventTimeUnixNano(), true)
 		st.openClock(partition, o.GetEventTimeUnixNano())
 		st.openLifecycle(o, partition)
-		if !replay {
-			st.learnOutcome(o)
-		}
+		st.learnOutcome(o)
 	}
 }
 

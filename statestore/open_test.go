@@ -163,9 +163,19 @@ func TestOpenRequestsRestart(t *testing.T) {
 		c.log = append(c.log, recs...)
 		cut := 2 * len(recs) / 3
 		applyIn(t, c.s, recs[:cut], 25)
+		// On, a record at a time, to a second past the last checkpoint, so
+		// that the crash loses what the records since then taught the
+		// latency model.
+		for ; c.s.st.reqNow-c.s.st.act.open.lastCkpt < int64(time.Second); cut++ {
+			applyIn(t, c.s, recs[cut:cut+1], 1)
+		}
+		learnt := len(c.s.st.lat.IDs())
 		x := crashed(t, c, openOptions())
 		if restored := len(x.st.act.entries); restored == 0 {
 			t.Fatal("the checkpoint holds no request: the test shows only the records read again")
+		}
+		if restored := len(x.st.lat.IDs()); restored == 0 || restored >= learnt {
+			t.Fatalf("the checkpoint holds %d of the %d latency model entries: the test shows nothing of the records read again", restored, learnt)
 		}
 		again := readAgain(x, recs)
 		if len(again) <= len(recs)-cut {

@@ -36,8 +36,7 @@ import (
 //     resumes from ckptNext: the store reports min(offset, next) for each
 //     load-deltas partition (Offsets), so the materializer reads the
 //     records since the mark again, and Apply applies them to the open
-//     requests only (state.replaying): the latency model, which learnt
-//     them before and is in Pebble already, does not learn them twice.
+//     requests and the latency model (state.replaying).
 //   - Reading them again reaches the state before the restart: the
 //     requests opened since the mark are opened again by the same records
 //     in the same partition order and clocks (dropped ones dropped again);
@@ -45,6 +44,14 @@ import (
 //     checkpoint, and its lifecycle entries read again change nothing (each
 //     keeps the latest time of its kind) and cannot drop it (it was held at
 //     a later clock).
+//   - The latency model is checkpointed whole, as it is at the checkpoint,
+//     not as of the mark: every entry changed since the last checkpoint.
+//     Its facts are a set in which a fact learnt again changes nothing (a
+//     decision seen twice is a duplicate; of two outcomes of one kind the
+//     later is kept; a fact whose bucket left the window is late), so the
+//     records read again from the mark, some of which it holds already,
+//     bring it to the model of a store that never stopped (latmodel's
+//     order-independence, but for its MaxEntries cap).
 //   - The checkpoint's keys are not part of the digest: replicas write them
 //     at different times. The digest hashes the family from memory instead
 //     (openDigest), in key order, once the family stands at the store's
@@ -69,6 +76,10 @@ const famOpen = 'r'
 
 func openEntryKey(id string) []byte { return append([]byte{famOpen, 'e'}, id...) }
 
+// openLatencyKey is a latency model entry's key in a checkpoint: the model
+// is checkpointed whole, not from a mark (see the invariants above).
+func openLatencyKey(id string) []byte { return append([]byte{famOpen, 'y'}, id...) }
+
 // openMarkerKey marks a store of open requests. Every checkpoint writes it,
 // the first one in the batch of the store's first load-deltas offsets, so a
 // store with load-deltas offsets and no marker holds its requests as facts,
@@ -77,7 +88,9 @@ var openMarkerKey = []byte{famOpen, 'm'}
 
 // openLayout is the marker's value: the layout of the family and of what
 // it replaces. 1: the request index of the log's decisions is the open
-// requests themselves (openindex.go), not keys 'd', 'q' and 'e'. A store
+// requests themselves (openindex.go), not keys 'd', 'q' and 'e', and the
+// latency model is checkpointed with them ('r' 'y'), not written per
+// batch ('y'). A store
 // whose marker holds another value (an empty one: the index in Pebble) is
 // refused with ErrWrongSource, and serve rebuilds it by replay.
 var openLayout = []byte{1}
@@ -136,6 +149,10 @@ func (st *state) restoreOpenKey(k, v []byte, entries *[]*reqEntry) error {
 			return fmt.Errorf("%w: its open requests are of layout %x, not %x (the request index was in Pebble): rebuild it", ErrWrongSource, v, openLayout)
 		}
 		f.marked = true
+	case len(k) > 2 && k[1] == 'y':
+		if err := st.lat.Restore(string(k[2:]), v); err != nil {
+			return fmt.Errorf("latency model entry %q: %w", k[2:], err)
+		}
 	case len(k) > 2 && k[1] == 'e':
 		e, err := decodeOpen(string(k[2:]), v)
 		if err != nil {
@@ -229,6 +246,16 @@ func (st *state) writeOpenCheckpoint(b *pebble.Batch, force bool) {
 			e.stored, e.storedVer = true, e.ver
 		}
 	}
+	for id := range f.latDirty {
+		var ok bool
+		f.ebuf, ok = st.lat.AppendEntry(f.ebuf[:0], id)
+		if ok {
+			_ = b.Set(openLatencyKey(id), f.ebuf, nil)
+		} else {
+			_ = b.Delete(openLatencyKey(id), nil)
+		}
+	}
+	clear(f.latDirty)
 	_ = b.Set(openMarkerKey, openLayout, nil)
 	clear(f.ckptNext)
 	for p := range f.next {
@@ -283,6 +310,13 @@ func (st *state) openDigest() ([][2][]byte, error) {
 	for p, c := range f.clock {
 		out = append(out, [2][]byte{openPartitionKey(p), binary.LittleEndian.AppendUint64(nil, uint64(c))})
 	}
+	// The latency model as a store of facts keeps it (latency.go): the
+	// same keys and bytes, so both layouts hash it alike.
+	for _, id := range st.lat.IDs() {
+		v, _ := st.lat.AppendEntry(nil, id)
+		out = append(out, [2][]byte{latencyEntryKey(id), v})
+	}
+	out = append(out, [2][]byte{keyLatencySums, st.lat.AppendSums(nil)})
 	slices.SortFunc(out, func(a, b [2][]byte) int { return cmp.Compare(string(a[0]), string(b[0])) })
 	return out, nil
 }

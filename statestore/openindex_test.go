@@ -26,7 +26,7 @@ func TestOpenRequestsIndexInMemory(t *testing.T) {
 	applyIn(t, a.s, recs, 40)
 	a.log = append(a.log, recs...)
 	if n := indexKeys(t, a.s); n != 0 {
-		t.Fatalf("%d keys of the request index in Pebble: a store of open requests keeps its index in memory", n)
+		t.Fatalf("%d keys of the request index or the latency model in Pebble: a store of open requests keeps them in memory", n)
 	}
 	held, gone := checkOpenLookups(t, a.s, recs)
 	if held == 0 || gone == 0 {
@@ -70,7 +70,7 @@ func TestOpenRequestsIndexInMemory(t *testing.T) {
 		x := crashed(t, c, openOptions())
 		applyIn(t, x, readAgain(x, recs), 30)
 		if n := indexKeys(t, x); n != 0 {
-			t.Fatalf("%d keys of the request index in Pebble after a crash", n)
+			t.Fatalf("%d keys of the request index or the latency model in Pebble after a crash", n)
 		}
 		if h, _ := checkOpenLookups(t, x, recs); h != held {
 			t.Fatalf("%d decisions found after a crash, %d without", h, held)
@@ -78,11 +78,12 @@ func TestOpenRequestsIndexInMemory(t *testing.T) {
 	})
 }
 
-// indexKeys counts the request index's keys in s's Pebble.
+// indexKeys counts the keys of the request index and of the latency model
+// in s's Pebble: the keys a store of facts writes per decision.
 func indexKeys(t *testing.T, s *Store) int {
 	t.Helper()
 	n := 0
-	for _, fam := range []byte{famDecision, famRequest, famExpiry} {
+	for _, fam := range []byte{famDecision, famRequest, famExpiry, famLatency} {
 		it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: []byte{fam}, UpperBound: []byte{fam + 1}})
 		if err != nil {
 			t.Fatal(err)
