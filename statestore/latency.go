@@ -98,7 +98,8 @@ func (st *state) learnOutcome(o *pb.OutcomeEvent) {
 //
 // A store of open requests writes neither: the model is part of the
 // family, in memory, and reaches Pebble in its checkpoints
-// (opencheckpoint.go), so a peer writes no latency key per decision.
+// (opencheckpoint.go): an entry changed several times between two of them
+// is written once, in the checkpoint's batch, and the sums never.
 func (st *state) flushLatency(b *pebble.Batch) {
 	ids, sums := st.lat.TakeDirty()
 	if f := st.act.open; f != nil {
