@@ -110,19 +110,25 @@ func (st *state) flushLatency(b *pebble.Batch) {
 		return
 	}
 	for _, id := range ids {
-		var ok bool
-		st.ybuf, ok = st.lat.AppendEntry(st.ybuf[:0], id)
-		if ok {
-			_ = b.Set(latencyEntryKey(id), st.ybuf, nil)
-		} else {
-			_ = b.Delete(latencyEntryKey(id), nil)
-		}
+		st.writeLatencyEntry(b, latencyEntryKey(id), id)
 	}
 	if sums {
 		st.ybuf = st.lat.AppendSums(st.ybuf[:0])
 		_ = b.Set(keyLatencySums, st.ybuf, nil)
 	}
 	st.latFit = st.lat.Fit()
+}
+
+// writeLatencyEntry writes entry id of the model under key, or deletes the
+// key when the model no longer holds the entry.
+func (st *state) writeLatencyEntry(b *pebble.Batch, key []byte, id string) {
+	var ok bool
+	st.ybuf, ok = st.lat.AppendEntry(st.ybuf[:0], id)
+	if ok {
+		_ = b.Set(key, st.ybuf, nil)
+	} else {
+		_ = b.Delete(key, nil)
+	}
 }
 
 // LatencyFit implements decider.LatencyModel: the fit of the state the view reads.

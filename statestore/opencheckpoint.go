@@ -247,13 +247,7 @@ func (st *state) writeOpenCheckpoint(b *pebble.Batch, force bool) {
 		}
 	}
 	for id := range f.latDirty {
-		var ok bool
-		f.ebuf, ok = st.lat.AppendEntry(f.ebuf[:0], id)
-		if ok {
-			_ = b.Set(openLatencyKey(id), f.ebuf, nil)
-		} else {
-			_ = b.Delete(openLatencyKey(id), nil)
-		}
+		st.writeLatencyEntry(b, openLatencyKey(id), id)
 	}
 	clear(f.latDirty)
 	_ = b.Set(openMarkerKey, openLayout, nil)
