@@ -34,8 +34,10 @@ type CatchUp struct {
 	lag   Lagger
 	log   *slog.Logger
 	every time.Duration
-	done  atomic.Bool
-	left  atomic.Int64
+	// onDone runs once the state has caught up, before done is set.
+	onDone func()
+	done   atomic.Bool
+	left   atomic.Int64
 }
 
 var _ StartGate = (*CatchUp)(nil)
@@ -47,6 +49,12 @@ func NewCatchUp(lag Lagger, log *slog.Logger) *CatchUp {
 	c.left.Store(-1)
 	return c
 }
+
+// OnCaughtUp sets f, called once when the state has caught up and before
+// CaughtUp says so: a check that judges the state as the log stood at
+// start-up runs there, before /readyz can answer 200 and a client can
+// change the log. Call it before Run.
+func (c *CatchUp) OnCaughtUp(f func()) { c.onDone = f }
 
 // CaughtUp implements StartGate.
 func (c *CatchUp) CaughtUp() bool { return c.done.Load() }
@@ -82,6 +90,9 @@ func (c *CatchUp) Run(ctx context.Context) error {
 			if left, ok := remaining(end, lag); ok {
 				c.left.Store(left)
 				if left == 0 {
+					if c.onDone != nil {
+						c.onDone()
+					}
 					c.done.Store(true)
 					c.log.Info("the state has caught up with the log as of start", "took", time.Since(start).Round(time.Millisecond))
 					return nil

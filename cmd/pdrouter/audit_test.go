@@ -26,6 +26,9 @@ import (
 // process-level faults (SIGKILL) hit the real command.
 func TestMain(m *testing.M) {
 	if os.Getenv("PDR_TEST_RUN_MAIN") == "1" {
+		if d, err := time.ParseDuration(os.Getenv("PDR_TEST_POOL_CHECK_EVERY")); err == nil {
+			poolWarnGrace, poolWarnEvery = d, d // the pool check's ticks, shortened for a test
+		}
 		main()
 		os.Exit(0)
 	}

@@ -307,6 +307,8 @@ func (r *routerRun) run(ctx context.Context) error {
 	// The gate reads the log's end before the replay gets far: until the
 	// state reaches it, answers that read the log are 503 not_ready.
 	started := api.NewCatchUp(mat, a.log)
+	poolsJudged := make(chan error, 1)
+	started.OnCaughtUp(func() { poolsJudged <- poolsAtStart(store, &cfg) })
 	go func() { _ = started.Run(ctx) }()
 	goRun("materializer", func() error { return mat.Run(ctx) })
 
@@ -404,7 +406,7 @@ func (r *routerRun) run(ctx context.Context) error {
 	if r.listening != nil {
 		r.listening(ln.Addr().String())
 	}
-	goRun("start-up check", func() error { return r.checkPools(ctx, store, &cfg, mat) })
+	goRun("start-up check", func() error { return r.checkPools(ctx, store, &cfg, poolsJudged) })
 
 	select {
 	case <-ctx.Done():
@@ -459,46 +461,70 @@ func (b bearer) RoundTrip(req *http.Request) (*http.Response, error) {
 }
 
 // checkPools enforces conditional-disagg.md's requirement of separate
-// pools once the registry has been replayed: a registry with workers but
-// without both pools is a start-up error naming what is missing. Workers may
-// register after the router starts (the simulator does, and dev's fleet a
-// moment after the API listens), so an empty registry is a warning, first
-// after poolWarnGrace, then every poolWarnEvery until workers arrive.
-func (r *routerRun) checkPools(ctx context.Context, store *statestore.Store, cfg *decider.Config, mat *statestore.Materializer) error {
+// pools on the registry as it was replayed at start-up: a registry with
+// workers but without both pools is a start-up error naming what is
+// missing (atStart: the verdict of poolsAtStart, run as the state caught
+// up). Workers may register after the router starts (the simulator does,
+// dev's fleet a moment after the API listens, and a fleet's decode workers
+// may come up before its prefill workers), so a registry that was empty at
+// start-up is only warned about, first after poolWarnGrace, then every
+// poolWarnEvery until both pools are there: a serving replica never exits
+// because of the order its fleet registers in.
+func (r *routerRun) checkPools(ctx context.Context, store *statestore.Store, cfg *decider.Config, atStart <-chan error) error {
 	if !cfg.ConditionalDisagg {
+		return nil
+	}
+	select {
+	case err := <-atStart:
+		if err != nil {
+			return err
+		}
+	case <-ctx.Done():
 		return nil
 	}
 	t := time.NewTicker(poolWarnGrace)
 	defer t.Stop()
-	for first := true; ; first = false {
-		if ok, _, err := mat.Ready(ctx, r.f.readyLag); err == nil && ok {
-			var (
-				n   int
-				err error
-			)
-			store.Read(func(v statestore.View) { n = len(v.Workers()); err = decider.CheckPools(cfg, v.Workers()) })
-			switch {
-			case err == nil:
-				return nil
-			case n > 0:
-				return err
-			}
-			if !first {
-				r.a.log.Warn("conditional disaggregation is on but no worker is registered yet", "err", err)
-				t.Reset(poolWarnEvery)
-			}
-		}
+	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
 		}
+		n, err := registryPools(store, cfg)
+		switch {
+		case err == nil:
+			return nil
+		case n == 0:
+			r.a.log.Warn("conditional disaggregation is on but no worker is registered yet", "err", err)
+		default:
+			r.a.log.Warn("conditional disaggregation is on but a pool is missing", "err", err)
+		}
+		t.Reset(poolWarnEvery)
 	}
 }
 
-// How long an empty registry goes unreported, and how often it is
-// reported after that.
-const (
+// poolsAtStart is the start-up verdict on the registry: an error when it
+// holds workers but not both pools, nil when it holds both or none (the
+// fleet has yet to register). Run by the start gate as the state catches
+// up, so that it judges the log as it stood at start-up.
+func poolsAtStart(store *statestore.Store, cfg *decider.Config) error {
+	if n, err := registryPools(store, cfg); n > 0 {
+		return err
+	}
+	return nil
+}
+
+// registryPools returns how many workers the registry holds and what
+// decider.CheckPools says of them.
+func registryPools(store *statestore.Store, cfg *decider.Config) (n int, err error) {
+	store.Read(func(v statestore.View) { n = len(v.Workers()); err = decider.CheckPools(cfg, v.Workers()) })
+	return n, err
+}
+
+// How long an empty registry goes unreported, and how often it, or a pool
+// still missing, is reported after that. Variables so that a test can
+// shorten them.
+var (
 	poolWarnGrace = 10 * time.Second
 	poolWarnEvery = 30 * time.Second
 )
