@@ -152,8 +152,9 @@ func (st *state) openClock(partition int32, t int64) {
 }
 
 // goneAt is the partition clock time from which a request contributes
-// nothing and no entry of its partition can change that: past its recent
-// window, and ended or past its expiry.
+// nothing, no entry of its partition can change that, and lookups no
+// longer need it: past its hold (Options.IdempotencyWindow, at least the
+// recent window), and ended or past its expiry.
 func (st *state) goneAt(e *reqEntry) int64 {
 	g := addSat(e.tD, st.act.cfg.openHold)
 	if e.flags&fTerminal == 0 {
