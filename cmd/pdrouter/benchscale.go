@@ -392,7 +392,7 @@ func (b *scaleBench) runGroup(ctx context.Context, n, cells int, spread, floor b
 	res, err := loadgen.Run(ctx, cfg)
 	profiling.Wait()
 	if err != nil {
-		return groupRun{}, err
+		return groupRun{}, exitedDuring(reps, err)
 	}
 	if readErr != nil {
 		return groupRun{}, fmt.Errorf("bench scale: reading a replica's CPU: %w", readErr)
@@ -748,13 +748,37 @@ func (b *scaleBench) startReplica(ctx context.Context, prefix, dir string, cell 
 	return r, nil
 }
 
+// exited reports whether the replica's process has exited, and its
+// error if so.
+func (r *scaleReplica) exited() (bool, error) {
+	select {
+	case err := <-r.done:
+		r.done <- err
+		return true, err
+	default:
+		return false, nil
+	}
+}
+
+// exitedDuring is the error of a run that failed with err: the exit of a
+// replica that is gone, with the end of its output, wrapping err, which
+// says only what its absence caused (a refused connection).
+func exitedDuring(reps []*scaleReplica, err error) error {
+	for _, r := range reps {
+		if ok, exit := r.exited(); ok {
+			return fmt.Errorf("bench scale: replica %s exited during the run (%v): %w; its output ends with:\n%s", r.url, exit, err, r.out)
+		}
+	}
+	return err
+}
+
 func (r *scaleReplica) waitReady(ctx context.Context, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	for time.Now().Before(deadline) {
+		if ok, exit := r.exited(); ok {
+			return fmt.Errorf("bench scale: replica %s exited before it was ready: %v; its output ends with:\n%s", r.url, exit, r.out)
+		}
 		select {
-		case err := <-r.done:
-			r.done <- err
-			return fmt.Errorf("bench scale: replica %s exited before it was ready: %v; its output ends with:\n%s", r.url, err, r.out)
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-time.After(100 * time.Millisecond):

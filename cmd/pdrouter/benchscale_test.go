@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"compress/gzip"
 	"encoding/json"
+	"errors"
 	"io"
 	"math"
 	"os"
@@ -157,5 +158,28 @@ func TestPeerCPUByPart(t *testing.T) {
 	}
 	if r := rise([]float64{40}); r != 0 {
 		t.Errorf("rise of one part = %v, want 0", r)
+	}
+}
+
+// TestScaleNamesAReplicaThatExited: when a run fails because a replica
+// exited during it, the error is the replica's exit and the end of its
+// output, not only the refused connection its absence caused.
+func TestScaleNamesAReplicaThatExited(t *testing.T) {
+	alive := &scaleReplica{url: "http://127.0.0.1:1", done: make(chan error, 1), out: &tailBuffer{max: 1024}}
+	gone := &scaleReplica{url: "http://127.0.0.1:2", done: make(chan error, 1), out: &tailBuffer{max: 1024}}
+	_, _ = gone.out.Write([]byte("pdrouter: start-up check: no prefill worker\n"))
+	gone.done <- errors.New("exit status 1")
+	refused := errors.New(`Post "http://127.0.0.1:2/v1/workers": connection refused`)
+	err := exitedDuring([]*scaleReplica{alive, gone}, refused)
+	for _, want := range []string{"replica http://127.0.0.1:2 exited during the run", "exit status 1", "no prefill worker", "connection refused"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Fatalf("error %q does not say %q", err, want)
+		}
+	}
+	if !errors.Is(err, refused) {
+		t.Fatal("the run's own error is not wrapped")
+	}
+	if err := exitedDuring([]*scaleReplica{alive}, refused); err != refused {
+		t.Fatalf("with every replica running: %v, want the run's error as it is", err)
 	}
 }
