@@ -142,6 +142,9 @@ func sloMode(dc *Decider, dst *Decision, d, p *Candidate) *Candidate {
 	if backlogged {
 		running *= residentShare(d)
 	}
+	if dc.itlSpanPrompt && withinITLSpan(cfg, fit, dst.EffectiveISL) {
+		running = 0
+	}
 	loss := max(running*(meetProbability(s.OthersBaseITLMs, sigma, cfg.SLOITLMs)-
 		meetProbability(s.OthersITLMs, sigma, cfg.SLOITLMs)), 0)
 
@@ -412,6 +415,29 @@ func sloBacklog(cfg *DisaggConfig, fit *LatencyFit, best *Candidate, in *Latency
 // charges less remote's delay charge stay below SLOMissChargeLimit, so a short prompt
 // leaves the queue, and a long one, which holds the decode worker, joins it.
 func sloBacklogCharge(cfg *DisaggConfig, s *SLOPrediction) bool { return s.LocalITLMs <= cfg.SLOITLMs }
+
+// withinITLSpan reports whether the prompt's own prefill, its uncached tokens at the
+// remote TTFT fit's prefill time per token (prefillMsPerToken, when positive), takes at
+// most slo_itl_ms: then the running requests' ITL charge does not count for it (decider
+// version 14).
+//
+// Such a prefill lengthens the decode worker's steps by at most one inter-token
+// interval of the SLO in all, one token's wait for each running request over its whole
+// output, however many steps its chunks share. The charge reads the remote ITL fit's
+// linear term of the prompt tokens queued on the decode worker, learnt where long local
+// prefills fill step after step, and extrapolates it to any prompt: on the Mooncake
+// synthetic trace at 1P15D ×2, 500/20, 0.15 ms of mean ITL per queued token, so that the
+// short prompts it sent remote (a median of 458 uncached tokens among those that met
+// the SLO prefilled on their decode worker under always-local) moved a running
+// request's predicted ITL from 8.7 to 71 ms (medians), and went to a prefill queue of
+// seconds; without the charge for them the cell went from 64.8 to 66.0 against
+// always-local's 66.2 (docs/slo-policy.md, "Beyond the grid"). A longer prompt, or a fit
+// that gives prefill no time, is charged as before. The ITL guard still reads the same
+// prediction.
+func withinITLSpan(cfg *DisaggConfig, fit *LatencyFit, eff int64) bool {
+	perToken := prefillMsPerToken(fit)
+	return perToken > 0 && perToken*float64(max(eff, 0)) <= cfg.SLOITLMs
+}
 
 // residentShare is the share of the decode worker's active decode blocks that its own
 // load sample shows in use, in [0, 1] (1 without a sample or without active blocks).

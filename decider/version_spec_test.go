@@ -224,3 +224,33 @@ expect decode=d2 cost.d1=1120 cost.d2=640 potential.d1=60
 		[]any{"another_prefill_worker_unknown", "", "slo", "worker p2 pool=prefill mnbt=100", "load d1 kv_used=5", "1000"},
 		[]any{"sample_above_the_count", "", "slo", "", "load d1 kv_used=100", "1000"})
 }
+
+// TestVersion14ITLSpanOnlyForAPromptPrefilledWithinTheITLSLO: spec.txt's
+// prompt_prefilled_within_the_itl_slo_is_not_charged_the_running_requests_itl keeps the
+// running requests' ITL charge, and goes remote, in a record of version 13, for a prompt
+// one token past the SLO's worth of prefill, and with a remote TTFT fit that gives
+// uncached tokens no time. They are here, not in spec.txt, because version 13 decides
+// them the same.
+func TestVersion14ITLSpanOnlyForAPromptPrefilledWithinTheITLSLO(t *testing.T) {
+	const format = `case slo/version_14_keeps_the_charge_%s
+%s
+disagg {"policy":"slo","slo_min_samples":10,"slo_itl_guard":false}
+worker d1 pool=decode
+worker p1 pool=prefill
+request prompt=%s
+active d1 requests=3 decode_blocks=30
+active p1 prefill_tokens=5000
+load d1 kv_used=30
+fit local ttft samples=10 c=100,1
+fit local itl samples=10 c=10
+fit remote ttft samples=10 c=%s
+fit remote itl samples=10 c=10,0,0,0,0,0,0.5
+expect slo.others_base_itl=10 slo.local_goodput=-2 slo.remote_goodput=0 slo.margin=-2
+expect mode=remote reason=slo_remote_predicted_better
+
+`
+	runSpecVariants(t, format,
+		[]any{"version_13_record", "config version=13", "100", "300,0.5"},
+		[]any{"prefill_past_the_itl_slo", "", "101", "300,0.5"},
+		[]any{"fit_without_prefill_time", "", "100", "300,0,0,0.5"})
+}
