@@ -54,6 +54,17 @@ const (
 	// request. This request probably misses either way, and it must not take others
 	// down with it.
 	SLOMissChargeLimit = 0.5
+	// SLOBacklogMissChargeLimit is SLOMissChargeLimit where the charges alone decide a
+	// both-miss (behind a backlog, local's ITL past slo_itl_ms; sloBacklogCharge), from
+	// decider version 14: a quarter of a request. There the decode worker's steps are
+	// full already, and the charges, linear in the prompt, price each long local prefill
+	// at the margin while together they fill the steps every request there decodes in: on
+	// the Mooncake synthetic trace at 1P7D ×2.25, 1000/25, at half a request (version
+	// 13) the slo policy prefilled 1,590 prompts of over 8,192 tokens locally against isl_or_load's
+	// 1,449, its short local prompts met the SLO 623 times of 1,250 against 683 of 1,220,
+	// and the cell kept 37.1% against 38.7%; at a quarter, 41.9%. At 0.1 it kept 36.2%,
+	// at 0.375 38.2%, at 1 38.0% (docs/slo-policy.md, "Beyond the grid").
+	SLOBacklogMissChargeLimit = 0.25
 	// SLOQueueCapLocalShare and SLOQueueCapFraction are the queue cap's
 	// (sloQueueCap): in a fleet whose local path took fewer than this share of the
 	// model's TTFT samples, a decode worker may hold local prefills for at most this
@@ -193,7 +204,11 @@ func sloMode(dc *Decider, dst *Decision, d, p *Candidate) *Candidate {
 			// Behind a backlog, with the decode worker's steps too full for local's
 			// ITL to meet: this request misses on either path, and only what it
 			// costs the others tells them apart (sloBacklogCharge).
-			local2 = loss-s.RemoteDelayCharge < SLOMissChargeLimit
+			limit := SLOMissChargeLimit
+			if dc.backlogChargeLimit {
+				limit = SLOBacklogMissChargeLimit
+			}
+			local2 = loss-s.RemoteDelayCharge < limit
 		}
 		if local2 && dc.triage && sloTriage(cfg, fit, dst, bestIn.Uncached) {
 			local2 = false

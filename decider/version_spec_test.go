@@ -254,3 +254,33 @@ expect mode=remote reason=slo_remote_predicted_better
 		[]any{"prefill_past_the_itl_slo", "", "101", "300,0.5"},
 		[]any{"fit_without_prefill_time", "", "100", "300,0,0,0.5"})
 }
+
+// TestVersion14BacklogChargeLimitOnlyWhereTheChargesDecide: spec.txt's
+// backlog_both_miss_by_the_charges_below_a_quarter_request takes the prompt local, its
+// charges of 0.3 request under half a request, in a record of version 13; and at version
+// 14 with charges of 0.2 request, under a quarter. They are here, not in spec.txt,
+// because version 13 decides them the same.
+func TestVersion14BacklogChargeLimitOnlyWhereTheChargesDecide(t *testing.T) {
+	// Both decode workers took the same recent requests, so the charge is the same
+	// whichever the pick takes.
+	const format = `case slo/version_14_takes_local_%[1]s
+%[2]s
+disagg {"policy":"slo","slo_min_samples":10}
+worker d1 pool=decode
+worker d2 pool=decode
+worker p1 pool=prefill
+request prompt=1000
+active d1 recent=%[3]s
+active d2 recent=%[3]s
+active p1 recent=60 prefill_tokens=13000
+fit local ttft samples=10 c=3000
+fit local itl samples=10 c=100
+fit remote ttft samples=10 mean=1000 c=300,0.5
+fit remote itl samples=10 c=10
+expect slo.remote_ttft=7000 slo.remote_goodput=0 slo.local_delay_charge=%[4]s mode=local reason=slo_local_predicted_better
+
+`
+	runSpecVariants(t, format,
+		[]any{"version_13_record", "config version=13", "3", "0.3"},
+		[]any{"charges_under_a_quarter", "", "2", "0.2"})
+}
