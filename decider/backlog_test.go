@@ -108,9 +108,9 @@ func TestSLOSemanticsByVersion(t *testing.T) {
 		}
 		if dc.backlog != (v >= 5) || dc.itlBoundCharge != (v >= 6) || dc.coldSoleDecode != (v >= 7) || dc.coldSoleBusy != (v >= 8) ||
 			dc.backlogITLGuard != (v >= 9) || dc.coldBacklogSample != (v >= 10) || dc.triage != (v >= 11) || dc.soleDecodeISL != (v >= 12) ||
-			dc.backlogPick != (v >= 13) || dc.itlSpanPrompt != (v >= 14) || dc.backlogChargeLimit != (v >= 14) {
+			dc.backlogPick != (v >= 13) || dc.itlSpanPrompt != (v >= 14) || dc.backlogMissLimit != (v >= 14) {
 			t.Errorf("version %d: backlog %v, itl-bound charge %v, cold guard at the sample %v, sole decode busy fallback %v, itl guard aside behind a backlog %v, cold guard at the sample behind a deep backlog %v, triage %v, sole decode ISL %v, backlog pick %v, prompt within the ITL SLO %v, backlog charge limit %v",
-				v, dc.backlog, dc.itlBoundCharge, dc.coldSoleDecode, dc.coldSoleBusy, dc.backlogITLGuard, dc.coldBacklogSample, dc.triage, dc.soleDecodeISL, dc.backlogPick, dc.itlSpanPrompt, dc.backlogChargeLimit)
+				v, dc.backlog, dc.itlBoundCharge, dc.coldSoleDecode, dc.coldSoleBusy, dc.backlogITLGuard, dc.coldBacklogSample, dc.triage, dc.soleDecodeISL, dc.backlogPick, dc.itlSpanPrompt, dc.backlogMissLimit)
 		}
 	}
 	other := DefaultConfig()

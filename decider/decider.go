@@ -9,25 +9,25 @@ import (
 // state, so one Decider serves any number of goroutines; the per-call working memory
 // lives in the Decision the caller passes to DecideInto.
 type Decider struct {
-	cfg                Config
-	hash               string
-	prefillThreshold   float64
-	tokenCost          bool       // Version ≥ 2 (version.go)
-	delayCharges       bool       // Version ≥ 3: the slo policy's delay charges (policy_slo.go)
-	queueCap           bool       // Version ≥ 4: the slo policy's queue cap (policy_slo.go)
-	backlog            bool       // Version ≥ 5: the slo policy's backlog floor and charge (policy_slo.go)
-	itlBoundCharge     bool       // Version ≥ 6: the backlog charge bound by local's ITL (policy_slo.go)
-	coldSoleDecode     bool       // Version ≥ 7: the cold start's decode guard at the sole decode worker's load sample (policy_slo.go)
-	coldSoleBusy       bool       // Version ≥ 8: the cold start's fallback prefill busy threshold at a sole decode worker (policy_slo.go)
-	backlogITLGuard    bool       // Version ≥ 9: no ITL guard veto behind a backlog at several decode workers (policy_slo.go)
-	coldBacklogSample  bool       // Version ≥ 10: the cold start's decode guard at the load sample behind a deep backlog (policy_slo.go)
-	triage             bool       // Version ≥ 11: both-miss sends a long prompt remote behind a doomed queue (policy_slo.go)
-	soleDecodeISL      bool       // Version ≥ 12: at a sole decode worker the ISL condition decides both-miss and ties (policy_slo.go)
-	backlogPick        bool       // Version ≥ 13 and the slo policy: behind a deep backlog the pick's decode term at the load sample (policy_slo.go)
-	itlSpanPrompt      bool       // Version ≥ 14: no running requests' ITL charge for a prompt prefilled within slo_itl_ms (policy_slo.go)
-	backlogChargeLimit bool       // Version ≥ 14: both-miss behind a backlog judged by the charges at SLOBacklogMissChargeLimit (policy_slo.go)
-	rule               policyRule // of cfg.Disagg.Policy
-	mode               modeRule   // of cfg.Disagg.Policy, when it has one
+	cfg               Config
+	hash              string
+	prefillThreshold  float64
+	tokenCost         bool       // Version ≥ 2 (version.go)
+	delayCharges      bool       // Version ≥ 3: the slo policy's delay charges (policy_slo.go)
+	queueCap          bool       // Version ≥ 4: the slo policy's queue cap (policy_slo.go)
+	backlog           bool       // Version ≥ 5: the slo policy's backlog floor and charge (policy_slo.go)
+	itlBoundCharge    bool       // Version ≥ 6: the backlog charge bound by local's ITL (policy_slo.go)
+	coldSoleDecode    bool       // Version ≥ 7: the cold start's decode guard at the sole decode worker's load sample (policy_slo.go)
+	coldSoleBusy      bool       // Version ≥ 8: the cold start's fallback prefill busy threshold at a sole decode worker (policy_slo.go)
+	backlogITLGuard   bool       // Version ≥ 9: no ITL guard veto behind a backlog at several decode workers (policy_slo.go)
+	coldBacklogSample bool       // Version ≥ 10: the cold start's decode guard at the load sample behind a deep backlog (policy_slo.go)
+	triage            bool       // Version ≥ 11: both-miss sends a long prompt remote behind a doomed queue (policy_slo.go)
+	soleDecodeISL     bool       // Version ≥ 12: at a sole decode worker the ISL condition decides both-miss and ties (policy_slo.go)
+	backlogPick       bool       // Version ≥ 13 and the slo policy: behind a deep backlog the pick's decode term at the load sample (policy_slo.go)
+	itlSpanPrompt     bool       // Version ≥ 14: no running requests' ITL charge for a prompt prefilled within slo_itl_ms (policy_slo.go)
+	backlogMissLimit  bool       // Version ≥ 14: both-miss behind a backlog judged by the charges at SLOBacklogMissChargeLimit (policy_slo.go)
+	rule              policyRule // of cfg.Disagg.Policy
+	mode              modeRule   // of cfg.Disagg.Policy, when it has one
 }
 
 // New validates cfg (Config.Validate) and returns a Decider for it. The registry check

@@ -205,7 +205,7 @@ func sloMode(dc *Decider, dst *Decision, d, p *Candidate) *Candidate {
 			// ITL to meet: this request misses on either path, and only what it
 			// costs the others tells them apart (sloBacklogCharge).
 			limit := SLOMissChargeLimit
-			if dc.backlogChargeLimit {
+			if dc.backlogMissLimit {
 				limit = SLOBacklogMissChargeLimit
 			}
 			local2 = loss-s.RemoteDelayCharge < limit

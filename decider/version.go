@@ -92,5 +92,5 @@ func (dc *Decider) setVersion(version uint32) {
 	dc.soleDecodeISL = version >= 12
 	dc.backlogPick = version >= 13 && dc.cfg.Disagg.Policy == PolicySLO
 	dc.itlSpanPrompt = version >= 14
-	dc.backlogChargeLimit = version >= 14
+	dc.backlogMissLimit = version >= 14
 }
