@@ -95,7 +95,9 @@ func TestBacklogChargeOnlyWhereLocalITLMeets(t *testing.T) {
 // backlog from version 10, the overload triage from version 11, the ISL condition at a
 // sole decode worker where the goodput does not choose from version 12, the pick's
 // decode term at the load sample behind a deep backlog from version 13 (and only under
-// the slo policy).
+// the slo policy), no running requests' ITL charge for a prompt whose prefill takes at
+// most slo_itl_ms and a both-miss behind a backlog judged by the charges at
+// SLOBacklogMissChargeLimit from version 14.
 func TestSLOSemanticsByVersion(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.Disagg.Policy = PolicySLO
@@ -106,9 +108,9 @@ func TestSLOSemanticsByVersion(t *testing.T) {
 		}
 		if dc.backlog != (v >= 5) || dc.itlBoundCharge != (v >= 6) || dc.coldSoleDecode != (v >= 7) || dc.coldSoleBusy != (v >= 8) ||
 			dc.backlogITLGuard != (v >= 9) || dc.coldBacklogSample != (v >= 10) || dc.triage != (v >= 11) || dc.soleDecodeISL != (v >= 12) ||
-			dc.backlogPick != (v >= 13) {
-			t.Errorf("version %d: backlog %v, itl-bound charge %v, cold guard at the sample %v, sole decode busy fallback %v, itl guard aside behind a backlog %v, cold guard at the sample behind a deep backlog %v, triage %v, sole decode ISL %v, backlog pick %v",
-				v, dc.backlog, dc.itlBoundCharge, dc.coldSoleDecode, dc.coldSoleBusy, dc.backlogITLGuard, dc.coldBacklogSample, dc.triage, dc.soleDecodeISL, dc.backlogPick)
+			dc.backlogPick != (v >= 13) || dc.itlSpanPrompt != (v >= 14) || dc.backlogMissLimit != (v >= 14) {
+			t.Errorf("version %d: backlog %v, itl-bound charge %v, cold guard at the sample %v, sole decode busy fallback %v, itl guard aside behind a backlog %v, cold guard at the sample behind a deep backlog %v, triage %v, sole decode ISL %v, backlog pick %v, prompt within the ITL SLO %v, backlog charge limit %v",
+				v, dc.backlog, dc.itlBoundCharge, dc.coldSoleDecode, dc.coldSoleBusy, dc.backlogITLGuard, dc.coldBacklogSample, dc.triage, dc.soleDecodeISL, dc.backlogPick, dc.itlSpanPrompt, dc.backlogMissLimit)
 		}
 	}
 	other := DefaultConfig()

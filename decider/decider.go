@@ -24,6 +24,8 @@ type Decider struct {
 	triage            bool       // Version ≥ 11: both-miss sends a long prompt remote behind a doomed queue (policy_slo.go)
 	soleDecodeISL     bool       // Version ≥ 12: at a sole decode worker the ISL condition decides both-miss and ties (policy_slo.go)
 	backlogPick       bool       // Version ≥ 13 and the slo policy: behind a deep backlog the pick's decode term at the load sample (policy_slo.go)
+	itlSpanPrompt     bool       // Version ≥ 14: no running requests' ITL charge for a prompt prefilled within slo_itl_ms (policy_slo.go)
+	backlogMissLimit  bool       // Version ≥ 14: both-miss behind a backlog judged by the charges at SLOBacklogMissChargeLimit (policy_slo.go)
 	rule              policyRule // of cfg.Disagg.Policy
 	mode              modeRule   // of cfg.Disagg.Policy, when it has one
 }

@@ -54,6 +54,17 @@ const (
 	// request. This request probably misses either way, and it must not take others
 	// down with it.
 	SLOMissChargeLimit = 0.5
+	// SLOBacklogMissChargeLimit is SLOMissChargeLimit where the charges alone decide a
+	// both-miss (behind a backlog, local's ITL past slo_itl_ms; sloBacklogCharge), from
+	// decider version 14: a quarter of a request. There the decode worker's steps are
+	// full already, and the charges, linear in the prompt, price each long local prefill
+	// at the margin while together they fill the steps every request there decodes in: on
+	// the Mooncake synthetic trace at 1P7D ×2.25, 1000/25, at half a request (version
+	// 13) the slo policy prefilled 1,590 prompts of over 8,192 tokens locally against isl_or_load's
+	// 1,449, its short local prompts met the SLO 623 times of 1,250 against 683 of 1,220,
+	// and the cell kept 37.1% against 38.7%; at a quarter, 41.9%. At 0.1 it kept 36.2%,
+	// at 0.375 38.2%, at 1 38.0% (docs/slo-policy.md, "Beyond the grid").
+	SLOBacklogMissChargeLimit = 0.25
 	// SLOQueueCapLocalShare and SLOQueueCapFraction are the queue cap's
 	// (sloQueueCap): in a fleet whose local path took fewer than this share of the
 	// model's TTFT samples, a decode worker may hold local prefills for at most this
@@ -142,6 +153,9 @@ func sloMode(dc *Decider, dst *Decision, d, p *Candidate) *Candidate {
 	if backlogged {
 		running *= residentShare(d)
 	}
+	if dc.itlSpanPrompt && withinITLSpan(cfg, fit, dst.EffectiveISL) {
+		running = 0
+	}
 	loss := max(running*(meetProbability(s.OthersBaseITLMs, sigma, cfg.SLOITLMs)-
 		meetProbability(s.OthersITLMs, sigma, cfg.SLOITLMs)), 0)
 
@@ -190,7 +204,11 @@ func sloMode(dc *Decider, dst *Decision, d, p *Candidate) *Candidate {
 			// Behind a backlog, with the decode worker's steps too full for local's
 			// ITL to meet: this request misses on either path, and only what it
 			// costs the others tells them apart (sloBacklogCharge).
-			local2 = loss-s.RemoteDelayCharge < SLOMissChargeLimit
+			limit := SLOMissChargeLimit
+			if dc.backlogMissLimit {
+				limit = SLOBacklogMissChargeLimit
+			}
+			local2 = loss-s.RemoteDelayCharge < limit
 		}
 		if local2 && dc.triage && sloTriage(cfg, fit, dst, bestIn.Uncached) {
 			local2 = false
@@ -412,6 +430,29 @@ func sloBacklog(cfg *DisaggConfig, fit *LatencyFit, best *Candidate, in *Latency
 // charges less remote's delay charge stay below SLOMissChargeLimit, so a short prompt
 // leaves the queue, and a long one, which holds the decode worker, joins it.
 func sloBacklogCharge(cfg *DisaggConfig, s *SLOPrediction) bool { return s.LocalITLMs <= cfg.SLOITLMs }
+
+// withinITLSpan reports whether the prompt's own prefill, its uncached tokens at the
+// remote TTFT fit's prefill time per token (prefillMsPerToken, when positive), takes at
+// most slo_itl_ms: then the running requests' ITL charge does not count for it (decider
+// version 14).
+//
+// Such a prefill lengthens the decode worker's steps by at most one inter-token
+// interval of the SLO in all, one token's wait for each running request over its whole
+// output, however many steps its chunks share. The charge reads the remote ITL fit's
+// linear term of the prompt tokens queued on the decode worker, learnt where long local
+// prefills fill step after step, and extrapolates it to any prompt: on the Mooncake
+// synthetic trace at 1P15D ×2, 500/20, 0.15 ms of mean ITL per queued token, so that the
+// short prompts it sent remote (a median of 458 uncached tokens among those that met
+// the SLO prefilled on their decode worker under always-local) moved a running
+// request's predicted ITL from 8.7 to 71 ms (medians), and went to a prefill queue of
+// seconds; without the charge for them the cell went from 64.8 to 66.0 against
+// always-local's 66.2 (docs/slo-policy.md, "Beyond the grid"). A longer prompt, or a fit
+// that gives prefill no time, is charged as before. The ITL guard still reads the same
+// prediction.
+func withinITLSpan(cfg *DisaggConfig, fit *LatencyFit, eff int64) bool {
+	perToken := prefillMsPerToken(fit)
+	return perToken > 0 && perToken*float64(max(eff, 0)) <= cfg.SLOITLMs
+}
 
 // residentShare is the share of the decode worker's active decode blocks that its own
 // load sample shows in use, in [0, 1] (1 without a sample or without active blocks).

@@ -50,7 +50,13 @@ import "fmt"
 //     load sample queues past SLOPrefillGuardBusy × its max_num_batched_tokens, counts a
 //     worker's active decode blocks at most at the KV blocks its own load sample shows
 //     in use (cost.go, policy_slo.go, sloBacklogPick). Other policies decide as in 2.
-const Version uint32 = 13
+//   - 14: the slo policy does not charge a local prefill the running requests' ITL when
+//     the prompt's own prefill time, at the remote TTFT fit's time per uncached token,
+//     is at most slo_itl_ms (policy_slo.go, withinITLSpan); and where the charges alone
+//     decide a both-miss behind a backlog (version 6), it takes local only below
+//     SLOBacklogMissChargeLimit, a quarter of a request, not SLOMissChargeLimit's half.
+//     Other policies decide as in 2.
+const Version uint32 = 14
 
 // SupportsVersion reports whether NewAt can decide with version v's semantics.
 func SupportsVersion(v uint32) bool { return v >= 1 && v <= Version }
@@ -85,4 +91,6 @@ func (dc *Decider) setVersion(version uint32) {
 	dc.triage = version >= 11
 	dc.soleDecodeISL = version >= 12
 	dc.backlogPick = version >= 13 && dc.cfg.Disagg.Policy == PolicySLO
+	dc.itlSpanPrompt = version >= 14
+	dc.backlogMissLimit = version >= 14
 }

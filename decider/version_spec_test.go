@@ -224,3 +224,63 @@ expect decode=d2 cost.d1=1120 cost.d2=640 potential.d1=60
 		[]any{"another_prefill_worker_unknown", "", "slo", "worker p2 pool=prefill mnbt=100", "load d1 kv_used=5", "1000"},
 		[]any{"sample_above_the_count", "", "slo", "", "load d1 kv_used=100", "1000"})
 }
+
+// TestVersion14ITLSpanOnlyForAPromptPrefilledWithinTheITLSLO: spec.txt's
+// prompt_prefilled_within_the_itl_slo_is_not_charged_the_running_requests_itl keeps the
+// running requests' ITL charge, and goes remote, in a record of version 13, for a prompt
+// one token past the SLO's worth of prefill, and with a remote TTFT fit that gives
+// uncached tokens no time. They are here, not in spec.txt, because version 13 decides
+// them the same.
+func TestVersion14ITLSpanOnlyForAPromptPrefilledWithinTheITLSLO(t *testing.T) {
+	const format = `case slo/version_14_keeps_the_charge_%s
+%s
+disagg {"policy":"slo","slo_min_samples":10,"slo_itl_guard":false}
+worker d1 pool=decode
+worker p1 pool=prefill
+request prompt=%s
+active d1 requests=3 decode_blocks=30
+active p1 prefill_tokens=5000
+load d1 kv_used=30
+fit local ttft samples=10 c=100,1
+fit local itl samples=10 c=10
+fit remote ttft samples=10 c=%s
+fit remote itl samples=10 c=10,0,0,0,0,0,0.5
+expect slo.others_base_itl=10 slo.local_goodput=-2 slo.remote_goodput=0 slo.margin=-2
+expect mode=remote reason=slo_remote_predicted_better
+
+`
+	runSpecVariants(t, format,
+		[]any{"version_13_record", "config version=13", "100", "300,0.5"},
+		[]any{"prefill_past_the_itl_slo", "", "101", "300,0.5"},
+		[]any{"fit_without_prefill_time", "", "100", "300,0,0,0.5"})
+}
+
+// TestVersion14BacklogChargeLimitOnlyWhereTheChargesDecide: spec.txt's
+// backlog_both_miss_by_the_charges_below_a_quarter_request takes the prompt local, its
+// charges of 0.3 request under half a request, in a record of version 13; and at version
+// 14 with charges of 0.2 request, under a quarter. They are here, not in spec.txt,
+// because version 13 decides them the same.
+func TestVersion14BacklogChargeLimitOnlyWhereTheChargesDecide(t *testing.T) {
+	// Both decode workers took the same recent requests, so the charge is the same
+	// whichever the pick takes.
+	const format = `case slo/version_14_takes_local_%[1]s
+%[2]s
+disagg {"policy":"slo","slo_min_samples":10}
+worker d1 pool=decode
+worker d2 pool=decode
+worker p1 pool=prefill
+request prompt=1000
+active d1 recent=%[3]s
+active d2 recent=%[3]s
+active p1 recent=60 prefill_tokens=13000
+fit local ttft samples=10 c=3000
+fit local itl samples=10 c=100
+fit remote ttft samples=10 mean=1000 c=300,0.5
+fit remote itl samples=10 c=10
+expect slo.remote_ttft=7000 slo.remote_goodput=0 slo.local_delay_charge=%[4]s mode=local reason=slo_local_predicted_better
+
+`
+	runSpecVariants(t, format,
+		[]any{"version_13_record", "config version=13", "3", "0.3"},
+		[]any{"charges_under_a_quarter", "", "2", "0.2"})
+}
