@@ -13,7 +13,6 @@ import (
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
@@ -316,39 +315,7 @@ func setDecisionsRetention(t *testing.T, h *harness, keep time.Duration) {
 
 func setTopicRetention(t *testing.T, brokers []string, topic string, keep time.Duration) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	ms := strconv.FormatInt(keep.Milliseconds(), 10)
-	rs, err := kadm.NewClient(kafkatest.Client(t, brokers)).AlterTopicConfigs(ctx, []kadm.AlterConfig{{Name: "retention.ms", Value: &ms}}, topic)
-	if err == nil {
-		_, err = rs.On(topic, nil)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	if r, _ := rs.On(topic, nil); r.Err != nil {
-		t.Fatal(r.Err)
-	}
-	// The broker applies a config change asynchronously: a describe right
-	// after the alter may still see the old value. Wait until it does not.
-	for {
-		rcs, err := kadm.NewClient(kafkatest.Client(t, brokers)).DescribeTopicConfigs(ctx, topic)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if rc, err := rcs.On(topic, nil); err == nil && rc.Err == nil {
-			for _, c := range rc.Configs {
-				if c.Key == "retention.ms" && c.Value != nil && *c.Value == ms {
-					return
-				}
-			}
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("retention.ms of %s is not %s after 20s", topic, ms)
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
+	kafkatest.SetTopicConfig(t, brokers, topic, "retention.ms", strconv.FormatInt(keep.Milliseconds(), 10))
 }
 
 // searchCounts checks pdrouter_decision_log_searches_total of h for the

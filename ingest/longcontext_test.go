@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/pdrouter/pdrouter/events"
@@ -195,38 +194,10 @@ func TestLongContextBatchIsSplit(t *testing.T) {
 // setMaxMessageBytes sets the kv-events topic's max.message.bytes.
 func setMaxMessageBytes(t *testing.T, brokers []string, names events.Names, n int) {
 	t.Helper()
-	v := strconv.Itoa(n)
-	adm := kadm.NewClient(kafkatest.Client(t, brokers))
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	res, err := adm.AlterTopicConfigs(ctx, []kadm.AlterConfig{{Op: kadm.SetConfig, Name: "max.message.bytes", Value: &v}}, names.Physical(events.TopicKvEvents))
-	if err == nil {
-		err = res[0].Err
-	}
-	if err != nil {
-		t.Fatalf("set max.message.bytes: %v", err)
-	}
-	// The controller has the new limit; the broker applies it once the
-	// metadata reaches it. A record produced before that is taken under the
-	// old limit, and a test of the refusal then waits for one that never
-	// comes: wait until the broker itself describes the limit.
-	for {
-		got, err := adm.DescribeTopicConfigs(ctx, names.Physical(events.TopicKvEvents))
-		if err == nil {
-			for _, rc := range got {
-				for _, c := range rc.Configs {
-					if c.Key == "max.message.bytes" && c.Value != nil && *c.Value == v {
-						return
-					}
-				}
-			}
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("the broker did not describe max.message.bytes %s within 30 s: %v", v, err)
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
+	// A record produced before the broker serves the new limit is taken
+	// under the old one, and a test of the refusal then waits for one that
+	// never comes.
+	kafkatest.SetTopicConfig(t, brokers, names.Physical(events.TopicKvEvents), "max.message.bytes", strconv.Itoa(n))
 }
 
 // TestLongContextSmallTopicLimit: on a kv-events topic that takes batches

@@ -188,6 +188,44 @@ func WaitTopics(t testing.TB, adm *kadm.Client, topics ...string) {
 	}
 }
 
+// SetTopicConfig sets config key of topic to value and waits, up to 30 s,
+// until the broker itself describes the new value: the controller applies
+// an alter at once, but a broker serves it only once the metadata reaches
+// it, so a test that relies on the value right after the alter races it.
+func SetTopicConfig(t testing.TB, brokers []string, topic, key, value string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	adm := kadm.NewClient(Client(t, brokers))
+	rs, err := adm.AlterTopicConfigs(ctx, []kadm.AlterConfig{{Op: kadm.SetConfig, Name: key, Value: &value}}, topic)
+	if err == nil {
+		var r kadm.AlterConfigsResponse
+		if r, err = rs.On(topic, nil); err == nil {
+			err = r.Err
+		}
+	}
+	if err != nil {
+		t.Fatalf("set %s of %s to %s: %v", key, topic, value, err)
+	}
+	for {
+		rcs, err := adm.DescribeTopicConfigs(ctx, topic)
+		if err == nil {
+			if rc, err := rcs.On(topic, nil); err == nil && rc.Err == nil {
+				for _, c := range rc.Configs {
+					if c.Key == key && c.Value != nil && *c.Value == value {
+						return
+					}
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("the broker does not describe %s=%s on %s after 30s: %v", key, value, topic, err)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
 // DeleteTopics removes every pdrouter topic under prefix.
 func DeleteTopics(t testing.TB, brokers []string, prefix string) {
 	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
