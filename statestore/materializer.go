@@ -180,10 +180,15 @@ func (m *Materializer) Run(ctx context.Context) error {
 func (m *Materializer) CatchUp(ctx context.Context) error {
 	lag, err := m.Lag(ctx)
 	// A partition whose end offset is unknown for a moment (a new topic, a
-	// leader election) would be left out of the target: ask again.
-	for err == nil && lag.Unknown > 0 {
+	// leader election) would be left out of the target: ask again. The
+	// brokers report that per partition or, for a whole broker's share of
+	// the request, as an error.
+	for (err == nil && lag.Unknown > 0) || lagErrorRetriable(err) {
 		select {
 		case <-ctx.Done():
+			if err != nil {
+				return fmt.Errorf("statestore: catch-up: %w (%w)", err, ctx.Err())
+			}
 			return fmt.Errorf("statestore: catch-up: %d partitions without an end offset: %w", lag.Unknown, ctx.Err())
 		case <-time.After(200 * time.Millisecond):
 		}
@@ -207,6 +212,25 @@ func (m *Materializer) CatchUp(ctx context.Context) error {
 		}
 		return true
 	})
+}
+
+// lagErrorRetriable reports whether Lag failed only in ways the brokers clear
+// by themselves (kerr.IsRetriable: no leader yet, a leader moved), for every
+// shard of the request kadm split it into.
+func lagErrorRetriable(err error) bool {
+	if err == nil {
+		return false
+	}
+	var se *kadm.ShardErrors
+	if errors.As(err, &se) {
+		for _, e := range se.Errs {
+			if !kerr.IsRetriable(e.Err) {
+				return false
+			}
+		}
+		return len(se.Errs) > 0
+	}
+	return kerr.IsRetriable(err)
 }
 
 func (m *Materializer) run(ctx context.Context, done func() bool) error {

@@ -3,6 +3,7 @@ package statestore
 import (
 	"context"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
@@ -12,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/pdrouter/pdrouter/events"
@@ -256,5 +258,29 @@ func TestMaterializerFetchOptions(t *testing.T) {
 	if _, err := NewMaterializer(s, MaterializerOptions{Client: []kgo.Opt{kgo.SeedBrokers(brokers...)}, FetchMaxWait: 5 * time.Millisecond}); err == nil ||
 		!strings.Contains(err.Error(), "fetch max wait 5ms: want at least 10ms") {
 		t.Fatalf("a 5ms fetch wait: %v; want a precise error", err)
+	}
+}
+
+// TestLagErrorRetriable: CatchUp asks for the end offsets again after an
+// error the brokers clear by themselves (a leader election on a new topic,
+// which kadm returns as a shard error), and gives up on any other.
+func TestLagErrorRetriable(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"a leader election, as a shard error", fmt.Errorf("statestore: list end offsets: %w",
+			&kadm.ShardErrors{Name: "ListOffsets", Errs: []kadm.ShardError{{Err: kerr.LeaderNotAvailable}}}), true},
+		{"a leader election", fmt.Errorf("wrapped: %w", kerr.NotLeaderForPartition), true},
+		{"one shard not authorized", &kadm.ShardErrors{Name: "ListOffsets", Errs: []kadm.ShardError{
+			{Err: kerr.LeaderNotAvailable}, {Err: kerr.TopicAuthorizationFailed}}}, false},
+		{"not authorized", kerr.TopicAuthorizationFailed, false},
+		{"canceled", context.Canceled, false},
+		{"no error", nil, false},
+	} {
+		if got := lagErrorRetriable(c.err); got != c.want {
+			t.Errorf("%s: retriable %v, want %v", c.name, got, c.want)
+		}
 	}
 }
