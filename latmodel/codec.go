@@ -139,7 +139,10 @@ func (m *Model) Restore(id string, v []byte) error {
 	if err != nil {
 		return err
 	}
-	if len(m.entries) >= m.cfg.MaxEntries {
+	if !m.restoreSample(id, e) {
+		return nil
+	}
+	if !e.sampled && len(m.entries) >= m.cfg.MaxEntries {
 		m.stats.Full++
 		return nil
 	}
@@ -152,6 +155,7 @@ func (m *Model) Restore(id string, v []byte) error {
 // dirty except entries whose facts have left the window since they were stored.
 func (m *Model) Rebuilt(now int64) {
 	m.Advance(now)
+	m.trimSamples()
 	ids := make([]string, 0, len(m.entries))
 	for id := range m.entries {
 		ids = append(ids, id)

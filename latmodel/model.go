@@ -20,8 +20,10 @@ type Config struct {
 	// window.
 	Skew time.Duration
 	// MaxEntries bounds the join's entries (decisions and outcomes in the window,
-	// default 500,000). Facts that would exceed it are dropped and counted: the one
-	// case in which what the model holds depends on arrival order.
+	// default 500,000). Decisions whose ids are ULIDs are sampled within it, by a rule
+	// that does not depend on arrival order (sample.go); the facts of other ids that
+	// would exceed it are dropped and counted, the one case in which what the model
+	// holds depends on arrival order.
 	MaxEntries int
 }
 
@@ -92,6 +94,10 @@ type entry struct {
 	itl   int64
 
 	added uint8 // derived: which targets are in the sums
+	// derived from the id: a ULID id's entry is in the sample of bucket u
+	// (sample.go).
+	sampled bool
+	u       int64
 }
 
 // Stats counts what the model saw; the state exports them as metrics.
@@ -99,7 +105,9 @@ type Stats struct {
 	Samples     int64 // samples added to the sums (a replaced sample counts again)
 	Late        int64 // facts whose bucket had left the window on arrival
 	NoDecision  int64 // outcomes naming no decision id: not joined
-	Full        int64 // facts dropped because MaxEntries was reached
+	Full        int64 // facts of ids that are not ULIDs dropped because MaxEntries was reached
+	Sampled     int64 // facts of ULID ids outside their bucket's sample, and ids pushed out of it
+	IDTime      int64 // facts stamped outside the bucket of their id's ULID (sample.go)
 	AccFull     int64 // samples dropped because a bucket's accumulator was full
 	Expired     int64 // entries whose facts all left the window
 	Unjoined    int64 // of Expired: entries that never had both a decision and an outcome
@@ -116,6 +124,7 @@ type Model struct {
 	cur     int64 // bucket of the clock; buckets ≤ cur − Buckets are out
 	clocked bool
 	entries map[string]*entry
+	samples map[int64]*sampleSet // per bucket of a ULID id's time (sample.go)
 	buckets map[int64]*bucket
 	dirty   map[string]bool // entries changed since TakeDirty
 	sumsDty bool
@@ -173,6 +182,7 @@ func (m *Model) Advance(now int64) {
 	}
 	m.cur, m.clocked = b, true
 	m.sumsDty = true // the window's position is part of the sums' bytes
+	m.dropSamples()
 	edge := m.cur - int64(m.cfg.Buckets)
 	for k := range m.buckets {
 		if k <= edge {
@@ -194,7 +204,9 @@ func (m *Model) Advance(now int64) {
 // contributions went with their bucket.
 func (m *Model) prune(e *entry) bool {
 	before := e.flags
-	if e.flags&fDecision != 0 && !m.inWindow(e.tD) {
+	// A sampled id's facts leave with its bucket (sample.go), whatever their times.
+	gone := e.sampled && !m.bucketIn(e.u)
+	if e.flags&fDecision != 0 && (gone || !m.inWindow(e.tD)) {
 		// Its samples went with its bucket. The fields are cleared so that nothing
 		// of an absent fact stays behind.
 		e.flags &^= fDecision
@@ -203,12 +215,12 @@ func (m *Model) prune(e *entry) bool {
 	}
 	// An outcome stamped more than Skew before its decision can leave before the
 	// decision does: its sample, in the decision's bucket, goes with it.
-	if e.flags&fTTFT != 0 && !m.inWindow(m.skewed(e.tT)) {
+	if e.flags&fTTFT != 0 && (gone || !m.inWindow(m.skewed(e.tT))) {
 		e.flags &^= fTTFT
 		m.remove(e, fTTFT, decider.TargetTTFT)
 		e.tT, e.ttft = 0, 0
 	}
-	if e.flags&fITL != 0 && !m.inWindow(m.skewed(e.tI)) {
+	if e.flags&fITL != 0 && (gone || !m.inWindow(m.skewed(e.tI))) {
 		e.flags &^= fITL
 		m.remove(e, fITL, decider.TargetITL)
 		e.tI, e.itl = 0, 0
@@ -233,7 +245,7 @@ func (m *Model) Decision(id string, t int64, path decider.LatencyPath, in *decid
 		m.stats.Late++
 		return
 	}
-	e := m.entry(id)
+	e := m.entry(id, t, t)
 	if e == nil || e.flags&fDecision != 0 {
 		return
 	}
@@ -261,7 +273,7 @@ func (m *Model) Outcome(id string, t int64, ttftMs, itlMs float64) {
 		m.stats.Late++
 		return
 	}
-	e := m.entry(id)
+	e := m.entry(id, m.skewed(t), math.MinInt64)
 	if e == nil {
 		return
 	}
@@ -290,8 +302,22 @@ func (m *Model) Outcome(id string, t int64, ttftMs, itlMs float64) {
 	}
 }
 
-// entry returns the entry of id, creating it within MaxEntries (nil beyond: counted).
-func (m *Model) entry(id string) *entry {
+// entry returns the entry of id for a fact stamped t: for a ULID id, of its bucket's
+// sample, if the fact may join it (a decision stamped in the id's bucket, at; an
+// outcome stamped no more than Skew before it, latest ≥ its start); otherwise
+// created within MaxEntries. nil when the fact is not taken: counted.
+func (m *Model) entry(id string, latest, at int64) *entry {
+	if u, ok := m.idBucket(id); ok {
+		switch {
+		case !m.bucketIn(u):
+			m.stats.Late++
+			return nil
+		case m.bucketOf(latest) < u, at != math.MinInt64 && m.bucketOf(at) != u:
+			m.stats.IDTime++
+			return nil
+		}
+		return m.sampledEntry(id, u)
+	}
 	if e := m.entries[id]; e != nil {
 		return e
 	}
@@ -365,6 +391,24 @@ func (m *Model) add(e *entry, target decider.LatencyTarget, sign int64) bool {
 	}
 	a.yy += sign * y * y
 	m.sumsDty, m.fitDty = true, true
+	if sign < 0 && a.n == 0 && b.empty() {
+		// A bucket is in the sums' bytes iff it holds a sample, so that taking a
+		// sample out leaves the bytes of never having taken it.
+		delete(m.buckets, k)
+	}
+	return true
+}
+
+// empty reports whether no accumulator of b holds a sample; with the sums exact
+// integers, every sum is then zero.
+func (b *bucket) empty() bool {
+	for p := range b.acc {
+		for t := range b.acc[p] {
+			if b.acc[p][t].n != 0 {
+				return false
+			}
+		}
+	}
 	return true
 }
 

@@ -3,10 +3,12 @@ package statestore
 import (
 	"fmt"
 	"math/rand/v2"
+	"time"
 
 	"google.golang.org/protobuf/proto"
 
 	pb "github.com/pdrouter/pdrouter/events/eventspb"
+	"github.com/pdrouter/pdrouter/internal/ulid"
 )
 
 // genEvent is one record to produce: its key and value (nil: tombstone).
@@ -47,6 +49,9 @@ type generator struct {
 	seq     int
 	open    []*pb.DecisionRecord
 	texts   []string
+	// ulids: decision ids are ULIDs of their decided_at, as pdrouter stamps
+	// them (the latency model samples by them), not sequence numbers.
+	ulids bool
 }
 
 func newGenerator(seed uint64, workers int) *generator {
@@ -190,8 +195,12 @@ func (g *generator) next() genEvent {
 		text := g.texts[g.rng.IntN(len(g.texts))]
 		blocks := 1 + g.rng.IntN(8)
 		p := blocks*w.bs + g.rng.IntN(w.bs)
+		id := fmt.Sprintf("d%05d", g.seq)
+		if g.ulids {
+			id = g.ulid()
+		}
 		d := &pb.DecisionRecord{
-			DecisionId: fmt.Sprintf("d%05d", g.seq), RequestId: fmt.Sprintf("q%05d", g.seq),
+			DecisionId: id, RequestId: fmt.Sprintf("q%05d", g.seq),
 			Mode: "local", DecodeWorker: ref, PromptTokens: uint32(p), EffectiveIsl: uint32(p / 2),
 			DecidedAtUnixNano: g.t, ReplicaId: "r0",
 			Chains:     []*pb.HashChain{{BlockSize: uint32(w.bs), BlockHashes: chainOf(text, blocks-1, w.bs)}},
@@ -255,6 +264,17 @@ func (g *generator) retired() int {
 		}
 	}
 	return n
+}
+
+// ulid is a ULID of the generator's clock whose random part comes from its
+// rng, so that a seed gives the same ids at every run.
+func (g *generator) ulid() string {
+	const alphabet = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+	b := []byte(ulid.New(time.Unix(0, g.t)))
+	for i := 10; i < ulid.Len; i++ {
+		b[i] = alphabet[g.rng.IntN(len(alphabet))]
+	}
+	return string(b)
 }
 
 func (g *generator) events(n int) []genEvent {

@@ -152,6 +152,8 @@ const (
 	latDropFull       = "max_entries"
 	latDropAccFull    = "accumulator_full"
 	latDropNoRow      = "no_candidate_row"
+	latDropSampled    = "sampled"
+	latDropIDTime     = "id_time"
 )
 
 func newLatencyMetrics() *latencyMetrics {
@@ -168,7 +170,7 @@ func newLatencyMetrics() *latencyMetrics {
 			m.samples.WithLabelValues(p, t)
 		}
 	}
-	for _, r := range []string{latDropLate, latDropNoDecision, latDropFull, latDropAccFull, latDropNoRow} {
+	for _, r := range []string{latDropLate, latDropNoDecision, latDropFull, latDropAccFull, latDropNoRow, latDropSampled, latDropIDTime} {
 		m.dropped.WithLabelValues(r)
 	}
 	return m
@@ -185,6 +187,8 @@ func (m *latencyMetrics) observe(st *state) {
 	m.dropped.WithLabelValues(latDropNoDecision).Add(float64(s.NoDecision - m.prev.NoDecision))
 	m.dropped.WithLabelValues(latDropFull).Add(float64(s.Full - m.prev.Full))
 	m.dropped.WithLabelValues(latDropAccFull).Add(float64(s.AccFull - m.prev.AccFull))
+	m.dropped.WithLabelValues(latDropSampled).Add(float64(s.Sampled - m.prev.Sampled))
+	m.dropped.WithLabelValues(latDropIDTime).Add(float64(s.IDTime - m.prev.IDTime))
 	m.prev = s
 	m.entries.Set(float64(s.Entries))
 	var f decider.LatencyFit

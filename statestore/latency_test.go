@@ -5,6 +5,9 @@ import (
 	"math/rand/v2"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/pdrouter/pdrouter/decider"
 	pb "github.com/pdrouter/pdrouter/events/eventspb"
@@ -30,7 +33,38 @@ func latencyKeys(t *testing.T, s *Store) map[string]string {
 func TestLatencyModelReplicasAgree(t *testing.T) {
 	// A window as long as the generated log, so that the model holds many samples.
 	h := newHarnessWith(t, 4, Options{LatencyModel: latmodel.Config{Buckets: 100_000}})
-	applyInBatches(h, genRecords(h, 11, 4000, 10), rand.New(rand.NewPCG(11, 1)))
+	checkLatencyReplicasAgree(t, h, genRecords(h, 11, 4000, 10), func() {})
+}
+
+// TestLatencyModelReplicasAgreeOverCapacity: the same with ULID decision ids
+// and a model that holds a few decisions a bucket, so that most facts are
+// sampled out (latmodel's sample.go): which ones is a function of the log,
+// so replicas that interleave the topics differently and a reopened store
+// still hold the same model.
+func TestLatencyModelReplicasAgreeOverCapacity(t *testing.T) {
+	h := newHarnessWith(t, 4, Options{LatencyModel: latmodel.Config{BucketWidth: time.Minute, Buckets: 200, MaxEntries: 300}})
+	g := newGenerator(11, 10)
+	g.ulids = true
+	var recs []*kgo.Record
+	for _, e := range g.events(4000) {
+		recs = append(recs, h.record(e.key, e.msg))
+	}
+	checkLatencyReplicasAgree(t, h, recs, func() {
+		h.s.Read(func(View) {
+			if s := h.s.st.lat.Stats(); s.Sampled == 0 || s.Full != 0 {
+				t.Fatalf("model stats %+v: want facts sampled out and none dropped first-come", s)
+			}
+		})
+	})
+}
+
+// checkLatencyReplicasAgree applies recs to h's store (then calls applied),
+// replays them into stores in other interleavings, and reopens h's store:
+// each holds the same model keys and fit.
+func checkLatencyReplicasAgree(t *testing.T, h *harness, recs []*kgo.Record, applied func()) {
+	t.Helper()
+	applyInBatches(h, recs, rand.New(rand.NewPCG(11, 1)))
+	applied()
 	want := latencyKeys(t, h.s)
 	sums := want[fmt.Sprintf("%q", keyLatencySums)]
 	if len(want) < 20 || len(sums) < 200 {
