@@ -3,6 +3,7 @@ package latmodel
 import (
 	"cmp"
 	"strings"
+	"time"
 
 	"github.com/pdrouter/pdrouter/internal/ulid"
 )
@@ -114,11 +115,11 @@ func (m *Model) perBucket() int {
 // idBucket returns the bucket of a ULID id's time, and false for an id that is not a
 // ULID.
 func (m *Model) idBucket(id string) (int64, bool) {
-	t, err := ulid.Time(id)
-	if err != nil {
+	ms, ok := ulid.Millis(id)
+	if !ok {
 		return 0, false
 	}
-	return m.bucketOf(t.UnixNano()), true
+	return m.bucketOf(ms * int64(time.Millisecond)), true
 }
 
 // bucketIn reports whether bucket k is in the window.

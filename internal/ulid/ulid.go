@@ -66,22 +66,42 @@ func New(now time.Time) string {
 // lowercase is refused too, as ids are compared byte for byte. The error
 // quotes at most one character of id.
 func Time(id string) (time.Time, error) {
-	if len(id) != Len {
-		return time.Time{}, fmt.Errorf("%w (%d bytes)", ErrLength, len(id))
+	if ms, ok := Millis(id); ok {
+		return time.UnixMilli(ms), nil
+	}
+	return time.Time{}, refusal(id)
+}
+
+// Millis returns the Unix millisecond of an id New made, and false for
+// anything else, as Time refuses it: for callers on a hot path, with no
+// error built.
+func Millis(id string) (int64, bool) {
+	if len(id) != Len || values[id[0]] > 7 {
+		return 0, false
 	}
 	var ms int64
 	for i := range Len {
 		v := values[id[i]]
 		if v < 0 {
-			return time.Time{}, fmt.Errorf("%w: %q at position %d", ErrAlphabet, id[i], i+1)
+			return 0, false
 		}
 		if i < timeChars {
 			ms = ms<<5 | int64(v)
 		}
 	}
-	// 26 digits hold 130 bits: a ULID's first digit carries 3 of them.
-	if values[id[0]] > 7 {
-		return time.Time{}, fmt.Errorf("%w (%q)", ErrOverflow, id[0])
+	return ms, true
+}
+
+// refusal says why Time refuses id.
+func refusal(id string) error {
+	if len(id) != Len {
+		return fmt.Errorf("%w (%d bytes)", ErrLength, len(id))
 	}
-	return time.UnixMilli(ms), nil
+	for i := range Len {
+		if values[id[i]] < 0 {
+			return fmt.Errorf("%w: %q at position %d", ErrAlphabet, id[i], i+1)
+		}
+	}
+	// 26 digits hold 130 bits: a ULID's first digit carries 3 of them.
+	return fmt.Errorf("%w (%q)", ErrOverflow, id[0])
 }

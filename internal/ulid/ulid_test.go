@@ -97,3 +97,19 @@ func FuzzDecisionIDTime(f *testing.F) {
 		}
 	})
 }
+
+// TestMillisAgreesWithTime: Millis accepts exactly what Time accepts, with
+// the same millisecond, and builds no error.
+func TestMillisAgreesWithTime(t *testing.T) {
+	for _, id := range []string{ulid.New(time.UnixMilli(1_700_000_000_123)), "", "01ARZ3NDEKTSV4RRFFQ69G5FAV", "81ARZ3NDEKTSV4RRFFQ69G5FAV",
+		"01ARZ3NDEKTSV4RRFFQ69G5FAU", "01arz3ndektsv4rrffq69g5fav", "01ARZ3NDEKTSV4RRFFQ69G5FA", "7ZZZZZZZZZZZZZZZZZZZZZZZZZ"} {
+		tm, err := ulid.Time(id)
+		ms, ok := ulid.Millis(id)
+		if ok != (err == nil) || (ok && ms != tm.UnixMilli()) {
+			t.Errorf("%q: Millis %d, %v; Time %v, %v", id, ms, ok, tm, err)
+		}
+	}
+	if n := testing.AllocsPerRun(100, func() { ulid.Millis("not a ulid") }); n != 0 {
+		t.Errorf("Millis allocates %v times", n)
+	}
+}
