@@ -7,6 +7,9 @@ import "github.com/prometheus/client_golang/prometheus"
 type DecodeMetrics struct {
 	Decoded *prometheus.CounterVec
 	Invalid *prometheus.CounterVec
+	// decoded: Decoded's child per logical topic, resolved once (Observe
+	// runs per record); read-only after NewDecodeMetrics.
+	decoded map[Topic]prometheus.Counter
 }
 
 // NewDecodeMetrics creates the counters and registers them on reg (which may
@@ -23,8 +26,9 @@ func NewDecodeMetrics(reg prometheus.Registerer) *DecodeMetrics {
 		}, []string{"topic", "reason"}),
 	}
 	// The topics are known: their series exist at 0 from the start.
+	m.decoded = make(map[Topic]prometheus.Counter, len(AllTopics))
 	for _, t := range AllTopics {
-		m.Decoded.WithLabelValues(string(t))
+		m.decoded[t] = m.Decoded.WithLabelValues(string(t))
 	}
 	if reg != nil {
 		reg.MustRegister(m.Decoded, m.Invalid)
@@ -41,6 +45,10 @@ func (m *DecodeMetrics) Observe(names Names, physicalTopic string, err error) {
 	}
 	if err != nil {
 		m.Invalid.WithLabelValues(label, Reason(err)).Inc()
+		return
+	}
+	if c := m.decoded[t]; ok && c != nil {
+		c.Inc()
 		return
 	}
 	m.Decoded.WithLabelValues(label).Inc()

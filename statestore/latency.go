@@ -143,6 +143,10 @@ type latencyMetrics struct {
 	entries prometheus.Gauge
 	dropped *prometheus.CounterVec
 	prev    latmodel.Stats
+	// Children set at every Apply, resolved once: by path and target, and
+	// by reason in the order of latDropReasons.
+	sampleGauges [decider.NumPaths][decider.NumTargets]prometheus.Gauge
+	droppedBy    [len(latDropReasons)]prometheus.Counter
 }
 
 // Reasons of pdrouter_latency_model_dropped_total.
@@ -156,6 +160,20 @@ const (
 	latDropIDTime     = "id_time"
 )
 
+// latDropReasons in the order of latencyMetrics.droppedBy.
+var latDropReasons = [...]string{latDropLate, latDropNoDecision, latDropFull, latDropAccFull, latDropNoRow, latDropSampled, latDropIDTime}
+
+// latDrop is the droppedBy index of each reason.
+const (
+	latDropLateIdx = iota
+	latDropNoDecisionIdx
+	latDropFullIdx
+	latDropAccFullIdx
+	latDropNoRowIdx
+	latDropSampledIdx
+	latDropIDTimeIdx
+)
+
 func newLatencyMetrics() *latencyMetrics {
 	m := &latencyMetrics{
 		samples: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "pdrouter_latency_model_samples",
@@ -165,13 +183,13 @@ func newLatencyMetrics() *latencyMetrics {
 		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "pdrouter_latency_model_dropped_total",
 			Help: "Facts the latency model did not join, by reason."}, []string{"reason"}),
 	}
-	for _, p := range []string{"local", "remote"} {
-		for _, t := range []string{"ttft", "itl"} {
-			m.samples.WithLabelValues(p, t)
+	for p, pn := range latencyPathLabels {
+		for t, tn := range latencyTargetLabels {
+			m.sampleGauges[p][t] = m.samples.WithLabelValues(pn, tn)
 		}
 	}
-	for _, r := range []string{latDropLate, latDropNoDecision, latDropFull, latDropAccFull, latDropNoRow, latDropSampled, latDropIDTime} {
-		m.dropped.WithLabelValues(r)
+	for i, r := range latDropReasons {
+		m.droppedBy[i] = m.dropped.WithLabelValues(r)
 	}
 	return m
 }
@@ -183,21 +201,28 @@ func (m *latencyMetrics) collectors() []prometheus.Collector {
 // observe sets the gauges and adds the counters' increments since the last call.
 func (m *latencyMetrics) observe(st *state) {
 	s := st.lat.Stats()
-	m.dropped.WithLabelValues(latDropLate).Add(float64(s.Late - m.prev.Late))
-	m.dropped.WithLabelValues(latDropNoDecision).Add(float64(s.NoDecision - m.prev.NoDecision))
-	m.dropped.WithLabelValues(latDropFull).Add(float64(s.Full - m.prev.Full))
-	m.dropped.WithLabelValues(latDropAccFull).Add(float64(s.AccFull - m.prev.AccFull))
-	m.dropped.WithLabelValues(latDropSampled).Add(float64(s.Sampled - m.prev.Sampled))
-	m.dropped.WithLabelValues(latDropIDTime).Add(float64(s.IDTime - m.prev.IDTime))
+	m.droppedBy[latDropLateIdx].Add(float64(s.Late - m.prev.Late))
+	m.droppedBy[latDropNoDecisionIdx].Add(float64(s.NoDecision - m.prev.NoDecision))
+	m.droppedBy[latDropFullIdx].Add(float64(s.Full - m.prev.Full))
+	m.droppedBy[latDropAccFullIdx].Add(float64(s.AccFull - m.prev.AccFull))
+	m.droppedBy[latDropSampledIdx].Add(float64(s.Sampled - m.prev.Sampled))
+	m.droppedBy[latDropIDTimeIdx].Add(float64(s.IDTime - m.prev.IDTime))
 	m.prev = s
 	m.entries.Set(float64(s.Entries))
 	var f decider.LatencyFit
 	if st.latFit != nil {
 		f = *st.latFit
 	}
-	for p, pn := range []string{"local", "remote"} {
-		for t, tn := range []string{"ttft", "itl"} {
-			m.samples.WithLabelValues(pn, tn).Set(float64(f.Samples[p][t]))
+	for p := range m.sampleGauges {
+		for t, g := range m.sampleGauges[p] {
+			g.Set(float64(f.Samples[p][t]))
 		}
 	}
 }
+
+// The path and target labels of pdrouter_latency_model_samples, indexed by
+// decider.LatencyPath and decider.LatencyTarget.
+var (
+	latencyPathLabels   = [decider.NumPaths]string{"local", "remote"}
+	latencyTargetLabels = [decider.NumTargets]string{"ttft", "itl"}
+)

@@ -54,6 +54,14 @@ type Metrics struct {
 	// The walk's children, resolved once: MatchPrefix adds to them on the
 	// hot path.
 	walkPredicted, walkLinked, walkLookedUp prometheus.Counter
+	// Children observeState and addStats set at every Apply, resolved once
+	// (a label lookup hashes its values): by tier, by workerSeries index,
+	// by clear cause, and per partition as the state first names it
+	// (observeState's, under the store's lock).
+	tierBlocks   [numTiers]prometheus.Gauge
+	workerGauges [len(workerSeries)]prometheus.Gauge
+	resetsBy     [len(clearCauses)]prometheus.Counter
+	offsets      map[topicPartition]prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer, dm *events.DecodeMetrics) *Metrics {
@@ -203,9 +211,6 @@ func newMetrics(reg prometheus.Registerer, dm *events.DecodeMetrics) *Metrics {
 	for _, r := range [...]string{chainRecovered, chainLost} {
 		m.chainsRead.WithLabelValues(r)
 	}
-	for _, c := range clearCauses {
-		m.resets.WithLabelValues(c)
-	}
 	for _, r := range events.HealthReasonLabels {
 		to := healthUnhealthy
 		if r == "recovered" {
@@ -213,9 +218,16 @@ func newMetrics(reg prometheus.Registerer, dm *events.DecodeMetrics) *Metrics {
 		}
 		m.healthTransitions.WithLabelValues(to, r)
 	}
-	for _, pw := range workerSeries {
-		m.workers.WithLabelValues(pw.pool, pw.state)
+	for i, pw := range workerSeries {
+		m.workerGauges[i] = m.workers.WithLabelValues(pw.pool, pw.state)
 	}
+	for t := Tier(0); t < numTiers; t++ {
+		m.tierBlocks[t] = m.blocks.WithLabelValues(t.String())
+	}
+	for i, c := range clearCauses {
+		m.resetsBy[i] = m.resets.WithLabelValues(c)
+	}
+	m.offsets = map[topicPartition]prometheus.Gauge{}
 	// The series of refusals exist at 0 from the start (skip.go).
 	m.rejected.Init(rejects.Registration, reasonTooManyWorkers)
 	m.decode.Invalid.WithLabelValues(string(events.TopicWorkers), reasonTooManyWorkers)
@@ -239,6 +251,7 @@ const (
 	causeTombstone   = "tombstone"
 )
 
+// clearCauses in the order of Metrics.resetsBy.
 var clearCauses = [...]string{causeCleared, causeSourceReset, causeTombstone}
 
 // The "to" labels of pdrouter_worker_health_transitions_total.
@@ -280,16 +293,16 @@ func (m *Metrics) addStats(s *applyStats) {
 	m.removeUnknown.Add(float64(s.removeUnknown))
 	m.storeUnknown.Add(float64(s.storeUnknown))
 	m.orphans.Add(float64(s.orphans))
-	m.resets.WithLabelValues(causeCleared).Add(float64(s.cleared))
-	m.resets.WithLabelValues(causeSourceReset).Add(float64(s.resets))
-	m.resets.WithLabelValues(causeTombstone).Add(float64(s.tombstones))
+	m.resetsBy[0].Add(float64(s.cleared))
+	m.resetsBy[1].Add(float64(s.resets))
+	m.resetsBy[2].Add(float64(s.tombstones))
 	m.staleLoads.Add(float64(s.staleLoads))
 	m.afterTomb.Add(float64(s.afterTombstone))
 	m.races.Add(float64(s.races))
 	m.copies.Add(float64(s.decisionCopies))
 	m.openCheckpoints.Add(float64(s.openCheckpoints))
 	m.openReplayed.Add(float64(s.openReplayed))
-	m.latency.dropped.WithLabelValues(latDropNoRow).Add(float64(s.latNoRow))
+	m.latency.droppedBy[latDropNoRowIdx].Add(float64(s.latNoRow))
 	for _, t := range s.healthTransitions {
 		to := healthUnhealthy
 		if t.rec.GetHealthy() {
@@ -303,14 +316,11 @@ func (m *Metrics) addStats(s *applyStats) {
 // observeState sets the gauges from the state (read lock held).
 func (m *Metrics) observeState(st *state) {
 	for t := Tier(0); t < numTiers; t++ {
-		m.blocks.WithLabelValues(t.String()).Set(float64(st.tierBlocks[t]))
+		m.tierBlocks[t].Set(float64(st.tierBlocks[t]))
 	}
 	// Every (pool, state) is set, 0 included, so a series never vanishes
 	// when the last worker of its kind leaves.
-	counts := make(map[workerSeriesKey]int, len(workerSeries))
-	for _, k := range workerSeries {
-		counts[k] = 0
-	}
+	var counts [len(workerSeries)]int
 	for ref := range st.viewInfos {
 		w := &st.viewInfos[ref]
 		state := workerReady
@@ -322,10 +332,12 @@ func (m *Metrics) observeState(st *state) {
 		case st.workers[st.viewSlots[ref]].kvMissing:
 			state = workerKVMissing
 		}
-		counts[workerSeriesKey{string(w.Pool), state}]++
+		if i := workerSeriesIndex(string(w.Pool), state); i >= 0 {
+			counts[i]++
+		}
 	}
-	for k, n := range counts {
-		m.workers.WithLabelValues(k.pool, k.state).Set(float64(n))
+	for i, n := range counts {
+		m.workerGauges[i].Set(float64(n))
 	}
 	unhealthy := 0
 	for id, h := range st.health {
@@ -344,6 +356,21 @@ func (m *Metrics) observeState(st *state) {
 	}
 	m.latency.observe(st)
 	for tp, n := range st.offsets {
-		m.offset.WithLabelValues(string(tp.topic), strconv.Itoa(int(tp.partition))).Set(float64(n))
+		g := m.offsets[tp]
+		if g == nil {
+			g = m.offset.WithLabelValues(string(tp.topic), strconv.Itoa(int(tp.partition)))
+			m.offsets[tp] = g
+		}
+		g.Set(float64(n))
 	}
+}
+
+// workerSeriesIndex is the index of (pool, state) in workerSeries, or -1.
+func workerSeriesIndex(pool, state string) int {
+	for i, k := range workerSeries {
+		if k.pool == pool && k.state == state {
+			return i
+		}
+	}
+	return -1
 }
