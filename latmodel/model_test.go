@@ -83,8 +83,14 @@ func modelBytes(m *Model) []byte {
 // two replicas read two topics, gives byte-identical sums and entries and the same fit.
 func TestOrderIndependence(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
-	facts := synthFacts(rng, 3000, 20*time.Minute, true)
-	cfg := Config{BucketWidth: 30 * time.Second, Buckets: 10}
+	checkOrderIndependence(t, rng, synthFacts(rng, 3000, 20*time.Minute, true), Config{BucketWidth: 30 * time.Second, Buckets: 10}, nil)
+}
+
+// checkOrderIndependence applies facts in their order, then in five random ones, to
+// models of cfg: every model has the same bytes and fit, with samples; check, if
+// any, looks at each model too.
+func checkOrderIndependence(t *testing.T, rng *rand.Rand, facts []fact, cfg Config, check func(trial int, m *Model)) {
+	t.Helper()
 	var ref []byte
 	var refFit *decider.LatencyFit
 	for trial := range 6 {
@@ -99,6 +105,9 @@ func TestOrderIndependence(t *testing.T) {
 		m := New(cfg)
 		for _, i := range order {
 			facts[i].apply(m)
+		}
+		if check != nil {
+			check(trial, m)
 		}
 		b := modelBytes(m)
 		fit := m.Fit()

@@ -134,14 +134,7 @@ func (m *Model) sampledEntry(id string, u int64) *entry {
 	if e := m.entries[id]; e != nil {
 		return e
 	}
-	if m.samples == nil {
-		m.samples = map[int64]*sampleSet{}
-	}
-	s := m.samples[u]
-	if s == nil {
-		s = &sampleSet{}
-		m.samples[u] = s
-	}
+	s := m.sampleOf(u)
 	k := sampleKey{h: sampleHash(id), id: id}
 	if len(*s) >= m.perBucket() {
 		top := (*s)[0]
@@ -211,6 +204,12 @@ func (m *Model) restoreSample(id string, e *entry) bool {
 	if e.flags == 0 {
 		return false
 	}
+	m.sampleOf(u).push(sampleKey{h: sampleHash(id), id: id})
+	return true
+}
+
+// sampleOf returns bucket u's sample, creating it.
+func (m *Model) sampleOf(u int64) *sampleSet {
 	if m.samples == nil {
 		m.samples = map[int64]*sampleSet{}
 	}
@@ -219,8 +218,7 @@ func (m *Model) restoreSample(id string, e *entry) bool {
 		s = &sampleSet{}
 		m.samples[u] = s
 	}
-	s.push(sampleKey{h: sampleHash(id), id: id})
-	return true
+	return s
 }
 
 // trimSamples pushes out, after a restore, the ids past a bucket's size: a store
