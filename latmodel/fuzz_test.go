@@ -2,6 +2,7 @@ package latmodel
 
 import (
 	"bytes"
+	"math/rand/v2"
 	"testing"
 
 	"github.com/pdrouter/pdrouter/decider"
@@ -33,5 +34,24 @@ func FuzzDecodeEntry(f *testing.F) {
 		}
 		r.Rebuilt(e.tD)
 		_ = r.Fit()
+		// Under a ULID id (the sample's rules, sample.go): the facts the rules
+		// refuse are dropped, and what is kept keeps them.
+		u := New(Config{})
+		id := ulidAt(rand.New(rand.NewPCG(uint64(len(v)), 1)), max(e.tD, 0))
+		if err := u.Restore(id, v); err != nil {
+			t.Fatalf("decoded but not restored under a ULID id: %v", err)
+		}
+		if k := u.entries[id]; k != nil {
+			switch {
+			case k.flags == 0:
+				t.Fatal("an entry without a fact was kept")
+			case k.flags&fDecision != 0 && u.bucketOf(k.tD) != k.u,
+				k.flags&fTTFT != 0 && u.bucketOf(u.skewed(k.tT)) < k.u,
+				k.flags&fITL != 0 && u.bucketOf(u.skewed(k.tI)) < k.u:
+				t.Fatalf("a fact outside its id's bucket was kept: %+v", k)
+			}
+		}
+		u.Rebuilt(e.tD)
+		_ = u.Fit()
 	})
 }
