@@ -142,9 +142,12 @@ func (m *Model) Restore(id string, v []byte) error {
 	if !m.restoreSample(id, e) {
 		return nil
 	}
-	if !e.sampled && len(m.entries) >= m.cfg.MaxEntries {
-		m.stats.Full++
-		return nil
+	if !e.sampled {
+		if len(m.entries) >= m.cfg.MaxEntries {
+			m.stats.Full++
+			return nil
+		}
+		m.plain++
 	}
 	m.entries[id] = e
 	return nil

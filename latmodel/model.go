@@ -124,6 +124,7 @@ type Model struct {
 	cur     int64 // bucket of the clock; buckets ≤ cur − Buckets are out
 	clocked bool
 	entries map[string]*entry
+	plain   int                  // entries of ids that are not ULIDs (not sampled)
 	samples map[int64]*sampleSet // per bucket of a ULID id's time (sample.go)
 	buckets map[int64]*bucket
 	dirty   map[string]bool // entries changed since TakeDirty
@@ -182,7 +183,6 @@ func (m *Model) Advance(now int64) {
 	}
 	m.cur, m.clocked = b, true
 	m.sumsDty = true // the window's position is part of the sums' bytes
-	m.dropSamples()
 	edge := m.cur - int64(m.cfg.Buckets)
 	for k := range m.buckets {
 		if k <= edge {
@@ -190,13 +190,28 @@ func (m *Model) Advance(now int64) {
 			m.sumsDty, m.fitDty = true, true
 		}
 	}
+	// A sampled entry's facts leave only with its bucket's sample, whose ids
+	// dropSamples prunes; the other entries are looked at one by one.
+	m.dropSamples()
+	if m.plain == 0 {
+		return
+	}
 	for id, e := range m.entries {
-		if m.prune(e) {
-			m.dirty[id] = true
-			if e.flags == 0 {
-				delete(m.entries, id)
-			}
+		if !e.sampled && m.prune(e) {
+			m.forgetIfEmpty(id, e)
 		}
+	}
+}
+
+// forgetIfEmpty marks a pruned entry dirty, and deletes it when no fact is left.
+func (m *Model) forgetIfEmpty(id string, e *entry) {
+	m.dirty[id] = true
+	if e.flags != 0 {
+		return
+	}
+	delete(m.entries, id)
+	if !e.sampled {
+		m.plain--
 	}
 }
 
@@ -327,6 +342,7 @@ func (m *Model) entry(id string, latest, at int64) *entry {
 	}
 	e := &entry{}
 	m.entries[id] = e
+	m.plain++
 	return e
 }
 

@@ -166,13 +166,20 @@ func (m *Model) pushOut(id string) {
 	m.stats.Sampled++
 }
 
-// dropSamples forgets the samples of buckets that left the window; their ids' facts
-// leave in prune.
+// dropSamples forgets the samples of buckets that left the window, and their ids'
+// facts (prune), which leave with them: a bucket's ids are found in its sample, not
+// by looking at every entry.
 func (m *Model) dropSamples() {
-	for k := range m.samples {
-		if !m.bucketIn(k) {
-			delete(m.samples, k)
+	for k, s := range m.samples {
+		if m.bucketIn(k) {
+			continue
 		}
+		for _, key := range *s {
+			if e := m.entries[key.id]; e != nil && m.prune(e) {
+				m.forgetIfEmpty(key.id, e)
+			}
+		}
+		delete(m.samples, k)
 	}
 }
 

@@ -2,6 +2,7 @@ package latmodel
 
 import (
 	"bytes"
+	"cmp"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -165,5 +166,47 @@ func TestPushedOutLeavesNoEmptyBucket(t *testing.T) {
 	}
 	if a.Fit() != nil || b.Fit() != nil {
 		t.Fatal("a fit without a sample")
+	}
+}
+
+// BenchmarkModelPastItsBound: a group's decisions and outcomes at 2,000 a
+// second of event time, 20 minutes of them (a window of 10), into the default
+// model, which keeps a sample of 794 a second, and into one bound high enough
+// to keep them all: CPU per fact, and the entries each holds at the end.
+//
+//	go test ./latmodel -run '^$' -bench ModelPastItsBound -benchtime 1x -count 3
+func BenchmarkModelPastItsBound(b *testing.B) {
+	const rate, span = 2000, 20 * time.Minute
+	rng := rand.New(rand.NewPCG(17, 18))
+	n := int(rate * span.Seconds())
+	facts := make([]fact, 0, 3*n)
+	for i := range n {
+		t := int64(i) * int64(time.Second) / rate
+		id := ulidAt(rng, t)
+		in := decider.LatencyInputs{Uncached: rng.Int64N(8000), Queued: rng.Int64N(20000), DecodeRequests: rng.Int64N(64)}
+		facts = append(facts, fact{id: id, t: t, decision: true, path: decider.LatencyPath(i % 2), in: in},
+			fact{id: id, t: t + int64(time.Second), ttft: 100, itl: -1},
+			fact{id: id, t: t + int64(20*time.Second), ttft: -1, itl: 10})
+	}
+	// Facts in event time order, as a replica reads a group's log.
+	slices.SortStableFunc(facts, func(x, y fact) int { return cmp.Compare(x.t, y.t) })
+	for _, c := range []struct {
+		name string
+		max  int
+	}{{"sampled", DefaultMaxEntries}, {"all", 2 * n}} {
+		b.Run(c.name, func(b *testing.B) {
+			var m *Model
+			for range b.N {
+				m = New(Config{MaxEntries: c.max})
+				for i, f := range facts {
+					f.apply(m)
+					if i%256 == 255 {
+						m.TakeDirty() // as the state does at each batch
+					}
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(facts)), "ns/fact")
+			b.ReportMetric(float64(m.Stats().Entries), "entries")
+		})
 	}
 }
