@@ -1,0 +1,380 @@
+package events
+
+import (
+	"encoding/binary"
+	"errors"
+	"math"
+	"strings"
+	"unicode/utf8"
+
+	"google.golang.org/protobuf/encoding/protowire"
+
+	pb "github.com/pdrouter/pdrouter/events/eventspb"
+)
+
+// A hand-written decoder for LoadDelta values.
+//
+// Every replica of a group decodes every peer's load deltas, so their
+// decoding is part of p, the per-peer cost that caps a group
+// (docs/scaling.md, "Load deltas"). The generic decoder (proto.Unmarshal)
+// spent most of it walking field tables by reflection and allocating each
+// message, string, pointer and slice on its own; a record is a handful of
+// small entries, a decision's chain up to MaxDeltaHashes packed hashes.
+//
+// unmarshalLoadDelta accepts exactly the values proto.Unmarshal accepts and
+// fills the same generated messages, proto.Equal to proto.Unmarshal's,
+// except that it drops unknown fields instead of keeping them: no rule
+// reads them, and MarshalLoadDelta writes none. Its wire rules are
+// proto.Unmarshal's for proto3: a field number from 1 to 2^29-1, an end
+// group only where a group it skips ends; packed and unpacked repeated
+// scalars, mixed in any order; the last value of a scalar field; repeated
+// occurrences of a message field merged; a known field of another wire
+// type kept as an unknown field (so dropped); strings valid UTF-8; enum
+// values kept whatever they are; proto3 optional fields present when they
+// occur, even with a zero value. FuzzLoadDeltaWireMatchesProto compares
+// the two.
+//
+// Allocation: a first pass counts the entries, which come from bytes
+// present (at least two each), so nothing is sized by a declared length.
+// The decisions are then one slice of a struct that also holds their two
+// worker refs and room for their nine latency inputs, the lifecycle
+// entries one slice holding their worker ref and optional values, and
+// all the strings of a record one string their fields slice: a record
+// makes a few allocations plus one per decision with hashes (allocated
+// at their exact count), instead of one per message, string and slice.
+// A string field therefore keeps the record's other strings reachable
+// (ids, a few hundred bytes), never its hashes or its value.
+
+// decisionSlot is a DecisionDelta with what it points to, allocated
+// together: its decode and prefill worker and the usual latency inputs.
+type decisionSlot struct {
+	d   pb.DecisionDelta
+	ref [2]pb.WorkerRef
+	lat [LoadDeltaLatencyInputs]uint32
+}
+
+// lifecycleSlot is a LifecycleDelta with what it points to.
+type lifecycleSlot struct {
+	l         pb.LifecycleDelta
+	ref       pb.WorkerRef
+	ttft, itl float64
+	out       uint64
+}
+
+// wireField is one field read off the wire. Its value is in x (varint,
+// fixed64, fixed32) or val (length-delimited); a group's is skipped.
+type wireField struct {
+	tag uint64 // field number << 3 | wire type
+	x   uint64
+	val []byte
+}
+
+// Tags of the fields the decoder reads: field number << 3 | wire type.
+const (
+	wVarint  = uint64(protowire.VarintType)
+	wFixed64 = uint64(protowire.Fixed64Type)
+	wBytes   = uint64(protowire.BytesType)
+)
+
+var (
+	errDeltaWire = errors.New("proto: cannot parse invalid wire-format data")
+	errDeltaUTF8 = errors.New("proto: string field contains invalid UTF-8")
+)
+
+// readField reads the field at the start of b: the field and its size in
+// bytes, or an error where proto.Unmarshal would fail on it.
+func readField(b []byte) (f wireField, n int, err error) {
+	if len(b) > 0 && b[0] < 0x80 {
+		f.tag, n = uint64(b[0]), 1
+	} else if f.tag, n = protowire.ConsumeVarint(b); n < 0 {
+		return f, 0, errDeltaWire
+	}
+	num, typ := f.tag>>3, protowire.Type(f.tag&7)
+	if num < uint64(protowire.MinValidNumber) || num > uint64(protowire.MaxValidNumber) {
+		return f, 0, errDeltaWire
+	}
+	b = b[n:]
+	m := -1
+	switch typ {
+	case protowire.VarintType:
+		if len(b) > 0 && b[0] < 0x80 {
+			f.x, m = uint64(b[0]), 1
+		} else {
+			f.x, m = protowire.ConsumeVarint(b)
+		}
+	case protowire.Fixed64Type:
+		if len(b) >= 8 {
+			f.x, m = binary.LittleEndian.Uint64(b), 8
+		}
+	case protowire.Fixed32Type:
+		if len(b) >= 4 {
+			f.x, m = uint64(binary.LittleEndian.Uint32(b)), 4
+		}
+	case protowire.BytesType:
+		f.val, m = protowire.ConsumeBytes(b)
+	case protowire.StartGroupType:
+		// An unknown group, skipped whole as proto.Unmarshal skips it.
+		m = protowire.ConsumeFieldValue(protowire.Number(num), typ, b)
+	}
+	// An end group outside a group, or wire type 6 or 7, is malformed.
+	if m < 0 {
+		return f, 0, errDeltaWire
+	}
+	return f, n + m, nil
+}
+
+// deltaDecoder holds what one record's decoding shares: the strings its
+// fields will slice, and the slots the entries are carved from.
+type deltaDecoder struct {
+	strs      []stringField
+	strBytes  int
+	decisions []decisionSlot
+	lifecycle []lifecycleSlot
+}
+
+// stringField is a string field's value, assigned once the record's
+// strings are one string.
+type stringField struct {
+	dst *string
+	val []byte
+}
+
+// unmarshalLoadDelta decodes a LoadDelta value as proto.Unmarshal does,
+// without its unknown fields (see above). maxEntries bounds the decisions
+// and lifecycle entries together: past it, it returns errDeltaEntries
+// having checked the top level only and allocated nothing, so that no
+// record makes a replica allocate far more than MaxDeltaEntries entries.
+func unmarshalLoadDelta(v []byte, maxEntries int) (*pb.LoadDelta, error) {
+	nd, nl := 0, 0
+	for b := v; len(b) > 0; {
+		f, n, err := readField(b)
+		if err != nil {
+			return nil, err
+		}
+		switch f.tag {
+		case 2<<3 | wBytes:
+			nd++
+		case 3<<3 | wBytes:
+			nl++
+		}
+		b = b[n:]
+	}
+	if nd+nl > maxEntries {
+		return nil, errDeltaEntries
+	}
+	d := &pb.LoadDelta{}
+	dec := deltaDecoder{strs: make([]stringField, 0, 1+4*nd+3*nl)}
+	if nd > 0 {
+		dec.decisions = make([]decisionSlot, nd)
+		d.Decisions = make([]*pb.DecisionDelta, nd)
+		for i := range dec.decisions {
+			d.Decisions[i] = &dec.decisions[i].d
+		}
+	}
+	if nl > 0 {
+		dec.lifecycle = make([]lifecycleSlot, nl)
+		d.Lifecycle = make([]*pb.LifecycleDelta, nl)
+		for i := range dec.lifecycle {
+			d.Lifecycle[i] = &dec.lifecycle[i].l
+		}
+	}
+	id, il := 0, 0
+	for b := v; len(b) > 0; {
+		f, n, err := readField(b)
+		if err != nil {
+			return nil, err // unreachable: the first pass read it
+		}
+		b = b[n:]
+		switch f.tag {
+		case 1<<3 | wBytes:
+			err = dec.str(&d.WriterId, f.val)
+		case 2<<3 | wBytes:
+			err = dec.decision(&dec.decisions[id], f.val)
+			id++
+		case 3<<3 | wBytes:
+			err = dec.lifecycleEntry(&dec.lifecycle[il], f.val)
+			il++
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	dec.assignStrings()
+	return d, nil
+}
+
+// errDeltaEntries: a value with more entries than the caller allows.
+var errDeltaEntries = errors.New("load delta: too many entries")
+
+func (dec *deltaDecoder) decision(s *decisionSlot, b []byte) error {
+	e := &s.d
+	for len(b) > 0 {
+		f, n, err := readField(b)
+		if err != nil {
+			return err
+		}
+		b = b[n:]
+		switch f.tag {
+		case 1<<3 | wBytes:
+			err = dec.str(&e.DecisionId, f.val)
+		case 2<<3 | wBytes:
+			err = dec.str(&e.RequestId, f.val)
+		case 3<<3 | wVarint:
+			e.DecidedAtUnixNano = int64(f.x)
+		case 4<<3 | wBytes:
+			e.DecodeWorker = &s.ref[0]
+			err = dec.workerRef(e.DecodeWorker, f.val)
+		case 5<<3 | wBytes:
+			e.PrefillWorker = &s.ref[1]
+			err = dec.workerRef(e.PrefillWorker, f.val)
+		case 6<<3 | wVarint:
+			e.Local = f.x != 0
+		case 7<<3 | wVarint:
+			e.BlockSize = uint32(f.x)
+		case 8<<3 | wVarint:
+			e.PromptTokens = uint32(f.x)
+		case 9<<3 | wVarint:
+			e.EffectiveIsl = uint32(f.x)
+		case 10<<3 | wVarint:
+			e.PrefillCachedTokens = uint32(f.x)
+		case 11<<3 | wFixed64:
+			e.ActiveHashes = append(e.ActiveHashes, f.x)
+		case 11<<3 | wBytes:
+			e.ActiveHashes, err = appendPackedFixed64(e.ActiveHashes, f.val)
+		case 12<<3 | wVarint:
+			e.SharesHashesWith = uint32(f.x)
+		case 13<<3 | wVarint:
+			e.SharedHashes = uint32(f.x)
+		case 14<<3 | wVarint:
+			e.LatencyPath = uint32(f.x)
+		case 15<<3 | wVarint:
+			if e.LatencyInputs == nil {
+				e.LatencyInputs = s.lat[:0:len(s.lat)]
+			}
+			e.LatencyInputs = append(e.LatencyInputs, uint32(f.x))
+		case 15<<3 | wBytes:
+			if e.LatencyInputs == nil {
+				e.LatencyInputs = s.lat[:0:len(s.lat)]
+			}
+			e.LatencyInputs, err = appendPackedUint32(e.LatencyInputs, f.val)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (dec *deltaDecoder) lifecycleEntry(s *lifecycleSlot, b []byte) error {
+	e := &s.l
+	for len(b) > 0 {
+		f, n, err := readField(b)
+		if err != nil {
+			return err
+		}
+		b = b[n:]
+		switch f.tag {
+		case 1<<3 | wBytes:
+			err = dec.str(&e.DecisionId, f.val)
+		case 2<<3 | wBytes:
+			err = dec.str(&e.RequestId, f.val)
+		case 3<<3 | wVarint:
+			e.Kind = pb.OutcomeEvent_Kind(int32(f.x))
+		case 4<<3 | wVarint:
+			e.EventTimeUnixNano = int64(f.x)
+		case 5<<3 | wBytes:
+			e.DecodeWorker = &s.ref
+			err = dec.workerRef(e.DecodeWorker, f.val)
+		case 6<<3 | wFixed64:
+			s.ttft, e.TtftMs = math.Float64frombits(f.x), &s.ttft
+		case 7<<3 | wFixed64:
+			s.itl, e.ItlMsMean = math.Float64frombits(f.x), &s.itl
+		case 8<<3 | wVarint:
+			s.out, e.OutputTokens = f.x, &s.out
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// workerRef merges an encoded WorkerRef into w, as a repeated occurrence
+// of a message field is merged.
+func (dec *deltaDecoder) workerRef(w *pb.WorkerRef, b []byte) error {
+	for len(b) > 0 {
+		f, n, err := readField(b)
+		if err != nil {
+			return err
+		}
+		b = b[n:]
+		switch f.tag {
+		case 1<<3 | wBytes:
+			if err := dec.str(&w.WorkerId, f.val); err != nil {
+				return err
+			}
+		case 2<<3 | wVarint:
+			w.DpRank = uint32(f.x)
+		}
+	}
+	return nil
+}
+
+// str checks a string field's value and notes it for dst; the last value
+// noted for a field is the one it keeps.
+func (dec *deltaDecoder) str(dst *string, val []byte) error {
+	if !utf8.Valid(val) {
+		return errDeltaUTF8
+	}
+	dec.strs = append(dec.strs, stringField{dst, val})
+	dec.strBytes += len(val)
+	return nil
+}
+
+// assignStrings copies the strings noted into one string and points
+// their fields at their parts of it, in the order they were read.
+func (dec *deltaDecoder) assignStrings() {
+	var all strings.Builder
+	all.Grow(dec.strBytes)
+	for _, s := range dec.strs {
+		all.Write(s.val)
+	}
+	joined, at := all.String(), 0
+	for _, s := range dec.strs {
+		*s.dst = joined[at : at+len(s.val)]
+		at += len(s.val)
+	}
+}
+
+// appendPackedFixed64 appends a packed fixed64 list; the first list of a
+// field is allocated at its exact length.
+func appendPackedFixed64(s []uint64, val []byte) ([]uint64, error) {
+	if len(val)%8 != 0 {
+		return s, errDeltaWire
+	}
+	k := len(val) / 8
+	if s == nil && k > 0 {
+		s = make([]uint64, 0, k)
+	}
+	for i := 0; i < len(val); i += 8 {
+		s = append(s, binary.LittleEndian.Uint64(val[i:]))
+	}
+	return s, nil
+}
+
+// appendPackedUint32 appends a packed varint list of uint32s, each the low
+// 32 bits of its varint, as proto.Unmarshal takes them.
+func appendPackedUint32(s []uint32, val []byte) ([]uint32, error) {
+	for len(val) > 0 {
+		var x uint64
+		n := 1
+		if val[0] < 0x80 {
+			x = uint64(val[0])
+		} else if x, n = protowire.ConsumeVarint(val); n < 0 {
+			return s, errDeltaWire
+		}
+		s = append(s, uint32(x))
+		val = val[n:]
+	}
+	return s, nil
+}
