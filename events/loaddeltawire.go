@@ -4,8 +4,9 @@ import (
 	"encoding/binary"
 	"errors"
 	"math"
-	"strings"
+	"slices"
 	"unicode/utf8"
+	"unsafe"
 
 	"google.golang.org/protobuf/encoding/protowire"
 
@@ -39,11 +40,11 @@ import (
 // The decisions are then one slice of a struct that also holds their two
 // worker refs and room for their nine latency inputs, the lifecycle
 // entries one slice holding their worker ref and optional values, and
-// all the strings of a record one string their fields slice: a record
-// makes a few allocations plus one per decision with hashes (allocated
-// at their exact count), instead of one per message, string and slice.
-// A string field therefore keeps the record's other strings reachable
-// (ids, a few hundred bytes), never its hashes or its value.
+// the strings of a record share a block of bytes: a record makes a few
+// allocations plus one per decision with hashes (allocated at their exact
+// count), instead of one per message, string and slice. A string therefore
+// keeps the record's other strings reachable (ids, a few hundred bytes),
+// never its hashes or its value.
 
 // decisionSlot is a DecisionDelta with what it points to, allocated
 // together: its decode and prefill worker and the usual latency inputs.
@@ -123,21 +124,27 @@ func readField(b []byte) (f wireField, n int, err error) {
 	return f, n + m, nil
 }
 
-// deltaDecoder holds what one record's decoding shares: the strings its
-// fields will slice, and the slots the entries are carved from.
+// deltaDecoder holds what one record's decoding shares: the bytes of its
+// strings, and the slots its entries are carved from.
 type deltaDecoder struct {
-	strs      []stringField
-	strBytes  int
+	// text holds the bytes of the strings decoded so far, which point into
+	// it. It is only ever appended to, past its length: a byte a string
+	// points to is never written again, which is what makes the strings
+	// immutable. When it is full, a new block replaces it, and the strings
+	// keep the old one alive.
+	text      []byte
+	textHint  int
 	decisions []decisionSlot
 	lifecycle []lifecycleSlot
 }
 
-// stringField is a string field's value, assigned once the record's
-// strings are one string.
-type stringField struct {
-	dst *string
-	val []byte
-}
+// Bytes of strings a record's entries usually hold (a UUID, a request id,
+// worker ids): the first block of text, so that a record's strings are
+// usually one allocation.
+const (
+	decisionTextHint  = 96
+	lifecycleTextHint = 64
+)
 
 // unmarshalLoadDelta decodes a LoadDelta value as proto.Unmarshal does,
 // without its unknown fields (see above). maxEntries bounds the decisions
@@ -163,7 +170,8 @@ func unmarshalLoadDelta(v []byte, maxEntries int) (*pb.LoadDelta, error) {
 		return nil, errDeltaEntries
 	}
 	d := &pb.LoadDelta{}
-	dec := deltaDecoder{strs: make([]stringField, 0, 1+4*nd+3*nl)}
+	// The strings are bytes of v, so v bounds them all.
+	dec := deltaDecoder{textHint: min(len(v), 16+decisionTextHint*nd+lifecycleTextHint*nl)}
 	if nd > 0 {
 		dec.decisions = make([]decisionSlot, nd)
 		d.Decisions = make([]*pb.DecisionDelta, nd)
@@ -199,7 +207,6 @@ func unmarshalLoadDelta(v []byte, maxEntries int) (*pb.LoadDelta, error) {
 			return nil, err
 		}
 	}
-	dec.assignStrings()
 	return d, nil
 }
 
@@ -320,30 +327,22 @@ func (dec *deltaDecoder) workerRef(w *pb.WorkerRef, b []byte) error {
 	return nil
 }
 
-// str checks a string field's value and notes it for dst; the last value
-// noted for a field is the one it keeps.
+// str sets *dst to a string field's value, copied into text.
 func (dec *deltaDecoder) str(dst *string, val []byte) error {
 	if !utf8.Valid(val) {
 		return errDeltaUTF8
 	}
-	dec.strs = append(dec.strs, stringField{dst, val})
-	dec.strBytes += len(val)
+	if len(val) == 0 {
+		*dst = ""
+		return nil
+	}
+	if cap(dec.text)-len(dec.text) < len(val) {
+		dec.text = make([]byte, 0, max(len(val), dec.textHint, 2*cap(dec.text)))
+	}
+	at := len(dec.text)
+	dec.text = append(dec.text, val...)
+	*dst = unsafe.String(&dec.text[at], len(val))
 	return nil
-}
-
-// assignStrings copies the strings noted into one string and points
-// their fields at their parts of it, in the order they were read.
-func (dec *deltaDecoder) assignStrings() {
-	var all strings.Builder
-	all.Grow(dec.strBytes)
-	for _, s := range dec.strs {
-		all.Write(s.val)
-	}
-	joined, at := all.String(), 0
-	for _, s := range dec.strs {
-		*s.dst = joined[at : at+len(s.val)]
-		at += len(s.val)
-	}
 }
 
 // appendPackedFixed64 appends a packed fixed64 list; the first list of a
@@ -353,11 +352,14 @@ func appendPackedFixed64(s []uint64, val []byte) ([]uint64, error) {
 		return s, errDeltaWire
 	}
 	k := len(val) / 8
-	if s == nil && k > 0 {
-		s = make([]uint64, 0, k)
+	n := len(s)
+	if s == nil {
+		s = make([]uint64, k)
+	} else {
+		s = slices.Grow(s, k)[:n+k]
 	}
-	for i := 0; i < len(val); i += 8 {
-		s = append(s, binary.LittleEndian.Uint64(val[i:]))
+	for i, dst := 0, s[n:]; i < len(dst); i++ {
+		dst[i] = binary.LittleEndian.Uint64(val[8*i:])
 	}
 	return s, nil
 }
