@@ -153,18 +153,17 @@ const (
 // record makes a replica allocate far more than MaxDeltaEntries entries.
 func unmarshalLoadDelta(v []byte, maxEntries int) (*pb.LoadDelta, error) {
 	nd, nl := 0, 0
-	for b := v; len(b) > 0; {
-		f, n, err := readField(b)
-		if err != nil {
-			return nil, err
-		}
+	err := walkFields(v, func(f wireField) error {
 		switch f.tag {
 		case 2<<3 | wBytes:
 			nd++
 		case 3<<3 | wBytes:
 			nl++
 		}
-		b = b[n:]
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	if nd+nl > maxEntries {
 		return nil, errDeltaEntries
@@ -187,12 +186,7 @@ func unmarshalLoadDelta(v []byte, maxEntries int) (*pb.LoadDelta, error) {
 		}
 	}
 	id, il := 0, 0
-	for b := v; len(b) > 0; {
-		f, n, err := readField(b)
-		if err != nil {
-			return nil, err // unreachable: the first pass read it
-		}
-		b = b[n:]
+	err = walkFields(v, func(f wireField) (err error) {
 		switch f.tag {
 		case 1<<3 | wBytes:
 			err = dec.str(&d.WriterId, f.val)
@@ -203,9 +197,10 @@ func unmarshalLoadDelta(v []byte, maxEntries int) (*pb.LoadDelta, error) {
 			err = dec.lifecycleEntry(&dec.lifecycle[il], f.val)
 			il++
 		}
-		if err != nil {
-			return nil, err
-		}
+		return err
+	})
+	if err != nil {
+		return nil, err
 	}
 	return d, nil
 }
@@ -215,12 +210,7 @@ var errDeltaEntries = errors.New("load delta: too many entries")
 
 func (dec *deltaDecoder) decision(s *decisionSlot, b []byte) error {
 	e := &s.d
-	for len(b) > 0 {
-		f, n, err := readField(b)
-		if err != nil {
-			return err
-		}
-		b = b[n:]
+	return walkFields(b, func(f wireField) (err error) {
 		switch f.tag {
 		case 1<<3 | wBytes:
 			err = dec.str(&e.DecisionId, f.val)
@@ -265,21 +255,13 @@ func (dec *deltaDecoder) decision(s *decisionSlot, b []byte) error {
 			}
 			e.LatencyInputs, err = appendPackedUint32(e.LatencyInputs, f.val)
 		}
-		if err != nil {
-			return err
-		}
-	}
-	return nil
+		return err
+	})
 }
 
 func (dec *deltaDecoder) lifecycleEntry(s *lifecycleSlot, b []byte) error {
 	e := &s.l
-	for len(b) > 0 {
-		f, n, err := readField(b)
-		if err != nil {
-			return err
-		}
-		b = b[n:]
+	return walkFields(b, func(f wireField) (err error) {
 		switch f.tag {
 		case 1<<3 | wBytes:
 			err = dec.str(&e.DecisionId, f.val)
@@ -299,30 +281,36 @@ func (dec *deltaDecoder) lifecycleEntry(s *lifecycleSlot, b []byte) error {
 		case 8<<3 | wVarint:
 			s.out, e.OutputTokens = f.x, &s.out
 		}
-		if err != nil {
-			return err
-		}
-	}
-	return nil
+		return err
+	})
 }
 
 // workerRef merges an encoded WorkerRef into w, as a repeated occurrence
 // of a message field is merged.
 func (dec *deltaDecoder) workerRef(w *pb.WorkerRef, b []byte) error {
+	return walkFields(b, func(f wireField) (err error) {
+		switch f.tag {
+		case 1<<3 | wBytes:
+			err = dec.str(&w.WorkerId, f.val)
+		case 2<<3 | wVarint:
+			w.DpRank = uint32(f.x)
+		}
+		return err
+	})
+}
+
+// walkFields calls set with each field of the message b, in order,
+// stopping at the first error, of the wire or of set.
+func walkFields(b []byte, set func(f wireField) error) error {
 	for len(b) > 0 {
 		f, n, err := readField(b)
 		if err != nil {
 			return err
 		}
-		b = b[n:]
-		switch f.tag {
-		case 1<<3 | wBytes:
-			if err := dec.str(&w.WorkerId, f.val); err != nil {
-				return err
-			}
-		case 2<<3 | wVarint:
-			w.DpRank = uint32(f.x)
+		if err := set(f); err != nil {
+			return err
 		}
+		b = b[n:]
 	}
 	return nil
 }
