@@ -211,11 +211,10 @@ var errDeltaEntries = errors.New("load delta: too many entries")
 func (dec *deltaDecoder) decision(s *decisionSlot, b []byte) error {
 	e := &s.d
 	return walkFields(b, func(f wireField) (err error) {
+		if ok, err := dec.entryIDs(f, &e.DecisionId, &e.RequestId); ok {
+			return err
+		}
 		switch f.tag {
-		case 1<<3 | wBytes:
-			err = dec.str(&e.DecisionId, f.val)
-		case 2<<3 | wBytes:
-			err = dec.str(&e.RequestId, f.val)
 		case 3<<3 | wVarint:
 			e.DecidedAtUnixNano = int64(f.x)
 		case 4<<3 | wBytes:
@@ -234,26 +233,19 @@ func (dec *deltaDecoder) decision(s *decisionSlot, b []byte) error {
 			e.EffectiveIsl = uint32(f.x)
 		case 10<<3 | wVarint:
 			e.PrefillCachedTokens = uint32(f.x)
-		case 11<<3 | wFixed64:
-			e.ActiveHashes = append(e.ActiveHashes, f.x)
-		case 11<<3 | wBytes:
-			e.ActiveHashes, err = appendPackedFixed64(e.ActiveHashes, f.val)
+		case 11<<3 | wFixed64, 11<<3 | wBytes:
+			e.ActiveHashes, err = appendFixed64s(e.ActiveHashes, f)
 		case 12<<3 | wVarint:
 			e.SharesHashesWith = uint32(f.x)
 		case 13<<3 | wVarint:
 			e.SharedHashes = uint32(f.x)
 		case 14<<3 | wVarint:
 			e.LatencyPath = uint32(f.x)
-		case 15<<3 | wVarint:
+		case 15<<3 | wVarint, 15<<3 | wBytes:
 			if e.LatencyInputs == nil {
 				e.LatencyInputs = s.lat[:0:len(s.lat)]
 			}
-			e.LatencyInputs = append(e.LatencyInputs, uint32(f.x))
-		case 15<<3 | wBytes:
-			if e.LatencyInputs == nil {
-				e.LatencyInputs = s.lat[:0:len(s.lat)]
-			}
-			e.LatencyInputs, err = appendPackedUint32(e.LatencyInputs, f.val)
+			e.LatencyInputs, err = appendUint32s(e.LatencyInputs, f)
 		}
 		return err
 	})
@@ -262,11 +254,10 @@ func (dec *deltaDecoder) decision(s *decisionSlot, b []byte) error {
 func (dec *deltaDecoder) lifecycleEntry(s *lifecycleSlot, b []byte) error {
 	e := &s.l
 	return walkFields(b, func(f wireField) (err error) {
+		if ok, err := dec.entryIDs(f, &e.DecisionId, &e.RequestId); ok {
+			return err
+		}
 		switch f.tag {
-		case 1<<3 | wBytes:
-			err = dec.str(&e.DecisionId, f.val)
-		case 2<<3 | wBytes:
-			err = dec.str(&e.RequestId, f.val)
 		case 3<<3 | wVarint:
 			e.Kind = pb.OutcomeEvent_Kind(int32(f.x))
 		case 4<<3 | wVarint:
@@ -283,6 +274,18 @@ func (dec *deltaDecoder) lifecycleEntry(s *lifecycleSlot, b []byte) error {
 		}
 		return err
 	})
+}
+
+// entryIDs decodes the ids both kinds of entry start with (fields 1 and
+// 2); ok is false for any other field.
+func (dec *deltaDecoder) entryIDs(f wireField, decisionID, requestID *string) (ok bool, err error) {
+	switch f.tag {
+	case 1<<3 | wBytes:
+		return true, dec.str(decisionID, f.val)
+	case 2<<3 | wBytes:
+		return true, dec.str(requestID, f.val)
+	}
+	return false, nil
 }
 
 // workerRef merges an encoded WorkerRef into w, as a repeated occurrence
@@ -333,29 +336,35 @@ func (dec *deltaDecoder) str(dst *string, val []byte) error {
 	return nil
 }
 
-// appendPackedFixed64 appends a packed fixed64 list; the first list of a
-// field is allocated at its exact length.
-func appendPackedFixed64(s []uint64, val []byte) ([]uint64, error) {
-	if len(val)%8 != 0 {
+// appendFixed64s appends a repeated fixed64 field's values: one, or a
+// packed list. The first list of a field is allocated at its length.
+func appendFixed64s(s []uint64, f wireField) ([]uint64, error) {
+	if f.tag&7 == wFixed64 {
+		return append(s, f.x), nil
+	}
+	if len(f.val)%8 != 0 {
 		return s, errDeltaWire
 	}
-	k := len(val) / 8
-	n := len(s)
+	n, k := len(s), len(f.val)/8
 	if s == nil {
 		s = make([]uint64, k)
 	} else {
 		s = slices.Grow(s, k)[:n+k]
 	}
 	for i, dst := 0, s[n:]; i < len(dst); i++ {
-		dst[i] = binary.LittleEndian.Uint64(val[8*i:])
+		dst[i] = binary.LittleEndian.Uint64(f.val[8*i:])
 	}
 	return s, nil
 }
 
-// appendPackedUint32 appends a packed varint list of uint32s, each the low
-// 32 bits of its varint, as proto.Unmarshal takes them.
-func appendPackedUint32(s []uint32, val []byte) ([]uint32, error) {
-	for len(val) > 0 {
+// appendUint32s appends a repeated uint32 field's values: one varint, or
+// a packed list of them, each the low 32 bits of its varint as
+// proto.Unmarshal takes them.
+func appendUint32s(s []uint32, f wireField) ([]uint32, error) {
+	if f.tag&7 == wVarint {
+		return append(s, uint32(f.x)), nil
+	}
+	for val := f.val; len(val) > 0; {
 		var x uint64
 		n := 1
 		if val[0] < 0x80 {
