@@ -62,14 +62,6 @@ type lifecycleSlot struct {
 	out       uint64
 }
 
-// wireField is one field read off the wire. Its value is in x (varint,
-// fixed64, fixed32) or val (length-delimited); a group's is skipped.
-type wireField struct {
-	tag uint64 // field number << 3 | wire type
-	x   uint64
-	val []byte
-}
-
 // Tags of the fields the decoder reads: field number << 3 | wire type.
 const (
 	wVarint  = uint64(protowire.VarintType)
@@ -82,60 +74,112 @@ var (
 	errDeltaUTF8 = errors.New("proto: string field contains invalid UTF-8")
 )
 
-// readField reads the field at the start of b: the field and its size in
-// bytes, or an error where proto.Unmarshal would fail on it.
-func readField(b []byte) (f wireField, n int, err error) {
-	if len(b) > 0 && b[0] < 0x80 {
-		f.tag, n = uint64(b[0]), 1
-	} else if f.tag, n = protowire.ConsumeVarint(b); n < 0 {
-		return f, 0, errDeltaWire
+// fieldReader reads a message's fields in order:
+//
+//	r := fieldReader{b: b}
+//	for r.next() {
+//		switch r.tag { ... }         // fields it does not know are skipped
+//		r.fail(err)                  // an error of a field's value stops it
+//	}
+//	return r.err
+//
+// It is a loop the compiler inlines, rather than a callback per field,
+// which cost a third of the decoding. It keeps positions, not slices, so
+// that reading a field writes no pointer: while the collector marks, each
+// pointer written through a pointer costs a write barrier.
+type fieldReader struct {
+	b  []byte
+	at int // where the next field starts
+	// The field read: tag is its number << 3 | wire type, x its value
+	// (varint, fixed64, fixed32) or b[lo:hi] (length-delimited); a group's
+	// value is skipped.
+	tag, x uint64
+	lo, hi int
+	err    error
+}
+
+// val is the length-delimited value of the field read.
+func (r *fieldReader) val() []byte { return r.b[r.lo:r.hi] }
+
+// next reads the next field into f: false at the end of the message or at
+// the first error.
+func (r *fieldReader) next() bool {
+	return r.at < len(r.b) && r.err == nil && r.read()
+}
+
+// read reads the field at r.at and moves past it; false, with r.err set,
+// where proto.Unmarshal would fail on it.
+func (r *fieldReader) read() bool {
+	b, n := r.b[r.at:], 1
+	if b[0] < 0x80 {
+		r.tag = uint64(b[0])
+	} else if r.tag, n = protowire.ConsumeVarint(b); n < 0 {
+		r.err = errDeltaWire
+		return false
 	}
-	num, typ := f.tag>>3, protowire.Type(f.tag&7)
+	num, typ := r.tag>>3, protowire.Type(r.tag&7)
 	if num < uint64(protowire.MinValidNumber) || num > uint64(protowire.MaxValidNumber) {
-		return f, 0, errDeltaWire
+		r.err = errDeltaWire
+		return false
 	}
 	b = b[n:]
 	m := -1
 	switch typ {
 	case protowire.VarintType:
 		if len(b) > 0 && b[0] < 0x80 {
-			f.x, m = uint64(b[0]), 1
+			r.x, m = uint64(b[0]), 1
 		} else {
-			f.x, m = protowire.ConsumeVarint(b)
+			r.x, m = protowire.ConsumeVarint(b)
 		}
 	case protowire.Fixed64Type:
 		if len(b) >= 8 {
-			f.x, m = binary.LittleEndian.Uint64(b), 8
+			r.x, m = binary.LittleEndian.Uint64(b), 8
 		}
 	case protowire.Fixed32Type:
 		if len(b) >= 4 {
-			f.x, m = uint64(binary.LittleEndian.Uint32(b)), 4
+			r.x, m = uint64(binary.LittleEndian.Uint32(b)), 4
 		}
 	case protowire.BytesType:
-		f.val, m = protowire.ConsumeBytes(b)
+		var val []byte
+		if len(b) > 0 && b[0] < 0x80 && int(b[0]) < len(b) {
+			val, m = b[1:1+b[0]], 1+int(b[0])
+		} else {
+			val, m = protowire.ConsumeBytes(b)
+		}
+		r.hi = r.at + n + m
+		r.lo = r.hi - len(val)
 	case protowire.StartGroupType:
 		// An unknown group, skipped whole as proto.Unmarshal skips it.
 		m = protowire.ConsumeFieldValue(protowire.Number(num), typ, b)
 	}
 	// An end group outside a group, or wire type 6 or 7, is malformed.
 	if m < 0 {
-		return f, 0, errDeltaWire
+		r.err = errDeltaWire
+		return false
 	}
-	return f, n + m, nil
+	r.at += n + m
+	return true
+}
+
+// fail stops the reader at err, unless err is nil.
+func (r *fieldReader) fail(err error) {
+	if err != nil {
+		r.err = err
+	}
 }
 
 // deltaDecoder holds what one record's decoding shares: the bytes of its
-// strings, and the slots its entries are carved from.
+// strings.
 type deltaDecoder struct {
-	// text holds the bytes of the strings decoded so far, which point into
-	// it. It is only ever appended to, past its length: a byte a string
+	// text[:used] holds the bytes of the strings decoded so far, which
+	// point into it. Only text[used:] is ever written: a byte a string
 	// points to is never written again, which is what makes the strings
 	// immutable. When it is full, a new block replaces it, and the strings
-	// keep the old one alive.
-	text      []byte
-	textHint  int
-	decisions []decisionSlot
-	lifecycle []lifecycleSlot
+	// keep the old one alive. (used, not len(text), marks the end, so that
+	// a string costs no pointer write but its own.)
+	text     []byte
+	used     int
+	textHint int
 }
 
 // Bytes of strings a record's entries usually hold (a UUID, a request id,
@@ -153,17 +197,17 @@ const (
 // record makes a replica allocate far more than MaxDeltaEntries entries.
 func unmarshalLoadDelta(v []byte, maxEntries int) (*pb.LoadDelta, error) {
 	nd, nl := 0, 0
-	err := walkFields(v, func(f wireField) error {
-		switch f.tag {
+	top := fieldReader{b: v}
+	for top.next() {
+		switch top.tag {
 		case 2<<3 | wBytes:
 			nd++
 		case 3<<3 | wBytes:
 			nl++
 		}
-		return nil
-	})
-	if err != nil {
-		return nil, err
+	}
+	if top.err != nil {
+		return nil, top.err
 	}
 	if nd+nl > maxEntries {
 		return nil, errDeltaEntries
@@ -171,36 +215,37 @@ func unmarshalLoadDelta(v []byte, maxEntries int) (*pb.LoadDelta, error) {
 	d := &pb.LoadDelta{}
 	// The strings are bytes of v, so v bounds them all.
 	dec := deltaDecoder{textHint: min(len(v), 16+decisionTextHint*nd+lifecycleTextHint*nl)}
+	var decisions []decisionSlot
 	if nd > 0 {
-		dec.decisions = make([]decisionSlot, nd)
+		decisions = make([]decisionSlot, nd)
 		d.Decisions = make([]*pb.DecisionDelta, nd)
-		for i := range dec.decisions {
-			d.Decisions[i] = &dec.decisions[i].d
+		for i := range decisions {
+			d.Decisions[i] = &decisions[i].d
 		}
 	}
+	var lifecycle []lifecycleSlot
 	if nl > 0 {
-		dec.lifecycle = make([]lifecycleSlot, nl)
+		lifecycle = make([]lifecycleSlot, nl)
 		d.Lifecycle = make([]*pb.LifecycleDelta, nl)
-		for i := range dec.lifecycle {
-			d.Lifecycle[i] = &dec.lifecycle[i].l
+		for i := range lifecycle {
+			d.Lifecycle[i] = &lifecycle[i].l
 		}
 	}
-	id, il := 0, 0
-	err = walkFields(v, func(f wireField) (err error) {
-		switch f.tag {
+	top = fieldReader{b: v}
+	for id, il := 0, 0; top.next(); {
+		switch top.tag {
 		case 1<<3 | wBytes:
-			err = dec.str(&d.WriterId, f.val)
+			top.fail(dec.str(&d.WriterId, top.val()))
 		case 2<<3 | wBytes:
-			err = dec.decision(&dec.decisions[id], f.val)
+			top.fail(dec.decision(&decisions[id], top.val()))
 			id++
 		case 3<<3 | wBytes:
-			err = dec.lifecycleEntry(&dec.lifecycle[il], f.val)
+			top.fail(dec.lifecycleEntry(&lifecycle[il], top.val()))
 			il++
 		}
-		return err
-	})
-	if err != nil {
-		return nil, err
+	}
+	if top.err != nil {
+		return nil, top.err
 	}
 	return d, nil
 }
@@ -210,112 +255,98 @@ var errDeltaEntries = errors.New("load delta: too many entries")
 
 func (dec *deltaDecoder) decision(s *decisionSlot, b []byte) error {
 	e := &s.d
-	return walkFields(b, func(f wireField) (err error) {
-		if ok, err := dec.entryIDs(f, &e.DecisionId, &e.RequestId); ok {
-			return err
-		}
-		switch f.tag {
+	r := fieldReader{b: b}
+	for r.next() {
+		var err error
+		switch r.tag {
+		case 1<<3 | wBytes, 2<<3 | wBytes:
+			err = dec.entryID(&r, &e.DecisionId, &e.RequestId)
 		case 3<<3 | wVarint:
-			e.DecidedAtUnixNano = int64(f.x)
+			e.DecidedAtUnixNano = int64(r.x)
 		case 4<<3 | wBytes:
 			e.DecodeWorker = &s.ref[0]
-			err = dec.workerRef(e.DecodeWorker, f.val)
+			err = dec.workerRef(e.DecodeWorker, r.val())
 		case 5<<3 | wBytes:
 			e.PrefillWorker = &s.ref[1]
-			err = dec.workerRef(e.PrefillWorker, f.val)
+			err = dec.workerRef(e.PrefillWorker, r.val())
 		case 6<<3 | wVarint:
-			e.Local = f.x != 0
+			e.Local = r.x != 0
 		case 7<<3 | wVarint:
-			e.BlockSize = uint32(f.x)
+			e.BlockSize = uint32(r.x)
 		case 8<<3 | wVarint:
-			e.PromptTokens = uint32(f.x)
+			e.PromptTokens = uint32(r.x)
 		case 9<<3 | wVarint:
-			e.EffectiveIsl = uint32(f.x)
+			e.EffectiveIsl = uint32(r.x)
 		case 10<<3 | wVarint:
-			e.PrefillCachedTokens = uint32(f.x)
+			e.PrefillCachedTokens = uint32(r.x)
 		case 11<<3 | wFixed64, 11<<3 | wBytes:
-			e.ActiveHashes, err = appendFixed64s(e.ActiveHashes, f)
+			e.ActiveHashes, err = appendFixed64s(e.ActiveHashes, &r)
 		case 12<<3 | wVarint:
-			e.SharesHashesWith = uint32(f.x)
+			e.SharesHashesWith = uint32(r.x)
 		case 13<<3 | wVarint:
-			e.SharedHashes = uint32(f.x)
+			e.SharedHashes = uint32(r.x)
 		case 14<<3 | wVarint:
-			e.LatencyPath = uint32(f.x)
+			e.LatencyPath = uint32(r.x)
 		case 15<<3 | wVarint, 15<<3 | wBytes:
 			if e.LatencyInputs == nil {
 				e.LatencyInputs = s.lat[:0:len(s.lat)]
 			}
-			e.LatencyInputs, err = appendUint32s(e.LatencyInputs, f)
+			e.LatencyInputs, err = appendUint32s(e.LatencyInputs, &r)
 		}
-		return err
-	})
+		r.fail(err)
+	}
+	return r.err
 }
 
 func (dec *deltaDecoder) lifecycleEntry(s *lifecycleSlot, b []byte) error {
 	e := &s.l
-	return walkFields(b, func(f wireField) (err error) {
-		if ok, err := dec.entryIDs(f, &e.DecisionId, &e.RequestId); ok {
-			return err
-		}
-		switch f.tag {
+	r := fieldReader{b: b}
+	for r.next() {
+		var err error
+		switch r.tag {
+		case 1<<3 | wBytes, 2<<3 | wBytes:
+			err = dec.entryID(&r, &e.DecisionId, &e.RequestId)
 		case 3<<3 | wVarint:
-			e.Kind = pb.OutcomeEvent_Kind(int32(f.x))
+			e.Kind = pb.OutcomeEvent_Kind(int32(r.x))
 		case 4<<3 | wVarint:
-			e.EventTimeUnixNano = int64(f.x)
+			e.EventTimeUnixNano = int64(r.x)
 		case 5<<3 | wBytes:
 			e.DecodeWorker = &s.ref
-			err = dec.workerRef(e.DecodeWorker, f.val)
+			err = dec.workerRef(e.DecodeWorker, r.val())
 		case 6<<3 | wFixed64:
-			s.ttft, e.TtftMs = math.Float64frombits(f.x), &s.ttft
+			s.ttft, e.TtftMs = math.Float64frombits(r.x), &s.ttft
 		case 7<<3 | wFixed64:
-			s.itl, e.ItlMsMean = math.Float64frombits(f.x), &s.itl
+			s.itl, e.ItlMsMean = math.Float64frombits(r.x), &s.itl
 		case 8<<3 | wVarint:
-			s.out, e.OutputTokens = f.x, &s.out
+			s.out, e.OutputTokens = r.x, &s.out
 		}
-		return err
-	})
+		r.fail(err)
+	}
+	return r.err
 }
 
-// entryIDs decodes the ids both kinds of entry start with (fields 1 and
-// 2); ok is false for any other field.
-func (dec *deltaDecoder) entryIDs(f wireField, decisionID, requestID *string) (ok bool, err error) {
-	switch f.tag {
-	case 1<<3 | wBytes:
-		return true, dec.str(decisionID, f.val)
-	case 2<<3 | wBytes:
-		return true, dec.str(requestID, f.val)
+// entryID decodes one of the ids both kinds of entry start with: the
+// decision id (field 1) or the request id (field 2).
+func (dec *deltaDecoder) entryID(r *fieldReader, decisionID, requestID *string) error {
+	if r.tag>>3 == 1 {
+		return dec.str(decisionID, r.val())
 	}
-	return false, nil
+	return dec.str(requestID, r.val())
 }
 
 // workerRef merges an encoded WorkerRef into w, as a repeated occurrence
 // of a message field is merged.
 func (dec *deltaDecoder) workerRef(w *pb.WorkerRef, b []byte) error {
-	return walkFields(b, func(f wireField) (err error) {
-		switch f.tag {
+	r := fieldReader{b: b}
+	for r.next() {
+		switch r.tag {
 		case 1<<3 | wBytes:
-			err = dec.str(&w.WorkerId, f.val)
+			r.fail(dec.str(&w.WorkerId, r.val()))
 		case 2<<3 | wVarint:
-			w.DpRank = uint32(f.x)
+			w.DpRank = uint32(r.x)
 		}
-		return err
-	})
-}
-
-// walkFields calls set with each field of the message b, in order,
-// stopping at the first error, of the wire or of set.
-func walkFields(b []byte, set func(f wireField) error) error {
-	for len(b) > 0 {
-		f, n, err := readField(b)
-		if err != nil {
-			return err
-		}
-		if err := set(f); err != nil {
-			return err
-		}
-		b = b[n:]
 	}
-	return nil
+	return r.err
 }
 
 // str sets *dst to a string field's value, copied into text.
@@ -327,44 +358,63 @@ func (dec *deltaDecoder) str(dst *string, val []byte) error {
 		*dst = ""
 		return nil
 	}
-	if cap(dec.text)-len(dec.text) < len(val) {
-		dec.text = make([]byte, 0, max(len(val), dec.textHint, 2*cap(dec.text)))
+	if len(dec.text)-dec.used < len(val) {
+		dec.text, dec.used = make([]byte, max(len(val), dec.textHint, 2*len(dec.text))), 0
 	}
-	at := len(dec.text)
-	dec.text = append(dec.text, val...)
+	at := dec.used
+	dec.used += copy(dec.text[at:], val)
 	*dst = unsafe.String(&dec.text[at], len(val))
 	return nil
 }
 
 // appendFixed64s appends a repeated fixed64 field's values: one, or a
 // packed list. The first list of a field is allocated at its length.
-func appendFixed64s(s []uint64, f wireField) ([]uint64, error) {
-	if f.tag&7 == wFixed64 {
-		return append(s, f.x), nil
+func appendFixed64s(s []uint64, r *fieldReader) ([]uint64, error) {
+	if r.tag&7 == wFixed64 {
+		return append(s, r.x), nil
 	}
-	if len(f.val)%8 != 0 {
+	val := r.val()
+	if len(val)%8 != 0 {
 		return s, errDeltaWire
 	}
-	n, k := len(s), len(f.val)/8
+	n, k := len(s), len(val)/8
 	if s == nil {
 		s = make([]uint64, k)
 	} else {
 		s = slices.Grow(s, k)[:n+k]
 	}
-	for i, dst := 0, s[n:]; i < len(dst); i++ {
-		dst[i] = binary.LittleEndian.Uint64(f.val[8*i:])
-	}
+	putFixed64s(s[n:], val)
 	return s, nil
 }
+
+// putFixed64s decodes the little-endian uint64s of val into dst, of
+// len(val)/8 elements. Where the machine is little endian too, that is a
+// copy of the bytes: a chain of 256 hashes was a third of a record's
+// decoding as a loop.
+func putFixed64s(dst []uint64, val []byte) {
+	if nativeLittleEndian && len(dst) > 0 {
+		copy(unsafe.Slice((*byte)(unsafe.Pointer(&dst[0])), 8*len(dst)), val)
+		return
+	}
+	putFixed64sPortable(dst, val)
+}
+
+func putFixed64sPortable(dst []uint64, val []byte) {
+	for i := range dst {
+		dst[i] = binary.LittleEndian.Uint64(val[8*i:])
+	}
+}
+
+var nativeLittleEndian = binary.NativeEndian.Uint16([]byte{1, 0}) == 1
 
 // appendUint32s appends a repeated uint32 field's values: one varint, or
 // a packed list of them, each the low 32 bits of its varint as
 // proto.Unmarshal takes them.
-func appendUint32s(s []uint32, f wireField) ([]uint32, error) {
-	if f.tag&7 == wVarint {
-		return append(s, uint32(f.x)), nil
+func appendUint32s(s []uint32, r *fieldReader) ([]uint32, error) {
+	if r.tag&7 == wVarint {
+		return append(s, uint32(r.x)), nil
 	}
-	for val := f.val; len(val) > 0; {
+	for val := r.val(); len(val) > 0; {
 		var x uint64
 		n := 1
 		if val[0] < 0x80 {
