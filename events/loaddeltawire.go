@@ -256,11 +256,9 @@ var errDeltaEntries = errors.New("load delta: too many entries")
 func (dec *deltaDecoder) decision(s *decisionSlot, b []byte) error {
 	e := &s.d
 	r := fieldReader{b: b}
-	for r.next() {
+	for dec.nextEntryField(&r, &e.DecisionId, &e.RequestId) {
 		var err error
 		switch r.tag {
-		case 1<<3 | wBytes, 2<<3 | wBytes:
-			err = dec.entryID(&r, &e.DecisionId, &e.RequestId)
 		case 3<<3 | wVarint:
 			e.DecidedAtUnixNano = int64(r.x)
 		case 4<<3 | wBytes:
@@ -301,11 +299,9 @@ func (dec *deltaDecoder) decision(s *decisionSlot, b []byte) error {
 func (dec *deltaDecoder) lifecycleEntry(s *lifecycleSlot, b []byte) error {
 	e := &s.l
 	r := fieldReader{b: b}
-	for r.next() {
+	for dec.nextEntryField(&r, &e.DecisionId, &e.RequestId) {
 		var err error
 		switch r.tag {
-		case 1<<3 | wBytes, 2<<3 | wBytes:
-			err = dec.entryID(&r, &e.DecisionId, &e.RequestId)
 		case 3<<3 | wVarint:
 			e.Kind = pb.OutcomeEvent_Kind(int32(r.x))
 		case 4<<3 | wVarint:
@@ -325,13 +321,21 @@ func (dec *deltaDecoder) lifecycleEntry(s *lifecycleSlot, b []byte) error {
 	return r.err
 }
 
-// entryID decodes one of the ids both kinds of entry start with: the
-// decision id (field 1) or the request id (field 2).
-func (dec *deltaDecoder) entryID(r *fieldReader, decisionID, requestID *string) error {
-	if r.tag>>3 == 1 {
-		return dec.str(decisionID, r.val())
+// nextEntryField is r.next for an entry: it decodes the ids both kinds of
+// entry start with, the decision id (field 1) and the request id (field
+// 2), and stops at the entry's other fields.
+func (dec *deltaDecoder) nextEntryField(r *fieldReader, decisionID, requestID *string) bool {
+	for r.next() {
+		switch r.tag {
+		case 1<<3 | wBytes:
+			r.fail(dec.str(decisionID, r.val()))
+		case 2<<3 | wBytes:
+			r.fail(dec.str(requestID, r.val()))
+		default:
+			return true
+		}
 	}
-	return dec.str(requestID, r.val())
+	return false
 }
 
 // workerRef merges an encoded WorkerRef into w, as a repeated occurrence
