@@ -187,11 +187,11 @@ type deltaDecoder struct {
 	textHint int
 }
 
-// Bytes of strings a record's entries usually hold (a UUID, a request id,
-// worker ids): the first block of text, so that a record's strings are
-// usually one allocation.
+// Bytes of strings a record's entries usually hold (two ULIDs, 26 bytes
+// each, and worker ids): the first block of text, so that a record's
+// strings are usually one allocation.
 const (
-	decisionTextHint  = 96
+	decisionTextHint  = 80
 	lifecycleTextHint = 64
 )
 
