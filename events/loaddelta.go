@@ -72,7 +72,9 @@ var LoadDeltaReasons = []string{
 
 // DecodeLoadDelta parses and validates a LoadDelta value read with key at
 // logTime (the record's Kafka timestamp; zero checks the content only). Any
-// error is a *ValidationError whose Reason is one of LoadDeltaReasons.
+// error is a *ValidationError whose Reason is one of LoadDeltaReasons. It
+// parses with unmarshalLoadDelta (loaddeltawire.go), which accepts what
+// proto.Unmarshal accepts and drops unknown fields.
 func DecodeLoadDelta(key, value []byte, logTime time.Time) (*pb.LoadDelta, error) {
 	if len(value) > MaxDeltaBytes {
 		return nil, invalid(ReasonDeltaTooLarge, "", "load delta: %d bytes, at most %d are allowed", len(value), MaxDeltaBytes)

@@ -88,10 +88,10 @@ var (
 //	}
 //	return r.err
 //
-// It is a loop the compiler inlines, rather than a callback per field,
-// which cost a third of the decoding. It keeps positions, not slices, so
-// that reading a field writes no pointer: while the collector marks, each
-// pointer written through a pointer costs a write barrier.
+// next inlines into the loop, where a callback per field would cost an
+// indirect call and a copy of the field. The reader keeps positions, not
+// slices, so that reading a field writes no pointer: while the collector
+// marks, each pointer written through a pointer costs a write barrier.
 type fieldReader struct {
 	b  []byte
 	at int // where the next field starts
@@ -106,8 +106,8 @@ type fieldReader struct {
 // val is the length-delimited value of the field read.
 func (r *fieldReader) val() []byte { return r.b[r.lo:r.hi] }
 
-// next reads the next field into f: false at the end of the message or at
-// the first error.
+// next reads the next field: false at the end of the message or at the
+// first error.
 func (r *fieldReader) next() bool {
 	return r.at < len(r.b) && r.err == nil && r.read()
 }
