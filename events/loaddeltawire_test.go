@@ -350,7 +350,9 @@ func TestDecodeLoadDeltaEntryBound(t *testing.T) {
 
 // FuzzLoadDeltaWireMatchesProto: for any value, unmarshalLoadDelta fails
 // exactly when proto.Unmarshal fails, and otherwise decodes the message
-// proto.Unmarshal decodes, without its unknown fields.
+// proto.Unmarshal decodes, without its unknown fields. Bounded to two
+// entries, it refuses a value proto.Unmarshal accepts exactly when the
+// value has more, and decodes the same message otherwise.
 func FuzzLoadDeltaWireMatchesProto(f *testing.F) {
 	for _, v := range wireRecords(f) {
 		f.Add(v)
@@ -369,6 +371,19 @@ func FuzzLoadDeltaWireMatchesProto(f *testing.F) {
 		}
 		if err == nil && !proto.Equal(got, want) {
 			t.Fatalf("% x: decoded %v, proto.Unmarshal %v", v, got, want)
+		}
+		bounded, berr := unmarshalLoadDelta(v, 2)
+		switch {
+		case werr != nil:
+			if berr == nil {
+				t.Fatalf("% x: bounded, accepted what proto.Unmarshal refuses (%v)", v, werr)
+			}
+		case len(want.Decisions)+len(want.Lifecycle) > 2:
+			if !errors.Is(berr, errDeltaEntries) {
+				t.Fatalf("% x: bounded, %d entries: %v", v, len(want.Decisions)+len(want.Lifecycle), berr)
+			}
+		case berr != nil || !proto.Equal(bounded, want):
+			t.Fatalf("% x: bounded, decoded %v (%v), proto.Unmarshal %v", v, bounded, berr, want)
 		}
 	})
 }
