@@ -2,7 +2,6 @@ package events
 
 import (
 	"math/rand/v2"
-	"syscall"
 	"testing"
 	"time"
 
@@ -248,18 +247,13 @@ func BenchmarkDecodeDecision(b *testing.B) {
 	})
 	b.Run("apply", func(b *testing.B) {
 		b.ReportAllocs()
-		// The process's CPU time, which a machine shared with other work
-		// inflates less than the wall time.
-		var ru0, ru1 syscall.Rusage
-		_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru0)
+		cpu0 := processCPU()
 		for b.Loop() {
 			if _, err := DecodeForApply(Names{}, r, false); err != nil {
 				b.Fatal(err)
 			}
 		}
-		_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru1)
-		cpu := ru1.Utime.Nano() + ru1.Stime.Nano() - ru0.Utime.Nano() - ru0.Stime.Nano()
-		b.ReportMetric(float64(cpu)/float64(b.N), "cpu-ns/op")
+		reportCPU(b, cpu0)
 	})
 }
 

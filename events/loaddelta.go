@@ -1,10 +1,9 @@
 package events
 
 import (
+	"errors"
 	"math"
 	"time"
-
-	"google.golang.org/protobuf/proto"
 
 	pb "github.com/pdrouter/pdrouter/events/eventspb"
 )
@@ -73,13 +72,21 @@ var LoadDeltaReasons = []string{
 
 // DecodeLoadDelta parses and validates a LoadDelta value read with key at
 // logTime (the record's Kafka timestamp; zero checks the content only). Any
-// error is a *ValidationError whose Reason is one of LoadDeltaReasons.
+// error is a *ValidationError whose Reason is one of LoadDeltaReasons. It
+// parses with unmarshalLoadDelta (loaddeltawire.go), which accepts what
+// proto.Unmarshal accepts and drops unknown fields.
 func DecodeLoadDelta(key, value []byte, logTime time.Time) (*pb.LoadDelta, error) {
 	if len(value) > MaxDeltaBytes {
 		return nil, invalid(ReasonDeltaTooLarge, "", "load delta: %d bytes, at most %d are allowed", len(value), MaxDeltaBytes)
 	}
-	d := &pb.LoadDelta{}
-	if err := proto.Unmarshal(value, d); err != nil {
+	d, err := unmarshalLoadDelta(value, MaxDeltaEntries)
+	if errors.Is(err, errDeltaEntries) {
+		// Refused before its entries are allocated: a value of MaxDeltaBytes
+		// holds up to half a million empty ones. Such a value is refused
+		// whatever else it holds; this reason wins over the others.
+		return nil, invalid(ReasonDeltaTooManyEntries, "", "load delta: more than %d entries", MaxDeltaEntries)
+	}
+	if err != nil {
 		return nil, invalid(ReasonDeltaMalformed, "", "load delta: %v", err)
 	}
 	if err := ValidateLoadDelta(d, string(key), logTime); err != nil {
