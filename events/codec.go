@@ -183,8 +183,9 @@ func Decode(names Names, r *kgo.Record) (*Envelope, error) {
 // state and keeps no more of it than its header: a DecisionRecord is
 // decoded by UnmarshalDecisionForApply (keepChains as there), only as far
 // as the apply rules read it, and its Envelope is Partial, with the
-// record's header as bytes. It accepts and refuses exactly the records
-// Decode does.
+// record's header as bytes. It accepts every record Decode accepts, and
+// refuses the others but for a decision whose malformed part is in rows or
+// chains the apply rules do not read (UnmarshalDecisionForApply says why).
 func DecodeForApply(names Names, r *kgo.Record, keepChains bool) (*Envelope, error) {
 	return decode(names, r, func(v []byte) (*pb.DecisionRecord, []byte, error) { return UnmarshalDecisionForApply(v, keepChains) })
 }

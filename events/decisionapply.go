@@ -330,13 +330,23 @@ func (r *rowIdentity) workerRef(b []byte) bool {
 }
 
 // consumeTag is protowire.ConsumeTag with a fast path for the one-byte
-// tags (field numbers below 16) that make up the table.
+// tags (field numbers below 16) that make up the table. It refuses a field
+// number past protowire.MaxValidNumber, as proto.Unmarshal does and
+// protowire.ConsumeTag does not.
 func consumeTag(b []byte) (protowire.Number, protowire.Type, int) {
 	if len(b) > 0 && b[0] < 0x80 && b[0]>>3 != 0 {
 		return protowire.Number(b[0] >> 3), protowire.Type(b[0] & 7), 1
 	}
-	return protowire.ConsumeTag(b)
+	num, typ, n := protowire.ConsumeTag(b)
+	if n >= 0 && num > protowire.MaxValidNumber {
+		return 0, 0, errCodeFieldNumber
+	}
+	return num, typ, n
 }
+
+// errCodeFieldNumber is the negative length protowire's Consume functions
+// return for an invalid field number (protowire.ParseError reads it).
+const errCodeFieldNumber = -2
 
 // consumeValue is protowire.ConsumeFieldValue with fast paths for the
 // common short values.
@@ -454,7 +464,7 @@ func wellFormed(b []byte, sh *wireShape) bool {
 			num, typ, b = protowire.Number(c>>3), protowire.Type(c&7), b[1:]
 		} else {
 			var n int
-			if num, typ, n = protowire.ConsumeTag(b); n < 0 {
+			if num, typ, n = consumeTag(b); n < 0 {
 				return false
 			}
 			b = b[n:]

@@ -2,6 +2,7 @@ package events
 
 import (
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 
@@ -209,6 +210,27 @@ func TestDecodeForApply(t *testing.T) {
 	}
 	if env, err := DecodeForApply(Names{}, o, false); err != nil || env.Partial {
 		t.Fatalf("outcome: env %+v err %v", env, err)
+	}
+}
+
+// TestForApplyRefusesFieldNumbersPastTheLimit: a record with a top-level
+// field numbered past protowire.MaxValidNumber is refused, as
+// proto.Unmarshal refuses it (protowire's tag reader lets it through).
+func TestForApplyRefusesFieldNumbersPastTheLimit(t *testing.T) {
+	v, err := marshal.Marshal(decisionCorpus(rand.New(rand.NewPCG(3, 5)), 1)[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, num := range []uint64{uint64(protowire.MaxValidNumber) + 1, 1<<32 - 1} {
+		bad := protowire.AppendVarint(protowire.AppendVarint(slices.Clone(v), num<<3), 1)
+		if err := proto.Unmarshal(bad, &pb.DecisionRecord{}); err == nil {
+			t.Fatalf("field %d: proto.Unmarshal accepts it", num)
+		}
+		for _, keep := range []bool{false, true} {
+			if _, _, err := UnmarshalDecisionForApply(bad, keep); err == nil {
+				t.Errorf("field %d, keepChains %v: accepted", num, keep)
+			}
+		}
 	}
 }
 
