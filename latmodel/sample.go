@@ -59,10 +59,11 @@ func compareSampleKey(ha uint64, a string, hb uint64, b string) int {
 	return strings.Compare(a, b)
 }
 
-// sampleKey is an id held in its bucket's sample.
+// sampleKey is an id held in its bucket's sample, and its entry.
 type sampleKey struct {
 	h  uint64
 	id string
+	e  *entry
 }
 
 // sampleSet is a bucket's sample: a max-heap of its keys, so that the id a smaller
@@ -131,38 +132,36 @@ func (m *Model) bucketIn(k int64) bool {
 // among the bucket's smallest keys and pushing out the largest, or nil (counted)
 // when it is not.
 func (m *Model) sampledEntry(id string, u int64) *entry {
+	s := m.sampleOf(u)
+	k := sampleKey{h: sampleHash(id), id: id}
+	full := len(*s) >= m.perBucket()
+	if full && compareSampleKey(k.h, k.id, (*s)[0].h, (*s)[0].id) > 0 {
+		// Above the largest key held, so not held: refused without looking
+		// the id up among the entries, as most of a busy group's facts are.
+		m.stats.Sampled++
+		return nil
+	}
 	if e := m.entries[id]; e != nil {
 		return e
 	}
-	s := m.sampleOf(u)
-	k := sampleKey{h: sampleHash(id), id: id}
-	if len(*s) >= m.perBucket() {
-		top := (*s)[0]
-		if compareSampleKey(k.h, k.id, top.h, top.id) > 0 {
-			m.stats.Sampled++
-			return nil
-		}
-		m.pushOut(top.id)
+	k.e = &entry{sampled: true, u: u}
+	if full {
+		m.pushOut((*s)[0])
 		s.replaceTop(k)
 	} else {
 		s.push(k)
 	}
-	e := &entry{sampled: true, u: u}
-	m.entries[id] = e
-	return e
+	m.entries[id] = k.e
+	return k.e
 }
 
 // pushOut forgets an id a smaller one took the place of: its facts and their
 // samples.
-func (m *Model) pushOut(id string) {
-	e := m.entries[id]
-	if e == nil {
-		return
-	}
-	e.flags = 0
-	m.contribute(e) // takes its samples out
-	delete(m.entries, id)
-	m.dirty[id] = true
+func (m *Model) pushOut(k sampleKey) {
+	k.e.flags = 0
+	m.contribute(k.e) // takes its samples out
+	delete(m.entries, k.id)
+	m.dirty[k.id] = true
 	m.stats.Sampled++
 }
 
@@ -175,8 +174,8 @@ func (m *Model) dropSamples() {
 			continue
 		}
 		for _, key := range *s {
-			if e := m.entries[key.id]; e != nil && m.prune(e) {
-				m.forgetIfEmpty(key.id, e)
+			if m.prune(key.e) {
+				m.forgetIfEmpty(key.id, key.e)
 			}
 		}
 		delete(m.samples, k)
@@ -211,7 +210,7 @@ func (m *Model) restoreSample(id string, e *entry) bool {
 	if e.flags == 0 {
 		return false
 	}
-	m.sampleOf(u).push(sampleKey{h: sampleHash(id), id: id})
+	m.sampleOf(u).push(sampleKey{h: sampleHash(id), id: id, e: e})
 	return true
 }
 
@@ -234,8 +233,7 @@ func (m *Model) trimSamples() {
 	per := m.perBucket()
 	for _, s := range m.samples {
 		for len(*s) > per {
-			top := (*s)[0]
-			m.pushOut(top.id)
+			m.pushOut((*s)[0])
 			last := len(*s) - 1
 			(*s)[0] = (*s)[last]
 			*s = (*s)[:last]
