@@ -327,7 +327,8 @@ func (m *Model) entry(id string, latest, at int64) *entry {
 		case !m.bucketIn(u):
 			m.stats.Late++
 			return nil
-		case m.bucketOf(latest) < u, at != math.MinInt64 && m.bucketOf(at) != u:
+		case m.bucketOf(latest) < u, at != math.MinInt64 && m.bucketOf(at) != u,
+			m.clocked && u > m.cur+int64(m.aheadBuckets()):
 			m.stats.IDTime++
 			return nil
 		}

@@ -33,6 +33,10 @@ import (
 //     an id pushed out takes its facts and samples with it. Each id's entry exists
 //     iff it is in its bucket's set, so a store's entries give the sets back
 //     (Restore).
+//   - No sample opens more than Skew past the clock (aheadBuckets): the state moves
+//     the clock to each fact's time first, so only an outcome stamped before its
+//     decision's bucket names one, and the open samples are the window's buckets
+//     and these, each at most perBucket ids.
 //   - Ids that are not ULIDs (other producers, tests, the simulator's request ids)
 //     keep the first-come bound of MaxEntries, whose drops are counted (Stats.Full).
 //
@@ -107,10 +111,18 @@ func (s sampleSet) replaceTop(k sampleKey) {
 }
 
 // perBucket is how many ids a bucket's sample holds: MaxEntries over the window's
-// buckets and one more, for outcomes stamped up to Skew before their decision's
-// bucket opens, so that the sampled entries stay within MaxEntries.
+// buckets and the ones past the clock a sample may open in (aheadBuckets), so that
+// the sampled entries stay within MaxEntries.
 func (m *Model) perBucket() int {
-	return max(1, m.cfg.MaxEntries/(m.cfg.Buckets+1))
+	return max(1, m.cfg.MaxEntries/(m.cfg.Buckets+m.aheadBuckets()))
+}
+
+// aheadBuckets is how many buckets past the clock's an id's bucket may be: an
+// outcome, which moves the clock to its time, may be stamped up to Skew before its
+// decision's bucket. A fact further ahead (a caller that did not move the clock to
+// it) is refused, so that no more samples than the window's and these are open.
+func (m *Model) aheadBuckets() int {
+	return int((int64(m.cfg.Skew) + m.width - 1) / m.width)
 }
 
 // idBucket returns the bucket of a ULID id's time, and false for an id that is not a

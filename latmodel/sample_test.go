@@ -210,3 +210,28 @@ func BenchmarkModelPastItsBound(b *testing.B) {
 		})
 	}
 }
+
+// TestSampleBoundedAheadOfTheClock: facts stamped ahead of the model's clock
+// (a caller that does not advance it to each fact's time, or a hostile one)
+// open no sample past the clock and Skew, so the sampled entries stay within
+// MaxEntries however many buckets ahead they name.
+func TestSampleBoundedAheadOfTheClock(t *testing.T) {
+	rng := rand.New(rand.NewPCG(19, 20))
+	cfg := Config{BucketWidth: time.Second, Buckets: 5, Skew: time.Second, MaxEntries: 12}
+	m := New(cfg)
+	m.Advance(int64(10 * time.Second))
+	in := decider.LatencyInputs{Uncached: 10}
+	for i := range 1000 {
+		at := int64(10*time.Second) + int64(i)*int64(time.Second)
+		m.Decision(ulidAt(rng, at), at, decider.PathLocal, &in)
+	}
+	if s := m.Stats(); s.Entries > cfg.MaxEntries || s.IDTime == 0 {
+		t.Fatalf("stats %+v: want at most %d entries, the facts ahead refused as id_time", s, cfg.MaxEntries)
+	}
+	// At the clock and up to Skew ahead of it, facts are taken.
+	at := int64(11 * time.Second)
+	m.Decision(ulidAt(rng, at), at, decider.PathLocal, &in)
+	if s := m.Stats(); s.Entries < 2 {
+		t.Fatalf("stats %+v: a fact within Skew of the clock was refused", s)
+	}
+}
