@@ -51,7 +51,8 @@ import (
 //     later is kept; a fact whose bucket left the window is late), so the
 //     records read again from the mark, some of which it holds already,
 //     bring it to the model of a store that never stopped (latmodel's
-//     order-independence, but for its MaxEntries cap).
+//     order-independence; past MaxEntries its sample is a function of the
+//     facts too, but for ids that are not ULIDs).
 //   - The checkpoint's keys are not part of the digest: replicas write them
 //     at different times. The digest hashes the family from memory instead
 //     (openDigest), in key order, once the family stands at the store's
