@@ -144,9 +144,9 @@ type latencyMetrics struct {
 	dropped *prometheus.CounterVec
 	prev    latmodel.Stats
 	// Children set at every Apply, resolved once: by path and target, and
-	// by reason in the order of latDropReasons.
+	// by reason (latDropReasons).
 	sampleGauges [decider.NumPaths][decider.NumTargets]prometheus.Gauge
-	droppedBy    [len(latDropReasons)]prometheus.Counter
+	droppedBy    [numLatDrops]prometheus.Counter
 }
 
 // Reasons of pdrouter_latency_model_dropped_total.
@@ -160,10 +160,7 @@ const (
 	latDropIDTime     = "id_time"
 )
 
-// latDropReasons in the order of latencyMetrics.droppedBy.
-var latDropReasons = [...]string{latDropLate, latDropNoDecision, latDropFull, latDropAccFull, latDropNoRow, latDropSampled, latDropIDTime}
-
-// latDrop is the droppedBy index of each reason.
+// The droppedBy index of each reason.
 const (
 	latDropLateIdx = iota
 	latDropNoDecisionIdx
@@ -172,7 +169,15 @@ const (
 	latDropNoRowIdx
 	latDropSampledIdx
 	latDropIDTimeIdx
+	numLatDrops
 )
+
+// latDropReasons are the reasons by droppedBy index.
+var latDropReasons = [numLatDrops]string{
+	latDropLateIdx: latDropLate, latDropNoDecisionIdx: latDropNoDecision, latDropFullIdx: latDropFull,
+	latDropAccFullIdx: latDropAccFull, latDropNoRowIdx: latDropNoRow, latDropSampledIdx: latDropSampled,
+	latDropIDTimeIdx: latDropIDTime,
+}
 
 func newLatencyMetrics() *latencyMetrics {
 	m := &latencyMetrics{
