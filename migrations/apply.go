@@ -10,6 +10,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // Action is what migrate did, or would do, to one topic.
@@ -84,13 +85,24 @@ func (r Result) Print(w io.Writer) {
 // Apply creates every declared topic that is missing and compares the rest
 // with their declarations. With dryRun it changes nothing. It is idempotent:
 // a second run reports every topic unchanged (or drifted), never created.
-func Apply(ctx context.Context, adm *kadm.Client, specs []TopicSpec, dryRun bool) (Result, error) {
+//
+// It reads the cluster as the broker holds it when Apply runs, not as cl
+// cached it: kadm answers topic listings and offset lookups from the
+// client's metadata, kept up to kgo.MetadataMinAge (5 s by default), so a
+// run shortly after another would compare stale partitions, and the wait
+// for created topics would see them unknown until that age had passed.
+// Apply therefore purges the declared topics from cl's metadata before it
+// reads them, and the created ones before each look; cl is best a client of
+// its own (a producer or consumer of these topics refreshes them again).
+func Apply(ctx context.Context, cl *kgo.Client, specs []TopicSpec, dryRun bool) (Result, error) {
+	adm := kadm.NewClient(cl)
 	res := Result{Topics: make([]TopicResult, len(specs))}
 	names := make([]string, len(specs))
 	for i, s := range specs {
 		names[i] = s.Name
 		res.Topics[i].Spec = s
 	}
+	cl.PurgeTopicsFromClient(names...)
 	details, err := adm.ListTopics(ctx, names...)
 	if err != nil {
 		return res, fmt.Errorf("migrate: list topics: %w", err)
@@ -132,14 +144,17 @@ func Apply(ctx context.Context, adm *kadm.Client, specs []TopicSpec, dryRun bool
 	if err := compare(ctx, adm, &res); err != nil {
 		return res, err
 	}
-	return res, waitUsable(ctx, adm, res)
+	return res, waitUsable(ctx, cl, res)
 }
 
 // waitUsable returns once every created topic has a leader for each
 // partition. A broker creates topics through its controller, so a topic can
 // be unknown for a moment after CreateTopics returned; a consumer that
-// starts in that moment would not see it.
-func waitUsable(ctx context.Context, adm *kadm.Client, res Result) error {
+// starts in that moment would not see it. Each look purges the topics from
+// cl's metadata first, or it would be answered from the cache that the
+// previous look filled with "unknown" (Apply says why).
+func waitUsable(ctx context.Context, cl *kgo.Client, res Result) error {
+	adm := kadm.NewClient(cl)
 	var created []string
 	for _, t := range res.Topics {
 		if t.Done {
@@ -147,6 +162,7 @@ func waitUsable(ctx context.Context, adm *kadm.Client, res Result) error {
 		}
 	}
 	for len(created) > 0 {
+		cl.PurgeTopicsFromClient(created...)
 		ends, err := adm.ListEndOffsets(ctx, created...)
 		if err == nil {
 			err = ends.Error()

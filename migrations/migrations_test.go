@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/pdrouter/pdrouter/events"
 	"github.com/pdrouter/pdrouter/internal/kafkatest"
@@ -66,20 +67,22 @@ func TestDeclarationsRejectBadOptions(t *testing.T) {
 	}
 }
 
-// migrateSetup gives a test its topic prefix (deleted when it ends), an
-// admin client, a context for its migrations and the declared topics.
-func migrateSetup(t *testing.T, brokers []string) (string, *kadm.Client, context.Context, []migrations.TopicSpec) {
+// migrateSetup gives a test its topic prefix (deleted when it ends), a
+// client and its admin client, a context for its migrations and the
+// declared topics.
+func migrateSetup(t *testing.T, brokers []string) (string, *kgo.Client, *kadm.Client, context.Context, []migrations.TopicSpec) {
 	t.Helper()
 	prefix := kafkatest.Prefix(t)
 	t.Cleanup(func() { kafkatest.DeleteTopics(t, brokers, prefix) })
-	adm := kadm.NewClient(kafkatest.Client(t, brokers))
+	cl := kafkatest.Client(t, brokers)
+	adm := kadm.NewClient(cl)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	t.Cleanup(cancel)
 	specs, err := migrations.Declarations(migrations.SingleNodeOptions(prefix))
 	if err != nil {
 		t.Fatal(err)
 	}
-	return prefix, adm, ctx, specs
+	return prefix, cl, adm, ctx, specs
 }
 
 // TestMigrateIsIdempotentAndReportsDrift: the first run creates every topic,
@@ -87,9 +90,9 @@ func migrateSetup(t *testing.T, brokers []string) (string, *kadm.Client, context
 // and left in place.
 func TestMigrateIsIdempotentAndReportsDrift(t *testing.T) {
 	kafkatest.Both(t, func(t *testing.T, brokers []string) {
-		prefix, adm, ctx, specs := migrateSetup(t, brokers)
+		prefix, cl, adm, ctx, specs := migrateSetup(t, brokers)
 
-		dry, err := migrations.Apply(ctx, adm, specs, true)
+		dry, err := migrations.Apply(ctx, cl, specs, true)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -100,14 +103,14 @@ func TestMigrateIsIdempotentAndReportsDrift(t *testing.T) {
 			t.Fatal("dry run created a topic")
 		}
 
-		first, err := migrations.Apply(ctx, adm, specs, false)
+		first, err := migrations.Apply(ctx, cl, specs, false)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if first.Changed() != len(specs) || first.Drifted() != 0 {
 			t.Fatalf("first run: %d created, %d drifted", first.Changed(), first.Drifted())
 		}
-		second := waitStable(t, ctx, adm, specs)
+		second := waitStable(t, ctx, cl, specs)
 		if second.Changed() != 0 || second.Drifted() != 0 {
 			var b bytes.Buffer
 			second.Print(&b)
@@ -125,7 +128,7 @@ func TestMigrateIsIdempotentAndReportsDrift(t *testing.T) {
 		var third migrations.Result
 		deadline := time.Now().Add(30 * time.Second)
 		for {
-			third, err = migrations.Apply(ctx, adm, specs, false)
+			third, err = migrations.Apply(ctx, cl, specs, false)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -170,7 +173,7 @@ func TestMigrateIsIdempotentAndReportsDrift(t *testing.T) {
 // topic made by hand with another layout is drift, reported and left alone.
 func TestMigrateAddsLoadDeltasToAnExistingDeployment(t *testing.T) {
 	kafkatest.Both(t, func(t *testing.T, brokers []string) {
-		prefix, adm, ctx, specs := migrateSetup(t, brokers)
+		prefix, cl, adm, ctx, specs := migrateSetup(t, brokers)
 		var old []migrations.TopicSpec
 		var deltas migrations.TopicSpec
 		for _, s := range specs {
@@ -183,11 +186,11 @@ func TestMigrateAddsLoadDeltasToAnExistingDeployment(t *testing.T) {
 		if deltas.Name == "" || len(old) != len(specs)-1 {
 			t.Fatalf("load-deltas is not declared: %+v", specs)
 		}
-		if _, err := migrations.Apply(ctx, adm, old, false); err != nil {
+		if _, err := migrations.Apply(ctx, cl, old, false); err != nil {
 			t.Fatal(err)
 		}
-		waitStable(t, ctx, adm, old)
-		res, err := migrations.Apply(ctx, adm, specs, false)
+		waitStable(t, ctx, cl, old)
+		res, err := migrations.Apply(ctx, cl, specs, false)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -196,7 +199,7 @@ func TestMigrateAddsLoadDeltasToAnExistingDeployment(t *testing.T) {
 		if res.Changed() != 1 || res.Drifted() != 0 || !strings.Contains(out.String(), "create        "+deltas.Name) {
 			t.Fatalf("migrate on a deployment without load-deltas: %d created, %d drifted:\n%s", res.Changed(), res.Drifted(), out.String())
 		}
-		waitStable(t, ctx, adm, specs)
+		waitStable(t, ctx, cl, specs)
 
 		// Made by hand with fewer partitions: drift, never altered.
 		if _, err := adm.DeleteTopics(ctx, deltas.Name); err != nil {
@@ -215,7 +218,7 @@ func TestMigrateAddsLoadDeltasToAnExistingDeployment(t *testing.T) {
 		}
 		var drift migrations.Result
 		for deadline := time.Now().Add(30 * time.Second); ; {
-			if drift, err = migrations.Apply(ctx, adm, specs, false); err != nil {
+			if drift, err = migrations.Apply(ctx, cl, specs, false); err != nil {
 				t.Fatal(err)
 			}
 			out.Reset()
@@ -233,11 +236,11 @@ func TestMigrateAddsLoadDeltasToAnExistingDeployment(t *testing.T) {
 }
 
 // waitStable re-runs Apply until the just-created topics show in metadata.
-func waitStable(t *testing.T, ctx context.Context, adm *kadm.Client, specs []migrations.TopicSpec) migrations.Result {
+func waitStable(t *testing.T, ctx context.Context, cl *kgo.Client, specs []migrations.TopicSpec) migrations.Result {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		res, err := migrations.Apply(ctx, adm, specs, true)
+		res, err := migrations.Apply(ctx, cl, specs, true)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -268,4 +271,53 @@ func TestStoreRule(t *testing.T) {
 			t.Errorf("%s: %v (%q), want %v", c.name, got, why, c.want)
 		}
 	}
+}
+
+// TestApplyReadsTheBrokerNotTheClientCache: migrate creates topics and
+// reports drift from what the broker holds when it runs, and returns once
+// the topics it created are usable by the very client it was given, whatever
+// that client's metadata cache keeps: a client that caches metadata for an
+// hour (kgo.MetadataMinAge) still finds every created partition at once, and
+// a partition added meanwhile is drift on the next run.
+func TestApplyReadsTheBrokerNotTheClientCache(t *testing.T) {
+	kafkatest.Both(t, func(t *testing.T, brokers []string) {
+		prefix, _, _, ctx, specs := migrateSetup(t, brokers)
+		cl := kafkatest.Client(t, brokers, kgo.MetadataMinAge(time.Hour), kgo.MetadataMaxAge(time.Hour))
+		adm := kadm.NewClient(cl)
+		actx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		if _, err := migrations.Apply(actx, cl, specs, false); err != nil {
+			t.Fatalf("apply with a client that caches metadata for an hour: %v", err)
+		}
+		names := make([]string, len(specs))
+		for i, s := range specs {
+			names[i] = s.Name
+		}
+		ends, err := adm.ListEndOffsets(actx, names...)
+		if err == nil {
+			err = ends.Error()
+		}
+		if err != nil || len(ends) != len(specs) {
+			t.Fatalf("after apply, the client lists the end offsets of %d of %d topics: %v", len(ends), len(specs), err)
+		}
+		load := prefix + string(events.TopicLoad)
+		if _, err := adm.CreatePartitions(actx, 1, load); err != nil {
+			t.Fatal(err)
+		}
+		// The broker serves the new partition a moment after the controller
+		// took it; within that moment the next run may not see it yet.
+		var out bytes.Buffer
+		for {
+			res, err := migrations.Apply(actx, cl, specs, true)
+			if err != nil {
+				t.Fatalf("a partition added after the first run is not drift on the next:\n%s%v", out.String(), err)
+			}
+			out.Reset()
+			res.Print(&out)
+			if strings.Contains(out.String(), "drift         "+load) {
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	})
 }

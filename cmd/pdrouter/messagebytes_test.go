@@ -17,7 +17,8 @@ import (
 // sizes; the broker's default takes the default budget.
 func TestDecisionTopicSmall(t *testing.T) {
 	kafkatest.Both(t, func(t *testing.T, brokers []string) {
-		adm := kadm.NewClient(kafkatest.Client(t, brokers))
+		cl := kafkatest.Client(t, brokers)
+		adm := kadm.NewClient(cl)
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
 		prefix := kafkatest.Prefix(t)
@@ -31,7 +32,7 @@ func TestDecisionTopicSmall(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _, _ = adm.DeleteTopics(context.Background(), dflt) })
-		kafkatest.WaitTopics(t, adm, small, dflt)
+		kafkatest.WaitTopics(t, cl, small, dflt)
 
 		msg, err := decisionTopicSmall(ctx, adm, small, api.DefaultDecisionRecordMaxBytes)
 		if err != nil || !strings.Contains(msg, "262144") || !strings.Contains(msg, "524288") || !strings.Contains(msg, "max.message.bytes") {

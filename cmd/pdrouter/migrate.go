@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/pdrouter/pdrouter/events"
@@ -91,7 +90,7 @@ func runMigrate(ctx context.Context, opts []kgo.Opt, specs []migrations.TopicSpe
 		return migrations.Result{}, err
 	}
 	defer cl.Close()
-	return migrations.Apply(ctx, kadm.NewClient(cl), specs, dryRun)
+	return migrations.Apply(ctx, cl, specs, dryRun)
 }
 
 func parsePartitions(kvs []string) (map[events.Topic]int32, error) {

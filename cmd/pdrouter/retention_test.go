@@ -9,20 +9,22 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/pdrouter/pdrouter/internal/kafkatest"
 )
 
 // topicKeeping creates a one-partition topic under prefix with this
 // retention.ms, deleted at the end of the test, and waits until it answers.
-func topicKeeping(t *testing.T, adm *kadm.Client, prefix, retentionMS string) string {
+func topicKeeping(t *testing.T, cl *kgo.Client, prefix, retentionMS string) string {
 	t.Helper()
+	adm := kadm.NewClient(cl)
 	topic := prefix + "decisions-" + strings.TrimPrefix(retentionMS, "-")
 	if _, err := adm.CreateTopic(context.Background(), 1, 1, map[string]*string{"retention.ms": kadm.StringPtr(retentionMS)}, topic); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _, _ = adm.DeleteTopics(context.Background(), topic) })
-	kafkatest.WaitTopics(t, adm, topic)
+	kafkatest.WaitTopics(t, cl, topic)
 	return topic
 }
 
@@ -31,7 +33,8 @@ func topicKeeping(t *testing.T, adm *kadm.Client, prefix, retentionMS string) st
 // keeps them as long, longer or forever is not.
 func TestDecisionTopicShort(t *testing.T) {
 	kafkatest.Both(t, func(t *testing.T, brokers []string) {
-		adm := kadm.NewClient(kafkatest.Client(t, brokers))
+		cl := kafkatest.Client(t, brokers)
+		adm := kadm.NewClient(cl)
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
 		prefix := kafkatest.Prefix(t)
@@ -45,7 +48,7 @@ func TestDecisionTopicShort(t *testing.T) {
 			{"2592000000", 24 * time.Hour, false},
 			{"-1", 24 * time.Hour, false},
 		} {
-			topic := topicKeeping(t, adm, prefix, tc.retentionMS)
+			topic := topicKeeping(t, cl, prefix, tc.retentionMS)
 			msg, err := decisionTopicShort(ctx, adm, topic, tc.keep)
 			if err != nil {
 				t.Fatalf("retention.ms %s: %v", tc.retentionMS, err)
@@ -67,13 +70,14 @@ func TestDecisionTopicShort(t *testing.T) {
 // nothing for a topic that keeps records long enough.
 func TestWarnDecisionTopicShort(t *testing.T) {
 	kafkatest.Both(t, func(t *testing.T, brokers []string) {
-		adm := kadm.NewClient(kafkatest.Client(t, brokers))
+		cl := kafkatest.Client(t, brokers)
+		adm := kadm.NewClient(cl)
 		prefix := kafkatest.Prefix(t)
 		for _, tc := range []struct {
 			retentionMS string
 			warn        bool
 		}{{"3600000", true}, {"-1", false}} {
-			topic := topicKeeping(t, adm, prefix, tc.retentionMS)
+			topic := topicKeeping(t, cl, prefix, tc.retentionMS)
 			var buf bytes.Buffer
 			warnDecisionTopicShort(context.Background(), adm, topic, 24*time.Hour, slog.New(slog.NewTextHandler(&buf, nil)))
 			if got := strings.Count(buf.String(), "level=WARN"); got != map[bool]int{true: 1}[tc.warn] {

@@ -30,7 +30,8 @@ func createTopic(t testing.TB, brokers []string, topic string, partitions int32,
 	for k, v := range configs {
 		all[k] = v
 	}
-	adm := kadm.NewClient(kafkatest.Client(t, brokers))
+	cl := kafkatest.Client(t, brokers)
+	adm := kadm.NewClient(cl)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	for {
@@ -49,7 +50,7 @@ func createTopic(t testing.TB, brokers []string, topic string, partitions int32,
 		time.Sleep(100 * time.Millisecond)
 	}
 	t.Cleanup(func() { deleteTopic(t, brokers, topic) })
-	kafkatest.WaitTopics(t, adm, topic)
+	kafkatest.WaitTopics(t, cl, topic)
 }
 
 // deleteTopic deletes topic with a client of its own, so it also works in a

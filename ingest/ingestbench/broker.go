@@ -67,7 +67,7 @@ func openBroker(ctx context.Context, cfg Config) (*broker, error) {
 	// Apply returns once the created topics answer (leaders elected), so
 	// the first records of a measurement do not wait for that; 30 s at most.
 	mctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	_, err = migrations.Apply(mctx, adm, specs, false)
+	_, err = migrations.Apply(mctx, cl, specs, false)
 	cancel()
 	if err != nil {
 		b.close()

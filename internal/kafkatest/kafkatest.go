@@ -151,10 +151,9 @@ func MigratePartitions(t testing.TB, brokers []string, prefix string, partitions
 		}
 	}
 	cl := Client(t, brokers)
-	adm := kadm.NewClient(cl)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	if _, err := migrations.Apply(ctx, adm, specs, false); err != nil {
+	if _, err := migrations.Apply(ctx, cl, specs, false); err != nil {
 		t.Fatalf("migrate: %v", err)
 	}
 	t.Cleanup(func() { DeleteTopics(t, brokers, prefix) })
@@ -162,17 +161,21 @@ func MigratePartitions(t testing.TB, brokers []string, prefix string, partitions
 	for i, s := range specs {
 		names[i] = s.Name
 	}
-	WaitTopics(t, adm, names...)
+	WaitTopics(t, cl, names...)
 }
 
 // WaitTopics waits until every partition of the topics has a leader that
 // answers: a real broker applies topic creation through its controller, so a
-// topic can be unknown for a moment after CreateTopics returned.
-func WaitTopics(t testing.TB, adm *kadm.Client, topics ...string) {
+// topic can be unknown for a moment after CreateTopics returned. Each look
+// purges the topics from cl's metadata first: kadm answers from the client's
+// cache, which would keep "unknown" for kgo.MetadataMinAge (5 s).
+func WaitTopics(t testing.TB, cl *kgo.Client, topics ...string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	adm := kadm.NewClient(cl)
 	for {
+		cl.PurgeTopicsFromClient(topics...)
 		ends, err := adm.ListEndOffsets(ctx, topics...)
 		if err == nil {
 			err = ends.Error()

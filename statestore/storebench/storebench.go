@@ -455,7 +455,7 @@ func endToEnd(ctx context.Context, cfg Config, dir string) (Result, error) {
 		return Result{}, err
 	}
 	adm := kadm.NewClient(cl)
-	if _, err := migrations.Apply(ctx, adm, specs, false); err != nil {
+	if _, err := migrations.Apply(ctx, cl, specs, false); err != nil {
 		return Result{}, err
 	}
 	defer func() {
