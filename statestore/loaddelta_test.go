@@ -6,6 +6,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"testing"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 	"google.golang.org/protobuf/proto"
@@ -307,6 +308,44 @@ func BenchmarkApplyLoadDeltasHistory(b *testing.B) {
 			}
 			// The measured decisions come after the history in event time.
 			benchApply(b, h, deltaRecords(h, perfDecisions(b.N, 3, 1e18+int64(history)*1000), 1, 32))
+		})
+	}
+}
+
+// BenchmarkApplyLoadDeltasHeld: one-entry records of 32 hashes applied by a
+// peer that holds the group's requests in memory (PeerSums), after 300,000
+// decisions 250 µs apart in event time (4,000 a second for 75 s), by
+// IdempotencyWindow: at 30 s it holds the last 30 s of them, at 10 minutes
+// all 300,000. What a request held costs a peer once decided must not grow
+// with how many are held: the open requests' checkpoint, every 5 s of
+// event time, writes the requests opened before its base and not written
+// yet, found without visiting the others (opencheckpoint.go).
+//
+//	go test ./statestore -run '^$' -bench ApplyLoadDeltasHeld -benchtime 50000x -count 2
+func BenchmarkApplyLoadDeltasHeld(b *testing.B) {
+	const history, chunk, spacing = 300_000, 25_000, int64(250 * time.Microsecond)
+	// decisions returns n decisions from the i-th on, spacing apart; made a
+	// chunk at a time, since a decision record with its table is ~30 KB.
+	decisions := func(n, i int) []*pb.DecisionRecord {
+		ds := perfDecisions(n, uint64(100+i), 0)
+		for j, d := range ds {
+			d.DecidedAtUnixNano = 1e18 + int64(i+j)*spacing
+		}
+		return ds
+	}
+	for _, w := range []time.Duration{30 * time.Second, 10 * time.Minute} {
+		b.Run(fmt.Sprintf("window=%s", w), func(b *testing.B) {
+			h := perfHarnessWith(b, Options{Source: SourceLoadDeltas, PeerSums: true, IdempotencyWindow: w})
+			for lo := 0; lo < history; lo += chunk {
+				recs := deltaRecords(h, decisions(chunk, lo), 1, 32)
+				for i := 0; i < len(recs); i += 64 {
+					if err := h.s.Apply(recs[i:min(i+64, len(recs))]); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+			benchApply(b, h, deltaRecords(h, decisions(b.N, history), 1, 32))
+			b.ReportMetric(float64(len(h.s.st.act.entries)), "held")
 		})
 	}
 }

@@ -69,6 +69,16 @@ type openFamily struct {
 
 	// Checkpoint bookkeeping (opencheckpoint.go), memory only.
 	removed []string // ids with a key in Pebble, dropped since the last checkpoint
+	// unwritten: per partition, the requests opened from it that no
+	// checkpoint holds yet, in offset order (records are applied in
+	// partition order), dropped ones included until a checkpoint passes
+	// them. A checkpoint writes the front of each queue up to its base, so
+	// it costs the requests it writes, not every request held: with a long
+	// IdempotencyWindow a peer holds minutes of the group's decisions.
+	unwritten map[int32][]*reqEntry
+	// changed: requests a checkpoint holds that changed after it (noteOpenChange),
+	// each once per change; a checkpoint writes those its base has passed.
+	changed []*reqEntry
 	// latDirty: the latency model's entries changed since the last
 	// checkpoint, which writes them (opencheckpoint.go).
 	latDirty map[string]struct{}
@@ -92,7 +102,7 @@ type openMark struct {
 }
 
 func newOpenFamily() *openFamily {
-	return &openFamily{clock: map[int32]int64{}, next: map[int32]int64{}, gone: map[int32]*openHeap{},
+	return &openFamily{clock: map[int32]int64{}, next: map[int32]int64{}, gone: map[int32]*openHeap{}, unwritten: map[int32][]*reqEntry{},
 		ckptNext: map[int32]int64{}, lastCkpt: math.MinInt64, latDirty: map[string]struct{}{},
 		marks: []openMark{{at: math.MinInt64, next: map[int32]int64{}, clock: map[int32]int64{}}}}
 }
@@ -257,6 +267,7 @@ func (st *state) openDecision(d *pb.DecisionRecord, partition int32, offset int6
 	st.decisionFacts(e, d)
 	e.partition, e.offset = partition, offset
 	a.entries[e.id] = e
+	f.unwritten[partition] = append(f.unwritten[partition], e)
 	st.noteDecision(e)
 	st.handOver(l, e)
 	st.pushGone(e)
@@ -287,7 +298,7 @@ func (st *state) openEvent(e *reqEntry, o *pb.OutcomeEvent) {
 	if !e.noteEvent(o.GetKind(), o.GetEventTimeUnixNano()) {
 		return
 	}
-	e.ver++
+	st.noteOpenChange(e)
 	if st.goneAt(e) != was {
 		st.pushGone(e)
 	}
@@ -305,7 +316,7 @@ func (st *state) openRefresh(e *reqEntry) {
 	st.setContribution(e, alive, alive && e.flags&fPrefillDone == 0 && e.prefillTok > 0)
 	if e.flags&fTerminal != 0 && e.chain != nil {
 		st.setChain(e, nil) // ended: its blocks left with its contribution
-		e.ver++
+		st.noteOpenChange(e)
 	}
 	next := int64(math.MaxInt64)
 	if e.onDecode {
@@ -316,6 +327,15 @@ func (st *state) openRefresh(e *reqEntry) {
 	}
 	if next != math.MaxInt64 {
 		a.open.due.push(openItem{at: next, e: e})
+	}
+}
+
+// noteOpenChange counts a change of an open request's checkpointed state,
+// and queues it for the next checkpoint when one holds it already.
+func (st *state) noteOpenChange(e *reqEntry) {
+	e.ver++
+	if e.stored {
+		st.act.open.changed = append(st.act.open.changed, e)
 	}
 }
 

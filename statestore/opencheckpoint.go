@@ -240,13 +240,42 @@ func (st *state) writeOpenCheckpoint(b *pebble.Batch, force bool) {
 		_ = b.Delete(openEntryKey(id), nil)
 	}
 	f.removed = f.removed[:0]
-	for _, e := range st.act.entries {
-		if (!e.stored || e.ver != e.storedVer) && e.offset < base.next[e.partition] {
-			f.ebuf = encodeOpen(f.ebuf[:0], e)
-			_ = b.Set(openEntryKey(e.id), f.ebuf, nil)
-			e.stored, e.storedVer = true, e.ver
+	// The requests held that no checkpoint holds as they are now, and that
+	// were opened before base: the front of each partition's unwritten
+	// queue, then the changed ones. A dropped request is not written; one
+	// not yet before base waits in its queue or list.
+	write := func(e *reqEntry) {
+		f.ebuf = encodeOpen(f.ebuf[:0], e)
+		_ = b.Set(openEntryKey(e.id), f.ebuf, nil)
+		e.stored, e.storedVer = true, e.ver
+	}
+	for p, q := range f.unwritten {
+		n := 0
+		for n < len(q) && q[n].offset < base.next[p] {
+			if e := q[n]; !e.dropped && !e.stored {
+				write(e)
+			}
+			n++
+		}
+		clear(q[:n])
+		if n == len(q) {
+			delete(f.unwritten, p)
+		} else {
+			f.unwritten[p] = q[n:]
 		}
 	}
+	kept := f.changed[:0]
+	for _, e := range f.changed {
+		switch {
+		case e.dropped || e.ver == e.storedVer:
+		case e.offset < base.next[e.partition]:
+			write(e)
+		default:
+			kept = append(kept, e)
+		}
+	}
+	clear(f.changed[len(kept):])
+	f.changed = kept
 	for id := range f.latDirty {
 		st.writeLatencyEntry(b, openLatencyKey(id), id)
 	}
