@@ -147,27 +147,32 @@ func Apply(ctx context.Context, cl *kgo.Client, specs []TopicSpec, dryRun bool) 
 	return res, waitUsable(ctx, cl, res)
 }
 
-// waitUsable returns once every created topic has a leader for each
-// partition. A broker creates topics through its controller, so a topic can
-// be unknown for a moment after CreateTopics returned; a consumer that
-// starts in that moment would not see it. Each look purges the topics from
-// cl's metadata first, or it would be answered from the cache that the
-// previous look filled with "unknown" (Apply says why).
+// waitUsable returns once every topic Apply created is usable (WaitUsable).
 func waitUsable(ctx context.Context, cl *kgo.Client, res Result) error {
-	adm := kadm.NewClient(cl)
 	var created []string
 	for _, t := range res.Topics {
 		if t.Done {
 			created = append(created, t.Spec.Name)
 		}
 	}
-	for len(created) > 0 {
-		cl.PurgeTopicsFromClient(created...)
-		ends, err := adm.ListEndOffsets(ctx, created...)
+	return WaitUsable(ctx, cl, created...)
+}
+
+// WaitUsable returns once every partition of the topics has a leader that
+// answers, or ctx ends. A broker creates topics through its controller, so
+// a topic can be unknown for a moment after CreateTopics returned; a
+// consumer that starts in that moment would not see it. Each look purges
+// the topics from cl's metadata first, or it would be answered from the
+// cache that the previous look filled with "unknown" (Apply says why).
+func WaitUsable(ctx context.Context, cl *kgo.Client, topics ...string) error {
+	adm := kadm.NewClient(cl)
+	for len(topics) > 0 {
+		cl.PurgeTopicsFromClient(topics...)
+		ends, err := adm.ListEndOffsets(ctx, topics...)
 		if err == nil {
 			err = ends.Error()
 		}
-		if err == nil && len(ends) == len(created) {
+		if err == nil && len(ends) == len(topics) {
 			return nil
 		}
 		select {

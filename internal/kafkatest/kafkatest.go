@@ -164,30 +164,16 @@ func MigratePartitions(t testing.TB, brokers []string, prefix string, partitions
 	WaitTopics(t, cl, names...)
 }
 
-// WaitTopics waits until every partition of the topics has a leader that
-// answers: a real broker applies topic creation through its controller, so a
-// topic can be unknown for a moment after CreateTopics returned. Each look
-// purges the topics from cl's metadata first: kadm answers from the client's
-// cache, which would keep "unknown" for kgo.MetadataMinAge (5 s).
+// WaitTopics waits, up to 30 s, until every partition of the topics has a
+// leader that answers (migrations.WaitUsable): a real broker applies topic
+// creation through its controller, so a topic can be unknown for a moment
+// after CreateTopics returned.
 func WaitTopics(t testing.TB, cl *kgo.Client, topics ...string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	adm := kadm.NewClient(cl)
-	for {
-		cl.PurgeTopicsFromClient(topics...)
-		ends, err := adm.ListEndOffsets(ctx, topics...)
-		if err == nil {
-			err = ends.Error()
-		}
-		if err == nil && len(ends) == len(topics) {
-			return
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("topics %v not ready after 30s: %v", topics, err)
-		case <-time.After(100 * time.Millisecond):
-		}
+	if err := migrations.WaitUsable(ctx, cl, topics...); err != nil {
+		t.Fatalf("topics %v not ready after 30s: %v", topics, err)
 	}
 }
 
