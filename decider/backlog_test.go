@@ -108,9 +108,10 @@ func TestSLOSemanticsByVersion(t *testing.T) {
 		}
 		if dc.backlog != (v >= 5) || dc.itlBoundCharge != (v >= 6) || dc.coldSoleDecode != (v >= 7) || dc.coldSoleBusy != (v >= 8) ||
 			dc.backlogITLGuard != (v >= 9) || dc.coldBacklogSample != (v >= 10) || dc.triage != (v >= 11) || dc.soleDecodeISL != (v >= 12) ||
-			dc.backlogPick != (v >= 13) || dc.itlSpanPrompt != (v >= 14) || dc.backlogMissLimit != (v >= 14) {
-			t.Errorf("version %d: backlog %v, itl-bound charge %v, cold guard at the sample %v, sole decode busy fallback %v, itl guard aside behind a backlog %v, cold guard at the sample behind a deep backlog %v, triage %v, sole decode ISL %v, backlog pick %v, prompt within the ITL SLO %v, backlog charge limit %v",
-				v, dc.backlog, dc.itlBoundCharge, dc.coldSoleDecode, dc.coldSoleBusy, dc.backlogITLGuard, dc.coldBacklogSample, dc.triage, dc.soleDecodeISL, dc.backlogPick, dc.itlSpanPrompt, dc.backlogMissLimit)
+			dc.backlogPick != (v >= 13) || dc.itlSpanPrompt != (v >= 14) || dc.backlogMissLimit != (v >= 14) ||
+			dc.coldSoleISL != (v >= 15) || dc.soleResidence != (v >= 15) {
+			t.Errorf("version %d: backlog %v, itl-bound charge %v, cold guard at the sample %v, sole decode busy fallback %v, itl guard aside behind a backlog %v, cold guard at the sample behind a deep backlog %v, triage %v, sole decode ISL %v, backlog pick %v, prompt within the ITL SLO %v, backlog charge limit %v, cold guard spares a short prompt at a sole decode worker %v, residence charge %v",
+				v, dc.backlog, dc.itlBoundCharge, dc.coldSoleDecode, dc.coldSoleBusy, dc.backlogITLGuard, dc.coldBacklogSample, dc.triage, dc.soleDecodeISL, dc.backlogPick, dc.itlSpanPrompt, dc.backlogMissLimit, dc.coldSoleISL, dc.soleResidence)
 		}
 	}
 	other := DefaultConfig()

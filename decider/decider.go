@@ -26,6 +26,8 @@ type Decider struct {
 	backlogPick       bool       // Version ≥ 13 and the slo policy: behind a deep backlog the pick's decode term at the load sample (policy_slo.go)
 	itlSpanPrompt     bool       // Version ≥ 14: no running requests' ITL charge for a prompt prefilled within slo_itl_ms (policy_slo.go)
 	backlogMissLimit  bool       // Version ≥ 14: both-miss behind a backlog judged by the charges at SLOBacklogMissChargeLimit (policy_slo.go)
+	coldSoleISL       bool       // Version ≥ 15: at a sole decode worker the cold start's decode guard spares a prompt the ISL condition keeps local (policy_slo.go)
+	soleResidence     bool       // Version ≥ 15: at a sole decode worker the residence charge in place of the next requests' charge (policy_slo.go)
 	rule              policyRule // of cfg.Disagg.Policy
 	mode              modeRule   // of cfg.Disagg.Policy, when it has one
 }

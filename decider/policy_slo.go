@@ -173,7 +173,12 @@ func sloMode(dc *Decider, dst *Decision, d, p *Candidate) *Candidate {
 	next.DecodeRecentLocal += dst.EffectiveISL
 	s.NextTTFTMs = fit.Predict(PathRemote, TargetTTFT, &next)
 	s.NextITLMs = fit.Predict(PathRemote, TargetITL, &next)
-	loss += float64(d.ActiveRequests) * max(s.RemoteGoodput-dc.sloMeet(fit, PathRemote, s.NextTTFTMs, s.NextITLMs), 0)
+	if dc.soleResidence && soleDecodeWorker(dst) {
+		// At a sole decode worker the same requests are priced by their admission.
+		loss += dc.sloResidenceCharge(fit, dst, d)
+	} else {
+		loss += float64(d.ActiveRequests) * max(s.RemoteGoodput-dc.sloMeet(fit, PathRemote, s.NextTTFTMs, s.NextITLMs), 0)
+	}
 	if dc.delayCharges {
 		dc.sloDelayCharges(dst, fit, d, best, &bestIn)
 		loss += s.LocalDelayCharge
@@ -509,9 +514,46 @@ func sloQueueCap(cfg *DisaggConfig, fit *LatencyFit, d *Candidate, eff int64) (q
 // It is never negative, whatever a recorded row or fit holds: a charge can only make a
 // path worse.
 func (dc *Decider) delayCharge(fit *LatencyFit, recent int64, busyMs, delayMs float64) float64 {
-	typical, sigma, limit := fit.Mean[PathRemote][TargetTTFT], fit.Sigma[PathRemote][TargetTTFT], dc.cfg.Disagg.SLOTTFTMs
 	arrivals := float64(max(recent, 0)) * max(busyMs, 0) / float64(RecentLocalWindow.Milliseconds())
-	return arrivals * max(meetProbability(typical, sigma, limit)-meetProbability(typical+delayMs, sigma, limit), 0)
+	return arrivals * dc.typicalDelayLoss(fit, delayMs)
+}
+
+// typicalDelayLoss is the goodput one typical request loses when delayed by delayMs:
+// P(typical meets) − P(typical + delay meets), at the TTFT SLO, the remote TTFT
+// residual and the remote path's mean TTFT, floored at 0.
+func (dc *Decider) typicalDelayLoss(fit *LatencyFit, delayMs float64) float64 {
+	typical, sigma, limit := fit.Mean[PathRemote][TargetTTFT], fit.Sigma[PathRemote][TargetTTFT], dc.cfg.Disagg.SLOTTFTMs
+	return max(meetProbability(typical, sigma, limit)-meetProbability(typical+delayMs, sigma, limit), 0)
+}
+
+// sloResidenceCharge is what a local prefill costs the requests a sole decode worker
+// admits after it (decider version 15), in place of the next requests' charge:
+//
+//	charge = running × resident share × typicalDelayLoss(prefill time)
+//
+// with the prompt's own prefill time at backlogMsPerToken. Every request of such a
+// fleet decodes on that worker, and a request whose prefill is done waits there for KV
+// room: for the blocks of the requests ahead of it to be freed. A local prefill
+// lengthens the steps of every request decoding there, so each holds its KV longer, by
+// about the prefill's time, and the requests admitted over the next residence (about
+// as many as run there, by Little's law, as for the next requests' charge) are admitted
+// that much later. The running requests are counted by the share of the router's
+// decode blocks that the load sample shows in use (residentShare): the others wait for
+// their prefill and hold no KV there yet. The next requests' charge reads the same
+// requests through the remote TTFT fit, which learns the decode worker's state as
+// request and block counts, and sees nothing of a wait for KV room where the mean ITL
+// is far under the SLO: on the Mooncake conversation trace at 3P1D ×0.75 at 4 GPUs,
+// 2000/50, with the arrivals of each tick spread, the requests both slo (version 14)
+// and isl_bounding sent remote waited 1,817 ms (median) for KV room after their prefill
+// against 28, behind the slo policy's long local prefills. Charged in place of the next
+// requests' charge (both would count the same requests twice), with the cold start's
+// rule of sloColdSoleISL, the cell went from 62.8% to 64.1% against isl_bounding's
+// 64.0%, and with its arrivals spread from a mean of 70.0% to 71.6% against 71.8%
+// (docs/slo-policy.md, "Beyond the grid").
+func (dc *Decider) sloResidenceCharge(fit *LatencyFit, dst *Decision, d *Candidate) float64 {
+	prefillMs := backlogMsPerToken(fit) * float64(max(dst.EffectiveISL, 0))
+	running := float64(max(d.ActiveRequests, 0)) * residentShare(d)
+	return running * dc.typicalDelayLoss(fit, prefillMs)
 }
 
 // sloPrefillGuard reports whether every eligible prefill worker is busy past
@@ -573,7 +615,9 @@ func sloColdStart(dc *Decider, dst *Decision, d, p *Candidate) *Candidate {
 	res := islOrLoadRule(dst, &cfg, p, thr)
 	dst.PolicyBypass = res.bypass
 	known, busy := decodeBusy(dst, d, &cfg)
-	if dc.coldSoleDecode && busy && res.bypass && res.decider != &dst.PrefillBusy &&
+	// The ISL condition allowed the bypass (the prefill-busy one is named only alone).
+	islBypass := res.bypass && res.decider != &dst.PrefillBusy
+	if dc.coldSoleDecode && busy && islBypass &&
 		cfg.DecodeBusySource == BusySourceRouter && (sole || dc.coldBacklogSample && sloDeepBacklog(p)) {
 		known, busy = sloColdSampleGuard(dst, d, &cfg)
 	}
@@ -581,6 +625,10 @@ func sloColdStart(dc *Decider, dst *Decision, d, p *Candidate) *Candidate {
 	switch {
 	case !res.bypass:
 		dst.Mode, dst.Reason = ModeRemote, ReasonSLOColdRemote
+	case (!known || busy) && islBypass && dc.sloColdSoleISL(dst):
+		// The guard would deny; at a sole decode worker it spares the prompt, and the
+		// ISL check decides.
+		dst.Mode, dst.Reason = ModeLocal, ReasonSLOColdLocal
 	case !known || busy:
 		dst.Mode, dst.Reason, decider = ModeRemote, ReasonSLOColdRemote, &dst.DecodeBusy
 	default:
@@ -595,6 +643,32 @@ func sloColdStart(dc *Decider, dst *Decision, d, p *Candidate) *Candidate {
 		dst.Distance = decider.Value - decider.Limit
 	}
 	return p
+}
+
+// sloColdSoleISL reports whether the cold start's decode guard spares a prompt the ISL
+// condition keeps local (decider version 15): in a fleet of one decode worker, whatever
+// the guard reads (the router's count, the load sample, or none, and whatever
+// decode_busy_source says), such a prompt is prefilled locally, decided by the ISL
+// check. The guard still applies to a prompt that only the prefill-busy condition would
+// keep local.
+//
+// The guard keeps a prompt's prefill off a decode worker whose KV is full, so that it
+// goes to a prefill worker instead. At the one decode worker of a fleet that buys
+// nothing for the KV: every request of the fleet decodes there, and the prompt's KV
+// lands on it on either path, after a prefill queue and a transfer on the remote one.
+// What the paths differ in is the prefill's compute, and a prompt the ISL condition
+// keeps local (under eff_isl_threshold uncached tokens, mostly cached) is a fraction of
+// one step there. On the Mooncake synthetic trace at 7P1D ×2.5, 1000/25, the cold start
+// decides 91% of the run, and the load sample shows the worker's KV more than half full
+// at 60% of its decisions: the guard sent 40 to 51 such prompts of a run remote (medians
+// of 271 to 294 uncached tokens), to a TTFT of 0.9 to 1.3 s (medians) against 38 to 43
+// ms under isl_bounding, which keeps them local. Sparing them took the cell from 43.2%
+// to 46.7% against isl_bounding's 43.6%, and with its arrivals spread from 41.3 and
+// 39.8% to 47.2 and 46.6% against 43.6 and 43.5% (docs/slo-policy.md, "Beyond the
+// grid"). A longer prompt the prefill-busy condition would keep local fills the steps of
+// every running request there, and the guard stays for it.
+func (dc *Decider) sloColdSoleISL(dst *Decision) bool {
+	return dc.coldSoleISL && soleDecodeWorker(dst)
 }
 
 // sloColdSampleGuard re-reads the cold start's decode guard from the decode worker's own

@@ -56,7 +56,13 @@ import "fmt"
 //     decide a both-miss behind a backlog (version 6), it takes local only below
 //     SLOBacklogMissChargeLimit, a quarter of a request, not SLOMissChargeLimit's half.
 //     Other policies decide as in 2.
-const Version uint32 = 14
+//   - 15: the slo policy, in a fleet of one decode worker, lets its cold start prefill a
+//     prompt the ISL condition keeps local whatever the decode guard reads
+//     (policy_slo.go, sloColdSoleISL), and charges a local prefill the running requests'
+//     residence (their KV held longer by its prefill time, counted by the resident
+//     share) in place of the next requests' charge (policy_slo.go, sloResidenceCharge).
+//     Other policies decide as in 2.
+const Version uint32 = 15
 
 // SupportsVersion reports whether NewAt can decide with version v's semantics.
 func SupportsVersion(v uint32) bool { return v >= 1 && v <= Version }
@@ -93,4 +99,6 @@ func (dc *Decider) setVersion(version uint32) {
 	dc.backlogPick = version >= 13 && dc.cfg.Disagg.Policy == PolicySLO
 	dc.itlSpanPrompt = version >= 14
 	dc.backlogMissLimit = version >= 14
+	dc.coldSoleISL = version >= 15
+	dc.soleResidence = version >= 15
 }

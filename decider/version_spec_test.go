@@ -38,14 +38,16 @@ func TestVersion5RecomputesWithTheBacklogCharge(t *testing.T) {
 // cold_start_sole_decode_worker_guard_at_its_load_sample, changed one line at a time,
 // keeps the router's count and its denial: a second decode worker, a load sample past
 // the guard, no load sample, a configured decode_busy_source, and a record of version 6.
-// They are here, not in spec.txt, because version 6 decides them the same.
+// They are here, not in spec.txt, because version 6 decides them the same. The ones at a
+// sole decode worker are records of version 14: from version 15 the guard spares the
+// prompt there (TestVersion15SoleDecodeRules).
 func TestVersion7ColdSampleGuardOnlyAtASoleDecodeWorker(t *testing.T) {
 	var b strings.Builder
 	for _, c := range []struct{ name, config, disagg, d2, load string }{
 		{"two_decode_workers", "", "", "worker d2 pool=decode total_kv=1000\nactive d2 decode_blocks=990", "load d1 kv_used=100"},
-		{"sample_past_the_guard", "", "", "", "load d1 kv_used=600"},
-		{"no_load_sample", "", "", "", ""},
-		{"configured_source_max", "", `,"decode_busy_source":"max"`, "", "load d1 kv_used=100"},
+		{"sample_past_the_guard", "config version=14", "", "", "load d1 kv_used=600"},
+		{"no_load_sample", "config version=14", "", "", ""},
+		{"configured_source_max", "config version=14", `,"decode_busy_source":"max"`, "", "load d1 kv_used=100"},
 		{"version_6_record", "config version=6", "", "", "load d1 kv_used=100"},
 	} {
 		fmt.Fprintf(&b, "case slo/version_7_cold_guard_keeps_the_router_count_%s\n%s\n"+
@@ -163,6 +165,60 @@ expect mode=remote reason=slo_remote_predicted_better decided_by=slo_goodput
 		[]any{"short_prompt_remote_better", "", "", "cache d1 device=50", "3000", "300"},
 		[]any{"version_11_record", "config version=11", "", "cache d1 device=50", "3000", "4000"},
 		[]any{"two_decode_workers", "", "worker d2 pool=decode", "cache d1 device=50", "3000", "4000"})
+}
+
+// TestVersion15ColdGuardSparesOnlyAShortPromptAtASoleDecodeWorker: spec.txt's
+// cold_start_sole_decode_worker_keeps_a_short_prompt_local_past_the_guard keeps the
+// guard's denial in a record of version 14, with a second decode worker, and for a
+// prompt only the prefill-busy condition keeps local. They are here, not in spec.txt,
+// because version 14 decides them the same.
+func TestVersion15ColdGuardSparesOnlyAShortPromptAtASoleDecodeWorker(t *testing.T) {
+	const format = `case slo/version_15_cold_guard_denies_%s
+%s
+disagg {"policy":"slo"}
+worker d1 pool=decode total_kv=1000
+%s
+worker p1 pool=prefill mnbt=1000
+request prompt=%s
+cache d1 device=5
+active d1 decode_blocks=950
+load d1 kv_used=600
+%s
+expect mode=remote reason=slo_cold_start_remote decode=d1 decided_by=decode_busy_threshold check.decode_busy.hit=true
+
+`
+	runSpecVariants(t, format,
+		[]any{"version_14_record", "config version=14", "", "100", ""},
+		[]any{"two_decode_workers", "", "worker d2 pool=decode total_kv=1000\nactive d2 decode_blocks=990", "100", ""},
+		[]any{"prompt_kept_local_by_the_prefill_busy_condition", "", "", "1000", "load p1 prefill_tokens=3001"})
+}
+
+// TestVersion15ResidenceChargeOnlyAtASoleDecodeWorker: spec.txt's
+// sole_decode_worker_charges_the_residence_not_the_next_request keeps the next
+// requests' charge, 0 there, and takes local, in a record of version 14 and with a
+// second decode worker. They are here, not in spec.txt, because version 14 decides them
+// the same.
+func TestVersion15ResidenceChargeOnlyAtASoleDecodeWorker(t *testing.T) {
+	const format = `case slo/version_15_keeps_the_next_requests_charge_%s
+disagg {"policy":"slo","slo_min_samples":10}
+%s
+worker d1 pool=decode
+worker p1 pool=prefill
+active d1 requests=4 decode_blocks=40
+load d1 kv_used=20
+%s
+request prompt=1000
+fit remote ttft samples=10 mean=1800 c=2100,0.5
+fit remote itl samples=10 c=10
+fit local ttft samples=10 c=100
+fit local itl samples=10 c=10
+expect slo.remote_ttft=2600 slo.next_ttft=2600 slo.local_goodput=1 slo.remote_goodput=0 slo.margin=1
+expect mode=local reason=slo_local_predicted_better decided_by=slo_goodput
+
+`
+	runSpecVariants(t, format,
+		[]any{"version_14_record", "config version=14", ""},
+		[]any{"two_decode_workers", "", "worker d2 pool=decode\nactive d2 requests=4 decode_blocks=40\nload d2 kv_used=20"})
 }
 
 // runSpecVariants runs format, filled with each row's values, as spec cases: every one
