@@ -1,0 +1,248 @@
+package events
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+
+	pb "github.com/pdrouter/pdrouter/events/eventspb"
+)
+
+// shareOf is a share (field 4 of LoadShares) of the fields given.
+func shareOf(fields ...[]byte) []byte { return fBytes(4, fields...) }
+
+// sharesWireCases covers the wire rules the decoder must follow as
+// proto.Unmarshal does, for LoadShares' own fields (want nil: it fails);
+// wireCases covers the reader they share.
+func sharesWireCases() []struct {
+	name string
+	v    []byte
+	want *pb.LoadShares
+} {
+	one := func(e *pb.WorkerShare) *pb.LoadShares { return &pb.LoadShares{Shares: []*pb.WorkerShare{e}} }
+	return []struct {
+		name string
+		v    []byte
+		want *pb.LoadShares
+	}{
+		{"empty value", nil, &pb.LoadShares{}},
+		{"top-level scalars: the last value wins", slices.Concat(fVarint(2, 7), fString(1, "a"), fVarint(3, 5), fVarint(2, 9), fString(1, "b")),
+			&pb.LoadShares{WriterId: "b", Seq: 9, ClockUnixNano: 5}},
+		{"negative clock as a ten-byte varint", fVarint(3, math.MaxUint64), &pb.LoadShares{ClockUnixNano: -1}},
+		{"every share field", shareOf(fBytes(1, fString(1, "w"), fVarint(2, 3)), fVarint(2, 1<<40), fVarint(3, 9), fVarint(4, 77),
+			fVarint(5, 1_700_000_000), fVarint(6, 2), fVarint(7, 1<<41)),
+			one(&pb.WorkerShare{Worker: &pb.WorkerRef{WorkerId: "w", DpRank: 3}, DecodeBlocks: 1 << 40, Requests: 9, PrefillTokens: 77,
+				RecentSecond: 1_700_000_000, RecentDecisions: 2, RecentLocalTokens: 1 << 41})},
+		{"uint32 fields keep the low 32 bits", shareOf(fVarint(3, 1<<32|4), fVarint(6, 1<<33|5)), one(&pb.WorkerShare{Requests: 4, RecentDecisions: 5})},
+		{"negative recent second", shareOf(fVarint(5, math.MaxUint64)), one(&pb.WorkerShare{RecentSecond: -1})},
+		{"worker occurrences merge", shareOf(fBytes(1, fString(1, "w"), fVarint(2, 1)), fBytes(1, fVarint(2, 3))),
+			one(&pb.WorkerShare{Worker: &pb.WorkerRef{WorkerId: "w", DpRank: 3}})},
+		{"empty worker is present", shareOf(fBytes(1)), one(&pb.WorkerShare{Worker: &pb.WorkerRef{}})},
+		{"shares do not merge", slices.Concat(shareOf(fVarint(3, 1)), fString(1, "x"), shareOf(fVarint(3, 2))),
+			&pb.LoadShares{WriterId: "x", Shares: []*pb.WorkerShare{{Requests: 1}, {Requests: 2}}}},
+		{"wrong wire types are unknown fields", slices.Concat(fVarint(1, 1), fFixed64(2, 3), fString(3, "x"), fVarint(4, 1),
+			shareOf(fVarint(1, 1), fFixed64(2, 1), fString(7, "y"))),
+			&pb.LoadShares{Shares: []*pb.WorkerShare{{}}}},
+		{"unknown fields", slices.Concat(fVarint(99, 1), fString(100, "\xff"), shareOf(fVarint(20, 1), fBytes(1, fVarint(9, 9)))),
+			one(&pb.WorkerShare{Worker: &pb.WorkerRef{}})},
+		{"invalid UTF-8 in writer_id", fString(1, "ok\xc3"), nil},
+		{"invalid UTF-8 in a worker id", shareOf(fBytes(1, fString(1, "\xed\xa0\x80"))), nil},
+		{"truncated varint in a share", shareOf([]byte{3 << 3, 0x80}), nil},
+		{"end group in a share", shareOf(protowire.AppendTag(nil, 2, protowire.EndGroupType)), nil},
+		{"field number 0 in a worker", shareOf(fBytes(1, []byte{0x00, 0x00})), nil},
+		{"share cut short", shareOf(fVarint(2, 5))[:3], nil},
+		{"length past the value", append(protowire.AppendVarint([]byte{4<<3 | 2}, 100), 1, 2, 3), nil},
+	}
+}
+
+func sharesProtoDecode(v []byte) (*pb.LoadShares, error) {
+	s := &pb.LoadShares{}
+	if err := proto.Unmarshal(v, s); err != nil {
+		return nil, err
+	}
+	discardUnknown(s.ProtoReflect())
+	return s, nil
+}
+
+func sharesWireDecode(v []byte) (*pb.LoadShares, error) { return unmarshalLoadShares(v, math.MaxInt) }
+
+// TestLoadSharesWireCases: each case as proto.Unmarshal decodes it (the
+// case's want), and the hand-written decoder the same.
+func TestLoadSharesWireCases(t *testing.T) {
+	for _, c := range sharesWireCases() {
+		t.Run(c.name, func(t *testing.T) {
+			for _, dec := range []struct {
+				name string
+				fn   func([]byte) (*pb.LoadShares, error)
+			}{{"proto.Unmarshal", sharesProtoDecode}, {"unmarshalLoadShares", sharesWireDecode}} {
+				got, err := dec.fn(c.v)
+				switch {
+				case c.want == nil && err == nil:
+					t.Errorf("%s accepted % x as %v", dec.name, c.v, got)
+				case c.want != nil && err != nil:
+					t.Errorf("%s refused % x: %v", dec.name, c.v, err)
+				case c.want != nil && !proto.Equal(got, c.want):
+					t.Errorf("%s decoded % x as %v, want %v", dec.name, c.v, got, c.want)
+				}
+			}
+		})
+	}
+}
+
+// wireShares is a valid snapshot of n shares, of the shape peers apply.
+func wireShares(n int) *pb.LoadShares {
+	s := &pb.LoadShares{WriterId: "replica-3", Seq: 1_234_567, ClockUnixNano: 1_700_000_000_123_456_789}
+	for i := range n {
+		s.Shares = append(s.Shares, &pb.WorkerShare{
+			Worker:       &pb.WorkerRef{WorkerId: fmt.Sprintf("decode-%03d", i/2), DpRank: uint32(i % 2)},
+			DecodeBlocks: uint64(300 + 17*i), Requests: uint32(3 + i%5), PrefillTokens: uint64(2048 * (i % 3)),
+			RecentSecond: 1_700_000_000 - int64(i%4), RecentDecisions: 2, RecentLocalTokens: uint64(700 * (i % 2)),
+		})
+	}
+	return s
+}
+
+// TestLoadSharesWireRecords: valid records decode as proto.Unmarshal
+// decodes them and re-encode to their bytes, and the decoded record
+// shares no memory with the value (a Kafka client reuses its buffers).
+func TestLoadSharesWireRecords(t *testing.T) {
+	for _, n := range []int{1, 3, 160} {
+		v, err := MarshalLoadShares(wireShares(n), "replica-3")
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := sharesProtoDecode(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := sharesWireDecode(v)
+		if err != nil || !proto.Equal(got, want) {
+			t.Fatalf("%d shares: decoded %v (%v), want %v", n, got, err, want)
+		}
+		again, err := MarshalLoadShares(got, "replica-3")
+		if err != nil || string(again) != string(v) {
+			t.Fatalf("%d shares re-encode differently (%v)", n, err)
+		}
+		for i := range v {
+			v[i] = 0xa5
+		}
+		if !proto.Equal(got, want) {
+			t.Fatalf("%d shares: the record changed with its value: %v", n, got)
+		}
+	}
+}
+
+// TestDecodeLoadSharesWorkerBound: a value of empty shares up to
+// MaxSharesBytes (half a million) is refused for its shares before they
+// are allocated.
+func TestDecodeLoadSharesWorkerBound(t *testing.T) {
+	v := slices.Repeat([]byte{4<<3 | 2, 0}, MaxSharesBytes/2)
+	allocs := testing.AllocsPerRun(3, func() {
+		_, err := DecodeLoadShares([]byte("replica-3"), v, time.Time{})
+		if ValidationReason(err) != ReasonSharesTooManyWorkers {
+			t.Fatalf("got %v, want reason %s", err, ReasonSharesTooManyWorkers)
+		}
+	})
+	if allocs > 8 {
+		t.Fatalf("%v allocations to refuse the value", allocs)
+	}
+	// What proto.Unmarshal allocates for it, for scale: the bound is what
+	// keeps a replica from this.
+	if generic := testing.AllocsPerRun(1, func() { _, _ = sharesProtoDecode(v) }); generic < MaxSharesBytes/2 {
+		t.Fatalf("proto.Unmarshal made %v allocations, fewer than the shares", generic)
+	}
+	// At the bound the rules decide; one past it is refused for its shares,
+	// a malformed value too.
+	shares := slices.Repeat([]byte{4<<3 | 2, 0}, MaxShareWorkers)
+	if _, err := DecodeLoadShares([]byte("replica-3"), shares, time.Time{}); ValidationReason(err) != ReasonSharesBadWriter {
+		t.Fatalf("%d empty shares: %v, want reason %s", MaxShareWorkers, err, ReasonSharesBadWriter)
+	}
+	if _, err := DecodeLoadShares([]byte("replica-3"), append(shares, 4<<3|2, 0), time.Time{}); ValidationReason(err) != ReasonSharesTooManyWorkers {
+		t.Fatalf("%d empty shares: %v, want reason %s", MaxShareWorkers+1, err, ReasonSharesTooManyWorkers)
+	}
+	if _, err := DecodeLoadShares([]byte("replica-3"), append(shares, 4<<3|2, 1, 0), time.Time{}); ValidationReason(err) != ReasonSharesTooManyWorkers {
+		t.Fatalf("malformed value past the bound: %v, want reason %s", err, ReasonSharesTooManyWorkers)
+	}
+	if _, err := unmarshalLoadShares(shares, MaxShareWorkers-1); !errors.Is(err, errShareWorkers) {
+		t.Fatalf("past the caller's bound: %v", err)
+	}
+}
+
+// FuzzLoadSharesWireMatchesProto: for any value, unmarshalLoadShares fails
+// exactly when proto.Unmarshal fails, and otherwise decodes the message
+// proto.Unmarshal decodes, without its unknown fields. Bounded to two
+// shares, it refuses a value proto.Unmarshal accepts exactly when the
+// value has more.
+func FuzzLoadSharesWireMatchesProto(f *testing.F) {
+	for _, n := range []int{1, 3} {
+		v, err := MarshalLoadShares(wireShares(n), "replica-3")
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(v)
+		f.Add(v[:len(v)/2])
+		f.Add(v[1:])
+	}
+	for _, c := range sharesWireCases() {
+		f.Add(c.v)
+	}
+	f.Fuzz(func(t *testing.T, v []byte) {
+		want, werr := sharesProtoDecode(v)
+		got, err := sharesWireDecode(v)
+		if (err != nil) != (werr != nil) {
+			t.Fatalf("% x: unmarshalLoadShares: %v; proto.Unmarshal: %v", v, err, werr)
+		}
+		if err == nil && !proto.Equal(got, want) {
+			t.Fatalf("% x: decoded %v, proto.Unmarshal %v", v, got, want)
+		}
+		bounded, berr := unmarshalLoadShares(v, 2)
+		switch {
+		case werr != nil:
+			if berr == nil {
+				t.Fatalf("% x: bounded, accepted what proto.Unmarshal refuses (%v)", v, werr)
+			}
+		case len(want.Shares) > 2:
+			if !errors.Is(berr, errShareWorkers) {
+				t.Fatalf("% x: bounded, %d shares: %v", v, len(want.Shares), berr)
+			}
+		case berr != nil || !proto.Equal(bounded, want):
+			t.Fatalf("% x: bounded, decoded %v (%v), proto.Unmarshal %v", v, bounded, berr, want)
+		}
+	})
+}
+
+// BenchmarkDecodeLoadShares: decoding a snapshot (validation left out) by
+// the generic decoder (dec=proto) and the hand-written one (dec=wire).
+func BenchmarkDecodeLoadShares(b *testing.B) {
+	for _, n := range []int{3, 160} {
+		v, err := MarshalLoadShares(wireShares(n), "replica-3")
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, dec := range []struct {
+			name string
+			fn   func([]byte) error
+		}{
+			{"proto", func(v []byte) error { return proto.Unmarshal(v, &pb.LoadShares{}) }},
+			{"wire", func(v []byte) error { _, err := unmarshalLoadShares(v, MaxShareWorkers); return err }},
+		} {
+			b.Run(fmt.Sprintf("shares=%d/dec=%s", n, dec.name), func(b *testing.B) {
+				b.ReportAllocs()
+				b.SetBytes(int64(len(v)))
+				cpu0 := processCPU()
+				for b.Loop() {
+					if err := dec.fn(v); err != nil {
+						b.Fatal(err)
+					}
+				}
+				reportCPU(b, cpu0)
+			})
+		}
+	}
+}
