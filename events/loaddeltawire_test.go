@@ -55,13 +55,15 @@ func lifecycleOf(fields ...[]byte) []byte { return fBytes(3, fields...) }
 
 func ptr[T any](v T) *T { return &v }
 
-// wireCase is a value and what proto.Unmarshal makes of it, unknown fields
-// discarded: want nil when it fails.
-type wireCase struct {
+// wireCaseOf is a value and what proto.Unmarshal makes of it, unknown
+// fields discarded: want nil when it fails.
+type wireCaseOf[M proto.Message] struct {
 	name string
 	v    []byte
-	want *pb.LoadDelta
+	want M
 }
+
+type wireCase = wireCaseOf[*pb.LoadDelta]
 
 // wireCases covers each rule of the wire format the decoder must follow as
 // proto.Unmarshal does; TestLoadDeltaWireCases checks each against both.
@@ -159,39 +161,49 @@ func discardUnknown(m protoreflect.Message) {
 	})
 }
 
-// protoDecode is the generic decoder, unknown fields dropped.
-func protoDecode(v []byte) (*pb.LoadDelta, error) {
-	d := &pb.LoadDelta{}
-	if err := proto.Unmarshal(v, d); err != nil {
-		return nil, err
+// protoDecodeInto is the generic decoder, into m, unknown fields dropped.
+func protoDecodeInto[M proto.Message](v []byte, m M) (M, error) {
+	if err := proto.Unmarshal(v, m); err != nil {
+		var none M
+		return none, err
 	}
-	discardUnknown(d.ProtoReflect())
-	return d, nil
+	discardUnknown(m.ProtoReflect())
+	return m, nil
 }
+
+func protoDecode(v []byte) (*pb.LoadDelta, error) { return protoDecodeInto(v, &pb.LoadDelta{}) }
 
 func wireDecode(v []byte) (*pb.LoadDelta, error) { return unmarshalLoadDelta(v, math.MaxInt) }
 
-// TestLoadDeltaWireCases: each wire rule as proto.Unmarshal applies it
-// (the case's want), and the hand-written decoder the same.
-func TestLoadDeltaWireCases(t *testing.T) {
-	for _, c := range wireCases() {
+// checkWireCases decodes each case with proto.Unmarshal (protoFn) and
+// with a hand-written decoder (hand, named handName): each must decode the
+// case's want, or fail where want is nil.
+func checkWireCases[M proto.Message](t *testing.T, cases []wireCaseOf[M], protoFn, hand func([]byte) (M, error), handName string) {
+	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
+			fails := !c.want.ProtoReflect().IsValid()
 			for _, dec := range []struct {
 				name string
-				fn   func([]byte) (*pb.LoadDelta, error)
-			}{{"proto.Unmarshal", protoDecode}, {"unmarshalLoadDelta", wireDecode}} {
+				fn   func([]byte) (M, error)
+			}{{"proto.Unmarshal", protoFn}, {handName, hand}} {
 				got, err := dec.fn(c.v)
 				switch {
-				case c.want == nil && err == nil:
+				case fails && err == nil:
 					t.Errorf("%s accepted % x as %v", dec.name, c.v, got)
-				case c.want != nil && err != nil:
+				case !fails && err != nil:
 					t.Errorf("%s refused % x: %v", dec.name, c.v, err)
-				case c.want != nil && !proto.Equal(got, c.want):
+				case !fails && !proto.Equal(got, c.want):
 					t.Errorf("%s decoded % x as %v, want %v", dec.name, c.v, got, c.want)
 				}
 			}
 		})
 	}
+}
+
+// TestLoadDeltaWireCases: each wire rule as proto.Unmarshal applies it
+// (the case's want), and the hand-written decoder the same.
+func TestLoadDeltaWireCases(t *testing.T) {
+	checkWireCases(t, wireCases(), protoDecode, wireDecode, "unmarshalLoadDelta")
 }
 
 // wireDelta is a record of the shape peers apply: entries decisions of
@@ -364,28 +376,40 @@ func FuzzLoadDeltaWireMatchesProto(f *testing.F) {
 		f.Add(c.v)
 	}
 	f.Fuzz(func(t *testing.T, v []byte) {
-		want, werr := protoDecode(v)
-		got, err := wireDecode(v)
-		if (err != nil) != (werr != nil) {
-			t.Fatalf("% x: unmarshalLoadDelta: %v; proto.Unmarshal: %v", v, err, werr)
-		}
-		if err == nil && !proto.Equal(got, want) {
-			t.Fatalf("% x: decoded %v, proto.Unmarshal %v", v, got, want)
-		}
-		bounded, berr := unmarshalLoadDelta(v, 2)
-		switch {
-		case werr != nil:
-			if berr == nil {
-				t.Fatalf("% x: bounded, accepted what proto.Unmarshal refuses (%v)", v, werr)
-			}
-		case len(want.Decisions)+len(want.Lifecycle) > 2:
-			if !errors.Is(berr, errDeltaEntries) {
-				t.Fatalf("% x: bounded, %d entries: %v", v, len(want.Decisions)+len(want.Lifecycle), berr)
-			}
-		case berr != nil || !proto.Equal(bounded, want):
-			t.Fatalf("% x: bounded, decoded %v (%v), proto.Unmarshal %v", v, bounded, berr, want)
-		}
+		checkMatchesProto(t, v, protoDecode, unmarshalLoadDelta, errDeltaEntries,
+			func(d *pb.LoadDelta) int { return len(d.Decisions) + len(d.Lifecycle) })
 	})
+}
+
+// checkMatchesProto is the body of a fuzz target that compares a
+// hand-written decoder, hand(v, bound), with proto.Unmarshal (protoFn):
+// unbounded, it fails exactly when proto.Unmarshal fails and otherwise
+// decodes the same message; bounded to two entries (entries counts them),
+// it refuses with errBound a value proto.Unmarshal accepts exactly when
+// the value has more, and decodes the same message otherwise.
+func checkMatchesProto[M proto.Message](t *testing.T, v []byte, protoFn func([]byte) (M, error),
+	hand func([]byte, int) (M, error), errBound error, entries func(M) int) {
+	want, werr := protoFn(v)
+	got, err := hand(v, math.MaxInt)
+	if (err != nil) != (werr != nil) {
+		t.Fatalf("% x: hand-written decoder: %v; proto.Unmarshal: %v", v, err, werr)
+	}
+	if err == nil && !proto.Equal(got, want) {
+		t.Fatalf("% x: decoded %v, proto.Unmarshal %v", v, got, want)
+	}
+	bounded, berr := hand(v, 2)
+	switch {
+	case werr != nil:
+		if berr == nil {
+			t.Fatalf("% x: bounded, accepted what proto.Unmarshal refuses (%v)", v, werr)
+		}
+	case entries(want) > 2:
+		if !errors.Is(berr, errBound) {
+			t.Fatalf("% x: bounded, %d entries: %v", v, entries(want), berr)
+		}
+	case berr != nil || !proto.Equal(bounded, want):
+		t.Fatalf("% x: bounded, decoded %v (%v), proto.Unmarshal %v", v, bounded, berr, want)
+	}
 }
 
 // BenchmarkDecodeLoadDelta: decoding a record peers apply (validation

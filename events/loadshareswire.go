@@ -52,13 +52,7 @@ func unmarshalLoadShares(v []byte, maxShares int) (*pb.LoadShares, error) {
 	s := &pb.LoadShares{}
 	dec := deltaDecoder{textHint: min(len(v), 16+shareTextHint*n)}
 	var slots []shareSlot
-	if n > 0 {
-		slots = make([]shareSlot, n)
-		s.Shares = make([]*pb.WorkerShare, n)
-		for i := range slots {
-			s.Shares[i] = &slots[i].s
-		}
-	}
+	slots, s.Shares = newSlots(n, func(s *shareSlot) *pb.WorkerShare { return &s.s })
 	top = fieldReader{b: v}
 	for i := 0; top.next(); {
 		switch top.tag {

@@ -20,17 +20,9 @@ func shareOf(fields ...[]byte) []byte { return fBytes(4, fields...) }
 // sharesWireCases covers the wire rules the decoder must follow as
 // proto.Unmarshal does, for LoadShares' own fields (want nil: it fails);
 // wireCases covers the reader they share.
-func sharesWireCases() []struct {
-	name string
-	v    []byte
-	want *pb.LoadShares
-} {
+func sharesWireCases() []wireCaseOf[*pb.LoadShares] {
 	one := func(e *pb.WorkerShare) *pb.LoadShares { return &pb.LoadShares{Shares: []*pb.WorkerShare{e}} }
-	return []struct {
-		name string
-		v    []byte
-		want *pb.LoadShares
-	}{
+	return []wireCaseOf[*pb.LoadShares]{
 		{"empty value", nil, &pb.LoadShares{}},
 		{"top-level scalars: the last value wins", slices.Concat(fVarint(2, 7), fString(1, "a"), fVarint(3, 5), fVarint(2, 9), fString(1, "b")),
 			&pb.LoadShares{WriterId: "b", Seq: 9, ClockUnixNano: 5}},
@@ -61,38 +53,14 @@ func sharesWireCases() []struct {
 	}
 }
 
-func sharesProtoDecode(v []byte) (*pb.LoadShares, error) {
-	s := &pb.LoadShares{}
-	if err := proto.Unmarshal(v, s); err != nil {
-		return nil, err
-	}
-	discardUnknown(s.ProtoReflect())
-	return s, nil
-}
+func sharesProtoDecode(v []byte) (*pb.LoadShares, error) { return protoDecodeInto(v, &pb.LoadShares{}) }
 
 func sharesWireDecode(v []byte) (*pb.LoadShares, error) { return unmarshalLoadShares(v, math.MaxInt) }
 
 // TestLoadSharesWireCases: each case as proto.Unmarshal decodes it (the
 // case's want), and the hand-written decoder the same.
 func TestLoadSharesWireCases(t *testing.T) {
-	for _, c := range sharesWireCases() {
-		t.Run(c.name, func(t *testing.T) {
-			for _, dec := range []struct {
-				name string
-				fn   func([]byte) (*pb.LoadShares, error)
-			}{{"proto.Unmarshal", sharesProtoDecode}, {"unmarshalLoadShares", sharesWireDecode}} {
-				got, err := dec.fn(c.v)
-				switch {
-				case c.want == nil && err == nil:
-					t.Errorf("%s accepted % x as %v", dec.name, c.v, got)
-				case c.want != nil && err != nil:
-					t.Errorf("%s refused % x: %v", dec.name, c.v, err)
-				case c.want != nil && !proto.Equal(got, c.want):
-					t.Errorf("%s decoded % x as %v, want %v", dec.name, c.v, got, c.want)
-				}
-			}
-		})
-	}
+	checkWireCases(t, sharesWireCases(), sharesProtoDecode, sharesWireDecode, "unmarshalLoadShares")
 }
 
 // wireShares is a valid snapshot of n shares, of the shape peers apply.
@@ -193,27 +161,8 @@ func FuzzLoadSharesWireMatchesProto(f *testing.F) {
 		f.Add(c.v)
 	}
 	f.Fuzz(func(t *testing.T, v []byte) {
-		want, werr := sharesProtoDecode(v)
-		got, err := sharesWireDecode(v)
-		if (err != nil) != (werr != nil) {
-			t.Fatalf("% x: unmarshalLoadShares: %v; proto.Unmarshal: %v", v, err, werr)
-		}
-		if err == nil && !proto.Equal(got, want) {
-			t.Fatalf("% x: decoded %v, proto.Unmarshal %v", v, got, want)
-		}
-		bounded, berr := unmarshalLoadShares(v, 2)
-		switch {
-		case werr != nil:
-			if berr == nil {
-				t.Fatalf("% x: bounded, accepted what proto.Unmarshal refuses (%v)", v, werr)
-			}
-		case len(want.Shares) > 2:
-			if !errors.Is(berr, errShareWorkers) {
-				t.Fatalf("% x: bounded, %d shares: %v", v, len(want.Shares), berr)
-			}
-		case berr != nil || !proto.Equal(bounded, want):
-			t.Fatalf("% x: bounded, decoded %v (%v), proto.Unmarshal %v", v, bounded, berr, want)
-		}
+		checkMatchesProto(t, v, sharesProtoDecode, unmarshalLoadShares, errShareWorkers,
+			func(s *pb.LoadShares) int { return len(s.Shares) })
 	})
 }
 
