@@ -333,29 +333,60 @@ func TestPutFixed64s(t *testing.T) {
 // MaxDeltaBytes is refused for its entries before they are allocated.
 // The generic decoder allocated each of its half a million entries.
 func TestDecodeLoadDeltaEntryBound(t *testing.T) {
-	v := slices.Repeat([]byte{2<<3 | 2, 0}, MaxDeltaBytes/2)
+	// Lifecycle entries up to the bound, decisions past it: both count.
+	checkEntryBound(t, entryBound[*pb.LoadDelta]{
+		decode: DecodeLoadDelta, unmarshal: unmarshalLoadDelta, errBound: errDeltaEntries,
+		key: "decode-12", fill: []byte{3<<3 | 2, 0}, past: []byte{2<<3 | 2, 0},
+		maxEntries: MaxDeltaEntries, maxBytes: MaxDeltaBytes,
+		reason: ReasonDeltaTooManyEntries, atBound: ReasonDeltaBadID,
+	})
+}
+
+// entryBound is a record's bound on its entries, counted before they are
+// allocated, for checkEntryBound.
+type entryBound[M any] struct {
+	decode    func(key, value []byte, logTime time.Time) (M, error)
+	unmarshal func(v []byte, maxEntries int) (M, error)
+	errBound  error // unmarshal's error past its bound
+	key       string
+	// fill and past are each an empty entry (its tag and a zero length):
+	// fill up to the bound, past beyond it.
+	fill, past           []byte
+	maxEntries, maxBytes int
+	// reason refuses a value past the bound; atBound is what the rules
+	// refuse a value of maxEntries empty entries for.
+	reason, atBound string
+}
+
+// checkEntryBound: a value of maxBytes of empty entries is refused for its
+// entries in a few allocations; at the bound the rules decide, and one
+// past it, well-formed or not, is refused for its entries.
+func checkEntryBound[M any](t *testing.T, b entryBound[M]) {
+	t.Helper()
+	v := slices.Repeat(b.past, b.maxBytes/len(b.past))
 	allocs := testing.AllocsPerRun(3, func() {
-		_, err := DecodeLoadDelta([]byte("decode-12"), v, time.Time{})
-		if ValidationReason(err) != ReasonDeltaTooManyEntries {
-			t.Fatalf("got %v, want reason %s", err, ReasonDeltaTooManyEntries)
+		if _, err := b.decode([]byte(b.key), v, time.Time{}); ValidationReason(err) != b.reason {
+			t.Fatalf("got %v, want reason %s", err, b.reason)
 		}
 	})
 	if allocs > 8 {
 		t.Fatalf("%v allocations to refuse the value", allocs)
 	}
-	// One entry past the bound is refused; at the bound, the rules decide.
-	entries := slices.Repeat([]byte{3<<3 | 2, 0}, MaxDeltaEntries)
-	if _, err := DecodeLoadDelta([]byte("decode-12"), entries, time.Time{}); ValidationReason(err) != ReasonDeltaBadID {
-		t.Fatalf("%d empty entries: %v, want reason %s", MaxDeltaEntries, err, ReasonDeltaBadID)
+	entries := slices.Repeat(b.fill, b.maxEntries)
+	for _, c := range []struct {
+		name   string
+		v      []byte
+		reason string
+	}{
+		{"at the bound", entries, b.atBound},
+		{"one past the bound", slices.Concat(entries, b.past), b.reason},
+		{"malformed, past the bound", slices.Concat(entries, b.past[:1], []byte{1, 0}), b.reason},
+	} {
+		if _, err := b.decode([]byte(b.key), c.v, time.Time{}); ValidationReason(err) != c.reason {
+			t.Fatalf("%s: %v, want reason %s", c.name, err, c.reason)
+		}
 	}
-	if _, err := DecodeLoadDelta([]byte("decode-12"), append(entries, 2<<3|2, 0), time.Time{}); ValidationReason(err) != ReasonDeltaTooManyEntries {
-		t.Fatalf("%d empty entries: %v, want reason %s", MaxDeltaEntries+1, err, ReasonDeltaTooManyEntries)
-	}
-	// Past the bound, a malformed value is refused for its entries too.
-	if _, err := DecodeLoadDelta([]byte("decode-12"), append(entries, 2<<3|2, 1, 0), time.Time{}); ValidationReason(err) != ReasonDeltaTooManyEntries {
-		t.Fatalf("malformed value past the bound: %v, want reason %s", err, ReasonDeltaTooManyEntries)
-	}
-	if _, err := unmarshalLoadDelta(entries, MaxDeltaEntries-1); !errors.Is(err, errDeltaEntries) {
+	if _, err := b.unmarshal(entries, b.maxEntries-1); !errors.Is(err, b.errBound) {
 		t.Fatalf("past the caller's bound: %v", err)
 	}
 }

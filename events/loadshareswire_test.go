@@ -1,12 +1,10 @@
 package events
 
 import (
-	"errors"
 	"fmt"
 	"math"
 	"slices"
 	"testing"
-	"time"
 
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
@@ -108,37 +106,18 @@ func TestLoadSharesWireRecords(t *testing.T) {
 
 // TestDecodeLoadSharesWorkerBound: a value of empty shares up to
 // MaxSharesBytes (half a million) is refused for its shares before they
-// are allocated.
+// are allocated, where proto.Unmarshal allocates each.
 func TestDecodeLoadSharesWorkerBound(t *testing.T) {
-	v := slices.Repeat([]byte{4<<3 | 2, 0}, MaxSharesBytes/2)
-	allocs := testing.AllocsPerRun(3, func() {
-		_, err := DecodeLoadShares([]byte("replica-3"), v, time.Time{})
-		if ValidationReason(err) != ReasonSharesTooManyWorkers {
-			t.Fatalf("got %v, want reason %s", err, ReasonSharesTooManyWorkers)
-		}
+	empty := []byte{4<<3 | 2, 0}
+	checkEntryBound(t, entryBound[*pb.LoadShares]{
+		decode: DecodeLoadShares, unmarshal: unmarshalLoadShares, errBound: errShareWorkers,
+		key: "replica-3", fill: empty, past: empty,
+		maxEntries: MaxShareWorkers, maxBytes: MaxSharesBytes,
+		reason: ReasonSharesTooManyWorkers, atBound: ReasonSharesBadWriter,
 	})
-	if allocs > 8 {
-		t.Fatalf("%v allocations to refuse the value", allocs)
-	}
-	// What proto.Unmarshal allocates for it, for scale: the bound is what
-	// keeps a replica from this.
+	v := slices.Repeat(empty, MaxSharesBytes/len(empty))
 	if generic := testing.AllocsPerRun(1, func() { _, _ = sharesProtoDecode(v) }); generic < MaxSharesBytes/2 {
 		t.Fatalf("proto.Unmarshal made %v allocations, fewer than the shares", generic)
-	}
-	// At the bound the rules decide; one past it is refused for its shares,
-	// a malformed value too.
-	shares := slices.Repeat([]byte{4<<3 | 2, 0}, MaxShareWorkers)
-	if _, err := DecodeLoadShares([]byte("replica-3"), shares, time.Time{}); ValidationReason(err) != ReasonSharesBadWriter {
-		t.Fatalf("%d empty shares: %v, want reason %s", MaxShareWorkers, err, ReasonSharesBadWriter)
-	}
-	if _, err := DecodeLoadShares([]byte("replica-3"), append(shares, 4<<3|2, 0), time.Time{}); ValidationReason(err) != ReasonSharesTooManyWorkers {
-		t.Fatalf("%d empty shares: %v, want reason %s", MaxShareWorkers+1, err, ReasonSharesTooManyWorkers)
-	}
-	if _, err := DecodeLoadShares([]byte("replica-3"), append(shares, 4<<3|2, 1, 0), time.Time{}); ValidationReason(err) != ReasonSharesTooManyWorkers {
-		t.Fatalf("malformed value past the bound: %v, want reason %s", err, ReasonSharesTooManyWorkers)
-	}
-	if _, err := unmarshalLoadShares(shares, MaxShareWorkers-1); !errors.Is(err, errShareWorkers) {
-		t.Fatalf("past the caller's bound: %v", err)
 	}
 }
 
