@@ -75,13 +75,7 @@ func TestLoadDeltaRoundTrip(t *testing.T) {
 func TestLoadDeltaRefused(t *testing.T) {
 	longID := strings.Repeat("x", events.MaxIDLen+1)
 	many := make([]uint64, events.MaxDeltaHashes+1)
-	cases := []struct {
-		name   string
-		edit   func(d *pb.LoadDelta)
-		key    string
-		value  []byte // instead of d's encoding
-		reason string
-	}{
+	cases := []refusal[*pb.LoadDelta]{
 		{name: "too large", value: make([]byte, events.MaxDeltaBytes+1), reason: events.ReasonDeltaTooLarge},
 		{name: "malformed", value: []byte{0x12, 0xff}, reason: events.ReasonDeltaMalformed},
 		{name: "empty", edit: func(d *pb.LoadDelta) { d.Decisions, d.Lifecycle = nil, nil }, reason: events.ReasonDeltaEmpty},
@@ -127,25 +121,46 @@ func TestLoadDeltaRefused(t *testing.T) {
 		}, reason: events.ReasonDeltaEventTime},
 		{name: "negative lifecycle time", edit: func(d *pb.LoadDelta) { d.Lifecycle[0].EventTimeUnixNano = -1 }, reason: events.ReasonDeltaEventTime},
 	}
+	checkRefusals(t, cases, validDelta, deltaKey, func(key, v []byte) error {
+		_, err := events.DecodeLoadDelta(key, v, deltaLogTime)
+		return err
+	}, events.LoadDeltaReasons)
+}
+
+// refusal is a value a decoder must refuse with reason: a valid record
+// changed by edit, or value instead, read with key (empty: the valid
+// record's key).
+type refusal[M proto.Message] struct {
+	name   string
+	edit   func(M)
+	key    string
+	value  []byte
+	reason string
+}
+
+// checkRefusals decodes each case with decode and wants a
+// *ValidationError of its reason; each of reasons must have a case.
+func checkRefusals[M proto.Message](t *testing.T, cases []refusal[M], valid func() M, validKey string,
+	decode func(key, value []byte) error, reasons []string) {
 	seen := map[string]bool{}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			v := c.value
 			if v == nil {
-				d := validDelta()
+				m := valid()
 				if c.edit != nil {
-					c.edit(d)
+					c.edit(m)
 				}
 				var err error
-				if v, err = (proto.MarshalOptions{Deterministic: true}).Marshal(d); err != nil {
+				if v, err = (proto.MarshalOptions{Deterministic: true}).Marshal(m); err != nil {
 					t.Fatal(err)
 				}
 			}
 			key := c.key
 			if key == "" {
-				key = deltaKey
+				key = validKey
 			}
-			_, err := events.DecodeLoadDelta([]byte(key), v, deltaLogTime)
+			err := decode([]byte(key), v)
 			var ve *events.ValidationError
 			if !errors.As(err, &ve) || ve.Reason != c.reason {
 				t.Fatalf("got %v, want reason %s", err, c.reason)
@@ -153,7 +168,7 @@ func TestLoadDeltaRefused(t *testing.T) {
 			seen[c.reason] = true
 		})
 	}
-	for _, r := range events.LoadDeltaReasons {
+	for _, r := range reasons {
 		if !seen[r] {
 			t.Errorf("no case refuses a record with reason %s", r)
 		}

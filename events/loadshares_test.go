@@ -1,7 +1,6 @@
 package events_test
 
 import (
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -83,13 +82,7 @@ func TestLoadSharesBounds(t *testing.T) {
 // reason, and every reason of LoadSharesReasons has a case.
 func TestLoadSharesRefused(t *testing.T) {
 	over := uint64(events.MaxShareCount + 1)
-	cases := []struct {
-		name   string
-		edit   func(s *pb.LoadShares)
-		key    string
-		value  []byte // instead of s's encoding
-		reason string
-	}{
+	cases := []refusal[*pb.LoadShares]{
 		{name: "too large", value: make([]byte, events.MaxSharesBytes+1), reason: events.ReasonSharesTooLarge},
 		{name: "malformed", value: []byte{4<<3 | 2, 0xff}, reason: events.ReasonSharesMalformed},
 		{name: "malformed share", value: []byte{4<<3 | 2, 2, 1<<3 | 2, 5}, reason: events.ReasonSharesMalformed},
@@ -121,37 +114,10 @@ func TestLoadSharesRefused(t *testing.T) {
 		}, reason: events.ReasonSharesBadRecent},
 		{name: "negative recent second", edit: func(s *pb.LoadShares) { s.Shares[0].RecentSecond = -1 }, reason: events.ReasonSharesBadRecent},
 	}
-	seen := map[string]bool{}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			v := c.value
-			if v == nil {
-				s := validShares()
-				if c.edit != nil {
-					c.edit(s)
-				}
-				var err error
-				if v, err = (proto.MarshalOptions{Deterministic: true}).Marshal(s); err != nil {
-					t.Fatal(err)
-				}
-			}
-			key := c.key
-			if key == "" {
-				key = sharesKey
-			}
-			_, err := events.DecodeLoadShares([]byte(key), v, sharesLogTime)
-			var ve *events.ValidationError
-			if !errors.As(err, &ve) || ve.Reason != c.reason {
-				t.Fatalf("got %v, want reason %s", err, c.reason)
-			}
-			seen[c.reason] = true
-		})
-	}
-	for _, r := range events.LoadSharesReasons {
-		if !seen[r] {
-			t.Errorf("no case refuses a record with reason %s", r)
-		}
-	}
+	checkRefusals(t, cases, validShares, sharesKey, func(key, v []byte) error {
+		_, err := events.DecodeLoadShares(key, v, sharesLogTime)
+		return err
+	}, events.LoadSharesReasons)
 }
 
 // TestMarshalLoadSharesRefusesWhatReadersRefuse: a writer never produces
