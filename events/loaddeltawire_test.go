@@ -453,27 +453,27 @@ func BenchmarkDecodeLoadDelta(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			for _, dec := range []struct {
-				name string
-				fn   func([]byte) error
-			}{
-				{"proto", func(v []byte) error { return proto.Unmarshal(v, &pb.LoadDelta{}) }},
-				{"wire", func(v []byte) error { _, err := unmarshalLoadDelta(v, MaxDeltaEntries); return err }},
-			} {
-				b.Run(fmt.Sprintf("entries=%d/hashes=%d/dec=%s", n, h, dec.name), func(b *testing.B) {
-					b.ReportAllocs()
-					b.SetBytes(int64(len(v)))
-					cpu0 := processCPU()
-					for b.Loop() {
-						if err := dec.fn(v); err != nil {
-							b.Fatal(err)
-						}
-					}
-					reportCPU(b, cpu0)
-				})
-			}
+			name := fmt.Sprintf("entries=%d/hashes=%d/dec=", n, h)
+			benchDecode(b, name+"proto", v, func(v []byte) error { return proto.Unmarshal(v, &pb.LoadDelta{}) })
+			benchDecode(b, name+"wire", v, func(v []byte) error { _, err := unmarshalLoadDelta(v, MaxDeltaEntries); return err })
 		}
 	}
+}
+
+// benchDecode runs fn on v as the sub-benchmark name, reporting bytes,
+// allocations and CPU time per op.
+func benchDecode(b *testing.B, name string, v []byte, fn func([]byte) error) {
+	b.Run(name, func(b *testing.B) {
+		b.ReportAllocs()
+		b.SetBytes(int64(len(v)))
+		cpu0 := processCPU()
+		for b.Loop() {
+			if err := fn(v); err != nil {
+				b.Fatal(err)
+			}
+		}
+		reportCPU(b, cpu0)
+	})
 }
 
 // processCPU is the process's CPU time in nanoseconds, the garbage

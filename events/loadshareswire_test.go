@@ -153,24 +153,8 @@ func BenchmarkDecodeLoadShares(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		for _, dec := range []struct {
-			name string
-			fn   func([]byte) error
-		}{
-			{"proto", func(v []byte) error { return proto.Unmarshal(v, &pb.LoadShares{}) }},
-			{"wire", func(v []byte) error { _, err := unmarshalLoadShares(v, MaxShareWorkers); return err }},
-		} {
-			b.Run(fmt.Sprintf("shares=%d/dec=%s", n, dec.name), func(b *testing.B) {
-				b.ReportAllocs()
-				b.SetBytes(int64(len(v)))
-				cpu0 := processCPU()
-				for b.Loop() {
-					if err := dec.fn(v); err != nil {
-						b.Fatal(err)
-					}
-				}
-				reportCPU(b, cpu0)
-			})
-		}
+		name := fmt.Sprintf("shares=%d/dec=", n)
+		benchDecode(b, name+"proto", v, func(v []byte) error { return proto.Unmarshal(v, &pb.LoadShares{}) })
+		benchDecode(b, name+"wire", v, func(v []byte) error { _, err := unmarshalLoadShares(v, MaxShareWorkers); return err })
 	}
 }
