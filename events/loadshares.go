@@ -1,7 +1,6 @@
 package events
 
 import (
-	"errors"
 	"time"
 
 	pb "github.com/pdrouter/pdrouter/events/eventspb"
@@ -75,6 +74,12 @@ var LoadSharesReasons = []string{
 	ReasonSharesBadWorker, ReasonSharesDuplicateWorker, ReasonSharesBadCount, ReasonSharesBadRecent,
 }
 
+// sharesBounds are MaxSharesBytes and MaxShareWorkers for decodeBounded.
+var sharesBounds = recordBounds{
+	what: "load shares", maxBytes: MaxSharesBytes, tooLarge: ReasonSharesTooLarge, malformed: ReasonSharesMalformed,
+	maxEntries: MaxShareWorkers, entries: "shares", tooMany: ReasonSharesTooManyWorkers, errEntries: errShareWorkers,
+}
+
 // DecodeLoadShares parses and validates a LoadShares value read with key
 // at logTime (the record's Kafka timestamp; zero checks the content only).
 // Any error is a *ValidationError whose Reason is one of
@@ -82,22 +87,9 @@ var LoadSharesReasons = []string{
 // (loadshareswire.go), which accepts what proto.Unmarshal accepts and
 // drops unknown fields.
 func DecodeLoadShares(key, value []byte, logTime time.Time) (*pb.LoadShares, error) {
-	if len(value) > MaxSharesBytes {
-		return nil, invalid(ReasonSharesTooLarge, "", "load shares: %d bytes, at most %d are allowed", len(value), MaxSharesBytes)
-	}
-	s, err := unmarshalLoadShares(value, MaxShareWorkers)
-	if errors.Is(err, errShareWorkers) {
-		// Refused before its shares are allocated, whatever else it holds
-		// (as DecodeLoadDelta refuses too many entries).
-		return nil, invalid(ReasonSharesTooManyWorkers, "shares", "load shares: more than %d shares", MaxShareWorkers)
-	}
-	if err != nil {
-		return nil, invalid(ReasonSharesMalformed, "", "load shares: %v", err)
-	}
-	if err := ValidateLoadShares(s, string(key), logTime); err != nil {
-		return nil, err
-	}
-	return s, nil
+	return decodeBounded(value, &sharesBounds, unmarshalLoadShares, func(s *pb.LoadShares) error {
+		return ValidateLoadShares(s, string(key), logTime)
+	})
 }
 
 // MarshalLoadShares validates s as a record keyed by key and encodes it
@@ -107,14 +99,7 @@ func MarshalLoadShares(s *pb.LoadShares, key string) ([]byte, error) {
 	if err := ValidateLoadShares(s, key, time.Time{}); err != nil {
 		return nil, err
 	}
-	b, err := marshal.Marshal(s)
-	if err != nil {
-		return nil, invalid(ReasonSharesMalformed, "", "load shares: %v", err)
-	}
-	if len(b) > MaxSharesBytes {
-		return nil, invalid(ReasonSharesTooLarge, "", "load shares: %d bytes, at most %d are allowed", len(b), MaxSharesBytes)
-	}
-	return b, nil
+	return marshalBounded(s, &sharesBounds)
 }
 
 // ValidateLoadShares checks the rules of a LoadShares keyed by key, read
