@@ -48,26 +48,34 @@ func validDelta() *pb.LoadDelta {
 // TestLoadDeltaRoundTrip: a valid record encodes, decodes to the same
 // message, and its chains resolve the shared prefix.
 func TestLoadDeltaRoundTrip(t *testing.T) {
-	d := validDelta()
-	v, err := events.MarshalLoadDelta(d, deltaKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, err := events.DecodeLoadDelta([]byte(deltaKey), v, deltaLogTime)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !proto.Equal(got, d) {
-		t.Fatalf("decoded %v, want %v", got, d)
-	}
-	again, err := events.MarshalLoadDelta(got, deltaKey)
-	if err != nil || string(again) != string(v) {
-		t.Fatalf("re-encoded differently (%v)", err)
-	}
+	got := checkRoundTrip(t, validDelta(), deltaKey, deltaLogTime, events.MarshalLoadDelta, events.DecodeLoadDelta)
 	chains := events.LoadDeltaChains(got)
 	if want := [][]uint64{{11, 12, 13, 14}, {11, 12, 13, 21, 22}}; !slices.EqualFunc(chains, want, slices.Equal) {
 		t.Fatalf("chains %v, want %v", chains, want)
 	}
+}
+
+// checkRoundTrip: m encodes with key, decodes at logTime to an equal
+// message, which re-encodes to the same bytes; it returns the decoded one.
+func checkRoundTrip[M proto.Message](t *testing.T, m M, key string, logTime time.Time,
+	marshal func(M, string) ([]byte, error), decode func(key, value []byte, logTime time.Time) (M, error)) M {
+	t.Helper()
+	v, err := marshal(m, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := decode([]byte(key), v, logTime)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !proto.Equal(got, m) {
+		t.Fatalf("decoded %v, want %v", got, m)
+	}
+	again, err := marshal(got, key)
+	if err != nil || string(again) != string(v) {
+		t.Fatalf("re-encoded differently (%v)", err)
+	}
+	return got
 }
 
 // TestLoadDeltaRefused: each rule refuses the whole record with its own

@@ -39,22 +39,7 @@ func validShares() *pb.LoadShares {
 // TestLoadSharesRoundTrip: a valid record encodes, decodes to the same
 // message, and re-encodes to the same bytes.
 func TestLoadSharesRoundTrip(t *testing.T) {
-	s := validShares()
-	v, err := events.MarshalLoadShares(s, sharesKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, err := events.DecodeLoadShares([]byte(sharesKey), v, sharesLogTime)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !proto.Equal(got, s) {
-		t.Fatalf("decoded %v, want %v", got, s)
-	}
-	again, err := events.MarshalLoadShares(got, sharesKey)
-	if err != nil || string(again) != string(v) {
-		t.Fatalf("re-encoded differently (%v)", err)
-	}
+	checkRoundTrip(t, validShares(), sharesKey, sharesLogTime, events.MarshalLoadShares, events.DecodeLoadShares)
 }
 
 // TestLoadSharesBounds: a record at every bound is written and read; the
@@ -68,14 +53,7 @@ func TestLoadSharesBounds(t *testing.T) {
 	for len(s.Shares) < events.MaxShareWorkers {
 		s.Shares = append(s.Shares, &pb.WorkerShare{Worker: &pb.WorkerRef{WorkerId: fmt.Sprintf("w-%05d", len(s.Shares))}})
 	}
-	v, err := events.MarshalLoadShares(s, s.WriterId)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, err := events.DecodeLoadShares([]byte(s.WriterId), v, sharesLogTime)
-	if err != nil || !proto.Equal(got, s) {
-		t.Fatalf("decoded a record at the bounds: %v", err)
-	}
+	checkRoundTrip(t, s, s.WriterId, sharesLogTime, events.MarshalLoadShares, events.DecodeLoadShares)
 }
 
 // TestLoadSharesRefused: each rule refuses the whole record with its own
