@@ -210,20 +210,9 @@ func FuzzDecodeLoadDelta(f *testing.F) {
 	f.Add(protowire.AppendTag(slices.Clone(v), 2, protowire.BytesType))
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, v []byte) {
-		d, err := events.DecodeLoadDelta([]byte(deltaKey), v, deltaLogTime)
-		if err != nil {
-			if r := events.ValidationReason(err); !slices.Contains(events.LoadDeltaReasons, r) {
-				t.Fatalf("refused with reason %q, not one of LoadDeltaReasons: %v", r, err)
-			}
+		d, ok := checkDecoded(t, v, deltaKey, deltaLogTime, events.MarshalLoadDelta, events.DecodeLoadDelta, events.LoadDeltaReasons)
+		if !ok {
 			return
-		}
-		b, err := events.MarshalLoadDelta(d, deltaKey)
-		if err != nil {
-			t.Fatalf("an accepted record does not re-encode: %v", err)
-		}
-		d2, err := events.DecodeLoadDelta([]byte(deltaKey), b, deltaLogTime)
-		if err != nil || !proto.Equal(d, d2) {
-			t.Fatalf("re-encoded record decodes to %v (%v), want %v", d2, err, d)
 		}
 		for i, c := range events.LoadDeltaChains(d) {
 			if len(c) > events.MaxDeltaHashes {
@@ -231,6 +220,29 @@ func FuzzDecodeLoadDelta(f *testing.F) {
 			}
 		}
 	})
+}
+
+// checkDecoded is the body of a decoder's fuzz target: v is either refused
+// with one of reasons, or decodes to a record (returned, with true) that
+// re-encodes to one that decodes to an equal message.
+func checkDecoded[M proto.Message](t *testing.T, v []byte, key string, logTime time.Time,
+	marshal func(M, string) ([]byte, error), decode func(key, value []byte, logTime time.Time) (M, error), reasons []string) (M, bool) {
+	m, err := decode([]byte(key), v, logTime)
+	if err != nil {
+		if r := events.ValidationReason(err); !slices.Contains(reasons, r) {
+			t.Fatalf("refused with reason %q, not one of the record's reasons: %v", r, err)
+		}
+		return m, false
+	}
+	b, err := marshal(m, key)
+	if err != nil {
+		t.Fatalf("an accepted record does not re-encode: %v", err)
+	}
+	m2, err := decode([]byte(key), b, logTime)
+	if err != nil || !proto.Equal(m, m2) {
+		t.Fatalf("re-encoded record decodes to %v (%v), want %v", m2, err, m)
+	}
+	return m, true
 }
 
 // TestDecodeLoadDeltaRecord: a load delta read from its topic decodes

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"google.golang.org/protobuf/encoding/protowire"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/pdrouter/pdrouter/events"
 	pb "github.com/pdrouter/pdrouter/events/eventspb"
@@ -142,20 +141,6 @@ func FuzzDecodeLoadShares(f *testing.F) {
 	f.Add(append(slices.Clone(v), v[len(v)-12:]...)) // the last share twice, as bytes
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, v []byte) {
-		s, err := events.DecodeLoadShares([]byte(sharesKey), v, sharesLogTime)
-		if err != nil {
-			if r := events.ValidationReason(err); !slices.Contains(events.LoadSharesReasons, r) {
-				t.Fatalf("refused with reason %q, not one of LoadSharesReasons: %v", r, err)
-			}
-			return
-		}
-		b, err := events.MarshalLoadShares(s, sharesKey)
-		if err != nil {
-			t.Fatalf("an accepted record does not re-encode: %v", err)
-		}
-		s2, err := events.DecodeLoadShares([]byte(sharesKey), b, sharesLogTime)
-		if err != nil || !proto.Equal(s, s2) {
-			t.Fatalf("re-encoded record decodes to %v (%v), want %v", s2, err, s)
-		}
+		checkDecoded(t, v, sharesKey, sharesLogTime, events.MarshalLoadShares, events.DecodeLoadShares, events.LoadSharesReasons)
 	})
 }
