@@ -179,7 +179,7 @@ func validateShare(i int, e *pb.WorkerShare, clockSecond int64) error {
 		}
 		return nil
 	}
-	if sec > clockSecond || sec < clockSecond-MaxShareRecentAge {
+	if sec < 0 || sec > clockSecond || sec < clockSecond-MaxShareRecentAge {
 		return invalid(ReasonSharesBadRecent, "recent_second", "load shares: share %d: recent second %d, want %d to %d (the clock's second and the %d s before it)",
 			i, sec, clockSecond-MaxShareRecentAge, clockSecond, MaxShareRecentAge)
 	}

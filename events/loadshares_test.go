@@ -90,6 +90,9 @@ func TestLoadSharesRefused(t *testing.T) {
 			s.Shares[0].RecentSecond = sharesClockSecond - events.MaxShareRecentAge - 1
 		}, reason: events.ReasonSharesBadRecent},
 		{name: "negative recent second", edit: func(s *pb.LoadShares) { s.Shares[0].RecentSecond = -1 }, reason: events.ReasonSharesBadRecent},
+		{name: "negative recent second near the epoch", edit: func(s *pb.LoadShares) {
+			s.ClockUnixNano, s.Shares[0].RecentSecond = 10*int64(time.Second), -1
+		}, reason: events.ReasonSharesBadRecent},
 	}
 	checkRefusals(t, cases, validShares, sharesKey, func(key, v []byte) error {
 		_, err := events.DecodeLoadShares(key, v, sharesLogTime)
