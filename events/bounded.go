@@ -16,8 +16,10 @@ type recordBounds struct {
 	tooLarge, malformed string // reasons
 	maxEntries          int
 	entries, tooMany    string // the field counted, and the reason past maxEntries
-	// errEntries is what unmarshal returns past maxEntries.
-	errEntries error
+	// errEntries is what unmarshal returns past maxEntries; errTooMany,
+	// built once, what the refusal says, so that refusing a hostile value
+	// over and over costs two allocations.
+	errEntries, errTooMany error
 }
 
 // decodeBounded parses value with unmarshal, bounded by b, and validates
@@ -30,7 +32,7 @@ func decodeBounded[M any](value []byte, b *recordBounds, unmarshal func([]byte, 
 	}
 	m, err := unmarshal(value, b.maxEntries)
 	if errors.Is(err, b.errEntries) {
-		return none, invalid(b.tooMany, b.entries, "%s: more than %d %s", b.what, b.maxEntries, b.entries)
+		return none, &ValidationError{Reason: b.tooMany, Field: b.entries, Err: b.errTooMany}
 	}
 	if err != nil {
 		return none, invalid(b.malformed, "", "%s: %v", b.what, err)

@@ -1,6 +1,7 @@
 package events
 
 import (
+	"fmt"
 	"math"
 	"time"
 
@@ -75,6 +76,7 @@ var LoadDeltaReasons = []string{
 var deltaBounds = recordBounds{
 	what: "load delta", maxBytes: MaxDeltaBytes, tooLarge: ReasonDeltaTooLarge, malformed: ReasonDeltaMalformed,
 	maxEntries: MaxDeltaEntries, entries: "entries", tooMany: ReasonDeltaTooManyEntries, errEntries: errDeltaEntries,
+	errTooMany: fmt.Errorf("load delta: more than %d entries", MaxDeltaEntries),
 }
 
 // DecodeLoadDelta parses and validates a LoadDelta value read with key at

@@ -1,6 +1,7 @@
 package events
 
 import (
+	"fmt"
 	"time"
 
 	pb "github.com/pdrouter/pdrouter/events/eventspb"
@@ -78,6 +79,7 @@ var LoadSharesReasons = []string{
 var sharesBounds = recordBounds{
 	what: "load shares", maxBytes: MaxSharesBytes, tooLarge: ReasonSharesTooLarge, malformed: ReasonSharesMalformed,
 	maxEntries: MaxShareWorkers, entries: "shares", tooMany: ReasonSharesTooManyWorkers, errEntries: errShareWorkers,
+	errTooMany: fmt.Errorf("load shares: more than %d shares", MaxShareWorkers),
 }
 
 // DecodeLoadShares parses and validates a LoadShares value read with key
