@@ -17,8 +17,8 @@ type recordBounds struct {
 	maxEntries          int
 	entries, tooMany    string // the field counted, and the reason past maxEntries
 	// errEntries is what unmarshal returns past maxEntries; errTooMany,
-	// built once, what the refusal says, so that refusing a hostile value
-	// over and over costs two allocations.
+	// built once, what the refusal says, so that refusing such a value
+	// costs one allocation (the ValidationError).
 	errEntries, errTooMany error
 }
 
