@@ -40,13 +40,6 @@ const (
 	// 2^22 writers, so no sum overflows and every value converts to int64
 	// as it is.
 	MaxShareCount = 1 << 40
-	// MaxShareRecentAge bounds how far a share's recent_second may lie
-	// before its record's clock, in seconds. A second older than
-	// decider.RecentLocalWindow counts for nothing, so a writer sends 0
-	// instead; the bound is twice that window (a test holds it above),
-	// which leaves a writer slack and still keeps a record from naming any
-	// second it likes.
-	MaxShareRecentAge = 60
 )
 
 // Reasons a LoadShares is refused: the fixed "reason" labels of
@@ -64,7 +57,6 @@ const (
 	ReasonSharesBadWorker       = "shares_bad_worker"
 	ReasonSharesDuplicateWorker = "shares_duplicate_worker"
 	ReasonSharesBadCount        = "shares_bad_count"
-	ReasonSharesBadRecent       = "shares_bad_recent"
 )
 
 // LoadSharesReasons lists every reason, for metrics whose series exist
@@ -72,7 +64,7 @@ const (
 var LoadSharesReasons = []string{
 	ReasonSharesTooLarge, ReasonSharesMalformed, ReasonSharesEmpty, ReasonSharesTooManyWorkers,
 	ReasonSharesBadWriter, ReasonSharesKeyMismatch, ReasonSharesBadSeq, ReasonSharesClock,
-	ReasonSharesBadWorker, ReasonSharesDuplicateWorker, ReasonSharesBadCount, ReasonSharesBadRecent,
+	ReasonSharesBadWorker, ReasonSharesDuplicateWorker, ReasonSharesBadCount,
 }
 
 // sharesBounds are MaxSharesBytes and MaxShareWorkers for decodeBounded.
@@ -143,7 +135,7 @@ func ValidateLoadShares(s *pb.LoadShares, key string, logTime time.Time) error {
 			return invalid(ReasonSharesDuplicateWorker, "worker", "load shares: shares %d and %d are both for worker %q rank %d", j, i, k.id, k.rank)
 		}
 		seen[k] = i
-		if err := validateShare(i, e, clock/int64(time.Second)); err != nil {
+		if err := validateShare(i, e); err != nil {
 			return err
 		}
 	}
@@ -155,9 +147,9 @@ type workerKey struct {
 	rank uint32
 }
 
-// validateShare checks share i's counts against each other and its
-// recent second against the record's clock, in Unix seconds.
-func validateShare(i int, e *pb.WorkerShare, clockSecond int64) error {
+// validateShare checks share i's counts: their bound, and each against
+// what it belongs to.
+func validateShare(i int, e *pb.WorkerShare) error {
 	for _, f := range []struct {
 		name string
 		v    uint64
@@ -167,23 +159,12 @@ func validateShare(i int, e *pb.WorkerShare, clockSecond int64) error {
 		}
 	}
 	// Blocks belong to the requests decoding on the worker, and a local
-	// prefill's tokens to a decision of the second.
+	// prefill's tokens to a decision of the window.
 	if e.GetDecodeBlocks() > 0 && e.GetRequests() == 0 {
 		return invalid(ReasonSharesBadCount, "decode_blocks", "load shares: share %d: %d decode blocks without requests", i, e.GetDecodeBlocks())
 	}
 	if e.GetRecentLocalTokens() > 0 && e.GetRecentDecisions() == 0 {
 		return invalid(ReasonSharesBadCount, "recent_local_tokens", "load shares: share %d: %d recent local tokens without decisions", i, e.GetRecentLocalTokens())
-	}
-	sec := e.GetRecentSecond()
-	if sec == 0 {
-		if e.GetRecentDecisions() != 0 || e.GetRecentLocalTokens() != 0 {
-			return invalid(ReasonSharesBadRecent, "recent_second", "load shares: share %d: recent counts without a second", i)
-		}
-		return nil
-	}
-	if sec < 0 || sec > clockSecond || sec < clockSecond-MaxShareRecentAge {
-		return invalid(ReasonSharesBadRecent, "recent_second", "load shares: share %d: recent second %d, want %d to %d (the clock's second and the %d s before it)",
-			i, sec, clockSecond-MaxShareRecentAge, clockSecond, MaxShareRecentAge)
 	}
 	return nil
 }

@@ -2,6 +2,7 @@ package events_test
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"testing"
@@ -21,14 +22,14 @@ var sharesLogTime = time.Unix(1_700_000_000, 0)
 const sharesClockSecond = 1_699_999_999
 
 // validShares is a snapshot of three shares: two ranks of one worker, one
-// of them with a recent second, and a prefill worker's share of zeros (the
+// of them with recent decisions, and a prefill worker's share of zeros (the
 // writer's requests there ended).
 func validShares() *pb.LoadShares {
 	return &pb.LoadShares{
 		WriterId: sharesKey, Seq: 42, ClockUnixNano: sharesClockSecond*int64(time.Second) + 250_000_000,
 		Shares: []*pb.WorkerShare{
 			{Worker: &pb.WorkerRef{WorkerId: "decode-1"}, DecodeBlocks: 812, Requests: 9, PrefillTokens: 3_000,
-				RecentSecond: sharesClockSecond - 3, RecentDecisions: 2, RecentLocalTokens: 1_500},
+				RecentDecisions: 2, RecentLocalTokens: 1_500},
 			{Worker: &pb.WorkerRef{WorkerId: "decode-1", DpRank: 1}, DecodeBlocks: 40, Requests: 1},
 			{Worker: &pb.WorkerRef{WorkerId: "prefill-0"}},
 		},
@@ -46,8 +47,8 @@ func TestLoadSharesRoundTrip(t *testing.T) {
 func TestLoadSharesBounds(t *testing.T) {
 	s := validShares()
 	s.Shares[0].DecodeBlocks, s.Shares[0].PrefillTokens, s.Shares[0].RecentLocalTokens = events.MaxShareCount, events.MaxShareCount, events.MaxShareCount
-	s.Shares[1].RecentSecond, s.Shares[1].RecentDecisions = sharesClockSecond, 1
-	s.Shares[2].RecentSecond, s.Shares[2].RecentDecisions = sharesClockSecond-events.MaxShareRecentAge, 1
+	s.Shares[1].RecentDecisions = math.MaxUint32
+	s.Shares[2].RecentDecisions = 1
 	s.WriterId = strings.Repeat("w", events.MaxNameLen)
 	for len(s.Shares) < events.MaxShareWorkers {
 		s.Shares = append(s.Shares, &pb.WorkerShare{Worker: &pb.WorkerRef{WorkerId: fmt.Sprintf("w-%05d", len(s.Shares))}})
@@ -83,16 +84,6 @@ func TestLoadSharesRefused(t *testing.T) {
 		{name: "recent tokens past the bound", edit: func(s *pb.LoadShares) { s.Shares[0].RecentLocalTokens = over }, reason: events.ReasonSharesBadCount},
 		{name: "blocks without requests", edit: func(s *pb.LoadShares) { s.Shares[1].Requests = 0 }, reason: events.ReasonSharesBadCount},
 		{name: "local tokens without decisions", edit: func(s *pb.LoadShares) { s.Shares[0].RecentDecisions = 0 }, reason: events.ReasonSharesBadCount},
-		{name: "recent decisions without a second", edit: func(s *pb.LoadShares) { s.Shares[2].RecentDecisions = 1 }, reason: events.ReasonSharesBadRecent},
-		{name: "recent tokens without a second", edit: func(s *pb.LoadShares) { s.Shares[0].RecentSecond = 0 }, reason: events.ReasonSharesBadRecent},
-		{name: "recent second after the clock", edit: func(s *pb.LoadShares) { s.Shares[0].RecentSecond = sharesClockSecond + 1 }, reason: events.ReasonSharesBadRecent},
-		{name: "recent second too old", edit: func(s *pb.LoadShares) {
-			s.Shares[0].RecentSecond = sharesClockSecond - events.MaxShareRecentAge - 1
-		}, reason: events.ReasonSharesBadRecent},
-		{name: "negative recent second", edit: func(s *pb.LoadShares) { s.Shares[0].RecentSecond = -1 }, reason: events.ReasonSharesBadRecent},
-		{name: "negative recent second near the epoch", edit: func(s *pb.LoadShares) {
-			s.ClockUnixNano, s.Shares[0].RecentSecond = 10*int64(time.Second), -1
-		}, reason: events.ReasonSharesBadRecent},
 	}
 	checkRefusals(t, cases, validShares, sharesKey, func(key, v []byte) error {
 		_, err := events.DecodeLoadShares(key, v, sharesLogTime)

@@ -88,10 +88,8 @@ func (dec *deltaDecoder) share(slot *shareSlot, b []byte) error {
 		case 4<<3 | wVarint:
 			e.PrefillTokens = r.x
 		case 5<<3 | wVarint:
-			e.RecentSecond = int64(r.x)
-		case 6<<3 | wVarint:
 			e.RecentDecisions = uint32(r.x)
-		case 7<<3 | wVarint:
+		case 6<<3 | wVarint:
 			e.RecentLocalTokens = r.x
 		}
 	}

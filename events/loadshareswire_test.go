@@ -26,11 +26,10 @@ func sharesWireCases() []wireCaseOf[*pb.LoadShares] {
 			&pb.LoadShares{WriterId: "b", Seq: 9, ClockUnixNano: 5}},
 		{"negative clock as a ten-byte varint", fVarint(3, math.MaxUint64), &pb.LoadShares{ClockUnixNano: -1}},
 		{"every share field", shareOf(fBytes(1, fString(1, "w"), fVarint(2, 3)), fVarint(2, 1<<40), fVarint(3, 9), fVarint(4, 77),
-			fVarint(5, 1_700_000_000), fVarint(6, 2), fVarint(7, 1<<41)),
+			fVarint(5, 2), fVarint(6, 1<<41)),
 			one(&pb.WorkerShare{Worker: &pb.WorkerRef{WorkerId: "w", DpRank: 3}, DecodeBlocks: 1 << 40, Requests: 9, PrefillTokens: 77,
-				RecentSecond: 1_700_000_000, RecentDecisions: 2, RecentLocalTokens: 1 << 41})},
-		{"uint32 fields keep the low 32 bits", shareOf(fVarint(3, 1<<32|4), fVarint(6, 1<<33|5)), one(&pb.WorkerShare{Requests: 4, RecentDecisions: 5})},
-		{"negative recent second", shareOf(fVarint(5, math.MaxUint64)), one(&pb.WorkerShare{RecentSecond: -1})},
+				RecentDecisions: 2, RecentLocalTokens: 1 << 41})},
+		{"uint32 fields keep the low 32 bits", shareOf(fVarint(3, 1<<32|4), fVarint(5, 1<<33|5)), one(&pb.WorkerShare{Requests: 4, RecentDecisions: 5})},
 		{"worker occurrences merge", shareOf(fBytes(1, fString(1, "w"), fVarint(2, 1)), fBytes(1, fVarint(2, 3))),
 			one(&pb.WorkerShare{Worker: &pb.WorkerRef{WorkerId: "w", DpRank: 3}})},
 		{"empty worker is present", shareOf(fBytes(1)), one(&pb.WorkerShare{Worker: &pb.WorkerRef{}})},
@@ -68,7 +67,7 @@ func wireShares(n int) *pb.LoadShares {
 		s.Shares = append(s.Shares, &pb.WorkerShare{
 			Worker:       &pb.WorkerRef{WorkerId: fmt.Sprintf("decode-%03d", i/2), DpRank: uint32(i % 2)},
 			DecodeBlocks: uint64(300 + 17*i), Requests: uint32(3 + i%5), PrefillTokens: uint64(2048 * (i % 3)),
-			RecentSecond: 1_700_000_000 - int64(i%4), RecentDecisions: 2, RecentLocalTokens: uint64(700 * (i % 2)),
+			RecentDecisions: 2, RecentLocalTokens: uint64(700 * (i % 2)),
 		})
 	}
 	return s

@@ -43,7 +43,7 @@ type LoadShares struct {
 	Seq uint64 `protobuf:"varint,2,opt,name=seq,proto3" json:"seq,omitempty"`
 	// The writer's clock when it took the snapshot: a peer drops a writer's
 	// rows once the log's clock passes it plus the active expiry, and the
-	// recent window below is counted from it.
+	// recent counts below are the window that ends at it.
 	ClockUnixNano int64 `protobuf:"varint,3,opt,name=clock_unix_nano,json=clockUnixNano,proto3" json:"clock_unix_nano,omitempty"`
 	// The workers whose share changed since the writer's last snapshot (or
 	// all of them, when it repeats itself), each at most once.
@@ -124,16 +124,15 @@ type WorkerShare struct {
 	// Prompt tokens the worker still has to prefill for the writer's
 	// requests, as their decode worker (local) or prefill worker (remote).
 	PrefillTokens uint64 `protobuf:"varint,4,opt,name=prefill_tokens,json=prefillTokens,proto3" json:"prefill_tokens,omitempty"`
-	// One second of the recent window (decider.RecentLocalWindow), in Unix
-	// seconds of the writer's clock: the second whose counts follow. 0: no
-	// second, and both counts are 0.
-	RecentSecond int64 `protobuf:"varint,5,opt,name=recent_second,json=recentSecond,proto3" json:"recent_second,omitempty"`
-	// Requests the writer decided onto the worker in that second, as their
-	// decode worker or as the prefill worker of a remote prefill.
-	RecentDecisions uint32 `protobuf:"varint,6,opt,name=recent_decisions,json=recentDecisions,proto3" json:"recent_decisions,omitempty"`
-	// Prompt tokens of the local prefills the writer decided onto the worker
-	// in that second.
-	RecentLocalTokens uint64 `protobuf:"varint,7,opt,name=recent_local_tokens,json=recentLocalTokens,proto3" json:"recent_local_tokens,omitempty"`
+	// The recent window (decider.RecentLocalWindow) ending at the record's
+	// clock, as totals, so that a peer replaces them like the counts above
+	// and sums no windows: requests the writer decided onto the worker within
+	// it, as their decode worker or as the prefill worker of a remote
+	// prefill, and the prompt tokens of the local prefills among them. They
+	// fall as the writer's decisions leave the window, and the writer sends
+	// the worker's share again when they do.
+	RecentDecisions   uint32 `protobuf:"varint,5,opt,name=recent_decisions,json=recentDecisions,proto3" json:"recent_decisions,omitempty"`
+	RecentLocalTokens uint64 `protobuf:"varint,6,opt,name=recent_local_tokens,json=recentLocalTokens,proto3" json:"recent_local_tokens,omitempty"`
 	unknownFields     protoimpl.UnknownFields
 	sizeCache         protoimpl.SizeCache
 }
@@ -196,13 +195,6 @@ func (x *WorkerShare) GetPrefillTokens() uint64 {
 	return 0
 }
 
-func (x *WorkerShare) GetRecentSecond() int64 {
-	if x != nil {
-		return x.RecentSecond
-	}
-	return 0
-}
-
 func (x *WorkerShare) GetRecentDecisions() uint32 {
 	if x != nil {
 		return x.RecentDecisions
@@ -227,15 +219,14 @@ const file_pdrouter_events_v1_load_shares_proto_rawDesc = "" +
 	"\twriter_id\x18\x01 \x01(\tR\bwriterId\x12\x10\n" +
 	"\x03seq\x18\x02 \x01(\x04R\x03seq\x12&\n" +
 	"\x0fclock_unix_nano\x18\x03 \x01(\x03R\rclockUnixNano\x127\n" +
-	"\x06shares\x18\x04 \x03(\v2\x1f.pdrouter.events.v1.WorkerShareR\x06shares\"\xac\x02\n" +
+	"\x06shares\x18\x04 \x03(\v2\x1f.pdrouter.events.v1.WorkerShareR\x06shares\"\x87\x02\n" +
 	"\vWorkerShare\x125\n" +
 	"\x06worker\x18\x01 \x01(\v2\x1d.pdrouter.events.v1.WorkerRefR\x06worker\x12#\n" +
 	"\rdecode_blocks\x18\x02 \x01(\x04R\fdecodeBlocks\x12\x1a\n" +
 	"\brequests\x18\x03 \x01(\rR\brequests\x12%\n" +
-	"\x0eprefill_tokens\x18\x04 \x01(\x04R\rprefillTokens\x12#\n" +
-	"\rrecent_second\x18\x05 \x01(\x03R\frecentSecond\x12)\n" +
-	"\x10recent_decisions\x18\x06 \x01(\rR\x0frecentDecisions\x12.\n" +
-	"\x13recent_local_tokens\x18\a \x01(\x04R\x11recentLocalTokensB.Z,github.com/pdrouter/pdrouter/events/eventspbb\x06proto3"
+	"\x0eprefill_tokens\x18\x04 \x01(\x04R\rprefillTokens\x12)\n" +
+	"\x10recent_decisions\x18\x05 \x01(\rR\x0frecentDecisions\x12.\n" +
+	"\x13recent_local_tokens\x18\x06 \x01(\x04R\x11recentLocalTokensB.Z,github.com/pdrouter/pdrouter/events/eventspbb\x06proto3"
 
 var (
 	file_pdrouter_events_v1_load_shares_proto_rawDescOnce sync.Once
