@@ -1,7 +1,7 @@
 package events
 
 import (
-	"errors"
+	"fmt"
 	"math"
 	"time"
 
@@ -70,29 +70,24 @@ var LoadDeltaReasons = []string{
 	ReasonDeltaBadID, ReasonDeltaBadTokens, ReasonDeltaBadLatency, ReasonDeltaBadKind, ReasonDeltaEventTime,
 }
 
+// deltaBounds are MaxDeltaBytes and MaxDeltaEntries for decodeBounded.
+// Entries are refused before they are allocated: a value of MaxDeltaBytes
+// holds up to half a million empty ones.
+var deltaBounds = recordBounds{
+	what: "load delta", maxBytes: MaxDeltaBytes, tooLarge: ReasonDeltaTooLarge, malformed: ReasonDeltaMalformed,
+	maxEntries: MaxDeltaEntries, entries: "entries", tooMany: ReasonDeltaTooManyEntries, errEntries: errDeltaEntries,
+	errTooMany: fmt.Errorf("load delta: more than %d entries", MaxDeltaEntries),
+}
+
 // DecodeLoadDelta parses and validates a LoadDelta value read with key at
 // logTime (the record's Kafka timestamp; zero checks the content only). Any
 // error is a *ValidationError whose Reason is one of LoadDeltaReasons. It
 // parses with unmarshalLoadDelta (loaddeltawire.go), which accepts what
 // proto.Unmarshal accepts and drops unknown fields.
 func DecodeLoadDelta(key, value []byte, logTime time.Time) (*pb.LoadDelta, error) {
-	if len(value) > MaxDeltaBytes {
-		return nil, invalid(ReasonDeltaTooLarge, "", "load delta: %d bytes, at most %d are allowed", len(value), MaxDeltaBytes)
-	}
-	d, err := unmarshalLoadDelta(value, MaxDeltaEntries)
-	if errors.Is(err, errDeltaEntries) {
-		// Refused before its entries are allocated: a value of MaxDeltaBytes
-		// holds up to half a million empty ones. Such a value is refused
-		// whatever else it holds; this reason wins over the others.
-		return nil, invalid(ReasonDeltaTooManyEntries, "", "load delta: more than %d entries", MaxDeltaEntries)
-	}
-	if err != nil {
-		return nil, invalid(ReasonDeltaMalformed, "", "load delta: %v", err)
-	}
-	if err := ValidateLoadDelta(d, string(key), logTime); err != nil {
-		return nil, err
-	}
-	return d, nil
+	return decodeBounded(value, &deltaBounds, unmarshalLoadDelta, func(d *pb.LoadDelta) error {
+		return ValidateLoadDelta(d, string(key), logTime)
+	})
 }
 
 // MarshalLoadDelta validates d as a record keyed by key and encodes it
@@ -102,14 +97,7 @@ func MarshalLoadDelta(d *pb.LoadDelta, key string) ([]byte, error) {
 	if err := ValidateLoadDelta(d, key, time.Time{}); err != nil {
 		return nil, err
 	}
-	b, err := marshal.Marshal(d)
-	if err != nil {
-		return nil, invalid(ReasonDeltaMalformed, "", "load delta: %v", err)
-	}
-	if len(b) > MaxDeltaBytes {
-		return nil, invalid(ReasonDeltaTooLarge, "", "load delta: %d bytes, at most %d are allowed", len(b), MaxDeltaBytes)
-	}
-	return b, nil
+	return marshalBounded(d, &deltaBounds)
 }
 
 // ValidateLoadDelta checks the rules of a LoadDelta keyed by key, read or

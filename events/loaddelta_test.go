@@ -48,26 +48,34 @@ func validDelta() *pb.LoadDelta {
 // TestLoadDeltaRoundTrip: a valid record encodes, decodes to the same
 // message, and its chains resolve the shared prefix.
 func TestLoadDeltaRoundTrip(t *testing.T) {
-	d := validDelta()
-	v, err := events.MarshalLoadDelta(d, deltaKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, err := events.DecodeLoadDelta([]byte(deltaKey), v, deltaLogTime)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !proto.Equal(got, d) {
-		t.Fatalf("decoded %v, want %v", got, d)
-	}
-	again, err := events.MarshalLoadDelta(got, deltaKey)
-	if err != nil || string(again) != string(v) {
-		t.Fatalf("re-encoded differently (%v)", err)
-	}
+	got := checkRoundTrip(t, validDelta(), deltaKey, deltaLogTime, events.MarshalLoadDelta, events.DecodeLoadDelta)
 	chains := events.LoadDeltaChains(got)
 	if want := [][]uint64{{11, 12, 13, 14}, {11, 12, 13, 21, 22}}; !slices.EqualFunc(chains, want, slices.Equal) {
 		t.Fatalf("chains %v, want %v", chains, want)
 	}
+}
+
+// checkRoundTrip: m encodes with key, decodes at logTime to an equal
+// message, which re-encodes to the same bytes; it returns the decoded one.
+func checkRoundTrip[M proto.Message](t *testing.T, m M, key string, logTime time.Time,
+	marshal func(M, string) ([]byte, error), decode func(key, value []byte, logTime time.Time) (M, error)) M {
+	t.Helper()
+	v, err := marshal(m, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := decode([]byte(key), v, logTime)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !proto.Equal(got, m) {
+		t.Fatalf("decoded %v, want %v", got, m)
+	}
+	again, err := marshal(got, key)
+	if err != nil || string(again) != string(v) {
+		t.Fatalf("re-encoded differently (%v)", err)
+	}
+	return got
 }
 
 // TestLoadDeltaRefused: each rule refuses the whole record with its own
@@ -75,13 +83,7 @@ func TestLoadDeltaRoundTrip(t *testing.T) {
 func TestLoadDeltaRefused(t *testing.T) {
 	longID := strings.Repeat("x", events.MaxIDLen+1)
 	many := make([]uint64, events.MaxDeltaHashes+1)
-	cases := []struct {
-		name   string
-		edit   func(d *pb.LoadDelta)
-		key    string
-		value  []byte // instead of d's encoding
-		reason string
-	}{
+	cases := []refusal[*pb.LoadDelta]{
 		{name: "too large", value: make([]byte, events.MaxDeltaBytes+1), reason: events.ReasonDeltaTooLarge},
 		{name: "malformed", value: []byte{0x12, 0xff}, reason: events.ReasonDeltaMalformed},
 		{name: "empty", edit: func(d *pb.LoadDelta) { d.Decisions, d.Lifecycle = nil, nil }, reason: events.ReasonDeltaEmpty},
@@ -127,25 +129,46 @@ func TestLoadDeltaRefused(t *testing.T) {
 		}, reason: events.ReasonDeltaEventTime},
 		{name: "negative lifecycle time", edit: func(d *pb.LoadDelta) { d.Lifecycle[0].EventTimeUnixNano = -1 }, reason: events.ReasonDeltaEventTime},
 	}
+	checkRefusals(t, cases, validDelta, deltaKey, func(key, v []byte) error {
+		_, err := events.DecodeLoadDelta(key, v, deltaLogTime)
+		return err
+	}, events.LoadDeltaReasons)
+}
+
+// refusal is a value a decoder must refuse with reason: a valid record
+// changed by edit, or value instead, read with key (empty: the valid
+// record's key).
+type refusal[M proto.Message] struct {
+	name   string
+	edit   func(M)
+	key    string
+	value  []byte
+	reason string
+}
+
+// checkRefusals decodes each case with decode and wants a
+// *ValidationError of its reason; each of reasons must have a case.
+func checkRefusals[M proto.Message](t *testing.T, cases []refusal[M], valid func() M, validKey string,
+	decode func(key, value []byte) error, reasons []string) {
 	seen := map[string]bool{}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			v := c.value
 			if v == nil {
-				d := validDelta()
+				m := valid()
 				if c.edit != nil {
-					c.edit(d)
+					c.edit(m)
 				}
 				var err error
-				if v, err = (proto.MarshalOptions{Deterministic: true}).Marshal(d); err != nil {
+				if v, err = (proto.MarshalOptions{Deterministic: true}).Marshal(m); err != nil {
 					t.Fatal(err)
 				}
 			}
 			key := c.key
 			if key == "" {
-				key = deltaKey
+				key = validKey
 			}
-			_, err := events.DecodeLoadDelta([]byte(key), v, deltaLogTime)
+			err := decode([]byte(key), v)
 			var ve *events.ValidationError
 			if !errors.As(err, &ve) || ve.Reason != c.reason {
 				t.Fatalf("got %v, want reason %s", err, c.reason)
@@ -153,7 +176,7 @@ func TestLoadDeltaRefused(t *testing.T) {
 			seen[c.reason] = true
 		})
 	}
-	for _, r := range events.LoadDeltaReasons {
+	for _, r := range reasons {
 		if !seen[r] {
 			t.Errorf("no case refuses a record with reason %s", r)
 		}
@@ -187,20 +210,9 @@ func FuzzDecodeLoadDelta(f *testing.F) {
 	f.Add(protowire.AppendTag(slices.Clone(v), 2, protowire.BytesType))
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, v []byte) {
-		d, err := events.DecodeLoadDelta([]byte(deltaKey), v, deltaLogTime)
-		if err != nil {
-			if r := events.ValidationReason(err); !slices.Contains(events.LoadDeltaReasons, r) {
-				t.Fatalf("refused with reason %q, not one of LoadDeltaReasons: %v", r, err)
-			}
+		d, ok := checkDecoded(t, v, deltaKey, deltaLogTime, events.MarshalLoadDelta, events.DecodeLoadDelta, events.LoadDeltaReasons)
+		if !ok {
 			return
-		}
-		b, err := events.MarshalLoadDelta(d, deltaKey)
-		if err != nil {
-			t.Fatalf("an accepted record does not re-encode: %v", err)
-		}
-		d2, err := events.DecodeLoadDelta([]byte(deltaKey), b, deltaLogTime)
-		if err != nil || !proto.Equal(d, d2) {
-			t.Fatalf("re-encoded record decodes to %v (%v), want %v", d2, err, d)
 		}
 		for i, c := range events.LoadDeltaChains(d) {
 			if len(c) > events.MaxDeltaHashes {
@@ -208,6 +220,29 @@ func FuzzDecodeLoadDelta(f *testing.F) {
 			}
 		}
 	})
+}
+
+// checkDecoded is the body of a decoder's fuzz target: v is either refused
+// with one of reasons, or decodes to a record (returned, with true) that
+// re-encodes to one that decodes to an equal message.
+func checkDecoded[M proto.Message](t *testing.T, v []byte, key string, logTime time.Time,
+	marshal func(M, string) ([]byte, error), decode func(key, value []byte, logTime time.Time) (M, error), reasons []string) (M, bool) {
+	m, err := decode([]byte(key), v, logTime)
+	if err != nil {
+		if r := events.ValidationReason(err); !slices.Contains(reasons, r) {
+			t.Fatalf("refused with reason %q, not one of the record's reasons: %v", r, err)
+		}
+		return m, false
+	}
+	b, err := marshal(m, key)
+	if err != nil {
+		t.Fatalf("an accepted record does not re-encode: %v", err)
+	}
+	m2, err := decode([]byte(key), b, logTime)
+	if err != nil || !proto.Equal(m, m2) {
+		t.Fatalf("re-encoded record decodes to %v (%v), want %v", m2, err, m)
+	}
+	return m, true
 }
 
 // TestDecodeLoadDeltaRecord: a load delta read from its topic decodes

@@ -221,21 +221,9 @@ func unmarshalLoadDelta(v []byte, maxEntries int) (*pb.LoadDelta, error) {
 	// The strings are bytes of v, so v bounds them all.
 	dec := deltaDecoder{textHint: min(len(v), 16+decisionTextHint*nd+lifecycleTextHint*nl)}
 	var decisions []decisionSlot
-	if nd > 0 {
-		decisions = make([]decisionSlot, nd)
-		d.Decisions = make([]*pb.DecisionDelta, nd)
-		for i := range decisions {
-			d.Decisions[i] = &decisions[i].d
-		}
-	}
+	decisions, d.Decisions = newSlots(nd, func(s *decisionSlot) *pb.DecisionDelta { return &s.d })
 	var lifecycle []lifecycleSlot
-	if nl > 0 {
-		lifecycle = make([]lifecycleSlot, nl)
-		d.Lifecycle = make([]*pb.LifecycleDelta, nl)
-		for i := range lifecycle {
-			d.Lifecycle[i] = &lifecycle[i].l
-		}
-	}
+	lifecycle, d.Lifecycle = newSlots(nl, func(s *lifecycleSlot) *pb.LifecycleDelta { return &s.l })
 	top = fieldReader{b: v}
 	for id, il := 0, 0; top.next(); {
 		switch top.tag {
@@ -253,6 +241,20 @@ func unmarshalLoadDelta(v []byte, maxEntries int) (*pb.LoadDelta, error) {
 		return nil, top.err
 	}
 	return d, nil
+}
+
+// newSlots allocates n slots and the pointers to the entry each holds: a
+// record's entries of one kind are two allocations, however many. None for
+// n = 0, as proto.Unmarshal leaves an absent repeated field nil.
+func newSlots[S, M any](n int, entry func(*S) *M) ([]S, []*M) {
+	if n == 0 {
+		return nil, nil
+	}
+	slots, ptrs := make([]S, n), make([]*M, n)
+	for i := range slots {
+		ptrs[i] = entry(&slots[i])
+	}
+	return slots, ptrs
 }
 
 // errDeltaEntries: a value with more entries than the caller allows.

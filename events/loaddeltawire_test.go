@@ -55,13 +55,15 @@ func lifecycleOf(fields ...[]byte) []byte { return fBytes(3, fields...) }
 
 func ptr[T any](v T) *T { return &v }
 
-// wireCase is a value and what proto.Unmarshal makes of it, unknown fields
-// discarded: want nil when it fails.
-type wireCase struct {
+// wireCaseOf is a value and what proto.Unmarshal makes of it, unknown
+// fields discarded: want nil when it fails.
+type wireCaseOf[M proto.Message] struct {
 	name string
 	v    []byte
-	want *pb.LoadDelta
+	want M
 }
+
+type wireCase = wireCaseOf[*pb.LoadDelta]
 
 // wireCases covers each rule of the wire format the decoder must follow as
 // proto.Unmarshal does; TestLoadDeltaWireCases checks each against both.
@@ -159,39 +161,49 @@ func discardUnknown(m protoreflect.Message) {
 	})
 }
 
-// protoDecode is the generic decoder, unknown fields dropped.
-func protoDecode(v []byte) (*pb.LoadDelta, error) {
-	d := &pb.LoadDelta{}
-	if err := proto.Unmarshal(v, d); err != nil {
-		return nil, err
+// protoDecodeInto is the generic decoder, into m, unknown fields dropped.
+func protoDecodeInto[M proto.Message](v []byte, m M) (M, error) {
+	if err := proto.Unmarshal(v, m); err != nil {
+		var none M
+		return none, err
 	}
-	discardUnknown(d.ProtoReflect())
-	return d, nil
+	discardUnknown(m.ProtoReflect())
+	return m, nil
 }
+
+func protoDecode(v []byte) (*pb.LoadDelta, error) { return protoDecodeInto(v, &pb.LoadDelta{}) }
 
 func wireDecode(v []byte) (*pb.LoadDelta, error) { return unmarshalLoadDelta(v, math.MaxInt) }
 
-// TestLoadDeltaWireCases: each wire rule as proto.Unmarshal applies it
-// (the case's want), and the hand-written decoder the same.
-func TestLoadDeltaWireCases(t *testing.T) {
-	for _, c := range wireCases() {
+// checkWireCases decodes each case with proto.Unmarshal (protoFn) and
+// with a hand-written decoder (hand, named handName): each must decode the
+// case's want, or fail where want is nil.
+func checkWireCases[M proto.Message](t *testing.T, cases []wireCaseOf[M], protoFn, hand func([]byte) (M, error), handName string) {
+	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
+			fails := !c.want.ProtoReflect().IsValid()
 			for _, dec := range []struct {
 				name string
-				fn   func([]byte) (*pb.LoadDelta, error)
-			}{{"proto.Unmarshal", protoDecode}, {"unmarshalLoadDelta", wireDecode}} {
+				fn   func([]byte) (M, error)
+			}{{"proto.Unmarshal", protoFn}, {handName, hand}} {
 				got, err := dec.fn(c.v)
 				switch {
-				case c.want == nil && err == nil:
+				case fails && err == nil:
 					t.Errorf("%s accepted % x as %v", dec.name, c.v, got)
-				case c.want != nil && err != nil:
+				case !fails && err != nil:
 					t.Errorf("%s refused % x: %v", dec.name, c.v, err)
-				case c.want != nil && !proto.Equal(got, c.want):
+				case !fails && !proto.Equal(got, c.want):
 					t.Errorf("%s decoded % x as %v, want %v", dec.name, c.v, got, c.want)
 				}
 			}
 		})
 	}
+}
+
+// TestLoadDeltaWireCases: each wire rule as proto.Unmarshal applies it
+// (the case's want), and the hand-written decoder the same.
+func TestLoadDeltaWireCases(t *testing.T) {
+	checkWireCases(t, wireCases(), protoDecode, wireDecode, "unmarshalLoadDelta")
 }
 
 // wireDelta is a record of the shape peers apply: entries decisions of
@@ -321,29 +333,60 @@ func TestPutFixed64s(t *testing.T) {
 // MaxDeltaBytes is refused for its entries before they are allocated.
 // The generic decoder allocated each of its half a million entries.
 func TestDecodeLoadDeltaEntryBound(t *testing.T) {
-	v := slices.Repeat([]byte{2<<3 | 2, 0}, MaxDeltaBytes/2)
+	// Lifecycle entries up to the bound, decisions past it: both count.
+	checkEntryBound(t, entryBound[*pb.LoadDelta]{
+		decode: DecodeLoadDelta, unmarshal: unmarshalLoadDelta, errBound: errDeltaEntries,
+		key: "decode-12", fill: []byte{3<<3 | 2, 0}, past: []byte{2<<3 | 2, 0},
+		maxEntries: MaxDeltaEntries, maxBytes: MaxDeltaBytes,
+		reason: ReasonDeltaTooManyEntries, atBound: ReasonDeltaBadID,
+	})
+}
+
+// entryBound is a record's bound on its entries, counted before they are
+// allocated, for checkEntryBound.
+type entryBound[M any] struct {
+	decode    func(key, value []byte, logTime time.Time) (M, error)
+	unmarshal func(v []byte, maxEntries int) (M, error)
+	errBound  error // unmarshal's error past its bound
+	key       string
+	// fill and past are each an empty entry (its tag and a zero length):
+	// fill up to the bound, past beyond it.
+	fill, past           []byte
+	maxEntries, maxBytes int
+	// reason refuses a value past the bound; atBound is what the rules
+	// refuse a value of maxEntries empty entries for.
+	reason, atBound string
+}
+
+// checkEntryBound: a value of maxBytes of empty entries is refused for its
+// entries in a few allocations; at the bound the rules decide, and one
+// past it, well-formed or not, is refused for its entries.
+func checkEntryBound[M any](t *testing.T, b entryBound[M]) {
+	t.Helper()
+	v := slices.Repeat(b.past, b.maxBytes/len(b.past))
 	allocs := testing.AllocsPerRun(3, func() {
-		_, err := DecodeLoadDelta([]byte("decode-12"), v, time.Time{})
-		if ValidationReason(err) != ReasonDeltaTooManyEntries {
-			t.Fatalf("got %v, want reason %s", err, ReasonDeltaTooManyEntries)
+		if _, err := b.decode([]byte(b.key), v, time.Time{}); ValidationReason(err) != b.reason {
+			t.Fatalf("got %v, want reason %s", err, b.reason)
 		}
 	})
 	if allocs > 8 {
 		t.Fatalf("%v allocations to refuse the value", allocs)
 	}
-	// One entry past the bound is refused; at the bound, the rules decide.
-	entries := slices.Repeat([]byte{3<<3 | 2, 0}, MaxDeltaEntries)
-	if _, err := DecodeLoadDelta([]byte("decode-12"), entries, time.Time{}); ValidationReason(err) != ReasonDeltaBadID {
-		t.Fatalf("%d empty entries: %v, want reason %s", MaxDeltaEntries, err, ReasonDeltaBadID)
+	entries := slices.Repeat(b.fill, b.maxEntries)
+	for _, c := range []struct {
+		name   string
+		v      []byte
+		reason string
+	}{
+		{"at the bound", entries, b.atBound},
+		{"one past the bound", slices.Concat(entries, b.past), b.reason},
+		{"malformed, past the bound", slices.Concat(entries, b.past[:1], []byte{1, 0}), b.reason},
+	} {
+		if _, err := b.decode([]byte(b.key), c.v, time.Time{}); ValidationReason(err) != c.reason {
+			t.Fatalf("%s: %v, want reason %s", c.name, err, c.reason)
+		}
 	}
-	if _, err := DecodeLoadDelta([]byte("decode-12"), append(entries, 2<<3|2, 0), time.Time{}); ValidationReason(err) != ReasonDeltaTooManyEntries {
-		t.Fatalf("%d empty entries: %v, want reason %s", MaxDeltaEntries+1, err, ReasonDeltaTooManyEntries)
-	}
-	// Past the bound, a malformed value is refused for its entries too.
-	if _, err := DecodeLoadDelta([]byte("decode-12"), append(entries, 2<<3|2, 1, 0), time.Time{}); ValidationReason(err) != ReasonDeltaTooManyEntries {
-		t.Fatalf("malformed value past the bound: %v, want reason %s", err, ReasonDeltaTooManyEntries)
-	}
-	if _, err := unmarshalLoadDelta(entries, MaxDeltaEntries-1); !errors.Is(err, errDeltaEntries) {
+	if _, err := b.unmarshal(entries, b.maxEntries-1); !errors.Is(err, b.errBound) {
 		t.Fatalf("past the caller's bound: %v", err)
 	}
 }
@@ -364,28 +407,40 @@ func FuzzLoadDeltaWireMatchesProto(f *testing.F) {
 		f.Add(c.v)
 	}
 	f.Fuzz(func(t *testing.T, v []byte) {
-		want, werr := protoDecode(v)
-		got, err := wireDecode(v)
-		if (err != nil) != (werr != nil) {
-			t.Fatalf("% x: unmarshalLoadDelta: %v; proto.Unmarshal: %v", v, err, werr)
-		}
-		if err == nil && !proto.Equal(got, want) {
-			t.Fatalf("% x: decoded %v, proto.Unmarshal %v", v, got, want)
-		}
-		bounded, berr := unmarshalLoadDelta(v, 2)
-		switch {
-		case werr != nil:
-			if berr == nil {
-				t.Fatalf("% x: bounded, accepted what proto.Unmarshal refuses (%v)", v, werr)
-			}
-		case len(want.Decisions)+len(want.Lifecycle) > 2:
-			if !errors.Is(berr, errDeltaEntries) {
-				t.Fatalf("% x: bounded, %d entries: %v", v, len(want.Decisions)+len(want.Lifecycle), berr)
-			}
-		case berr != nil || !proto.Equal(bounded, want):
-			t.Fatalf("% x: bounded, decoded %v (%v), proto.Unmarshal %v", v, bounded, berr, want)
-		}
+		checkMatchesProto(t, v, protoDecode, unmarshalLoadDelta, errDeltaEntries,
+			func(d *pb.LoadDelta) int { return len(d.Decisions) + len(d.Lifecycle) })
 	})
+}
+
+// checkMatchesProto is the body of a fuzz target that compares a
+// hand-written decoder, hand(v, bound), with proto.Unmarshal (protoFn):
+// unbounded, it fails exactly when proto.Unmarshal fails and otherwise
+// decodes the same message; bounded to two entries (entries counts them),
+// it refuses with errBound a value proto.Unmarshal accepts exactly when
+// the value has more, and decodes the same message otherwise.
+func checkMatchesProto[M proto.Message](t *testing.T, v []byte, protoFn func([]byte) (M, error),
+	hand func([]byte, int) (M, error), errBound error, entries func(M) int) {
+	want, werr := protoFn(v)
+	got, err := hand(v, math.MaxInt)
+	if (err != nil) != (werr != nil) {
+		t.Fatalf("% x: hand-written decoder: %v; proto.Unmarshal: %v", v, err, werr)
+	}
+	if err == nil && !proto.Equal(got, want) {
+		t.Fatalf("% x: decoded %v, proto.Unmarshal %v", v, got, want)
+	}
+	bounded, berr := hand(v, 2)
+	switch {
+	case werr != nil:
+		if berr == nil {
+			t.Fatalf("% x: bounded, accepted what proto.Unmarshal refuses (%v)", v, werr)
+		}
+	case entries(want) > 2:
+		if !errors.Is(berr, errBound) {
+			t.Fatalf("% x: bounded, %d entries: %v", v, entries(want), berr)
+		}
+	case berr != nil || !proto.Equal(bounded, want):
+		t.Fatalf("% x: bounded, decoded %v (%v), proto.Unmarshal %v", v, bounded, berr, want)
+	}
 }
 
 // BenchmarkDecodeLoadDelta: decoding a record peers apply (validation
@@ -398,27 +453,27 @@ func BenchmarkDecodeLoadDelta(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			for _, dec := range []struct {
-				name string
-				fn   func([]byte) error
-			}{
-				{"proto", func(v []byte) error { return proto.Unmarshal(v, &pb.LoadDelta{}) }},
-				{"wire", func(v []byte) error { _, err := unmarshalLoadDelta(v, MaxDeltaEntries); return err }},
-			} {
-				b.Run(fmt.Sprintf("entries=%d/hashes=%d/dec=%s", n, h, dec.name), func(b *testing.B) {
-					b.ReportAllocs()
-					b.SetBytes(int64(len(v)))
-					cpu0 := processCPU()
-					for b.Loop() {
-						if err := dec.fn(v); err != nil {
-							b.Fatal(err)
-						}
-					}
-					reportCPU(b, cpu0)
-				})
-			}
+			name := fmt.Sprintf("entries=%d/hashes=%d/dec=", n, h)
+			benchDecode(b, name+"proto", v, func(v []byte) error { return proto.Unmarshal(v, &pb.LoadDelta{}) })
+			benchDecode(b, name+"wire", v, func(v []byte) error { _, err := unmarshalLoadDelta(v, MaxDeltaEntries); return err })
 		}
 	}
+}
+
+// benchDecode runs fn on v as the sub-benchmark name, reporting bytes,
+// allocations and CPU time per op.
+func benchDecode(b *testing.B, name string, v []byte, fn func([]byte) error) {
+	b.Run(name, func(b *testing.B) {
+		b.ReportAllocs()
+		b.SetBytes(int64(len(v)))
+		cpu0 := processCPU()
+		for b.Loop() {
+			if err := fn(v); err != nil {
+				b.Fatal(err)
+			}
+		}
+		reportCPU(b, cpu0)
+	})
 }
 
 // processCPU is the process's CPU time in nanoseconds, the garbage

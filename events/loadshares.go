@@ -1,0 +1,170 @@
+package events
+
+import (
+	"fmt"
+	"time"
+
+	pb "github.com/pdrouter/pdrouter/events/eventspb"
+)
+
+// Load shares (docs/scaling.md, "Next: a writer's load as snapshots, fewer
+// records than decisions"): the planned record of the topic load-shares, a
+// writer's absolute shares of the workers' load, one record per group
+// commit. This file holds the record's bounds, its validation and its
+// codec; no command writes or reads it yet, and it is not in AllTopics.
+//
+// As for load deltas, every rule is a function of the record, its key and
+// its Kafka timestamp alone, so every replica refuses the same records, and
+// a record is refused whole: a peer keeps per (writer, worker) the share of
+// the highest seq, and applying part of a snapshot would leave rows of a
+// seq whose other rows were never applied.
+
+// Bounds of a LoadShares. A record holds the workers whose share changed in
+// one group commit, a few in practice, or a writer's whole fleet when it
+// repeats itself; the bounds are far above either and keep the worst case a
+// replica decodes and holds small.
+const (
+	// MaxSharesBytes bounds a LoadShares value, checked before it is
+	// parsed, so that nothing it declares is allocated beyond it.
+	MaxSharesBytes = 1 << 20
+	// MaxShareWorkers bounds the shares of a record, counted before they
+	// are allocated: ten times the ~2,000 worker ranks of a 1,000-GPU fleet
+	// (docs/scaling.md). A value of MaxSharesBytes could otherwise declare
+	// half a million empty shares; at the bound a decoded record holds
+	// about 3 MiB.
+	MaxShareWorkers = 20_000
+	// MaxShareCount bounds decode_blocks, prefill_tokens and
+	// recent_local_tokens: 2^40 blocks or tokens, far past any worker's
+	// memory. A peer adds one row per writer to its own share in int64
+	// (decider.ActiveLoad); rows of this bound stay below 2^62 for up to
+	// 2^22 writers, so no sum overflows and every value converts to int64
+	// as it is.
+	MaxShareCount = 1 << 40
+)
+
+// Reasons a LoadShares is refused: the fixed "reason" labels of
+// pdrouter_records_invalid_total{topic="load-shares"} once the topic is
+// read.
+const (
+	ReasonSharesTooLarge        = "shares_too_large"
+	ReasonSharesMalformed       = "shares_malformed"
+	ReasonSharesEmpty           = "shares_empty"
+	ReasonSharesTooManyWorkers  = "shares_too_many_workers"
+	ReasonSharesBadWriter       = "shares_bad_writer"
+	ReasonSharesKeyMismatch     = "shares_key_mismatch"
+	ReasonSharesBadSeq          = "shares_bad_seq"
+	ReasonSharesClock           = "shares_clock"
+	ReasonSharesBadWorker       = "shares_bad_worker"
+	ReasonSharesDuplicateWorker = "shares_duplicate_worker"
+	ReasonSharesBadCount        = "shares_bad_count"
+)
+
+// LoadSharesReasons lists every reason, for metrics whose series exist
+// from the start.
+var LoadSharesReasons = []string{
+	ReasonSharesTooLarge, ReasonSharesMalformed, ReasonSharesEmpty, ReasonSharesTooManyWorkers,
+	ReasonSharesBadWriter, ReasonSharesKeyMismatch, ReasonSharesBadSeq, ReasonSharesClock,
+	ReasonSharesBadWorker, ReasonSharesDuplicateWorker, ReasonSharesBadCount,
+}
+
+// sharesBounds are MaxSharesBytes and MaxShareWorkers for decodeBounded.
+var sharesBounds = recordBounds{
+	what: "load shares", maxBytes: MaxSharesBytes, tooLarge: ReasonSharesTooLarge, malformed: ReasonSharesMalformed,
+	maxEntries: MaxShareWorkers, entries: "shares", tooMany: ReasonSharesTooManyWorkers, errEntries: errShareWorkers,
+	errTooMany: fmt.Errorf("load shares: more than %d shares", MaxShareWorkers),
+}
+
+// DecodeLoadShares parses and validates a LoadShares value read with key
+// at logTime (the record's Kafka timestamp; zero checks the content only).
+// Any error is a *ValidationError whose Reason is one of
+// LoadSharesReasons. It parses with unmarshalLoadShares
+// (loadshareswire.go), which accepts what proto.Unmarshal accepts and
+// drops unknown fields.
+func DecodeLoadShares(key, value []byte, logTime time.Time) (*pb.LoadShares, error) {
+	return decodeBounded(value, &sharesBounds, unmarshalLoadShares, func(s *pb.LoadShares) error {
+		return ValidateLoadShares(s, string(key), logTime)
+	})
+}
+
+// MarshalLoadShares validates s as a record keyed by key and encodes it
+// with deterministic field order, refusing a value past MaxSharesBytes: a
+// writer never produces a record a reader refuses.
+func MarshalLoadShares(s *pb.LoadShares, key string) ([]byte, error) {
+	if err := ValidateLoadShares(s, key, time.Time{}); err != nil {
+		return nil, err
+	}
+	return marshalBounded(s, &sharesBounds)
+}
+
+// ValidateLoadShares checks the rules of a LoadShares keyed by key, read
+// or written at logTime (zero: content only).
+func ValidateLoadShares(s *pb.LoadShares, key string, logTime time.Time) error {
+	switch w := s.GetWriterId(); {
+	case w == "":
+		return invalid(ReasonSharesBadWriter, "writer_id", "load shares: writer_id is required")
+	case len(w) > MaxNameLen:
+		return invalid(ReasonSharesBadWriter, "writer_id", "load shares: writer_id is %d bytes, at most %d are allowed", len(w), MaxNameLen)
+	case w != key:
+		// The key places a writer's snapshots in one partition, in seq order.
+		return invalid(ReasonSharesKeyMismatch, "writer_id", "load shares: writer %q in a record keyed %q", w, key)
+	}
+	if s.GetSeq() == 0 {
+		return invalid(ReasonSharesBadSeq, "seq", "load shares: seq is 0, the first snapshot is 1")
+	}
+	clock := s.GetClockUnixNano()
+	if err := checkEventTime(clock, logTime); err != nil {
+		return invalid(ReasonSharesClock, "clock_unix_nano", "load shares: clock: %v", err)
+	}
+	n := len(s.GetShares())
+	if n == 0 {
+		return invalid(ReasonSharesEmpty, "shares", "load shares: no shares")
+	}
+	if n > MaxShareWorkers {
+		return invalid(ReasonSharesTooManyWorkers, "shares", "load shares: %d shares, at most %d are allowed", n, MaxShareWorkers)
+	}
+	// A worker twice would make its row depend on which entry a peer
+	// applied last.
+	seen := make(map[workerKey]int, n)
+	for i, e := range s.GetShares() {
+		w := e.GetWorker()
+		if err := validateRef(w, "worker"); err != nil {
+			return invalid(ReasonSharesBadWorker, "worker", "load shares: share %d: %v", i, err)
+		}
+		k := workerKey{w.GetWorkerId(), w.GetDpRank()}
+		if j, dup := seen[k]; dup {
+			return invalid(ReasonSharesDuplicateWorker, "worker", "load shares: shares %d and %d are both for worker %q rank %d", j, i, k.id, k.rank)
+		}
+		seen[k] = i
+		if err := validateShare(i, e); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+type workerKey struct {
+	id   string
+	rank uint32
+}
+
+// validateShare checks share i's counts: their bound, and each against
+// what it belongs to.
+func validateShare(i int, e *pb.WorkerShare) error {
+	for _, f := range []struct {
+		name string
+		v    uint64
+	}{{"decode_blocks", e.GetDecodeBlocks()}, {"prefill_tokens", e.GetPrefillTokens()}, {"recent_local_tokens", e.GetRecentLocalTokens()}} {
+		if f.v > MaxShareCount {
+			return invalid(ReasonSharesBadCount, f.name, "load shares: share %d: %s is %d, at most %d", i, f.name, f.v, uint64(MaxShareCount))
+		}
+	}
+	// Blocks belong to the requests decoding on the worker, and a local
+	// prefill's tokens to a decision of the window.
+	if e.GetDecodeBlocks() > 0 && e.GetRequests() == 0 {
+		return invalid(ReasonSharesBadCount, "decode_blocks", "load shares: share %d: %d decode blocks without requests", i, e.GetDecodeBlocks())
+	}
+	if e.GetRecentLocalTokens() > 0 && e.GetRecentDecisions() == 0 {
+		return invalid(ReasonSharesBadCount, "recent_local_tokens", "load shares: share %d: %d recent local tokens without decisions", i, e.GetRecentLocalTokens())
+	}
+	return nil
+}
