@@ -32,6 +32,7 @@ var schemas = map[Topic][]protoreflect.FullName{
 	TopicDecisions:  {(&pb.DecisionRecord{}).ProtoReflect().Descriptor().FullName()},
 	TopicOutcomes:   {(&pb.OutcomeEvent{}).ProtoReflect().Descriptor().FullName()},
 	TopicLoadDeltas: {loadDeltaName},
+	TopicLoadShares: {loadSharesName},
 }
 
 // sideSchemas lists, per topic, the other messages a topic carries next to
@@ -45,6 +46,7 @@ var sideSchemas = map[Topic][]protoreflect.FullName{
 var (
 	workerHealthName = (&pb.WorkerHealth{}).ProtoReflect().Descriptor().FullName()
 	loadDeltaName    = (&pb.LoadDelta{}).ProtoReflect().Descriptor().FullName()
+	loadSharesName   = (&pb.LoadShares{}).ProtoReflect().Descriptor().FullName()
 )
 
 // newMessage returns an empty message for a schema name, or nil.
@@ -62,6 +64,8 @@ func newMessage(name protoreflect.FullName) proto.Message {
 		return &pb.OutcomeEvent{}
 	case "pdrouter.events.v1.LoadDelta":
 		return &pb.LoadDelta{}
+	case "pdrouter.events.v1.LoadShares":
+		return &pb.LoadShares{}
 	case "pdrouter.events.v1.WorkerHealth":
 		return &pb.WorkerHealth{}
 	}
@@ -122,12 +126,18 @@ func NewRecord(names Names, key []byte, m proto.Message) (*kgo.Record, error) {
 	}
 	now := time.Now()
 	var v []byte
-	if d, ok := m.(*pb.LoadDelta); ok {
+	switch d := m.(type) {
+	case *pb.LoadDelta:
 		// A delta's rules read its key (every entry names it).
 		if v, err = MarshalLoadDelta(d, string(key)); err != nil {
 			return nil, fmt.Errorf("events: refusing to write an invalid %s record: %w", t, err)
 		}
-	} else {
+	case *pb.LoadShares:
+		// So do a snapshot's (the key is its writer).
+		if v, err = MarshalLoadShares(d, string(key)); err != nil {
+			return nil, fmt.Errorf("events: refusing to write an invalid %s record: %w", t, err)
+		}
+	default:
 		if err := ValidateAt(m, now); err != nil {
 			return nil, fmt.Errorf("events: refusing to write an invalid %s record: %w", t, err)
 		}
@@ -230,21 +240,28 @@ func decode(names Names, r *kgo.Record, decision func([]byte) (*pb.DecisionRecor
 		return fail(ErrTooLarge, string(schema), fmt.Errorf("value is %d bytes, over the %d-byte limit", len(r.Value), MaxValueBytes))
 	}
 	var m proto.Message
-	if name == loadDeltaName {
-		// Decoded and validated whole by its own rules, which read the key
-		// and keep its own bound and reasons (loaddelta.go).
-		d, err := DecodeLoadDelta(r.Key, r.Value, r.Timestamp)
+	if name == loadDeltaName || name == loadSharesName {
+		// Decoded and validated whole by their own rules, which read the
+		// key and keep their own bounds and reasons (loaddelta.go,
+		// loadshares.go).
+		var m proto.Message
+		var err error
+		if name == loadDeltaName {
+			m, err = DecodeLoadDelta(r.Key, r.Value, r.Timestamp)
+		} else {
+			m, err = DecodeLoadShares(r.Key, r.Value, r.Timestamp)
+		}
 		if err != nil {
 			kind := ErrInvalid
 			switch ValidationReason(err) {
-			case ReasonDeltaMalformed:
+			case ReasonDeltaMalformed, ReasonSharesMalformed:
 				kind = ErrMalformed
-			case ReasonDeltaTooLarge:
+			case ReasonDeltaTooLarge, ReasonSharesTooLarge:
 				kind = ErrTooLarge
 			}
 			return fail(kind, string(schema), err)
 		}
-		env.Schema, env.Message = string(schema), d
+		env.Schema, env.Message = string(schema), m
 		return env, nil
 	}
 	if decision != nil && name == decisionRecordName {

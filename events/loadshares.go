@@ -11,7 +11,8 @@ import (
 // records than decisions"): the planned record of the topic load-shares, a
 // writer's absolute shares of the workers' load, one record per group
 // commit. This file holds the record's bounds, its validation and its
-// codec; no command writes or reads it yet, and it is not in AllTopics.
+// codec; the topic is declared (events.AllTopics, migrations), and its
+// writer and readers are behind serve --load-deltas snapshots.
 //
 // As for load deltas, every rule is a function of the record, its key and
 // its Kafka timestamp alone, so every replica refuses the same records, and

@@ -22,11 +22,17 @@ const (
 	// (loaddelta.go): what peers apply instead of whole decisions and
 	// outcomes when the group shares load that way (docs/scaling.md).
 	TopicLoadDeltas Topic = "load-deltas"
+	// TopicLoadShares carries each replica's load as snapshots
+	// (loadshares.go): per group commit, the absolute shares of its own
+	// live requests on the workers whose share changed, keyed by the
+	// replica. Peers of source load-shares keep one row per (replica,
+	// worker) from it instead of a fact per request (docs/scaling.md).
+	TopicLoadShares Topic = "load-shares"
 )
 
 // AllTopics lists every topic in a fixed order. Code that walks topics uses
 // this slice, never a map, so its output does not depend on map order.
-var AllTopics = []Topic{TopicKvEvents, TopicLoad, TopicWorkers, TopicDecisions, TopicOutcomes, TopicLoadDeltas}
+var AllTopics = []Topic{TopicKvEvents, TopicLoad, TopicWorkers, TopicDecisions, TopicOutcomes, TopicLoadDeltas, TopicLoadShares}
 
 // ParseTopic accepts a logical topic name.
 func ParseTopic(s string) (Topic, error) {

@@ -77,6 +77,12 @@ var defaults = []struct {
 	// kv-events' bound serves both. 16 partitions like decisions, so a
 	// cell count that divides one divides the other.
 	{events.TopicLoadDeltas, 16, "delete", 7 * day},
+	// Load shares are keyed by writer, so 4 partitions serve a group of
+	// any size. A live writer repeats a worker's nonzero share within half
+	// an active expiry (300 s by default), so a peer that reads the last
+	// hour holds every live row: replicas read the topic from its start at
+	// every open instead of storing the rows.
+	{events.TopicLoadShares, 4, "delete", time.Hour},
 }
 
 // Declarations returns the declared topics in a fixed order.

@@ -34,11 +34,19 @@ const (
 	// SourceLoadDeltas applies the load-deltas topic and ignores decisions
 	// and outcomes, which stay on the log for audit, explain and export.
 	SourceLoadDeltas
+	// SourceLoadShares keeps peers' load as rows of their snapshots
+	// (shares.go), from the load-shares topic, and the replica's own
+	// requests from its own partition of load-deltas: a peer fetches one
+	// record per group commit of each writer, not one per decision.
+	SourceLoadShares
 )
 
 func (s Source) String() string {
-	if s == SourceLoadDeltas {
+	switch s {
+	case SourceLoadDeltas:
 		return "load-deltas"
+	case SourceLoadShares:
+		return "load-shares"
 	}
 	return "decisions"
 }
@@ -61,7 +69,9 @@ func (s Source) Applies(t events.Topic) bool {
 	case events.TopicDecisions, events.TopicOutcomes:
 		return s == SourceDecisions
 	case events.TopicLoadDeltas:
-		return s == SourceLoadDeltas
+		return s == SourceLoadDeltas || s == SourceLoadShares
+	case events.TopicLoadShares:
+		return s == SourceLoadShares
 	}
 	return true
 }

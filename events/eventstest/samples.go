@@ -130,6 +130,21 @@ func All() []Sample {
 			RequestId: "r-123", DecisionId: "01JDX3Q8W6ZK2M4N5P6R7S8T9V", Kind: pb.OutcomeEvent_KIND_COMPLETED,
 			DecodeWorker: &pb.WorkerRef{WorkerId: "decode-1"}, PrefillWorker: &pb.WorkerRef{WorkerId: "prefill-2"},
 			EventTimeUnixNano: 1764400009000000000, TtftMs: f64(182.5), OutputTokens: u64(311), ItlMsMean: f64(21.4)}},
+		{"load-deltas", []byte("decode-1"), &pb.LoadDelta{WriterId: "router-0",
+			Decisions: []*pb.DecisionDelta{{
+				DecisionId: "01JDX3Q8W6ZK2M4N5P6R7S8T9V", RequestId: "r-123", DecidedAtUnixNano: 1764400000000000000,
+				DecodeWorker: &pb.WorkerRef{WorkerId: "decode-1"}, PrefillWorker: &pb.WorkerRef{WorkerId: "prefill-2"},
+				BlockSize: 16, PromptTokens: 4100, EffectiveIsl: 3076, PrefillCachedTokens: 1024,
+				ActiveHashes: []uint64{0x1f2e3d4c5b6a7988, 0x8877665544332211}, LatencyPath: 1,
+				LatencyInputs: []uint32{3076, 1, 0, 12, 9000, 4096, 3076, 549, 0}}},
+			Lifecycle: []*pb.LifecycleDelta{{
+				DecisionId: "01JDX3Q8W6ZK2M4N5P6R7S8T9V", RequestId: "r-123", Kind: pb.OutcomeEvent_KIND_COMPLETED,
+				EventTimeUnixNano: 1764400009000000000, DecodeWorker: &pb.WorkerRef{WorkerId: "decode-1"},
+				TtftMs: f64(182.5), ItlMsMean: f64(21.4), OutputTokens: u64(311)}}}},
+		{"load-shares", []byte("router-0"), &pb.LoadShares{WriterId: "router-0", Seq: 1764400000000000042,
+			ClockUnixNano: 1764400009000000000, Shares: []*pb.WorkerShare{
+				{Worker: &pb.WorkerRef{WorkerId: "decode-1", DpRank: 1}, DecodeBlocks: 257, Requests: 1, RecentDecisions: 1},
+				{Worker: &pb.WorkerRef{WorkerId: "prefill-2"}, PrefillTokens: 3076, RecentDecisions: 1}}}},
 	}
 }
 

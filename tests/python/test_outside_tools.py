@@ -25,6 +25,8 @@ MESSAGE = {
     "workers": "WorkerRegistration",
     "decisions": "DecisionRecord",
     "outcomes": "OutcomeEvent",
+    "load-deltas": "LoadDelta",
+    "load-shares": "LoadShares",
 }
 
 
@@ -40,7 +42,7 @@ def pb(tmp_path_factory):
     import importlib
 
     mods = {}
-    for name in ["common", "kv_events", "load", "workers", "decisions", "outcomes", "health"]:
+    for name in ["common", "kv_events", "load", "workers", "decisions", "outcomes", "health", "load_deltas", "load_shares"]:
         mods[name] = importlib.import_module(f"pdrouter.events.v1.{name}_pb2")
     return mods
 
