@@ -165,3 +165,10 @@ func murmur2(b []byte) uint32 {
 	h ^= h >> 15
 	return h
 }
+
+// WriterPartition is the partition, of n, of load-deltas that a replica of
+// a group sharing load shares (statestore.SourceLoadShares) writes its own
+// load deltas to, and the only one it reads back: the partition Kafka's
+// default partitioner gives a record keyed by the writer's replica id. The
+// records keep their decode worker's key, which their rules read.
+func WriterPartition(writer string, n int32) int32 { return KeyPartition([]byte(writer), n) }
