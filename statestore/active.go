@@ -68,13 +68,13 @@ type activeConfig struct {
 	kvMissingAfter    int64 // ns, Options.KvEventsMissingAfter
 	maxWorkers        int   // Options.MaxWorkers
 	latency           latmodel.Config
-	open              bool  // Options.PeerSums (open.go)
+	open              bool // Options.PeerSums (open.go)
 	// replica: with SourceLoadShares, Options.ReplicaID (sharerows.go,
 	// shares.go); "" otherwise.
 	replica string
 	// sharesEpoch: Options.SharesEpoch.
 	sharesEpoch uint64
-	openHold          int64 // ns, how long an open request is held at least (Options.IdempotencyWindow)
+	openHold    int64 // ns, how long an open request is held at least (Options.IdempotencyWindow)
 }
 
 const (
