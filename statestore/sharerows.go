@@ -77,7 +77,8 @@ const (
 
 var shareResults = [numShareResults]string{"applied", "stale_seq", "expired", "too_many_writers", "too_many_workers"}
 
-// The five counts of a share, in the order of shareCounts.
+// The five counts of a share, in the order of shareCounts: the active
+// counts, then the recent window's (setShareRow adds them by range).
 const (
 	cBlocks = iota
 	cRequests
@@ -270,24 +271,27 @@ func (st *state) setShareRow(row *shareRow, on, recent bool) {
 		row.on, row.recent = on, recent
 		return
 	}
-	if row.on != on {
+	// The active counts go with on, the recent ones with recent.
+	add := func(from, to int, on bool) {
 		sign := int64(1)
 		if !on {
 			sign = -1
 		}
-		p.c[cBlocks] += sign * row.c[cBlocks]
-		p.c[cRequests] += sign * row.c[cRequests]
-		p.c[cPrefill] += sign * row.c[cPrefill]
-		st.shares.counting += int(sign)
+		for i := from; i < to; i++ {
+			p.c[i] += sign * row.c[i]
+		}
+	}
+	if row.on != on {
+		add(cBlocks, cRecentDecisions, on)
+		if on {
+			st.shares.counting++
+		} else {
+			st.shares.counting--
+		}
 		row.on = on
 	}
 	if row.recent != recent {
-		sign := int64(1)
-		if !recent {
-			sign = -1
-		}
-		p.c[cRecentDecisions] += sign * row.c[cRecentDecisions]
-		p.c[cRecentLocal] += sign * row.c[cRecentLocal]
+		add(cRecentDecisions, numShareCounts, recent)
 		row.recent = recent
 	}
 }

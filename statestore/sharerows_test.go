@@ -79,6 +79,14 @@ func (h *harness) wantActive(id string, want decider.ActiveLoad) {
 	}
 }
 
+// wantCount fails unless the series of name with labels is want.
+func (h *harness) wantCount(name string, labels map[string]string, want float64) {
+	h.t.Helper()
+	if got := h.counter(name, labels); got != want {
+		h.t.Fatalf("%s%v: %v, want %v", name, labels, got, want)
+	}
+}
+
 func (h *harness) shareResult(result string) float64 {
 	return h.counter("pdrouter_statestore_share_records_total", map[string]string{"result": result})
 }
@@ -93,26 +101,18 @@ func TestShareRowsReplaceBySeq(t *testing.T) {
 	h.wantActive("p1", load(0, 0, 70, 1, 0))
 	h.put("b", sharesOf("b", 1, shareT0+sec, shr("w1", 99, 9, 9, 9, 9)))
 	h.wantActive("w1", load(10, 2, 100, 3, 50))
-	if n := h.shareResult("stale_seq"); n != 1 {
-		t.Fatalf("stale_seq: %v records, want 1", n)
-	}
+	h.wantCount("pdrouter_statestore_share_records_total", map[string]string{"result": "stale_seq"}, 1)
 	h.put("b", sharesOf("b", 3, shareT0+2*sec, shr("w1", 4, 1, 0, 4, 0)))
 	h.wantActive("w1", load(4, 1, 0, 4, 0))
 	h.wantActive("p1", load(0, 0, 70, 1, 0)) // not in seq 3: kept
 	h.put("c", sharesOf("c", 7, shareT0+2*sec, shr("w1", 6, 3, 10, 1, 10)))
 	h.wantActive("w1", load(10, 4, 10, 5, 10))
-	if n := h.counter("pdrouter_statestore_share_rows", nil); n != 3 {
-		t.Fatalf("rows held: %v, want 3", n)
-	}
+	h.wantCount("pdrouter_statestore_share_rows", nil, 3)
 	// A zero share: the row is gone, the other writer's stays.
 	h.put("b", sharesOf("b", 4, shareT0+3*sec, shr("w1", 0, 0, 0, 0, 0)))
 	h.wantActive("w1", load(6, 3, 10, 1, 10))
-	if n := h.counter("pdrouter_statestore_share_rows", nil); n != 2 {
-		t.Fatalf("rows held after a zero share: %v, want 2", n)
-	}
-	if n := h.shareResult("applied"); n != 4 {
-		t.Fatalf("applied: %v records, want 4", n)
-	}
+	h.wantCount("pdrouter_statestore_share_rows", nil, 2)
+	h.wantCount("pdrouter_statestore_share_records_total", map[string]string{"result": "applied"}, 4)
 }
 
 // TestShareRowsExpire: a row counts while its writer's clock plus the
@@ -126,21 +126,15 @@ func TestShareRowsExpire(t *testing.T) {
 	// Another writer moves sharesNow past b's recent window.
 	h.put("c", sharesOf("c", 1, shareT0+30*sec, shr("w2", 1, 1, 0, 0, 0)))
 	h.wantActive("w1", load(10, 2, 100, 0, 0))
-	if n := h.counter("pdrouter_statestore_share_rows_counting", nil); n != 2 {
-		t.Fatalf("rows counting: %v, want 2", n)
-	}
+	h.wantCount("pdrouter_statestore_share_rows_counting", nil, 2)
 	// ... and past b's expiry: b is dead.
 	h.put("c", sharesOf("c", 2, shareT0+60*sec, shr("w2", 1, 1, 0, 0, 0)))
 	h.wantActive("w1", load(0, 0, 0, 0, 0))
-	if n := h.counter("pdrouter_statestore_share_rows_counting", nil); n != 1 {
-		t.Fatalf("rows counting: %v, want 1", n)
-	}
+	h.wantCount("pdrouter_statestore_share_rows_counting", nil, 1)
 	// A record of b stamped long ago: already absent.
 	h.put("b", sharesOf("b", 2, shareT0, shr("w1", 5, 5, 5, 5, 5)))
 	h.wantActive("w1", load(0, 0, 0, 0, 0))
-	if n := h.shareResult("expired"); n != 1 {
-		t.Fatalf("expired: %v records, want 1", n)
-	}
+	h.wantCount("pdrouter_statestore_share_records_total", map[string]string{"result": "expired"}, 1)
 	// b back, with the current clock.
 	h.put("b", sharesOf("b", 3, shareT0+61*sec, shr("w1", 7, 1, 0, 1, 0)))
 	h.wantActive("w1", load(7, 1, 0, 1, 0))
@@ -153,12 +147,8 @@ func TestShareRowsOwnNotCounted(t *testing.T) {
 	h := sharesHarness(t, Options{})
 	h.put(shareReplica, sharesOf(shareReplica, 1, shareT0, shr("w1", 10, 2, 100, 3, 50)))
 	h.wantActive("w1", load(0, 0, 0, 0, 0))
-	if n := h.counter("pdrouter_statestore_share_rows", nil); n != 1 {
-		t.Fatalf("rows held: %v, want 1", n)
-	}
-	if n := h.counter("pdrouter_statestore_share_rows_counting", nil); n != 0 {
-		t.Fatalf("rows counting: %v, want 0", n)
-	}
+	h.wantCount("pdrouter_statestore_share_rows", nil, 1)
+	h.wantCount("pdrouter_statestore_share_rows_counting", nil, 0)
 }
 
 // TestShareRowsWaitForSlot: a row of a worker nobody registered makes no
@@ -297,12 +287,12 @@ func (h *harness) rawValue(key string, value []byte) *kgo.Record {
 func TestShareRowsHostile(t *testing.T) {
 	h := sharesHarness(t, Options{MaxWorkers: 8})
 	for _, r := range events.LoadSharesReasons {
-		if !h.hasSeries("pdrouter_records_invalid_total", map[string]string{"topic": "load-shares", "reason": r}) {
+		if h.series("pdrouter_records_invalid_total", map[string]string{"topic": "load-shares", "reason": r}) == nil {
 			t.Fatalf("no series of reason %s at start", r)
 		}
 	}
 	for _, r := range shareResults {
-		if !h.hasSeries("pdrouter_statestore_share_records_total", map[string]string{"result": r}) {
+		if h.series("pdrouter_statestore_share_records_total", map[string]string{"result": r}) == nil {
 			t.Fatalf("no series of result %s at start", r)
 		}
 	}
@@ -355,12 +345,8 @@ func TestShareRowsHostile(t *testing.T) {
 		nine = append(nine, shr(fmt.Sprintf("y%d", i), 0, 1, 0, 0, 0))
 	}
 	h.put("c", sharesOf("c", 1, shareT0, nine...))
-	if n := h.shareResult("too_many_workers"); n != 1 {
-		t.Fatalf("too_many_workers: %v records, want 1", n)
-	}
-	if n := h.counter("pdrouter_statestore_share_rows", nil); n != 9 { // b's one and c's 8
-		t.Fatalf("rows held: %v, want 9", n)
-	}
+	h.wantCount("pdrouter_statestore_share_records_total", map[string]string{"result": "too_many_workers"}, 1)
+	h.wantCount("pdrouter_statestore_share_rows", nil, 9) // b's one and c's eight
 	// Writers past maxShareWriters: refused whole.
 	var recs []*kgo.Record
 	for i := range maxShareWriters {
@@ -368,36 +354,6 @@ func TestShareRowsHostile(t *testing.T) {
 		recs = append(recs, h.record(w, sharesOf(w, 1, shareT0, shr("w2", 0, 1, 0, 0, 0))))
 	}
 	h.apply(recs...)
-	if n := h.shareResult("too_many_writers"); n != 2 { // b and c came first
-		t.Fatalf("too_many_writers: %v records, want 2", n)
-	}
+	h.wantCount("pdrouter_statestore_share_records_total", map[string]string{"result": "too_many_writers"}, 2) // b and c came first
 	h.wantActive("w2", load(0, maxShareWriters-2, 0, 0, 0))
-}
-
-// hasSeries reports whether the registry holds the series.
-func (h *harness) hasSeries(name string, labels map[string]string) bool {
-	h.t.Helper()
-	mfs, err := h.reg.Gather()
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-	next:
-		for _, m := range mf.GetMetric() {
-			got := map[string]string{}
-			for _, l := range m.GetLabel() {
-				got[l.GetName()] = l.GetValue()
-			}
-			for k, v := range labels {
-				if got[k] != v {
-					continue next
-				}
-			}
-			return true
-		}
-	}
-	return false
 }

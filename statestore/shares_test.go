@@ -256,7 +256,7 @@ func TestOwnSeqFromLog(t *testing.T) {
 // replica's partition is skipped and counted, its offset advances.
 func TestOtherWriterDeltaSkipped(t *testing.T) {
 	h := sharesHarness(t, Options{})
-	if !h.hasSeries("pdrouter_records_invalid_total", map[string]string{"topic": "load-deltas", "reason": reasonOtherWriter}) {
+	if h.series("pdrouter_records_invalid_total", map[string]string{"topic": "load-deltas", "reason": reasonOtherWriter}) == nil {
 		t.Fatal("no series of other_writer at start")
 	}
 	r := h.record("w1", ownDecision("replica-b", "d1", "w1", "", shareT0, 16))
