@@ -82,9 +82,16 @@ func workersOf(s *pb.LoadShares) []string {
 // clock; nothing more until a share changes; a completion sends its
 // workers' shares again (its requests and prefill tokens gone, its recent
 // decision still in the window), and the end of the window sends zero
-// shares.
+// shares. The same whether the store holds its own requests as facts or
+// as open requests (PeerSums).
 func TestTakeShares(t *testing.T) {
-	h := sharesHarness(t, Options{SharesEpoch: 1000})
+	for _, open := range []bool{false, true} {
+		t.Run(fmt.Sprintf("open=%v", open), func(t *testing.T) { testTakeShares(t, open) })
+	}
+}
+
+func testTakeShares(t *testing.T, open bool) {
+	h := sharesHarness(t, Options{SharesEpoch: 1000, PeerSums: open})
 	if s := h.take(); s != nil {
 		t.Fatalf("a snapshot before the store has a clock: %v", s)
 	}
@@ -296,9 +303,24 @@ func sharesRestartLog(t *testing.T, h *harness, writer string) (shares []*kgo.Re
 // offsets; reopened, cleanly or after a crash, it reads the topic from its
 // start again and reaches the digest (shared and private) and the view it
 // had; and it refuses to open as a store of another writer or source.
+// The same whether it holds its own requests as facts or as open requests
+// (PeerSums: then it also reads its own deltas since their checkpoint
+// again).
 func TestSharesRestart(t *testing.T) {
-	h := sharesHarness(t, Options{})
+	for _, open := range []bool{false, true} {
+		t.Run(fmt.Sprintf("open=%v", open), func(t *testing.T) { testSharesRestart(t, open) })
+	}
+}
+
+func testSharesRestart(t *testing.T, open bool) {
+	h := sharesHarness(t, Options{PeerSums: open})
 	shares := sharesRestartLog(t, h, shareReplica)
+	var deltas []*kgo.Record
+	for _, r := range h.log {
+		if r.Topic == (events.Names{}).Physical(events.TopicLoadDeltas) {
+			deltas = append(deltas, r)
+		}
+	}
 	want := h.digest()
 	views := map[string]decider.ActiveLoad{}
 	for _, id := range []string{"w1", "w2", "w3", "p1"} {
@@ -317,6 +339,7 @@ func TestSharesRestart(t *testing.T) {
 		if _, ok := s.Offsets().Get(events.TopicLoadShares, shares[0].Partition); ok {
 			t.Fatalf("%s: the reopened store has load-shares offsets: %s", how, s.Offsets())
 		}
+		applyIn(t, s, readAgain(s, deltas), 3)
 		applyIn(t, s, shares, 4)
 		got, err := s.Digest()
 		if err != nil {
