@@ -108,6 +108,9 @@ type shareRows struct {
 }
 
 type shareWriter struct {
+	// id: the writer id, a copy of the first record's (rows name it, and
+	// must not hold a decoded record's memory).
+	id     string
 	maxSeq uint64
 	clock  int64
 	rows   int
@@ -147,17 +150,16 @@ func (st *state) applyLoadShares(s *pb.LoadShares) {
 	if r == nil {
 		return
 	}
-	id := s.GetWriterId()
-	w := r.writers[id]
+	w := r.writers[s.GetWriterId()]
 	if w == nil {
 		if len(r.writers) >= maxShareWriters {
 			st.stats.shareResults[shareTooManyWriters]++
 			return
 		}
-		id = strings.Clone(id) // not the decoded record's memory
-		w = &shareWriter{}
-		r.writers[id] = w
+		w = &shareWriter{id: strings.Clone(s.GetWriterId())}
+		r.writers[w.id] = w
 	}
+	id := w.id
 	if s.GetSeq() <= w.maxSeq {
 		st.stats.shareResults[shareStaleSeq]++
 		return
