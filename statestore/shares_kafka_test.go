@@ -108,6 +108,17 @@ func TestSharesMaterializer(t *testing.T) {
 		if n := testutil.ToFloat64(r.s.met.decode.Invalid.WithLabelValues(string(events.TopicLoadDeltas), reasonOtherWriter)); n != 1 {
 			t.Fatalf("other_writer: %v", n)
 		}
+		// A wait for another writer's delta (a peer's answer passed on)
+		// does not wait for a partition the store never reads; one for its
+		// own partition does.
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		defer cancel()
+		if err := r.s.WaitApplied(ctx, Offsets{{events.TopicLoadDeltas, pb_, 1}, {events.TopicLoadShares, events.KeyPartition([]byte(b), ns), 1}}); err != nil {
+			t.Fatalf("waiting for another writer's delta: %v", err)
+		}
+		if err := r.s.WaitApplied(ctx, Offsets{{events.TopicLoadDeltas, pa, 3}}); err == nil {
+			t.Fatal("a wait for its own partition's next record returned")
+		}
 		r.close()
 
 		r = openReplicaWith(t, dir, brokers, Options{Names: names, Source: SourceLoadShares, ReplicaID: a, Registerer: prometheus.NewRegistry()})

@@ -277,6 +277,9 @@ type Store struct {
 	// uncommitted: memory holds records applied since the last commit
 	// (Apply's chunks are visible before their batch commits). Under mu.
 	uncommitted bool
+	// writerPartition: with SourceLoadShares, the load-deltas partition
+	// the materializer reads (its writer's), -1 until it has found it.
+	writerPartition atomic.Int64
 }
 
 // ErrRebuildNeeded is matched by errors that can only be cured by wiping
@@ -294,6 +297,7 @@ func Open(dir string, o Options) (*Store, error) {
 	}
 	s := &Store{dir: dir, opts: o, log: o.Logger, applied: make(chan struct{}), cache: newDecisionCache(o.DecisionCacheSize),
 		expecting: expectedDecisions{m: map[string]expectedDecision{}}}
+	s.writerPartition.Store(-1)
 	s.met = newMetrics(o.Registerer, o.DecodeMetrics)
 	s.met.cell.Set(float64(o.Cell.Index))
 	s.met.cells.Set(float64(max(o.Cell.Count, 1)))
