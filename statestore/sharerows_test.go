@@ -118,7 +118,8 @@ func TestShareRowsReplaceBySeq(t *testing.T) {
 // TestShareRowsExpire: a row counts while its writer's clock plus the
 // active expiry is ahead of sharesNow, its recent counts while the recent
 // window is; a record already expired when read counts nothing; a writer
-// that comes back counts again.
+// that comes back counts again; a record stamped before its writer's
+// previous one counts from the writer's clock.
 func TestShareRowsExpire(t *testing.T) {
 	h := sharesHarness(t, Options{ActiveExpiry: 60 * time.Second})
 	h.put("b", sharesOf("b", 1, shareT0, shr("w1", 10, 2, 100, 3, 50)))
@@ -138,6 +139,14 @@ func TestShareRowsExpire(t *testing.T) {
 	// b back, with the current clock.
 	h.put("b", sharesOf("b", 3, shareT0+61*sec, shr("w1", 7, 1, 0, 1, 0)))
 	h.wantActive("w1", load(7, 1, 0, 1, 0))
+	// A record stamped before its writer's previous one is as fresh as
+	// that one: its rows take the writer's clock (61 s), and so count
+	// until 121 s, not 75 s.
+	h.put("b", sharesOf("b", 4, shareT0+15*sec, shr("w3", 3, 1, 0, 0, 0)))
+	h.put("c", sharesOf("c", 3, shareT0+100*sec, shr("w2", 1, 1, 0, 0, 0)))
+	h.wantActive("w3", load(3, 1, 0, 0, 0))
+	h.put("c", sharesOf("c", 4, shareT0+121*sec, shr("w2", 1, 1, 0, 0, 0)))
+	h.wantActive("w3", load(0, 0, 0, 0, 0))
 }
 
 // TestShareRowsOwnNotCounted: the replica applies its own snapshots (its
