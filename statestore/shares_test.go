@@ -186,7 +186,6 @@ func TestTakeSharesBound(t *testing.T) {
 	h := sharesHarness(t, Options{})
 	h.put("w1", ownDecision(shareReplica, "d1", "w1", "", shareT0, 16))
 	h.take()
-	<-h.s.SharesChanged()
 	n := events.MaxShareWorkers + 2
 	h.s.mu.Lock()
 	st := h.s.st
@@ -196,6 +195,7 @@ func TestTakeSharesBound(t *testing.T) {
 		st.shareChanged(slot)
 	}
 	h.s.mu.Unlock()
+	<-h.s.SharesChanged() // the changes'
 	s := h.s.TakeShares()
 	if len(s.GetShares()) != events.MaxShareWorkers || s.GetShares()[0].GetWorker().GetWorkerId() != "x00000" {
 		t.Fatalf("%d shares, first %v", len(s.GetShares()), s.GetShares()[0].GetWorker())
