@@ -204,6 +204,11 @@ func (st *state) takeShares(writer string) *pb.LoadShares {
 			if c != (shareCounts{}) && (o.keepAt == 0 || clock+st.act.cfg.expiry/2 < o.keepAt) {
 				o.keepAt = clock + st.act.cfg.expiry/2
 			}
+			if c == (shareCounts{}) {
+				// Peers drop the row: a slot of an id nobody registered,
+				// kept for this share, may go (freeQueued, next chunk).
+				st.freeIfUnregistered(it.slot)
+			}
 		}
 		out.Shares[i] = shareOf(it.wr, c)
 	}

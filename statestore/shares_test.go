@@ -47,10 +47,10 @@ func (h *harness) take() *pb.LoadShares {
 		h.t.Fatalf("TakeShares: %v", err)
 	}
 	for _, e := range s.GetShares() {
-		var a decider.ActiveLoad // a worker not in the view: a zero share
-		if h.inView(e.GetWorker().GetWorkerId()) {
-			a = h.active(e.GetWorker().GetWorkerId())
+		if !h.inView(e.GetWorker().GetWorkerId()) {
+			continue // not registered: checked by the test
 		}
+		a := h.active(e.GetWorker().GetWorkerId())
 		got := load(int64(e.GetDecodeBlocks()), int64(e.GetRequests()), int64(e.GetPrefillTokens()), int64(e.GetRecentDecisions()), int64(e.GetRecentLocalTokens()))
 		if got != a {
 			h.t.Fatalf("share of %s: %+v, the worker's own load is %+v", e.GetWorker().GetWorkerId(), got, a)
@@ -132,6 +132,31 @@ func testTakeShares(t *testing.T, open bool) {
 	}
 }
 
+// TestSharesOfUnregisteredWorker: the slot of a worker nobody registered
+// stays while its share is to be sent, even when the request that made it
+// is dropped in the same chunk as its share changes (an open request
+// dropped as its decision leaves the recent window), and goes once its
+// zero share is taken.
+func TestSharesOfUnregisteredWorker(t *testing.T) {
+	h := sharesHarness(t, Options{PeerSums: true})
+	h.put("u1", ownDecision(shareReplica, "d1", "u1", "", shareT0, 16))
+	h.put("u1", ownEnd(shareReplica, "d1", "u1", shareT0+sec))
+	if s := h.take(); fmt.Sprint(workersOf(s)) != "[u1]" || s.GetShares()[0].GetRecentDecisions() != 1 {
+		t.Fatalf("snapshot %v", s)
+	}
+	// u1's partition's clock passes the window: d1 is dropped, and u1's
+	// recent decision goes with it.
+	h.put("u1", ownEnd(shareReplica, "none", "u1", shareT0+40*sec))
+	s := h.take()
+	if got := fmt.Sprint(workersOf(s)); got != "[u1]" || proto.Size(s.GetShares()[0]) != proto.Size(&pb.WorkerShare{Worker: s.GetShares()[0].GetWorker()}) {
+		t.Fatalf("snapshot %v, want u1's zero share", s)
+	}
+	h.put("w1", ownDecision(shareReplica, "d2", "w1", "", shareT0+41*sec, 16))
+	if _, ok := h.s.st.lookupSlot("u1", 0); ok {
+		t.Fatal("u1's slot is still there after its zero share")
+	}
+}
+
 // TestSharesNotSent: a snapshot handed back goes again, with a new seq,
 // whether or not its workers' shares changed since; a worker whose slot is
 // gone goes as a zero share.
@@ -148,7 +173,7 @@ func TestSharesNotSent(t *testing.T) {
 	if again.GetSeq() != first.GetSeq()+1 {
 		t.Fatalf("seq %d after %d", again.GetSeq(), first.GetSeq())
 	}
-	if got := fmt.Sprint(workersOf(again)); got != "[gone p1 w1]" {
+	if got := fmt.Sprint(workersOf(again)); got != "[gone p1 w1]" || proto.Size(again.GetShares()[0]) != proto.Size(&pb.WorkerShare{Worker: again.GetShares()[0].GetWorker()}) {
 		t.Fatalf("workers sent again: %s", got)
 	}
 	if !proto.Equal(again.GetShares()[1], first.GetShares()[0]) || !proto.Equal(again.GetShares()[2], first.GetShares()[1]) {
