@@ -122,6 +122,9 @@ type shareKey struct {
 }
 
 type shareRow struct {
+	// key: the row's key, the copies the rows map holds (the due heap
+	// names rows by it, never by a decoded record's strings).
+	key   shareKey
 	seq   uint64
 	clock int64
 	c     shareCounts
@@ -188,7 +191,7 @@ func (st *state) applyLoadShares(s *pb.LoadShares) {
 				continue
 			}
 			k.wr.id = strings.Clone(wr.id)
-			row = &shareRow{}
+			row = &shareRow{key: k}
 			if id != r.replica {
 				row.sum = st.peerSumOf(k.wr)
 			}
@@ -197,7 +200,7 @@ func (st *state) applyLoadShares(s *pb.LoadShares) {
 		}
 		st.setShareRow(row, false, false)
 		row.seq, row.clock, row.c = s.GetSeq(), w.clock, c
-		st.countShareRow(k, row)
+		st.countShareRow(row)
 	}
 	switch {
 	case refused:
@@ -252,7 +255,7 @@ func (st *state) dropShareRow(k shareKey, row *shareRow, w *shareWriter) {
 
 // countShareRow sets what a row counts at sharesNow and schedules its next
 // change.
-func (st *state) countShareRow(k shareKey, row *shareRow) {
+func (st *state) countShareRow(row *shareRow) {
 	r := st.shares
 	on := row.clock+r.expiry > r.now
 	recent := on && row.clock+recentWindow > r.now
@@ -260,9 +263,9 @@ func (st *state) countShareRow(k shareKey, row *shareRow) {
 	row.ver++
 	switch {
 	case recent:
-		heap.Push(&r.due, shareDue{at: row.clock + recentWindow, key: k, ver: row.ver})
+		heap.Push(&r.due, shareDue{at: row.clock + recentWindow, key: row.key, ver: row.ver})
 	case on:
-		heap.Push(&r.due, shareDue{at: row.clock + r.expiry, key: k, ver: row.ver})
+		heap.Push(&r.due, shareDue{at: row.clock + r.expiry, key: row.key, ver: row.ver})
 	}
 }
 
@@ -305,7 +308,7 @@ func (st *state) sweepShares() {
 	for r.due.Len() > 0 && r.due[0].at <= r.now {
 		it := heap.Pop(&r.due).(shareDue)
 		if row := r.rows[it.key]; row != nil && row.ver == it.ver {
-			st.countShareRow(it.key, row)
+			st.countShareRow(row)
 		}
 	}
 }
