@@ -169,7 +169,7 @@ func TestDevStartsMigratesAndRestarts(t *testing.T) {
 		}
 	}
 	out, _, err = run(t, nil, args...)
-	if err != nil || !strings.Contains(out, "0 created, 6 already there") {
+	if err != nil || !strings.Contains(out, "0 created, 7 already there") {
 		t.Fatalf("restart on the same data dir: %v\n%s", err, out)
 	}
 }
