@@ -71,6 +71,9 @@ type GroupLog struct {
 	// deltaRecords counts the load-delta records the broker acknowledged
 	// (DeltaRecords).
 	deltaRecords atomic.Uint64
+	// shareRecords counts the load-share snapshots the broker
+	// acknowledged (ShareRecords).
+	shareRecords atomic.Uint64
 
 	// onCommit, when set (tests), is called by the commit loop with each
 	// group's size before it is produced.

@@ -153,6 +153,11 @@ func (l *GroupLog) sharesProduced(snap *pb.LoadShares, err error) {
 		l.shares.src.SharesNotSent(snap)
 		return
 	}
+	l.shareRecords.Add(1)
 	l.met.shares.records.WithLabelValues(shareWritten).Inc()
 	l.met.shares.workers.Observe(float64(len(snap.GetShares())))
 }
+
+// ShareRecords returns how many load-share snapshots the broker has
+// acknowledged, for a reader that counts what it fetched.
+func (l *GroupLog) ShareRecords() uint64 { return l.shareRecords.Load() }
