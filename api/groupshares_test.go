@@ -114,6 +114,9 @@ func TestGroupLogSharesRideWithTheGroup(t *testing.T) {
 			t.Fatalf("after append %d returned, %v snapshots written; want %d: the snapshot did not go with its group", i, w, i+1)
 		}
 	}
+	if n := l.ShareRecords(); n != appends {
+		t.Fatalf("ShareRecords = %d; want %d", n, appends)
+	}
 	recs := kafkatest.ReadAll(t, brokers, names.Physical(events.TopicLoadShares))
 	if len(recs) != appends {
 		t.Fatalf("%d load-shares records for %d sequential commits; want one per commit", len(recs), appends)
