@@ -69,6 +69,18 @@ func (s *scriptedShares) counts() (taken int, notSent []*pb.LoadShares) {
 	return s.taken, append([]*pb.LoadShares(nil), s.notSent...)
 }
 
+// sharingSetup migrates a fake broker and returns it, its names, a
+// scripted source that gives snapshots or not, and a GroupLog sharing them.
+func sharingSetup(t *testing.T, give bool) ([]string, events.Names, *scriptedShares, *GroupLog) {
+	t.Helper()
+	brokers := kafkatest.Fake(t)
+	prefix := kafkatest.Prefix(t)
+	kafkatest.Migrate(t, brokers, prefix)
+	names := events.Names{Prefix: prefix}
+	src := newScriptedShares("router-0", give)
+	return brokers, names, src, sharingLog(t, brokers, names, src)
+}
+
 // sharingLog is a GroupLog on brokers under names whose shares come from
 // src, with no keepalive commit during the test.
 func sharingLog(t *testing.T, brokers []string, names events.Names, src SharesSource, opts ...kgo.Opt) *GroupLog {
@@ -99,12 +111,7 @@ func shareResults(l *GroupLog) (written, failed, unencodable float64) {
 // record per commit, keyed by the writer, in seq order in one partition,
 // decoding as every peer decodes it.
 func TestGroupLogSharesRideWithTheGroup(t *testing.T) {
-	brokers := kafkatest.Fake(t)
-	prefix := kafkatest.Prefix(t)
-	kafkatest.Migrate(t, brokers, prefix)
-	names := events.Names{Prefix: prefix}
-	src := newScriptedShares("router-0", true)
-	l := sharingLog(t, brokers, names, src)
+	brokers, names, src, l := sharingSetup(t, true)
 	const appends = 5
 	for i := range appends {
 		if _, err := l.Append(context.Background(), outcomeRec(names, i)); err != nil {
@@ -165,13 +172,8 @@ func TestGroupLogHandsBackAFailedSnapshot(t *testing.T) {
 // A snapshot the record's own rules refuse is never produced: counted as
 // unencodable, handed back, and its group's appends still succeed.
 func TestGroupLogRefusesAnUnencodableSnapshot(t *testing.T) {
-	brokers := kafkatest.Fake(t)
-	prefix := kafkatest.Prefix(t)
-	kafkatest.Migrate(t, brokers, prefix)
-	names := events.Names{Prefix: prefix}
-	src := newScriptedShares("router-0", true)
-	src.mangle = func(s *pb.LoadShares) { s.WriterId = "router-1" } // not the key
-	l := sharingLog(t, brokers, names, src)
+	brokers, names, src, l := sharingSetup(t, true)
+	src.mangle = func(s *pb.LoadShares) { s.WriterId = "router-1" } // not the key; set before the first commit
 	if _, err := l.Append(context.Background(), outcomeRec(names, 0)); err != nil {
 		t.Fatal(err)
 	}
@@ -190,12 +192,7 @@ func TestGroupLogRefusesAnUnencodableSnapshot(t *testing.T) {
 // commit per signal, and signals during a commit lead to one more commit
 // after it, not one each.
 func TestGroupLogSignalAloneCommitsTheSnapshot(t *testing.T) {
-	brokers := kafkatest.Fake(t)
-	prefix := kafkatest.Prefix(t)
-	kafkatest.Migrate(t, brokers, prefix)
-	names := events.Names{Prefix: prefix}
-	src := newScriptedShares("router-0", true)
-	l := sharingLog(t, brokers, names, src)
+	brokers, names, src, l := sharingSetup(t, true)
 	src.changed <- struct{}{}
 	waitFor(t, func() bool { w, _, _ := shareResults(l); return w == 1 })
 	time.Sleep(100 * time.Millisecond)
@@ -223,12 +220,7 @@ func TestGroupLogSignalAloneCommitsTheSnapshot(t *testing.T) {
 // A source with nothing to send adds no record to any commit, and a signal
 // then costs a TakeShares call and nothing else.
 func TestGroupLogNoSnapshotNoRecord(t *testing.T) {
-	brokers := kafkatest.Fake(t)
-	prefix := kafkatest.Prefix(t)
-	kafkatest.Migrate(t, brokers, prefix)
-	names := events.Names{Prefix: prefix}
-	src := newScriptedShares("router-0", false)
-	l := sharingLog(t, brokers, names, src)
+	brokers, names, src, l := sharingSetup(t, false)
 	for i := range 3 {
 		if _, err := l.Append(context.Background(), outcomeRec(names, i)); err != nil {
 			t.Fatal(err)
