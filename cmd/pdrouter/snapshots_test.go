@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"slices"
 	"strings"
@@ -67,5 +68,42 @@ func TestServeSnapshotsNeedsTheLoadSharesTopic(t *testing.T) {
 		"--http-addr", "127.0.0.1:0", "--load-deltas", "snapshots", "--replica-id", "router-0")
 	if err == nil || !strings.Contains(err.Error(), "the topic "+shares+" does not exist: run `pdrouter migrate`") {
 		t.Fatalf("serve without %s: %v; want it named with the fix", shares, err)
+	}
+}
+
+// A replica of --load-deltas snapshots starts on a migrated deployment,
+// answers decisions, and appends their load deltas to its own partition of
+// load-deltas (events.WriterPartition of its --replica-id), while the
+// decisions stay in their decode worker's partition.
+func TestServeSnapshotsWritesItsOwnPartition(t *testing.T) {
+	brokers := kafkatest.Brokers(t)
+	prefix := kafkatest.Prefix(t)
+	kafkatest.Migrate(t, brokers, prefix)
+	names := events.Names{Prefix: prefix}
+	r := startReplica(t, brokers, prefix, t.TempDir(), "--load-deltas", "snapshots")
+	id := "r-" + strings.TrimPrefix(r.url, "http://") // startReplica's --replica-id
+	after := registerFleet(t, r.url)
+	for i := range 4 {
+		routeOn(t, r.url, fmt.Sprintf("snap-%d", i), tokenSeq(uint32(1000*i+1), 300), after, false)
+	}
+	deltas, decisions := names.Physical(events.TopicLoadDeltas), names.Physical(events.TopicDecisions)
+	td, err := kadm.NewClient(kafkatest.Client(t, brokers)).ListTopics(context.Background(), deltas, decisions)
+	if err != nil {
+		t.Fatal(err)
+	}
+	own := events.WriterPartition(id, int32(len(td[deltas].Partitions)))
+	recs := kafkatest.ReadAll(t, brokers, deltas)
+	if len(recs) == 0 {
+		t.Fatal("no load deltas written")
+	}
+	for _, rec := range recs {
+		if rec.Partition != own {
+			t.Fatalf("a load delta keyed %q in partition %d; want the replica's %d", rec.Key, rec.Partition, own)
+		}
+	}
+	for _, rec := range kafkatest.ReadAll(t, brokers, decisions) {
+		if want := events.KeyPartition(rec.Key, int32(len(td[decisions].Partitions))); rec.Partition != want {
+			t.Fatalf("a decision keyed %q in partition %d; want its key's %d", rec.Key, rec.Partition, want)
+		}
 	}
 }
