@@ -42,6 +42,9 @@ import (
 //     that carried one gets the merged record's position. A merged
 //     record is acknowledged or failed whole, so every append of the group
 //     sees the same fate for its delta.
+//   - With shares (ShareLoad, groupshares.go), a commit carries at most
+//     one snapshot record, produced in the same flush as its appends; its
+//     failure goes back to its source and never fails an append.
 //   - At most maxQueued bytes of records wait (an append larger than that
 //     alone is taken when nothing waits); beyond that Append fails at once
 //     with ErrLogFull, so a broker outage turns into quick 503s instead of
