@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -41,6 +42,9 @@ import (
 //     that carried one gets the merged record's position. A merged
 //     record is acknowledged or failed whole, so every append of the group
 //     sees the same fate for its delta.
+//   - With shares (ShareLoad, groupshares.go), a commit carries at most
+//     one snapshot record, produced in the same flush as its appends; its
+//     failure goes back to its source and never fails an append.
 //   - At most maxQueued bytes of records wait (an append larger than that
 //     alone is taken when nothing waits); beyond that Append fails at once
 //     with ErrLogFull, so a broker outage turns into quick 503s instead of
@@ -54,12 +58,25 @@ type GroupLog struct {
 	queue   []*groupAppend
 	queued  int  // bytes of the records in queue
 	running bool // a commit loop owns the client's buffer
+	// sharesDue: a snapshot commit was asked for (shareSignals) and has
+	// not started yet; the loop runs one commit for it even with nothing
+	// queued.
+	sharesDue bool
+
+	// shares, when set (ShareLoad), gives each commit a snapshot to carry;
+	// sharesEvery is the keepalive commit's period (sharesKeepalive; tests
+	// lengthen it so that only their signals commit).
+	shares      *groupShares
+	sharesEvery time.Duration
 
 	met groupLogMetrics
 
 	// deltaRecords counts the load-delta records the broker acknowledged
 	// (DeltaRecords).
 	deltaRecords atomic.Uint64
+	// shareRecords counts the load-share snapshots the broker
+	// acknowledged (ShareRecords).
+	shareRecords atomic.Uint64
 
 	// onCommit, when set (tests), is called by the commit loop with each
 	// group's size before it is produced.
@@ -73,6 +90,7 @@ type groupLogMetrics struct {
 	queuedBytes  prometheus.Gauge
 	full         prometheus.Counter
 	deltaEntries prometheus.Histogram
+	shares       shareMetrics
 }
 
 func newGroupLogMetrics(reg prometheus.Registerer) groupLogMetrics {
@@ -95,9 +113,10 @@ func newGroupLogMetrics(reg prometheus.Registerer) groupLogMetrics {
 			Help:    "Entries of each load delta record appended: the decisions and lifecycle events of one decode worker that one group commit carried.",
 			Buckets: prometheus.ExponentialBuckets(1, 2, 11),
 		}),
+		shares: newShareMetrics(),
 	}
 	if reg != nil {
-		reg.MustRegister(m.groupAppends, m.queuedBytes, m.full, m.deltaEntries)
+		reg.MustRegister(m.groupAppends, m.queuedBytes, m.full, m.deltaEntries, m.shares.records, m.shares.workers)
 	}
 	return m
 }
@@ -133,7 +152,7 @@ type groupAppend struct {
 // of acks=all and idempotent writes. maxQueuedBytes bounds the keys and
 // values waiting for a group. Its metrics go to reg (none when nil).
 func NewGroupLog(cl *kgo.Client, names events.Names, maxQueuedBytes int, reg prometheus.Registerer) *GroupLog {
-	return &GroupLog{cl: cl, names: names, maxQueued: max(1, maxQueuedBytes), met: newGroupLogMetrics(reg)}
+	return &GroupLog{cl: cl, names: names, maxQueued: max(1, maxQueuedBytes), met: newGroupLogMetrics(reg), sharesEvery: sharesKeepalive}
 }
 
 // GroupLogClientOpts are the producer options NewGroupLog needs, to add to
@@ -183,30 +202,47 @@ func (l *GroupLog) Append(ctx context.Context, recs ...*kgo.Record) ([]Position,
 	}
 }
 
-// commitLoop commits groups until the queue is empty.
+// commitLoop commits groups until the queue is empty and no snapshot
+// commit is due. Every commit takes the snapshot (when shares are set), so
+// one that starts after a signal answers it, whether or not it carries
+// appends.
 func (l *GroupLog) commitLoop() {
 	for {
 		l.mu.Lock()
 		group := l.queue
 		l.queue, l.queued = nil, 0
 		l.met.queuedBytes.Set(0)
-		if len(group) == 0 {
+		due := l.sharesDue
+		l.sharesDue = false
+		if len(group) == 0 && !due {
 			l.running = false
 			l.mu.Unlock()
 			return
 		}
 		l.mu.Unlock()
-		l.met.groupAppends.Observe(float64(len(group)))
-		if l.onCommit != nil {
-			l.onCommit(len(group))
+		if len(group) > 0 {
+			l.met.groupAppends.Observe(float64(len(group)))
+			if l.onCommit != nil {
+				l.onCommit(len(group))
+			}
 		}
 		l.commit(group)
 	}
 }
 
-// commit produces a group's records and flushes them as one send.
+// commit produces a group's records, and the writer's snapshot when there
+// is one, and flushes them as one send.
 func (l *GroupLog) commit(group []*groupAppend) {
 	out, owner := l.mergeDeltas(group)
+	// The snapshot goes last and belongs to no append: its fate is its
+	// source's (sharesProduced), never an append's error.
+	shareRec, snap := l.takeShares()
+	if shareRec != nil {
+		out = append(out, shareRec)
+	}
+	if len(group) == 0 && shareRec == nil {
+		return // a snapshot commit with nothing to send
+	}
 	pos := make([]Position, len(out))
 	errs := make([]error, len(out))
 	var wg sync.WaitGroup
@@ -228,6 +264,9 @@ func (l *GroupLog) commit(group []*groupAppend) {
 	// its error is only the context's, which never ends here.
 	_ = l.cl.Flush(context.Background())
 	wg.Wait()
+	if shareRec != nil {
+		l.sharesProduced(snap, errs[len(out)-1])
+	}
 	deltas := l.names.Physical(events.TopicLoadDeltas)
 	for j, r := range out {
 		if r.Topic == deltas && errs[j] == nil {

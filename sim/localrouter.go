@@ -114,6 +114,9 @@ func (lr *LocalRouter) Route(_ context.Context, r *Request, tokens []uint32) (De
 		// The decider reads the accounting of the replica this request reached.
 		replica = lr.reps.next()
 		v.active = lr.reps.views[replica]
+		if lr.reps.rows != nil {
+			v.peers = lr.reps.rows[replica]
+		}
 	}
 	if err := lr.dc.DecideInto(&lr.dec, v, req); err != nil {
 		return Decision{}, err
@@ -219,8 +222,12 @@ type fleetView struct {
 	engines []*Engine
 	workers []decider.WorkerInfo
 	active  []workerActive
-	lat     *latmodel.Model
-	q       *eventQueue // the clock of RecentLocalPrefill
+	// peers: with Replicas.PeerShares, the deciding replica's rows of each peer
+	// (replicaSet.rows), which Active adds to its own requests and MatchActive
+	// does not see.
+	peers [][]workerActive
+	lat   *latmodel.Model
+	q     *eventQueue // the clock of RecentLocalPrefill
 }
 
 type workerActive struct {
@@ -347,9 +354,24 @@ func (v *fleetView) Load(w decider.WorkerRef) (decider.LoadSample, bool) {
 }
 
 func (v *fleetView) Active(w decider.WorkerRef) decider.ActiveLoad {
-	a := &v.active[w]
+	out := v.active[w].load(v.q.now)
+	for _, rows := range v.peers {
+		if rows != nil {
+			r := rows[w].load(v.q.now)
+			out.DecodeBlocks += r.DecodeBlocks
+			out.PrefillTokens += r.PrefillTokens
+			out.Requests += r.Requests
+			out.RecentLocalPrefill += r.RecentLocalPrefill
+			out.RecentRequests += r.RecentRequests
+		}
+	}
+	return out
+}
+
+// load is the worker's accounting as the decider reads it, at now.
+func (a *workerActive) load(now simTime) decider.ActiveLoad {
 	return decider.ActiveLoad{DecodeBlocks: a.distinct + a.extra, PrefillTokens: a.prefillTok, Requests: a.requests,
-		RecentLocalPrefill: a.recentLocal(v.q.now), RecentRequests: a.recentRequests(v.q.now)}
+		RecentLocalPrefill: a.recentLocal(now), RecentRequests: a.recentRequests(now)}
 }
 
 // LatencyFit implements decider.LatencyModel: the model learned so far in this run.

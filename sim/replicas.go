@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
@@ -32,6 +33,11 @@ type Replicas struct {
 	// load delta carries them (the writer cuts each chain, and the blocks past the
 	// cut count as blocks without a hash); 0: the whole chain.
 	PeerHashes int
+	// PeerShares has a replica see its peers' load as the rows of their snapshots
+	// (serve --load-deltas snapshots): per peer and worker, the peer's own requests
+	// counted as that peer counts them, blocks deduplicated by hash within the peer's
+	// requests but not across peers, and no peer's hashes for active-prefix matching.
+	PeerShares bool
 }
 
 // MaxReplicas bounds Replicas.N: each replica keeps its own view of every worker.
@@ -54,6 +60,12 @@ func (r Replicas) Validate() error {
 	if r.PeerHashes < 0 || r.PeerHashes > events.MaxDeltaHashes {
 		return fmt.Errorf("--replica-hashes %d: want 0 (the whole chain) to %d, the most a load delta carries", r.PeerHashes, events.MaxDeltaHashes)
 	}
+	if r.PeerShares && r.PeerHashes > 0 {
+		return fmt.Errorf("--replica-shares with --replica-hashes %d: a snapshot carries no hashes to cut", r.PeerHashes)
+	}
+	if r.PeerShares && r.shared() {
+		return errors.New("--replica-shares: needs --replicas above 1 and a --replica-lag above 0, or no replica sees a peer's load")
+	}
 	if r.PeerHashes > 0 && r.shared() {
 		// One shared view has no peers: the cut would change nothing, silently.
 		return fmt.Errorf("--replica-hashes %d: needs --replicas above 1 and a --replica-lag above 0, or no replica sees a peer's chain", r.PeerHashes)
@@ -74,8 +86,12 @@ func (r Replicas) String() string {
 	return fmt.Sprintf("%d replicas, %s lag%s", r.N, r.Lag, r.cutNote())
 }
 
-// cutNote is ", peers' chains cut to K hashes" when they are, else "".
+// cutNote is ", peers' chains cut to K hashes" when they are, ", peers' load as
+// shares" when it is, else "".
 func (r Replicas) cutNote() string {
+	if r.PeerShares {
+		return ", peers' load as shares"
+	}
 	if r.PeerHashes == 0 {
 		return ""
 	}
@@ -120,6 +136,10 @@ type replicaSet struct {
 	lag   time.Duration
 	q     *eventQueue
 	views [][]workerActive // views[replica][worker]
+	// rows[replica][writer][worker]: with PeerShares, what the replica holds of each
+	// peer's load, kept apart from its own requests (views) and from the other peers'.
+	// rows[r][r] stays empty.
+	rows [][][]workerActive
 	// blind[replica][worker] counts the peers' decisions naming worker as decode
 	// worker that the replica does not see yet.
 	blind [][]int
@@ -136,7 +156,28 @@ func newReplicaSet(r Replicas, workers int, q *eventQueue) *replicaSet {
 		}
 		rs.blind[i] = make([]int, workers)
 	}
+	if r.PeerShares {
+		rs.rows = make([][][]workerActive, r.N)
+		for i := range rs.rows {
+			rs.rows[i] = make([][]workerActive, r.N)
+			for w := range rs.rows[i] {
+				rs.rows[i][w] = make([]workerActive, workers)
+				for k := range rs.rows[i][w] {
+					rs.rows[i][w][k].blocks = map[uint64]int{}
+				}
+			}
+		}
+	}
 	return rs
+}
+
+// peerView is where a peer's effects land in replica i's accounting: its rows of
+// writer owner with PeerShares, else its one view.
+func (rs *replicaSet) peerView(i, owner int) []workerActive {
+	if rs.rows != nil {
+		return rs.rows[i][owner]
+	}
+	return rs.views[i]
 }
 
 // next is the replica the next request reaches, round-robin.
@@ -185,11 +226,11 @@ func (lr *LocalRouter) publishDecision(ent *activeEntry, apply func(act []worker
 func (rs *replicaSet) publish(owner int, apply func(act []workerActive, peer bool), seen func(peer int)) {
 	apply(rs.views[owner], false)
 	rs.q.after(rs.lag, func() {
-		for i, v := range rs.views {
+		for i := range rs.views {
 			if i == owner {
 				continue
 			}
-			apply(v, true)
+			apply(rs.peerView(i, owner), true)
 			if seen != nil {
 				seen(i)
 			}

@@ -4,9 +4,12 @@ import (
 	"context"
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/pdrouter/pdrouter/decider"
 )
 
 // twoApart is two requests with nothing in common, the second gap after the first.
@@ -265,6 +268,70 @@ func TestReplicasPeerHashes(t *testing.T) {
 			}
 			if int64(len(got))+extra != int64(len(chain))+3 {
 				t.Fatalf("the request's blocks changed with the cut: %d", int64(len(got))+extra)
+			}
+		})
+	}
+}
+
+// TestReplicasPeerShares: with PeerShares a replica counts each peer's requests as
+// that peer counts them, so two peers' requests with one prefix on one worker count
+// the prefix twice (once per peer), where a replica that sees the peers' chains
+// counts it once; its own requests still share their blocks, and active-prefix
+// matching sees its own chains only.
+func TestReplicasPeerShares(t *testing.T) {
+	prefix := []uint64{1, 2, 3, 4}
+	chainOf := func(tail uint64) []uint64 { return append(slices.Clone(prefix), tail) }
+	for _, c := range []struct {
+		name        string
+		r           Replicas
+		peersBlocks int64 // replica 2's blocks on worker 0 after replicas 0 and 1 decided there
+		ownBlocks   int64 // the same after replica 2 decided there too, on the same prefix
+		peersMatch  int   // replica 2's active match of the prefix before its own request
+	}{
+		{"chains", Replicas{N: 3, Lag: time.Millisecond}, 4 + 2, 4 + 3, 4},
+		{"shares", Replicas{N: 3, Lag: time.Millisecond, PeerShares: true}, 2 * 5, 2*5 + 5, 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if err := c.r.Validate(); err != nil {
+				t.Fatal(err)
+			}
+			q := &eventQueue{}
+			rs := newReplicaSet(c.r, 2, q)
+			add := func(owner int, chain []uint64) {
+				rs.publish(owner, func(act []workerActive, _ bool) { act[0].add(chain, 0) }, nil)
+				for {
+					e, ok := q.pop()
+					if !ok {
+						break
+					}
+					e.fn()
+				}
+			}
+			v := &fleetView{workers: []decider.WorkerInfo{{ID: "d0", BlockSize: 16}, {ID: "d1", BlockSize: 16}}, q: q,
+				active: rs.views[2]}
+			if rs.rows != nil {
+				v.peers = rs.rows[2]
+			}
+			add(0, chainOf(10))
+			add(1, chainOf(11))
+			if got := v.Active(0).DecodeBlocks; got != c.peersBlocks {
+				t.Errorf("after two peers' requests: %d blocks, want %d", got, c.peersBlocks)
+			}
+			if got := v.Active(0).Requests; got != 2 {
+				t.Errorf("after two peers' requests: %d requests, want 2", got)
+			}
+			match := make([]int, 2)
+			v.MatchActive(16, prefix, match)
+			if match[0] != c.peersMatch {
+				t.Errorf("active match of the peers' prefix: %d blocks, want %d", match[0], c.peersMatch)
+			}
+			add(2, chainOf(12))
+			if got := v.Active(0).DecodeBlocks; got != c.ownBlocks {
+				t.Errorf("after its own request: %d blocks, want %d", got, c.ownBlocks)
+			}
+			v.MatchActive(16, prefix, match)
+			if match[0] != 4 {
+				t.Errorf("active match of its own prefix: %d blocks, want 4", match[0])
 			}
 		})
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"google.golang.org/protobuf/proto"
 
@@ -33,8 +34,11 @@ import (
 // load generator, appends a record of a decision's size for each route
 // request (through the same group commit, acks=all) and an outcome-sized
 // record for each lifecycle event, each with its load delta when its
-// --load-deltas mode writes them, and fetches back every record of the
-// topics the mode reads with the materializer's fetch settings, but parses, decides,
+// --load-deltas mode writes them (with snapshots, in its own partition, and
+// one load-share snapshot per group commit of the workers its appends
+// touched), and fetches back every record of the topics the mode reads
+// with the materializer's fetch settings (with snapshots, every load-shares
+// partition and only its own of load-deltas, as a replica), but parses, decides,
 // encodes, decodes and stores nothing. `bench scale --floor` measures it
 // as it measures serve, so the part of a and p that is pdrouter's own is
 // their difference from the floor's, measured in one run.
@@ -43,6 +47,10 @@ import (
 const (
 	floorAppendedMetric = "pdrouter_floor_appended_records_total"
 	floorFetchedMetric  = "pdrouter_floor_fetched_records_total"
+	// floorOwnMetric counts the records a floor replica appended that it
+	// alone fetches back: its own load deltas with --load-deltas
+	// snapshots, none otherwise.
+	floorOwnMetric = "pdrouter_floor_own_appended_records_total"
 )
 
 // floorRecordStep is the prompt length step, in blocks, between the
@@ -58,7 +66,7 @@ const (
 )
 
 func newBenchFloorReplicaCmd(a *app) *cobra.Command {
-	var httpAddr, debugAddr string
+	var httpAddr, debugAddr, replicaID string
 	var maxTokens, blockSize, decode, prefill int
 	var loadDeltas string
 	cmd := &cobra.Command{
@@ -84,7 +92,7 @@ func newBenchFloorReplicaCmd(a *app) *cobra.Command {
 				return err
 			}
 			return runFloorReplica(cmd.Context(), floorConfig{names: a.names(), connOpts: opts, httpAddr: httpAddr, debugAddr: debugAddr,
-				maxBlocks: maxTokens / blockSize, decode: decode, prefill: prefill, writeDeltas: write, source: src})
+				maxBlocks: maxTokens / blockSize, decode: decode, prefill: prefill, writeDeltas: write, source: src, replicaID: replicaID})
 		},
 	}
 	f := cmd.Flags()
@@ -94,7 +102,8 @@ func newBenchFloorReplicaCmd(a *app) *cobra.Command {
 	f.IntVar(&blockSize, "block-size", 16, "tokens per block of the prompts' hash chains")
 	f.IntVar(&decode, "decode-workers", 128, "decode workers: the candidate rows of a decision record, and the keys records go under")
 	f.IntVar(&prefill, "prefill-workers", 32, "prefill workers: candidate rows of a decision record")
-	f.StringVar(&loadDeltas, "load-deltas", "write", "as serve's: whether each decision and lifecycle event goes with its load delta (write, apply), and which topics are fetched back (apply: load deltas, not decisions and outcomes)")
+	f.StringVar(&loadDeltas, "load-deltas", "write", "as serve's: whether each decision and lifecycle event goes with its load delta (write, apply, snapshots), and which topics are fetched back (apply: load deltas, not decisions and outcomes; snapshots: every load-shares partition and the replica's own of load-deltas, where its deltas go, and a load-share snapshot per group commit)")
+	f.StringVar(&replicaID, "replica-id", "floor", "as serve's: with --load-deltas snapshots, the key of the replica's snapshots and of its load-deltas partition; distinct in a group")
 	return cmd
 }
 
@@ -106,6 +115,7 @@ type floorConfig struct {
 	decode, prefill     int
 	writeDeltas         bool
 	source              statestore.Source
+	replicaID           string
 }
 
 type floorReplica struct {
@@ -124,16 +134,22 @@ type floorReplica struct {
 	// fetchedTopics: the topics the floor fetches back, whose appends it
 	// counts.
 	fetchedTopics map[string]bool
-	fetchesDeltas bool     // the load deltas' topic is among them
-	deltaTopic    string   // its physical name
-	keys          [][]byte // the decode workers' ids, which records are keyed by
-	next          atomic.Uint64
+	fetchesDeltas bool // the load deltas' topic is among them
+	// shares, with --load-deltas snapshots, gives each group commit the
+	// touched workers' snapshot; the replica's deltas then go to its own
+	// partition, the only one of load-deltas it fetches.
+	shares     *floorShares
+	deltaTopic string   // its physical name
+	keys       [][]byte // the decode workers' ids, which records are keyed by
+	next       atomic.Uint64
 	// appended and fetched let bench scale check that each floor replica
 	// fetched every record its group appended: a floor that fetched less
 	// would be a lower floor than the replicas'. Records, not entries, on
 	// both sides: plainAppended counts the records of the fetched topics
 	// other than load deltas, and the group log the delta records it
-	// produced after merging, so fetching parses nothing.
+	// produced after merging and the snapshots it wrote, so fetching
+	// parses nothing. With snapshots every replica fetches the group's
+	// snapshots but only its own deltas: those are "own" (floorOwnMetric).
 	plainAppended atomic.Uint64
 	fetched       prometheus.Counter
 	bodies        sync.Pool
@@ -147,12 +163,19 @@ func runFloorReplica(ctx context.Context, cfg floorConfig) error {
 		bodies:  sync.Pool{New: func() any { return new(bytes.Buffer) }}}
 	reg.MustRegister(f.fetched, prometheus.NewCounterFunc(prometheus.CounterOpts{Name: floorAppendedMetric, Help: "Records the floor replica appended to its group's topics."},
 		func() float64 {
-			n := f.plainAppended.Load()
-			if f.fetchesDeltas {
+			n := f.plainAppended.Load() + f.log.ShareRecords()
+			if f.fetchesDeltas && f.shares == nil {
 				n += f.log.DeltaRecords()
 			}
 			return float64(n)
-		}))
+		}),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: floorOwnMetric, Help: "Records the floor replica appended that it alone fetches back (its own load deltas with --load-deltas snapshots)."},
+			func() float64 {
+				if f.shares == nil {
+					return 0
+				}
+				return float64(f.log.DeltaRecords())
+			}))
 	for i := range cfg.decode {
 		f.keys = append(f.keys, fmt.Appendf(nil, "decode-%03d", i))
 	}
@@ -166,7 +189,7 @@ func runFloorReplica(ctx context.Context, cfg floorConfig) error {
 	}
 	f.outcome = outcome
 	if cfg.writeDeltas {
-		if f.lifecycleDeltas, err = floorDeltas(cfg.names, f.keys, ev); err != nil {
+		if f.lifecycleDeltas, err = floorDeltas(cfg.names, f.keys, ev, cfg.replicaID); err != nil {
 			return err
 		}
 	}
@@ -178,29 +201,49 @@ func runFloorReplica(ctx context.Context, cfg floorConfig) error {
 		}
 		f.decisions = append(f.decisions, v)
 		if cfg.writeDeltas {
-			ds, err := floorDeltas(cfg.names, f.keys, d)
+			ds, err := floorDeltas(cfg.names, f.keys, d, cfg.replicaID)
 			if err != nil {
 				return err
 			}
 			f.deltas = append(f.deltas, ds)
 		}
 	}
-	prod, err := kgo.NewClient(append(append([]kgo.Opt{}, cfg.connOpts...), api.GroupLogClientOpts()...)...)
+	snapshots := cfg.source == statestore.SourceLoadShares
+	prodOpts := append(append([]kgo.Opt{}, cfg.connOpts...), api.GroupLogClientOpts()...)
+	if snapshots {
+		prodOpts = append(prodOpts, kgo.RecordPartitioner(api.WriterPartitioner(cfg.names, cfg.replicaID)))
+	}
+	prod, err := kgo.NewClient(prodOpts...)
 	if err != nil {
 		return err
 	}
 	defer prod.Close()
 	f.log = api.NewGroupLog(prod, cfg.names, 64<<20, reg)
+	f.deltaTopic = cfg.names.Physical(events.TopicLoadDeltas)
 	var topics []string
+	var own map[string]map[int32]kgo.Offset
 	f.fetchedTopics = map[string]bool{}
 	for _, t := range cfg.source.Topics() {
-		topics = append(topics, cfg.names.Physical(t))
 		f.fetchedTopics[cfg.names.Physical(t)] = true
 		f.fetchesDeltas = f.fetchesDeltas || t == events.TopicLoadDeltas
+		if snapshots && t == events.TopicLoadDeltas {
+			p, err := floorOwnPartition(ctx, prod, f.deltaTopic, cfg.replicaID)
+			if err != nil {
+				return err
+			}
+			own = map[string]map[int32]kgo.Offset{f.deltaTopic: {p: kgo.NewOffset().AtStart()}}
+			continue
+		}
+		topics = append(topics, cfg.names.Physical(t))
 	}
-	f.deltaTopic = cfg.names.Physical(events.TopicLoadDeltas)
+	if snapshots {
+		f.shares = newFloorShares(cfg.replicaID, f.keys)
+		if err := f.log.ShareLoad(ctx, f.shares, cfg.replicaID, nil); err != nil {
+			return err
+		}
+	}
 	cons, err := kgo.NewClient(append(append([]kgo.Opt{}, cfg.connOpts...),
-		kgo.ConsumeTopics(topics...), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.ConsumeTopics(topics...), kgo.ConsumePartitions(own), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.FetchMaxBytes(64<<20), kgo.FetchMaxPartitionBytes(8<<20),
 		kgo.FetchMinBytes(defaultFetchMinBytes), kgo.FetchMaxWait(defaultFetchMaxWait))...)
 	if err != nil {
@@ -316,6 +359,9 @@ func (f *floorReplica) lifecycle(c *gin.Context) {
 // append as the API does.
 func (f *floorReplica) append(c *gin.Context, tmpl *kgo.Record, deltas []*kgo.Record) bool {
 	k := f.next.Add(1) % uint64(len(f.keys))
+	if f.shares != nil {
+		f.shares.touch(int(k))
+	}
 	recs := []*kgo.Record{{Topic: tmpl.Topic, Key: f.keys[k], Value: tmpl.Value, Headers: tmpl.Headers}}
 	if deltas != nil {
 		d := deltas[k]
@@ -336,13 +382,13 @@ func (f *floorReplica) append(c *gin.Context, tmpl *kgo.Record, deltas []*kgo.Re
 }
 
 // floorDeltas returns the load delta of m (a decision or an outcome) as
-// each decode worker would have it, under its key: real records, which
-// every replica's validation accepts.
-func floorDeltas(names events.Names, keys [][]byte, m proto.Message) ([]*kgo.Record, error) {
+// each decode worker would have it, under its key, written by writer: real
+// records, which every replica's validation accepts.
+func floorDeltas(names events.Names, keys [][]byte, m proto.Message, writer string) ([]*kgo.Record, error) {
 	out := make([]*kgo.Record, len(keys))
 	for k, key := range keys {
 		w := &pb.WorkerRef{WorkerId: string(key)}
-		d := &pb.LoadDelta{WriterId: "floor"}
+		d := &pb.LoadDelta{WriterId: writer}
 		switch v := proto.Clone(m).(type) {
 		case *pb.DecisionRecord:
 			v.DecodeWorker = w
@@ -358,4 +404,20 @@ func floorDeltas(names events.Names, keys [][]byte, m proto.Message) ([]*kgo.Rec
 		out[k] = r
 	}
 	return out, nil
+}
+
+// floorOwnPartition is the partition of the load deltas' topic that writer
+// appends its deltas to and reads back (events.WriterPartition).
+func floorOwnPartition(ctx context.Context, cl *kgo.Client, topic, writer string) (int32, error) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	td, err := kadm.NewClient(cl).ListTopics(ctx, topic)
+	if err != nil {
+		return 0, fmt.Errorf("bench floor-replica: the partitions of %s: %w", topic, err)
+	}
+	d, ok := td[topic]
+	if !ok || d.Err != nil || len(d.Partitions) == 0 {
+		return 0, fmt.Errorf("bench floor-replica: the topic %s is not there (%v): run pdrouter migrate", topic, d.Err)
+	}
+	return events.WriterPartition(writer, int32(len(d.Partitions))), nil
 }

@@ -139,6 +139,13 @@ func startFloorReplica(t *testing.T, cfg floorConfig) (*scaleReplica, []kgo.Opt)
 	if _, err := runMigrate(context.Background(), cfg.connOpts, specs, false); err != nil {
 		t.Fatal(err)
 	}
+	return startFloorReplicaOn(t, cfg), cfg.connOpts
+}
+
+// startFloorReplicaOn runs a floor replica of cfg on the broker and topics
+// its connOpts name, until the test ends, and waits until it is ready.
+func startFloorReplicaOn(t *testing.T, cfg floorConfig) *scaleReplica {
+	t.Helper()
 	addr := freeAddr(t)
 	cfg.httpAddr = addr
 	ctx, cancel := context.WithCancel(context.Background())
@@ -149,5 +156,5 @@ func startFloorReplica(t *testing.T, cfg floorConfig) (*scaleReplica, []kgo.Opt)
 	if err := r.waitReady(context.Background(), 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	return r, cfg.connOpts
+	return r
 }

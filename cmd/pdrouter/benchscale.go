@@ -96,13 +96,18 @@ replicas, the load generator and the broker share this machine.
 
 --load-deltas (default apply) is the replicas' mode: with apply, peers
 learn each other's load from the compact load-deltas topic and never fetch
-decisions or outcomes; with write or off they apply the whole records.
+decisions or outcomes; with snapshots, from one load-share snapshot per
+writer's group commit (each replica fetches only its own partition of
+load-deltas); with write or off they apply the whole records.
 
 --floor then runs the same load on two floor replicas, which do a
 replica's I/O and none of its work: they read each request's body, append
 a record of a decision's size (or a lifecycle event's), with its load delta
-when the mode writes deltas, through the same group commit, fetch back
-every record of the topics the mode reads, and answer. Their a and p are
+when the mode writes deltas, through the same group commit (with
+snapshots, the deltas in the writer's own partition and one snapshot per
+group commit of the workers its appends touched), fetch back every record
+of the topics the mode reads (with snapshots: every load-shares partition,
+only their own of load-deltas), and answer. Their a and p are
 the floor that HTTP and Kafka set on this machine; what the replicas spend
 above it is pdrouter's own work. --json then adds "floor":
 {"cpu_us_per_answered", "cpu_us_per_applied"} and "applied_over_floor"
@@ -117,7 +122,7 @@ above it is pdrouter's own work. --json then adds "floor":
 	f.BoolVar(&b.floor, "floor", false, "also measure floor replicas, which do a replica's I/O (HTTP, appends, fetches) and none of its work, so that a and p split into that floor and pdrouter's own part")
 	f.StringVar(&b.binary, "replica-binary", "", "pdrouter binary the replicas run (default: this one)")
 	f.StringVar(&b.memory, "replica-memory-limit", replicaMemoryLimit, "the replicas' --memory-limit (default: what auto sets under the shipped Deployment's 4Gi limit, so they collect at --gc-percent as deployed); none for Go's defaults")
-	f.StringVar(&b.loadDeltas, "load-deltas", "apply", "the replicas' and floor replicas' --load-deltas: apply (peers apply load deltas), write or off (peers apply whole decisions and outcomes)")
+	f.StringVar(&b.loadDeltas, "load-deltas", "apply", "the replicas' and floor replicas' --load-deltas: apply (peers apply load deltas), snapshots (peers keep rows of each writer's load-share snapshots), write or off (peers apply whole decisions and outcomes)")
 	f.StringVar(&b.profiles, "profile-dir", "", "write each replica's CPU profile over the measured time to this directory (replicas-N-R.pprof; floor-2-R.pprof for --floor)")
 	f.IntVar(&b.cfg.Clients, "clients", b.cfg.Clients, "concurrent closed-loop clients")
 	f.DurationVar(&b.cfg.Duration, "duration", b.cfg.Duration, "measured time of each group")
@@ -538,7 +543,7 @@ func (b *scaleBench) printModel(g groupRun, m scalemodel.Model) {
 	w := tabwriter.NewWriter(b.a.stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(w, "bench scale\t2 replica processes on %s; the first answers, the second applies\n", strings.Join(b.brokers, ","))
 	fmt.Fprintf(w, "fleet\t%d decode + %d prefill workers, prompts %d–%d tokens\n", b.cfg.DecodeWorkers, b.cfg.PrefillWorkers, b.cfg.MinTokens, b.cfg.MaxTokens)
-	fmt.Fprintf(w, "load deltas\t%s\t(peers apply %s)\n", b.loadDeltas, map[bool]string{true: "load deltas", false: "whole decisions and outcomes"}[b.loadDeltas == "apply"])
+	fmt.Fprintf(w, "load deltas\t%s\t(peers apply %s)\n", b.loadDeltas, peersApply(b.loadDeltas))
 	fmt.Fprintf(w, "decisions\t%d in %s (%.0f/s; p50 %s, p99 %s, p99.9 %s), %d completions\n", g.decisions, g.res.Elapsed.Round(time.Millisecond),
 		g.res.Throughput, g.res.P50.Round(time.Microsecond), g.res.P99.Round(time.Microsecond), g.res.P999.Round(time.Microsecond), g.res.Completions)
 	fmt.Fprintf(w, "cpu per answered decision\t%.1f µs\t(a: the answering replica, %.2f cores)\n", m.AnsweredUS, g.cpu[0]/g.res.Elapsed.Seconds())
@@ -578,11 +583,23 @@ func (b *scaleBench) printModel(g groupRun, m scalemodel.Model) {
 	_ = w.Flush()
 }
 
+// peersApply says what a peer of a --load-deltas mode applies of the
+// decisions of its group, for the printed table.
+func peersApply(mode string) string {
+	switch mode {
+	case "apply":
+		return "load deltas"
+	case "snapshots":
+		return "the writers' load-share snapshots, one per group commit"
+	}
+	return "whole decisions and outcomes"
+}
+
 // printFloor prints the floor replicas' a and p beside the model's: what
 // is left is the part of each that pdrouter's own work costs.
 func (b *scaleBench) printFloor(fg groupRun, m, floor scalemodel.Model) {
-	fmt.Fprintf(b.a.stdout, "\nfloor: 2 floor replicas (a replica's HTTP, appends and fetches, none of its work); %d decisions in %s (%.0f/s), load average %s\n",
-		fg.decisions, fg.res.Elapsed.Round(time.Millisecond), fg.res.Throughput, loadAverage())
+	fmt.Fprintf(b.a.stdout, "\nfloor: 2 floor replicas (a replica's HTTP, appends and fetches, none of its work), --load-deltas %s; %d decisions in %s (%.0f/s), load average %s\n",
+		b.loadDeltas, fg.decisions, fg.res.Elapsed.Round(time.Millisecond), fg.res.Throughput, loadAverage())
 	w := tabwriter.NewWriter(b.a.stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintf(w, "cpu µs per decision\treplicas\tfloor\tabove the floor\t\n")
 	for _, r := range []struct {
@@ -723,8 +740,10 @@ func (b *scaleBench) startReplica(ctx context.Context, prefix, dir string, cell 
 			return nil, err
 		}
 	}
+	// Each replica its own --replica-id (serve's default, the host name, is
+	// one for all): with snapshots it keys the replica's snapshots.
 	common := []string{"--brokers", strings.Join(b.brokers, ","), "--topic-prefix", prefix, "--http-addr", addr, "--debug-addr", debugAddr,
-		"--memory-limit", b.memory, "--log-level", "warn", "--log-format", b.a.logFormat, "--load-deltas", b.loadDeltas}
+		"--memory-limit", b.memory, "--log-level", "warn", "--log-format", b.a.logFormat, "--load-deltas", b.loadDeltas, "--replica-id", "bench-" + addr}
 	binary, args := b.binary, append([]string{"serve", "--data-dir", dir, "--router-conditional-disagg", "--cell", cell.String()}, common...)
 	if floor {
 		// This binary's floor, whatever --replica-binary runs: the floor
@@ -847,24 +866,26 @@ func (r *scaleReplica) metrics(ctx context.Context, names ...string) ([]float64,
 const floorFetchWait = 30 * time.Second
 
 // checkFloorFetched verifies that every floor replica fetched every record
-// the group appended: a floor replica that fetched less would have done
-// less than a replica must, and its p would be too low.
+// the group appended for all to read, and the records it appended for
+// itself alone (its own load deltas with --load-deltas snapshots): a floor
+// replica that fetched less would have done less than a replica must, and
+// its p would be too low.
 func checkFloorFetched(ctx context.Context, reps []*scaleReplica) error {
 	deadline := time.Now().Add(floorFetchWait)
 	for {
 		appended, behind := 0.0, ""
-		fetched := make([]float64, len(reps))
+		fetched, own := make([]float64, len(reps)), make([]float64, len(reps))
 		for i, r := range reps {
-			v, err := r.metrics(ctx, floorAppendedMetric, floorFetchedMetric)
+			v, err := r.metrics(ctx, floorAppendedMetric, floorFetchedMetric, floorOwnMetric)
 			if err != nil {
 				return err
 			}
 			appended += v[0]
-			fetched[i] = v[1]
+			fetched[i], own[i] = v[1], v[2]
 		}
 		for i, r := range reps {
-			if fetched[i] < appended {
-				behind = fmt.Sprintf("floor replica %s fetched %.0f of the %.0f records its group appended", r.url, fetched[i], appended)
+			if fetched[i] < appended+own[i] {
+				behind = fmt.Sprintf("floor replica %s fetched %.0f of the %.0f records its group appended for all and the %.0f it appended for itself", r.url, fetched[i], appended, own[i])
 			}
 		}
 		if behind == "" {

@@ -38,18 +38,18 @@ func TestMigrateCommandTwiceThenDrift(t *testing.T) {
 		env := map[string]string{"PDR_BROKERS": strings.Join(brokers, ","), "PDR_TOPIC_PREFIX": prefix}
 		args := []string{"migrate", "--replication-factor", "1", "--min-insync-replicas", "1"}
 		out, _, err := run(t, env, args...)
-		if err != nil || !strings.Contains(out, "6 created, 0 unchanged, 0 drifted") {
+		if err != nil || !strings.Contains(out, "7 created, 0 unchanged, 0 drifted") {
 			t.Fatalf("first migrate: %v\n%s", err, out)
 		}
 		var second string
 		for i := 0; i < 50; i++ { // until the new topics show in metadata
 			second, _, err = run(t, env, args...)
-			if err == nil && strings.Contains(second, "0 created, 6 unchanged, 0 drifted") {
+			if err == nil && strings.Contains(second, "0 created, 7 unchanged, 0 drifted") {
 				break
 			}
 			time.Sleep(200 * time.Millisecond)
 		}
-		if err != nil || !strings.Contains(second, "0 created, 6 unchanged, 0 drifted") {
+		if err != nil || !strings.Contains(second, "0 created, 7 unchanged, 0 drifted") {
 			t.Fatalf("second migrate changed something: %v\n%s", err, second)
 		}
 		// Planted drift: exit status 3, the difference printed, --allow-drift exits 0.
@@ -144,6 +144,11 @@ func TestBadInputIsAPreciseError(t *testing.T) {
 		{nil, []string{"sim", "compare", "--shapes", "2P6D,3P6D"}, "a sweep splits one fleet"},
 		{nil, []string{"bench", "scale", "--replica-memory-limit", "lots"}, `--replica-memory-limit: --memory-limit "lots"`},
 		{nil, []string{"serve", "--brokers", "127.0.0.1:1", "--fetch-max-wait", "5ms"}, "--fetch-max-wait 5ms: want at least 1 byte and 10ms"},
+		{nil, []string{"serve", "--brokers", "127.0.0.1:1", "--load-deltas", "rows"}, `--load-deltas "rows": want off, write, apply or snapshots`},
+		{nil, []string{"serve", "--brokers", "127.0.0.1:1", "--load-deltas", "snapshots", "--bootstrap-from", "http://127.0.0.1:1/v1/state/snapshot"},
+			"--bootstrap-from with --load-deltas snapshots: a peer's snapshot holds that peer's own requests"},
+		{map[string]string{"PDR_LOAD_DELTAS": "snapshots"}, []string{"serve", "--brokers", "127.0.0.1:1", "--replica-id", ""}, `--replica-id "": with --load-deltas snapshots`},
+		{nil, []string{"bench", "floor-replica", "--brokers", "127.0.0.1:1", "--load-deltas", "rows"}, `--load-deltas "rows": want off, write, apply or snapshots`},
 		{map[string]string{"PDR_FETCH_MIN_BYTES": "0"}, []string{"serve", "--brokers", "127.0.0.1:1"}, "--fetch-min-bytes 0, --fetch-max-wait 50ms: want at least 1 byte and 10ms"},
 		{map[string]string{"PDR_SIM_VIA": "carrier-pigeon"}, []string{"dev", "--sim"}, `--sim-via "carrier-pigeon": want route or door`},
 		{nil, []string{"sim", "--router", "http://127.0.0.1:1", "--max-requests", "1", "--kv-hold-timeout", "0s"}, "--kv-hold-timeout 0s: must be > 0"},
@@ -163,13 +168,13 @@ func TestDevStartsMigratesAndRestarts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"DEVELOPMENT BROKER", "not for production", "kafka      127.0.0.1:", "6 created, 0 already there", "api        http://127.0.0.1:"} {
+	for _, want := range []string{"DEVELOPMENT BROKER", "not for production", "kafka      127.0.0.1:", "7 created, 0 already there", "api        http://127.0.0.1:"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("dev output lacks %q:\n%s", want, out)
 		}
 	}
 	out, _, err = run(t, nil, args...)
-	if err != nil || !strings.Contains(out, "0 created, 6 already there") {
+	if err != nil || !strings.Contains(out, "0 created, 7 already there") {
 		t.Fatalf("restart on the same data dir: %v\n%s", err, out)
 	}
 }

@@ -130,7 +130,7 @@ func (f *routerFlags) bindFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&f.latencyWindow, "latency-model-window", latmodel.DefaultBuckets*latmodel.DefaultBucketWidth, "event time of outcomes the slo policy's latency model learns from (a multiple of 30s). Give every replica the same value: it shapes the state they compare")
 	fs.IntVar(&f.latencyMaxEntries, "latency-model-max-entries", latmodel.DefaultMaxEntries, "most decisions and outcomes the latency model holds while it joins them. Past it, each bucket of the window keeps the decisions of the smallest id hashes, the same on every replica (pdrouter_latency_model_dropped_total{reason=\"sampled\"}); ids that are not ULIDs are dropped first-come (reason=\"max_entries\")")
 	fs.StringVar(&f.cell, "cell", "0/1", "the cell of the log this replica applies and answers for, i/n: partitions p with p mod n = i of every topic, and so the workers whose ids hash there (docs/scaling.md, Cells). n must divide every topic's partition count; every replica of a cell gives the same value. 0/1 is the whole log")
-	fs.StringVar(&f.loadDeltas, "load-deltas", "apply", "how the replicas of a group share load (docs/scaling.md, Load deltas): off (apply peers' whole decisions and outcomes, write no deltas), write (the same, and append a load delta with every decision and lifecycle event: the first step of a migration), apply (append deltas and apply peers' deltas instead of their decisions and outcomes, which stay on the log for audit; the group then scales). Every replica of a group gives the same value but for write beside apply; a store built in the other mode is refused: delete it to rebuild by replay")
+	fs.StringVar(&f.loadDeltas, "load-deltas", "apply", "how the replicas of a group share load (docs/scaling.md, Load deltas): off (apply peers' whole decisions and outcomes, write no deltas), write (the same, and append a load delta with every decision and lifecycle event: the first step of a migration), apply (append deltas and apply peers' deltas instead of their decisions and outcomes, which stay on the log for audit; the group then scales), snapshots (append deltas to this replica's own partition of load-deltas, which it alone reads back, and with every group commit one load-shares record of its share of each worker's load; peers keep a row per replica and worker; needs a distinct --replica-id per replica and no --bootstrap-from). Every replica of a group gives the same value but for write beside apply; a store built in the other mode is refused: delete it to rebuild by replay")
 	fs.StringVar(&f.peerRequests, "peer-requests", "memory", "with --load-deltas apply, where a replica keeps the requests the group decided, for their load: memory (open requests, ended in their partition's order and checkpointed every 5s of the log's clock; a restart reads the load deltas since the last checkpoint again; lookups by request id, for idempotent retries and lifecycle events, find a decision while its request is open and --idempotency-window after it was decided, and by decision id past that the decisions topic is searched) or pebble (a fact per request written to the store, the earlier layout). Give every replica the same value: it shapes the state they compare; a store built with the other is rebuilt by replay")
 	fs.DurationVar(&f.idempotencyWindow, "idempotency-window", decider.RecentLocalWindow, "with --peer-requests memory, how long after its decision a request stays held, ended or not, so that a retry under its request_id is answered with its decision and a lifecycle event finds it (--decision-retention otherwise). From 30s to --decision-retention; longer costs memory, ~0.7 KB of heap a decision held, and a checkpoint write per decision held past a minute. Give every replica the same value: it shapes the state they compare")
 	fs.IntVar(&f.maxWorkers, "max-workers", statestore.DefaultMaxWorkers, "most registered worker ids: a registration of a new id beyond it is answered 422 too_many_workers and skipped by every replica that applies it. Give every replica the same value: it shapes the state they compare")
@@ -170,6 +170,15 @@ func (f *routerFlags) validate() error {
 	f.cellOf = c
 	if f.writeDeltas, f.source, err = parseLoadDeltas(f.loadDeltas); err != nil {
 		return err
+	}
+	if f.source == statestore.SourceLoadShares && f.bootstrapFrom != "" {
+		// A peer's snapshot holds the peer's own requests whole and this
+		// replica's only as rows: a store started from it would count
+		// the peer's requests as its own.
+		return errors.New("--bootstrap-from with --load-deltas snapshots: a peer's snapshot holds that peer's own requests, not this replica's; a new replica of snapshots reads the log (drop --bootstrap-from)")
+	}
+	if f.source == statestore.SourceLoadShares && (f.replicaID == "" || len(f.replicaID) > events.MaxNameLen) {
+		return fmt.Errorf("--replica-id %q: with --load-deltas snapshots it keys this replica's snapshots and picks its load-deltas partition: want 1 to %d bytes, distinct in the group", f.replicaID, events.MaxNameLen)
 	}
 	if f.peerRequests != "memory" && f.peerRequests != "pebble" {
 		return fmt.Errorf("--peer-requests %q: want memory or pebble", f.peerRequests)
@@ -225,7 +234,7 @@ type routerRun struct {
 // storeOptions are the replica's statestore options: its flags and the
 // decider's configuration.
 func (r *routerRun) storeOptions(cfg decider.Config, reg prometheus.Registerer) statestore.Options {
-	return statestore.Options{
+	o := statestore.Options{
 		Names: r.a.names(), Logger: r.a.log, Registerer: reg,
 		ActiveExpiry: cfg.ActiveRequestExpiry, Approximate: cfg.Approximate(),
 		DecisionRetention: r.f.decisionRetention, MaxWorkers: r.f.maxWorkers, Cell: r.f.cellOf,
@@ -235,7 +244,25 @@ func (r *routerRun) storeOptions(cfg decider.Config, reg prometheus.Registerer) 
 		Source: r.f.source, RebuildOtherSource: true, PeerSums: r.f.peerRequests == "memory", IdempotencyWindow: r.f.idempotencyWindow,
 		LatencyModel: latmodel.Config{Buckets: int(r.f.latencyWindow / latmodel.DefaultBucketWidth), MaxEntries: r.f.latencyMaxEntries},
 	}
+	if r.f.source == statestore.SourceLoadShares {
+		setShareWriter(&o, r.f.replicaID, sharesEpoch(time.Now()))
+	}
+	return o
 }
+
+// setShareWriter names the writer of the store's load-share snapshots.
+func setShareWriter(o *statestore.Options, replicaID string, epoch uint64) {
+	o.ReplicaID, o.SharesEpoch = replicaID, epoch
+}
+
+// sharesEpoch is where a replica's snapshot seq starts when it opens: the
+// wall clock in ns, a writer-side choice. Peers keep, per (writer, worker),
+// the entry of the highest seq, so a restarted writer must not go back
+// below the seqs its previous run wrote; it writes far fewer than 10^9
+// snapshots a second, so a clock that does not step back gives it seqs
+// above them without storing anything. No state transition reads it: the
+// seq is in the record, and peers apply what they read.
+func sharesEpoch(now time.Time) uint64 { return uint64(now.UnixNano()) }
 
 // groupLogMaxQueued bounds the bytes of records waiting for the event log
 // (api.GroupLog): ~2,500 decision records of a 160-worker fleet. Past it,
@@ -314,13 +341,18 @@ func (r *routerRun) run(ctx context.Context) error {
 
 	// The decisions producer: appends are group-committed (api.GroupLog),
 	// acks=all and idempotence stay franz-go's defaults.
-	prod, err := kgo.NewClient(append(slices.Clone(r.connOpts), append(api.GroupLogClientOpts(), kafkaconn.Metrics(reg, "decisions"))...)...)
+	prodOpts := append(api.GroupLogClientOpts(), kafkaconn.Metrics(reg, "decisions"))
+	if f.source == statestore.SourceLoadShares {
+		// Its own load deltas go to the one partition its store reads back.
+		prodOpts = append(prodOpts, kgo.RecordPartitioner(api.WriterPartitioner(a.names(), f.replicaID)))
+	}
+	prod, err := kgo.NewClient(append(slices.Clone(r.connOpts), prodOpts...)...)
 	if err != nil {
 		return err
 	}
 	defer prod.Close()
-	if f.writeDeltas {
-		if err := requireTopic(ctx, kadm.NewClient(prod), a.names().Physical(events.TopicLoadDeltas)); err != nil {
+	for _, t := range requiredTopics(f.writeDeltas, f.source) {
+		if err := requireTopic(ctx, kadm.NewClient(prod), a.names().Physical(t)); err != nil {
 			return fmt.Errorf("--load-deltas %s: %w", f.loadDeltas, err)
 		}
 	}
@@ -352,10 +384,16 @@ func (r *routerRun) run(ctx context.Context) error {
 	if doorOpt != nil {
 		apiOpts = append(apiOpts, doorOpt)
 	}
+	glog := api.NewGroupLog(prod, a.names(), groupLogMaxQueued, reg)
+	if f.source == statestore.SourceLoadShares {
+		if err := glog.ShareLoad(ctx, store, f.replicaID, a.log); err != nil {
+			return err
+		}
+	}
 	srv, err := api.New(api.Deps{
 		State:    &api.StoreState{Store: store, Lag: mat},
 		Decider:  dec,
-		Log:      api.NewGroupLog(prod, a.names(), groupLogMaxQueued, reg),
+		Log:      glog,
 		Names:    a.names(),
 		Snapshot: store.SnapshotHandler(filepath.Join(a.dataDir, "tmp")),
 		// Reads of whole records share the producer's client: franz-go
@@ -553,6 +591,20 @@ func requireTopic(ctx context.Context, adm *kadm.Client, topic string) error {
 	return nil
 }
 
+// requiredTopics are the topics a replica of a --load-deltas mode writes
+// beyond the decisions and outcomes every deployment has had, which it
+// refuses to start without.
+func requiredTopics(writeDeltas bool, src statestore.Source) []events.Topic {
+	var out []events.Topic
+	if writeDeltas {
+		out = append(out, events.TopicLoadDeltas)
+	}
+	if src == statestore.SourceLoadShares {
+		out = append(out, events.TopicLoadShares)
+	}
+	return out
+}
+
 // parseLoadDeltas reads a --load-deltas mode: whether the replica writes
 // load deltas, and what its store learns peers' load from.
 func parseLoadDeltas(mode string) (write bool, src statestore.Source, err error) {
@@ -563,6 +615,8 @@ func parseLoadDeltas(mode string) (write bool, src statestore.Source, err error)
 		return true, statestore.SourceDecisions, nil
 	case "apply":
 		return true, statestore.SourceLoadDeltas, nil
+	case "snapshots":
+		return true, statestore.SourceLoadShares, nil
 	}
-	return false, 0, fmt.Errorf("--load-deltas %q: want off, write or apply", mode)
+	return false, 0, fmt.Errorf("--load-deltas %q: want off, write, apply or snapshots", mode)
 }

@@ -18,7 +18,8 @@ func newServeCmd(a *app) *cobra.Command {
 		Long: `serve runs one stateless router replica against a real Kafka (--brokers). It
 materializes every partition of the topics it reads (kv-events, load,
 workers, and load-deltas or, with --load-deltas write or off, decisions and
-outcomes; only its cell's partitions, with --cell) into its Pebble store
+outcomes, or with snapshots load-shares and its own partition of
+load-deltas; only its cell's partitions, with --cell) into its Pebble store
 under --data-dir (or bootstraps from a peer's snapshot with
 --bootstrap-from), and answers POST /v1/route and the rest of the API on
 --http-addr. Every decision is durable on the decisions topic, with its

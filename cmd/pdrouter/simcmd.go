@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -53,6 +54,9 @@ type simFlags struct {
 	// replicaHashes is --replica-hashes: how many leading hashes of a peer's
 	// chain a replica sees.
 	replicaHashes int
+	// replicaShares is --replica-shares: peers' load as the rows of their
+	// snapshots (serve --load-deltas snapshots).
+	replicaShares bool
 	flags         *pflag.FlagSet
 	prefix        string
 }
@@ -101,14 +105,15 @@ func (s *simFlags) bindReplicas(f *pflag.FlagSet) {
 	f.IntVar(&s.replicas, s.prefix+"replicas", 1, fmt.Sprintf("offline runs: router replicas, requests reaching them round-robin; each sees its own decisions at once and the others' after --replica-lag; 1 to %d", sim.MaxReplicas))
 	f.DurationVar(&s.replicaLag, s.prefix+"replica-lag", 0, fmt.Sprintf("offline runs: simulated time before a replica sees a peer's decisions, prefill_done and completions (the log's group commit, fetch and apply); 0 to %s", sim.MaxReplicaLag))
 	f.IntVar(&s.replicaHashes, s.prefix+"replica-hashes", 0, fmt.Sprintf("offline runs with --replicas above 1 and --replica-lag above 0: how many leading hashes of a peer's chain a replica sees, as a load delta cut to that many carries it (the rest of the prompt's blocks count without a hash); 0: the whole chain; at most %d", events.MaxDeltaHashes))
+	f.BoolVar(&s.replicaShares, s.prefix+"replica-shares", false, "offline runs with --replicas above 1 and --replica-lag above 0: a replica sees its peers' load as serve --load-deltas snapshots shares it, per peer and worker counts (blocks deduplicated within a peer's requests, not across peers) and no peer's hashes for active-prefix matching")
 }
 
 // replicaSet is --replicas and --replica-lag, validated. Given with a live router
 // (router not empty) they are an error: they would change nothing there.
 func (s *simFlags) replicaSet(router string) (sim.Replicas, error) {
-	r := sim.Replicas{N: s.replicas, Lag: s.replicaLag, PeerHashes: s.replicaHashes}
-	if router != "" && (s.flags.Changed(s.prefix+"replicas") || s.flags.Changed(s.prefix+"replica-lag") || s.flags.Changed(s.prefix+"replica-hashes")) {
-		return r, errors.New("--replicas, --replica-lag and --replica-hashes: offline runs only; with --router the router's replicas are real")
+	r := sim.Replicas{N: s.replicas, Lag: s.replicaLag, PeerHashes: s.replicaHashes, PeerShares: s.replicaShares}
+	if router != "" && slices.ContainsFunc([]string{"replicas", "replica-lag", "replica-hashes", "replica-shares"}, func(n string) bool { return s.flags.Changed(s.prefix + n) }) {
+		return r, errors.New("--replicas, --replica-lag, --replica-hashes and --replica-shares: offline runs only; with --router the router's replicas are real")
 	}
 	return r, r.Validate()
 }

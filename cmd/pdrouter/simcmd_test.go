@@ -189,6 +189,8 @@ func TestSimReplicaFlags(t *testing.T) {
 			{[]string{"--replicas", "two"}, `invalid argument "two" for "--replicas"`},
 			{[]string{"--replicas", "2", "--replica-lag", "5ms", "--replica-hashes", "257"}, "--replica-hashes 257: want 0 (the whole chain) to 256"},
 			{[]string{"--replicas", "2", "--replica-hashes", "32"}, "--replica-hashes 32: needs --replicas above 1 and a --replica-lag above 0"},
+			{[]string{"--replicas", "2", "--replica-shares"}, "--replica-shares: needs --replicas above 1 and a --replica-lag above 0"},
+			{[]string{"--replicas", "2", "--replica-lag", "5ms", "--replica-shares", "--replica-hashes", "8"}, "--replica-shares with --replica-hashes 8: a snapshot carries no hashes to cut"},
 			{[]string{"--arrival-spread", "-1s"}, "--arrival-spread -1s: must be in [0, 1m0s]"},
 			{[]string{"--arrival-spread", "61s"}, "--arrival-spread 1m1s: must be in [0, 1m0s]"},
 		} {
@@ -199,7 +201,7 @@ func TestSimReplicaFlags(t *testing.T) {
 		}
 	}
 	_, _, err := run(t, nil, "sim", "--router", "http://127.0.0.1:1", "--replicas", "2")
-	if err == nil || !strings.Contains(err.Error(), "--replicas, --replica-lag and --replica-hashes: offline runs only") {
+	if err == nil || !strings.Contains(err.Error(), "--replicas, --replica-lag, --replica-hashes and --replica-shares: offline runs only") {
 		t.Errorf("--router with --replicas: err %v", err)
 	}
 

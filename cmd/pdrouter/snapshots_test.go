@@ -1,0 +1,109 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+
+	"github.com/pdrouter/pdrouter/events"
+	"github.com/pdrouter/pdrouter/internal/kafkatest"
+	"github.com/pdrouter/pdrouter/statestore"
+)
+
+// --load-deltas snapshots writes deltas, reads peers' load from load
+// shares, names the store's snapshot writer by --replica-id and starts its
+// seq at the wall clock; the other modes leave both unset.
+func TestLoadDeltasSnapshotsReachTheStore(t *testing.T) {
+	a := &app{env: func(string) (string, bool) { return "", false }, log: slog.New(slog.DiscardHandler)}
+	options := func(args ...string) (*routerFlags, statestore.Options) {
+		t.Helper()
+		rf := parseRouterFlags(t, nil, args...)
+		if err := rf.validate(); err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := rf.decider.Config(a.env)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rf, (&routerRun{a: a, f: rf}).storeOptions(cfg, nil)
+	}
+	before := uint64(time.Now().UnixNano())
+	rf, o := options("--load-deltas", "snapshots", "--replica-id", "router-7")
+	after := uint64(time.Now().UnixNano())
+	if !rf.writeDeltas || o.Source != statestore.SourceLoadShares || o.ReplicaID != "router-7" || o.SharesEpoch < before || o.SharesEpoch > after {
+		t.Fatalf("snapshots: write deltas %v, source %s, replica %q, epoch %d; want true, load-shares, router-7 and an epoch in [%d, %d]",
+			rf.writeDeltas, o.Source, o.ReplicaID, o.SharesEpoch, before, after)
+	}
+	if got := requiredTopics(rf.writeDeltas, rf.source); !slices.Equal(got, []events.Topic{events.TopicLoadDeltas, events.TopicLoadShares}) {
+		t.Fatalf("snapshots requires %v; want load-deltas and load-shares", got)
+	}
+	rf, o = options("--load-deltas", "apply", "--replica-id", "router-7")
+	if o.ReplicaID != "" || o.SharesEpoch != 0 {
+		t.Fatalf("apply: replica %q, epoch %d; want no snapshot writer", o.ReplicaID, o.SharesEpoch)
+	}
+	if got := requiredTopics(rf.writeDeltas, rf.source); !slices.Equal(got, []events.Topic{events.TopicLoadDeltas}) {
+		t.Fatalf("apply requires %v; want load-deltas", got)
+	}
+}
+
+// A replica of --load-deltas snapshots refuses to start on a deployment
+// without the load-shares topic, naming it and the fix.
+func TestServeSnapshotsNeedsTheLoadSharesTopic(t *testing.T) {
+	brokers := kafkatest.Fake(t)
+	prefix := kafkatest.Prefix(t)
+	kafkatest.Migrate(t, brokers, prefix)
+	shares := events.Names{Prefix: prefix}.Physical(events.TopicLoadShares)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := kadm.NewClient(kafkatest.Client(t, brokers)).DeleteTopics(ctx, shares); err != nil {
+		t.Fatal(err)
+	}
+	_, _, err := run(t, nil, "serve", "--brokers", strings.Join(brokers, ","), "--topic-prefix", prefix, "--data-dir", t.TempDir(),
+		"--http-addr", "127.0.0.1:0", "--load-deltas", "snapshots", "--replica-id", "router-0")
+	if err == nil || !strings.Contains(err.Error(), "the topic "+shares+" does not exist: run `pdrouter migrate`") {
+		t.Fatalf("serve without %s: %v; want it named with the fix", shares, err)
+	}
+}
+
+// A replica of --load-deltas snapshots starts on a migrated deployment,
+// answers decisions, and appends their load deltas to its own partition of
+// load-deltas (events.WriterPartition of its --replica-id), while the
+// decisions stay in their decode worker's partition.
+func TestServeSnapshotsWritesItsOwnPartition(t *testing.T) {
+	brokers := kafkatest.Brokers(t)
+	prefix := kafkatest.Prefix(t)
+	kafkatest.Migrate(t, brokers, prefix)
+	names := events.Names{Prefix: prefix}
+	r := startReplica(t, brokers, prefix, t.TempDir(), "--load-deltas", "snapshots")
+	id := "r-" + strings.TrimPrefix(r.url, "http://") // startReplica's --replica-id
+	after := registerFleet(t, r.url)
+	for i := range 4 {
+		routeOn(t, r.url, fmt.Sprintf("snap-%d", i), tokenSeq(uint32(1000*i+1), 300), after, false)
+	}
+	deltas, decisions := names.Physical(events.TopicLoadDeltas), names.Physical(events.TopicDecisions)
+	td, err := kadm.NewClient(kafkatest.Client(t, brokers)).ListTopics(context.Background(), deltas, decisions)
+	if err != nil {
+		t.Fatal(err)
+	}
+	own := events.WriterPartition(id, int32(len(td[deltas].Partitions)))
+	recs := kafkatest.ReadAll(t, brokers, deltas)
+	if len(recs) == 0 {
+		t.Fatal("no load deltas written")
+	}
+	for _, rec := range recs {
+		if rec.Partition != own {
+			t.Fatalf("a load delta keyed %q in partition %d; want the replica's %d", rec.Key, rec.Partition, own)
+		}
+	}
+	for _, rec := range kafkatest.ReadAll(t, brokers, decisions) {
+		if want := events.KeyPartition(rec.Key, int32(len(td[decisions].Partitions))); rec.Partition != want {
+			t.Fatalf("a decision keyed %q in partition %d; want its key's %d", rec.Key, rec.Partition, want)
+		}
+	}
+}
