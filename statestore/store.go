@@ -100,10 +100,6 @@ type Options struct {
 	// applied a topic of the other source (ErrWrongSource). Every replica
 	// of a group must use the same source, or their states differ.
 	Source Source
-	// ReplicaID is the writer of this replica's load-share snapshots (SourceLoadShares): their key and writer_id.
-	ReplicaID string
-	// SharesEpoch is where this replica's snapshot seq starts after it opens (SourceLoadShares).
-	SharesEpoch uint64
 	// PeerSums: with SourceLoadDeltas, the log's requests are held in
 	// memory as open requests, ended in their partition's order, and
 	// reach Pebble only in checkpoints (open.go, opencheckpoint.go),
