@@ -68,8 +68,13 @@ type activeConfig struct {
 	kvMissingAfter    int64 // ns, Options.KvEventsMissingAfter
 	maxWorkers        int   // Options.MaxWorkers
 	latency           latmodel.Config
-	open              bool  // Options.PeerSums (open.go)
-	openHold          int64 // ns, how long an open request is held at least (Options.IdempotencyWindow)
+	open              bool // Options.PeerSums (open.go)
+	// replica: with SourceLoadShares, Options.ReplicaID (sharerows.go,
+	// shares.go); "" otherwise.
+	replica string
+	// sharesEpoch: Options.SharesEpoch.
+	sharesEpoch uint64
+	openHold    int64 // ns, how long an open request is held at least (Options.IdempotencyWindow)
 }
 
 const (
@@ -538,6 +543,7 @@ func (st *state) setContribution(e *reqEntry, decode, prefill bool) {
 		ws.activeRequests += sign
 		a.active += int(sign)
 		e.onDecode = decode
+		st.shareChanged(e.decodeSlot)
 	}
 	if e.onPrefill != prefill && e.prefillSlot >= 0 {
 		if prefill {
@@ -546,6 +552,7 @@ func (st *state) setContribution(e *reqEntry, decode, prefill bool) {
 			st.workers[e.prefillSlot].prefillTokens -= e.prefillTok
 		}
 		e.onPrefill = prefill
+		st.shareChanged(e.prefillSlot)
 	}
 }
 
@@ -574,7 +581,9 @@ func (st *state) setRecent(e *reqEntry, on bool) {
 		ws.recentLocal += sign * e.prefillTok
 	} else if e.prefillSlot >= 0 {
 		st.workers[e.prefillSlot].recentRequests += sign
+		st.shareChanged(e.prefillSlot)
 	}
+	st.shareChanged(e.decodeSlot)
 	e.recentOn = on
 }
 

@@ -144,6 +144,9 @@ func (s *Store) Apply(recs []*kgo.Record) error {
 	pw.flush(b)
 	s.mu.Lock()
 	for tp := range touched {
+		if topicNotStored(tp.topic) {
+			continue // read again from the start at every open (sharerows.go)
+		}
 		_ = b.Set(offsetKey(tp.topic, tp.partition), i64Value(s.st.offsets[tp]), nil)
 	}
 	_ = b.Set(keyNow, i64Value(s.st.now), nil)

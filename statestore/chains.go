@@ -98,7 +98,7 @@ func (s *Store) recoverChains(st *state, entries []*reqEntry) (recovered, lost i
 		ctx, cancel := context.WithTimeout(context.Background(), chainRecoveryTimeout)
 		defer cancel()
 		topic := s.opts.Names.Physical(events.TopicDecisions)
-		if s.opts.Source == SourceLoadDeltas {
+		if s.opts.Source != SourceDecisions {
 			topic = s.opts.Names.Physical(events.TopicLoadDeltas)
 		}
 		var wg sync.WaitGroup

@@ -36,6 +36,16 @@ func (h *harness) raw(key string, m proto.Message) *kgo.Record {
 // counter reads one series of the harness's registry (0 when absent).
 func (h *harness) counter(name string, labels map[string]string) float64 {
 	h.t.Helper()
+	if m := h.series(name, labels); m != nil {
+		return metricValue(m)
+	}
+	return 0
+}
+
+// series returns the first series of name whose labels include labels,
+// or nil.
+func (h *harness) series(name string, labels map[string]string) *dto.Metric {
+	h.t.Helper()
 	mfs, err := h.reg.Gather()
 	if err != nil {
 		h.t.Fatal(err)
@@ -51,10 +61,10 @@ func (h *harness) counter(name string, labels map[string]string) float64 {
 					continue next
 				}
 			}
-			return metricValue(m)
+			return m
 		}
 	}
-	return 0
+	return nil
 }
 
 func metricValue(m *dto.Metric) float64 { return value(m) }

@@ -23,7 +23,8 @@ import (
 //
 //	'm' name                                 meta: "schema" → u32 version,
 //	                                         "now" → i64 max event time (all topics),
-//	                                         "reqnow" → i64 max event time (decisions, outcomes)
+//	                                         "reqnow" → i64 max event time (decisions, outcomes),
+//	                                         "shares" → the writer id of a store of load shares
 //	'o' topic 0x00 partition(u32)            next offset to read, i64
 //	'w' workerID                             WorkerRegistration, deterministic protobuf
 //	't' workerID                             Kafka timestamp (ms) of the worker's latest tombstone, i64
@@ -85,6 +86,9 @@ var (
 	keySchema = []byte("mschema")
 	keyNow    = []byte("mnow")
 	keyReqNow = []byte("mreqnow")
+	// keySharesWriter: with SourceLoadShares, the ReplicaID the store was
+	// built for (store.go checkWriterMarker).
+	keySharesWriter = []byte("mshares")
 )
 
 // workerRankKey is the key body of one (worker, rank): id 0x00 rank.

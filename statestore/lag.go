@@ -50,7 +50,7 @@ func (m *Materializer) Lag(ctx context.Context) (Lag, error) {
 	var out Lag
 	ends.Each(func(lo kadm.ListedOffset) {
 		t, ok := m.names.Logical(lo.Topic)
-		if !ok || !m.s.opts.Cell.OwnsPartition(lo.Partition) {
+		if !ok || !m.s.opts.Cell.OwnsPartition(lo.Partition) || !m.consumes(lo.Topic, lo.Partition, len(ends[lo.Topic])) {
 			return
 		}
 		if lo.Err != nil {

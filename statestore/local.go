@@ -76,7 +76,7 @@ func (s *Store) RecordLocalDecisionWithDelta(d *pb.DecisionRecord, value []byte,
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	applied := topicPartition{events.TopicDecisions, partition}
-	if s.opts.Source == SourceLoadDeltas {
+	if s.opts.Source != SourceDecisions {
 		s.own.add(d.GetDecisionId(), partition, offset, s.opts.MaxLocalDecisions)
 		// Without the delta's position the store cannot tell whether it
 		// applied the decision: it records it, as RecordLocalDecision does.

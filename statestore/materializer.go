@@ -142,6 +142,9 @@ func (m *Materializer) discover(ctx context.Context) (map[string]map[int32]kgo.O
 		if !m.s.opts.Cell.OwnsPartition(lo.Partition) {
 			return // another cell's
 		}
+		if !m.consumes(lo.Topic, lo.Partition, len(ends[lo.Topic])) {
+			return // another writer's load deltas
+		}
 		if lo.Err != nil {
 			m.incomplete = true
 			return // a topic not created yet, or a partition without a leader: found on a later discovery
@@ -167,6 +170,21 @@ func (m *Materializer) discover(ctx context.Context) (map[string]map[int32]kgo.O
 		add[lo.Topic][lo.Partition] = off
 	})
 	return add, nil
+}
+
+// consumes reports whether the store reads partition p of the physical
+// topic, of n partitions: every one, but for a store of SourceLoadShares,
+// which reads of load-deltas only its own writer's partition
+// (events.WriterPartition), the one its own deltas go to. Its peers' load
+// comes as their rows from load-shares.
+func (m *Materializer) consumes(topic string, p int32, n int) bool {
+	t, _ := m.names.Logical(topic)
+	if m.s.opts.Source == SourceLoadShares && t == events.TopicLoadDeltas {
+		own := events.WriterPartition(m.s.opts.ReplicaID, int32(n))
+		m.s.writerPartition.Store(int64(own)) // WaitApplied waits for it alone
+		return p == own
+	}
+	return true
 }
 
 // Run consumes until ctx is done (then it returns nil) or a fatal error.

@@ -48,6 +48,9 @@ type Metrics struct {
 	walk            *prometheus.CounterVec
 	diskSlow        prometheus.Counter
 	cell, cells     prometheus.Gauge
+	// Load shares (sharerows.go), with SourceLoadShares.
+	shareRecords                 *prometheus.CounterVec
+	shareRowsHeld, shareCounting prometheus.Gauge
 	// Worker health (workerhealth.go).
 	healthTransitions *prometheus.CounterVec
 	unhealthy         prometheus.Gauge
@@ -192,6 +195,21 @@ func newMetrics(reg prometheus.Registerer, dm *events.DecodeMetrics) *Metrics {
 		Help: "Pebble file operations still running after 5s (Pebble's disk health check): a sign of a saturated or failing data disk.",
 	})
 
+	m.shareRecords = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "pdrouter_statestore_share_records_total",
+		Help: "Load-shares records applied (--load-deltas snapshots), by result: applied; stale_seq (a seq at or below the writer's latest, ignored); expired (already past the active expiry when read, counts nothing); too_many_writers (refused whole); too_many_workers (a share of a new worker past the per-writer bound refused, the others applied).",
+	}, []string{"result"})
+	m.shareRowsHeld = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "pdrouter_statestore_share_rows",
+		Help: "Rows of writers' load shares held in memory, one per (writer, worker, dp rank) with a nonzero share, this replica's own included.",
+	})
+	m.shareCounting = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "pdrouter_statestore_share_rows_counting",
+		Help: "Rows of other writers' load shares that count in the workers' active load now (not expired).",
+	})
+	for _, r := range shareResults {
+		m.shareRecords.WithLabelValues(r)
+	}
 	m.healthTransitions = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "pdrouter_worker_health_transitions_total",
 		Help: "Worker health changes applied from the log (WorkerHealth records on the load topic), by the health they lead to (healthy, unhealthy) and the record's reason.",
@@ -238,7 +256,8 @@ func newMetrics(reg prometheus.Registerer, dm *events.DecodeMetrics) *Metrics {
 	if reg != nil {
 		reg.MustRegister(m.applied, m.applySeconds, m.offset, m.lag, m.topicLag, m.blocks, m.workers, m.removeUnknown, m.storeUnknown,
 			m.orphans, m.resets, m.staleLoads, m.afterTomb, m.active, m.races, m.copies, m.indexBytes, m.kvMissing, m.bsMismatch, m.predicted, m.walk, m.diskSlow,
-			m.chainBytes, m.chainsRead, m.cell, m.cells, m.healthTransitions, m.unhealthy, m.openRequests, m.openCheckpoints, m.openReplayed)
+			m.chainBytes, m.chainsRead, m.cell, m.cells, m.healthTransitions, m.unhealthy, m.openRequests, m.openCheckpoints, m.openReplayed,
+			m.shareRecords, m.shareRowsHeld, m.shareCounting)
 		reg.MustRegister(m.latency.collectors()...)
 	}
 	return m
@@ -303,6 +322,11 @@ func (m *Metrics) addStats(s *applyStats) {
 	m.openCheckpoints.Add(float64(s.openCheckpoints))
 	m.openReplayed.Add(float64(s.openReplayed))
 	m.latency.droppedBy[latDropNoRowIdx].Add(float64(s.latNoRow))
+	for i, n := range s.shareResults {
+		if n > 0 {
+			m.shareRecords.WithLabelValues(shareResults[i]).Add(float64(n))
+		}
+	}
 	for _, t := range s.healthTransitions {
 		to := healthUnhealthy
 		if t.rec.GetHealthy() {
@@ -353,6 +377,10 @@ func (m *Metrics) observeState(st *state) {
 	m.chainBytes.Set(float64(8 * st.act.chainBlocks))
 	if st.act.open != nil {
 		m.openRequests.Set(float64(len(st.act.entries)))
+	}
+	if r := st.shares; r != nil {
+		m.shareRowsHeld.Set(float64(len(r.rows)))
+		m.shareCounting.Set(float64(r.counting))
 	}
 	m.latency.observe(st)
 	for tp, n := range st.offsets {

@@ -304,7 +304,7 @@ func familyOffsets(offs Offsets, next map[int32]int64) Offsets {
 // committedOffsets is sortedOffsets as a restart from the batch being
 // committed would resume: the family from its last checkpoint.
 func (st *state) committedOffsets() Offsets {
-	offs := st.sortedOffsets()
+	offs := slices.DeleteFunc(st.sortedOffsets(), func(o PartitionOffset) bool { return topicNotStored(o.Topic) })
 	if f := st.act.open; f != nil {
 		offs = familyOffsets(offs, f.ckptNext)
 	}

@@ -1,31 +1,283 @@
 package statestore
 
 import (
+	"cmp"
+	"math"
+	"slices"
+	"strings"
+
+	"github.com/pdrouter/pdrouter/events"
 	pb "github.com/pdrouter/pdrouter/events/eventspb"
 )
 
 // A writer's snapshots (docs/scaling.md, "Next: a writer's load as
 // snapshots"). With SourceLoadShares a replica's store holds its own
 // requests exactly (its own partition of load-deltas and the decisions it
-// recorded locally) and its peers' load as rows of their snapshots. The
-// group commit asks it, once per commit, for the snapshot of the workers
-// whose own share changed (TakeShares), appends it on load-shares keyed by
-// the replica, and hands back a snapshot it could not write
-// (SharesNotSent), so that its workers go again with the next one.
+// recorded locally) and its peers' load as rows of their snapshots
+// (sharerows.go). The group commit asks it, once per commit, for the
+// snapshot of the workers whose own share changed (TakeShares), appends it
+// on load-shares keyed by the replica, and hands back a snapshot it could
+// not write (SharesNotSent), so that its workers go again with the next
+// one.
+//
+// Invariants, kept here:
+//
+//   - A slot's own share is its six aggregates (activeDistinct+activeExtra,
+//     activeRequests, prefillTokens, recentRequests, recentLocal), which
+//     change only in setContribution and setRecent (active.go, open.go's
+//     requests go through them too); both call shareChanged, so a slot
+//     whose share changed is in the dirty set until a snapshot takes it.
+//   - A slot is sent when its share differs from the one it last sent
+//     (slotState.sent), or when sent is void: the snapshot carrying it was
+//     not written (SharesNotSent) or its nonzero share was last sent
+//     ActiveExpiry/2 of the store's clock ago (keepalive: a peer drops a
+//     row ActiveExpiry after its clock). A zero share is sent too, so that
+//     peers drop the row; a slot whose last sent share is nonzero is not
+//     freed (freeQueued) until a zero one is sent.
+//   - Seqs are never reused: each snapshot taken gets the next, written or
+//     not, and a snapshot of this writer read from the log moves the next
+//     seq past its own (a store rebuilt with an old epoch).
+
+// ownShares is the writer side of a store of SourceLoadShares.
+type ownShares struct {
+	// dirty: slots with slotState.shareDirty set, in the order they
+	// became dirty (taken sorted by worker).
+	dirty []int32
+	// resend: (worker, rank)s of an unsent snapshot whose slot is gone:
+	// their zero share goes again.
+	resend []workerRank
+	next   uint64
+	// keepAt: the earliest store clock a nonzero share sent is due again
+	// (0: none sent).
+	keepAt  int64
+	changed chan struct{}
+}
+
+func newOwnShares(epoch uint64) *ownShares {
+	return &ownShares{next: epoch + 1, changed: make(chan struct{}, 1)}
+}
+
+// sentShare is a slot's share as last taken by a snapshot. valid is false
+// when it must be sent whatever it is.
+type sentShare struct {
+	c     shareCounts
+	at    int64
+	valid bool
+}
+
+// shareChanged marks slot's own share as changed.
+func (st *state) shareChanged(slot int32) {
+	o := st.own
+	if o == nil || slot < 0 {
+		return
+	}
+	ws := st.workers[slot]
+	if ws.shareDirty {
+		return
+	}
+	ws.shareDirty = true
+	o.dirty = append(o.dirty, slot)
+	if len(o.dirty) == 1 && len(o.resend) == 0 {
+		o.signal()
+	}
+}
+
+func (o *ownShares) signal() {
+	select {
+	case o.changed <- struct{}{}:
+	default:
+	}
+}
+
+// ownCounts is a slot's own share.
+func ownCounts(ws *slotState) shareCounts {
+	return shareCounts{ws.activeDistinct + ws.activeExtra, ws.activeRequests, ws.prefillTokens, ws.recentRequests, ws.recentLocal}
+}
+
+// shareOf is the WorkerShare of counts, each clamped to the record's
+// bounds (a count below zero cannot happen; it would be sent as zero).
+func shareOf(wr workerRank, c shareCounts) *pb.WorkerShare {
+	clamp := func(x, hi int64) int64 { return min(max(x, 0), hi) }
+	s := &pb.WorkerShare{
+		Worker:            &pb.WorkerRef{WorkerId: wr.id, DpRank: wr.rank},
+		DecodeBlocks:      uint64(clamp(c[cBlocks], events.MaxShareCount)),
+		Requests:          uint32(clamp(c[cRequests], math.MaxUint32)),
+		PrefillTokens:     uint64(clamp(c[cPrefill], events.MaxShareCount)),
+		RecentDecisions:   uint32(clamp(c[cRecentDecisions], math.MaxUint32)),
+		RecentLocalTokens: uint64(clamp(c[cRecentLocal], events.MaxShareCount)),
+	}
+	// The record's rules: blocks belong to requests, local tokens to
+	// recent decisions.
+	if s.Requests == 0 {
+		s.DecodeBlocks = 0
+	}
+	if s.RecentDecisions == 0 {
+		s.RecentLocalTokens = 0
+	}
+	return s
+}
 
 // TakeShares returns the snapshot to append with the next group commit: the
 // replica's own share of each worker whose share changed since the last
 // snapshot taken, or that is due to be repeated, with the next sequence
 // number and the store's clock. nil: nothing to send, or the store does not
 // keep load shares.
-func (s *Store) TakeShares() *pb.LoadShares { return nil }
+func (s *Store) TakeShares() *pb.LoadShares {
+	if s.opts.Source != SourceLoadShares {
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.st.takeShares(s.opts.ReplicaID)
+}
+
+// takeShares is TakeShares under the write lock.
+func (st *state) takeShares(writer string) *pb.LoadShares {
+	o := st.own
+	clock := st.reqNow
+	if o == nil || clock <= 0 {
+		return nil
+	}
+	st.keepalive(clock)
+	if len(o.dirty) == 0 && len(o.resend) == 0 {
+		return nil
+	}
+	type item struct {
+		wr   workerRank
+		slot int32 // -1: a resent zero share without a slot
+	}
+	items := make([]item, 0, len(o.dirty)+len(o.resend))
+	for _, slot := range o.dirty {
+		ws := st.workers[slot]
+		if ws.sent.valid && ws.sent.c == ownCounts(ws) {
+			ws.shareDirty = false // back to what peers hold
+			continue
+		}
+		items = append(items, item{ws.wr, slot})
+	}
+	for _, wr := range o.resend {
+		if slot, ok := st.lookupSlot(wr.id, wr.rank); ok {
+			if ws := st.workers[slot]; !ws.shareDirty {
+				ws.shareDirty = true
+				items = append(items, item{wr, slot})
+			}
+			continue
+		}
+		items = append(items, item{wr, -1})
+	}
+	// By worker, never by slot or map order; a worker of a resent zero
+	// share may be listed twice (resent twice): once is enough.
+	slices.SortFunc(items, func(a, b item) int {
+		if c := cmp.Compare(a.wr.id, b.wr.id); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.wr.rank, b.wr.rank)
+	})
+	items = slices.CompactFunc(items, func(a, b item) bool { return a.wr == b.wr })
+	take, rest := items, []item(nil)
+	if len(take) > events.MaxShareWorkers {
+		take, rest = items[:events.MaxShareWorkers], items[events.MaxShareWorkers:]
+	}
+	o.dirty, o.resend = o.dirty[:0], o.resend[:0]
+	for _, it := range rest {
+		if it.slot >= 0 {
+			o.dirty = append(o.dirty, it.slot) // still shareDirty
+		} else {
+			o.resend = append(o.resend, it.wr)
+		}
+	}
+	if len(rest) > 0 {
+		o.signal() // the writer comes back for them
+	}
+	if len(take) == 0 {
+		return nil
+	}
+	out := &pb.LoadShares{WriterId: writer, Seq: o.next, ClockUnixNano: clock, Shares: make([]*pb.WorkerShare, len(take))}
+	o.next++
+	for i, it := range take {
+		var c shareCounts
+		if it.slot >= 0 {
+			ws := st.workers[it.slot]
+			c = ownCounts(ws)
+			ws.shareDirty = false
+			ws.sent = sentShare{c: c, at: clock, valid: true}
+			if c != (shareCounts{}) && (o.keepAt == 0 || clock+st.act.cfg.expiry/2 < o.keepAt) {
+				o.keepAt = clock + st.act.cfg.expiry/2
+			}
+			if c == (shareCounts{}) {
+				// Peers drop the row: a slot of an id nobody registered,
+				// kept for this share, may go (freeQueued, next chunk).
+				st.freeIfUnregistered(it.slot)
+			}
+		}
+		out.Shares[i] = shareOf(it.wr, c)
+	}
+	return out
+}
+
+// keepalive voids the sent share of every slot whose nonzero share was
+// last sent ActiveExpiry/2 ago, and marks it dirty, so peers do not drop
+// its row. It scans the slots only when one is due.
+func (st *state) keepalive(clock int64) {
+	o := st.own
+	if o.keepAt == 0 || clock < o.keepAt {
+		return
+	}
+	half := st.act.cfg.expiry / 2
+	o.keepAt = 0
+	for slot, ws := range st.workers {
+		if ws.freed || !ws.sent.valid || ws.sent.c == (shareCounts{}) {
+			continue
+		}
+		if ws.sent.at+half <= clock {
+			ws.sent.valid = false
+			st.shareChanged(int32(slot))
+		} else if o.keepAt == 0 || ws.sent.at+half < o.keepAt {
+			o.keepAt = ws.sent.at + half
+		}
+	}
+}
 
 // SharesNotSent hands back a snapshot TakeShares returned that was not
 // written: its workers are sent again, with their share as it is then, in
-// the next snapshot.
-func (s *Store) SharesNotSent(*pb.LoadShares) {}
+// the next snapshot (with a new seq: seqs are never reused).
+func (s *Store) SharesNotSent(ls *pb.LoadShares) {
+	if s.opts.Source != SourceLoadShares || ls == nil {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.st
+	o := st.own
+	wasEmpty := len(o.dirty) == 0 && len(o.resend) == 0
+	for _, e := range ls.GetShares() {
+		wr := workerRank{e.GetWorker().GetWorkerId(), e.GetWorker().GetDpRank()}
+		slot, ok := st.lookupSlot(wr.id, wr.rank)
+		if !ok {
+			wr.id = strings.Clone(wr.id) // not the caller's record
+			o.resend = append(o.resend, wr)
+			continue
+		}
+		ws := st.workers[slot]
+		ws.sent.valid = false
+		if !ws.shareDirty {
+			ws.shareDirty = true
+			o.dirty = append(o.dirty, slot)
+		}
+	}
+	if wasEmpty && (len(o.dirty) > 0 || len(o.resend) > 0) {
+		o.signal()
+	}
+}
 
 // SharesChanged is signalled (without blocking; it holds at most one
 // signal) when an own share changes, so that a writer with no append
 // queued still sends its snapshot. nil when the store keeps no load shares.
-func (s *Store) SharesChanged() <-chan struct{} { return nil }
+func (s *Store) SharesChanged() <-chan struct{} {
+	if s.opts.Source != SourceLoadShares {
+		return nil
+	}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.st.own.changed
+}

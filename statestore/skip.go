@@ -18,6 +18,9 @@ const (
 	// reasonUnknownWorker: a KV event or load sample of a worker id with no
 	// registration, once unregistered workers hold maxUnregisteredSlots.
 	reasonUnknownWorker = "unknown_worker"
+	// reasonOtherWriter: with SourceLoadShares, a load-deltas record of
+	// another writer than Options.ReplicaID on the replica's partition.
+	reasonOtherWriter = "other_writer"
 )
 
 // maxUnregisteredSlots bounds the (worker, rank) pairs of worker ids that

@@ -271,6 +271,21 @@ func (r *specRunner) event(f []string) error {
 			o.DecisionId = pos[1]
 		}
 		h.put(kv["decode"], o)
+	case "shares":
+		// shares WRITER seq=N at=S WORKER:blocks/requests/prefill/recent/recent_local...
+		s := &pb.LoadShares{WriterId: pos[1], ClockUnixNano: r.at(kv)}
+		s.Seq, _ = strconv.ParseUint(kv["seq"], 10, 64)
+		for _, w := range pos[2:] {
+			id, counts, _ := strings.Cut(w, ":")
+			var c [5]uint64
+			for i, x := range strings.SplitN(counts, "/", 5) {
+				c[i], _ = strconv.ParseUint(x, 10, 64)
+			}
+			wid, rank := workerArg(id)
+			s.Shares = append(s.Shares, &pb.WorkerShare{Worker: &pb.WorkerRef{WorkerId: wid, DpRank: rank}, DecodeBlocks: c[0],
+				Requests: uint32(c[1]), PrefillTokens: c[2], RecentDecisions: uint32(c[3]), RecentLocalTokens: c[4]})
+		}
+		h.put(pos[1], s)
 	case "tick":
 		// Advance the event-time clock with a record that changes nothing
 		// else: an outcome for an unknown request at the given time (it
@@ -296,6 +311,15 @@ func (r *specRunner) event(f []string) error {
 				h.opts.KvEventsMissingAfter = secs(k)
 			case "max_local":
 				h.opts.MaxLocalDecisions, _ = strconv.Atoi(v)
+			case "source":
+				if v != "load-shares" {
+					return fmt.Errorf("source=%s: only load-shares", v)
+				}
+				h.opts.Source = SourceLoadShares
+			case "replica":
+				h.opts.ReplicaID = v
+			case "expiry":
+				h.opts.ActiveExpiry = secs(k)
 			default:
 				return fmt.Errorf("unknown option %q", k)
 			}
@@ -349,6 +373,14 @@ func (r *specRunner) query(f []string) ([]string, error) {
 					s += fmt.Sprintf(" load_used=%d load_age=%s", li.Sample.GetKvUsedBlocks(), li.Age)
 				}
 				out = append(out, s)
+			}
+		})
+	case "active":
+		h.s.Read(func(v View) {
+			for i, w := range v.Workers() {
+				a := v.Active(i)
+				out = append(out, fmt.Sprintf("%s blocks=%d requests=%d prefill=%d recent=%d recent_local=%d", w.ID,
+					a.DecodeBlocks, a.Requests, a.PrefillTokens, a.RecentRequests, a.RecentLocalPrefill))
 			}
 		})
 	case "metrics":

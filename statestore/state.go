@@ -89,6 +89,12 @@ type state struct {
 	storedAt func(id string) (int32, int64, bool)
 	ybuf     []byte // flushLatency's (latency.go)
 
+	// shares: peers' load as the rows of their snapshots (sharerows.go);
+	// own: this replica's snapshots to send (shares.go). Both nil unless
+	// the source is SourceLoadShares.
+	shares *shareRows
+	own    *ownShares
+
 	// The online latency model (latency.go) and its fit as of the last chunk.
 	lat    *latmodel.Model
 	latFit *decider.LatencyFit
@@ -116,6 +122,8 @@ type applyStats struct {
 	// kv-events or load records stamped at or before the worker's latest
 	// tombstone, ignored because the tombstone purged (or will purge) them.
 	afterTombstone int64
+	// shareResults: load-shares records by result (sharerows.go).
+	shareResults [numShareResults]int64
 	// healthTransitions are the health changes applied (workerhealth.go).
 	healthTransitions []healthTransition
 }
@@ -126,7 +134,7 @@ type topicPartition struct {
 }
 
 func newState(cfg activeConfig) *state {
-	return &state{
+	st := &state{
 		lat:     latmodel.New(cfg.latency),
 		slots:   map[workerRank]int32{},
 		byID:    map[string][]int32{},
@@ -138,6 +146,11 @@ func newState(cfg activeConfig) *state {
 		dec:     newDecisionLog(cfg.decisionRetention),
 		offsets: map[topicPartition]int64{},
 	}
+	if cfg.replica != "" {
+		st.shares = newShareRows(cfg.replica, cfg.expiry, cfg.maxWorkers)
+		st.own = newOwnShares(cfg.sharesEpoch)
+	}
+	return st
 }
 
 // observe advances the event-time clock.
@@ -213,7 +226,14 @@ func (st *state) applyEnvelope(b *pebble.Batch, env *events.Envelope, logTime in
 		st.applyOutcome(b, m)
 		st.learnOutcome(m)
 	case *pb.LoadDelta:
+		if st.shares != nil && m.GetWriterId() != st.shares.replica {
+			// Another writer whose id hashes to this replica's partition:
+			// its requests are its own, and reach this store as its rows.
+			return reasonOtherWriter
+		}
 		st.applyLoadDelta(b, m, env.Partition, env.Offset)
+	case *pb.LoadShares:
+		st.applyLoadShares(m)
 	}
 	return ""
 }

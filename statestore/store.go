@@ -100,10 +100,6 @@ type Options struct {
 	// applied a topic of the other source (ErrWrongSource). Every replica
 	// of a group must use the same source, or their states differ.
 	Source Source
-	// ReplicaID is the writer of this replica's load-share snapshots (SourceLoadShares): their key and writer_id.
-	ReplicaID string
-	// SharesEpoch is where this replica's snapshot seq starts after it opens (SourceLoadShares).
-	SharesEpoch uint64
 	// PeerSums: with SourceLoadDeltas, the log's requests are held in
 	// memory as open requests, ended in their partition's order, and
 	// reach Pebble only in checkpoints (open.go, opencheckpoint.go),
@@ -129,6 +125,20 @@ type Options struct {
 	// rebuilds it by replay instead of refusing it with ErrWrongSource (a
 	// replica switching --load-deltas modes, or upgraded to a new default).
 	RebuildOtherSource bool
+
+	// ReplicaID: with SourceLoadShares, the replica's writer id
+	// (--replica-id), required. The store applies the load deltas this
+	// writer wrote (its partition, events.WriterPartition, and records
+	// whose writer_id is this id), keeps its peers' load as the rows of
+	// their snapshots and never counts its own rows (sharerows.go). It is
+	// stored: a store built for another id holds another replica's
+	// requests, and is refused with ErrWrongSource.
+	ReplicaID string
+	// SharesEpoch: with SourceLoadShares, the first snapshot TakeShares
+	// returns has seq SharesEpoch+1. serve passes the wall clock (ns) at
+	// start, so a restarted writer's seqs exceed the ones it wrote before;
+	// the store itself never reads the clock.
+	SharesEpoch uint64
 
 	// MaxWorkers caps the registered worker ids (--max-workers); default
 	// DefaultMaxWorkers. A registration of a new id beyond it is skipped
@@ -267,6 +277,9 @@ type Store struct {
 	// uncommitted: memory holds records applied since the last commit
 	// (Apply's chunks are visible before their batch commits). Under mu.
 	uncommitted bool
+	// writerPartition: with SourceLoadShares, the load-deltas partition
+	// the materializer reads (its writer's), -1 until it has found it.
+	writerPartition atomic.Int64
 }
 
 // ErrRebuildNeeded is matched by errors that can only be cured by wiping
@@ -279,11 +292,23 @@ var ErrRebuildNeeded = errors.New("statestore: rebuild needed")
 // wiped for a rebuild by replay.
 func Open(dir string, o Options) (*Store, error) {
 	o.defaults()
+	if o.Source == SourceLoadShares && (o.ReplicaID == "" || len(o.ReplicaID) > events.MaxNameLen) {
+		return nil, fmt.Errorf("statestore: a store of source %s needs Options.ReplicaID (the writer id, 1-%d bytes)", o.Source, events.MaxNameLen)
+	}
 	s := &Store{dir: dir, opts: o, log: o.Logger, applied: make(chan struct{}), cache: newDecisionCache(o.DecisionCacheSize),
 		expecting: expectedDecisions{m: map[string]expectedDecision{}}}
+	s.writerPartition.Store(-1)
 	s.met = newMetrics(o.Registerer, o.DecodeMetrics)
 	s.met.cell.Set(float64(o.Cell.Index))
 	s.met.cells.Set(float64(max(o.Cell.Count, 1)))
+	if o.Source == SourceLoadShares {
+		// Its refusals exist at 0 from the start: the records the decoder
+		// refuses, and the other writers' deltas on its partition.
+		for _, r := range events.LoadSharesReasons {
+			s.met.decode.Invalid.WithLabelValues(string(events.TopicLoadShares), r)
+		}
+		s.met.decode.Invalid.WithLabelValues(string(events.TopicLoadDeltas), reasonOtherWriter)
+	}
 	err := s.open(dir)
 	if errors.Is(err, ErrWrongSource) && o.RebuildOtherSource {
 		// The store is derived from the log: a store of the other source
@@ -366,6 +391,10 @@ func (s *Store) open(dir string) error {
 		db.Close()
 		return fmt.Errorf("statestore: %s: %w", dir, err)
 	}
+	if err := s.checkWriterMarker(); err != nil {
+		db.Close()
+		return fmt.Errorf("statestore: %s: %w", dir, err)
+	}
 	s.checkSlotFlags(true)
 	s.met.observeState(st)
 	s.log.Info("statestore: ready", "dir", dir, "workers", len(st.workers), "blocks", st.tierBlocks[TierDevice]+st.tierBlocks[TierHost]+st.tierBlocks[TierDisk],
@@ -401,6 +430,40 @@ func checkSourceOffsets(src Source, offs Offsets) error {
 		}
 	}
 	return nil
+}
+
+// checkWriterMarker refuses a store of SourceLoadShares built for another
+// ReplicaID, or of another source, and marks a new one: such a store holds
+// one writer's own requests, which no other writer's store holds, and its
+// load-deltas offsets are of that writer's partition only, so a store of
+// another source or writer is not this one behind (ErrWrongSource, which
+// RebuildOtherSource cures by replay).
+func (s *Store) checkWriterMarker() error {
+	v, closer, err := s.db.Get(keySharesWriter)
+	found := err == nil
+	var writer string
+	if found {
+		writer = string(v)
+		closer.Close()
+	} else if !errors.Is(err, pebble.ErrNotFound) {
+		return err
+	}
+	switch {
+	case s.opts.Source != SourceLoadShares && found:
+		return fmt.Errorf("%w: it holds writer %q's requests and its peers' load shares; a store of source %s does not: delete it to rebuild by replay", ErrWrongSource, writer, s.opts.Source)
+	case s.opts.Source != SourceLoadShares:
+		return nil
+	case found && writer != s.opts.ReplicaID:
+		return fmt.Errorf("%w: it holds writer %q's requests, not %q's: delete it to rebuild by replay", ErrWrongSource, writer, s.opts.ReplicaID)
+	case found:
+		return nil
+	case len(s.committed) > 0:
+		return fmt.Errorf("%w: it was built by a store of another source (it has applied %s) and holds no writer's own requests: delete it to rebuild by replay", ErrWrongSource, s.committed)
+	}
+	if err := s.db.Set(keySharesWriter, []byte(s.opts.ReplicaID), pebble.NoSync); err != nil {
+		return err
+	}
+	return s.db.Flush()
 }
 
 // Source is what the store learns decisions and lifecycle events from.
@@ -501,8 +564,11 @@ func (s *Store) activeConfig() activeConfig {
 		kvMissingAfter:    int64(s.opts.KvEventsMissingAfter),
 		maxWorkers:        s.opts.MaxWorkers,
 		latency:           s.opts.LatencyModel,
-		open:              s.opts.PeerSums && s.opts.Source == SourceLoadDeltas,
+		open:              s.opts.PeerSums && s.opts.Source != SourceDecisions,
 		openHold:          max(recentWindow, int64(s.opts.IdempotencyWindow)),
+	}
+	if s.opts.Source == SourceLoadShares {
+		c.replica, c.sharesEpoch = s.opts.ReplicaID, s.opts.SharesEpoch
 	}
 	if s.opts.Approximate {
 		c.approxTTL = int64(s.opts.ApproximateTTL)

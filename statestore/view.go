@@ -105,8 +105,18 @@ func (v View) KvSilence(ref decider.WorkerRef) (time.Duration, bool) {
 // Active implements decider.ActiveAccounting.
 func (v View) Active(ref decider.WorkerRef) decider.ActiveLoad {
 	ws := v.st.workers[v.st.viewSlots[ref]]
-	return decider.ActiveLoad{DecodeBlocks: ws.activeDistinct + ws.activeExtra, PrefillTokens: ws.prefillTokens,
+	a := decider.ActiveLoad{DecodeBlocks: ws.activeDistinct + ws.activeExtra, PrefillTokens: ws.prefillTokens,
 		Requests: ws.activeRequests, RecentLocalPrefill: ws.recentLocal, RecentRequests: ws.recentRequests}
+	if p := ws.peer; p != nil {
+		// The other writers' shares (sharerows.go): each bounded, so no
+		// sum overflows.
+		a.DecodeBlocks += p.c[cBlocks]
+		a.Requests += p.c[cRequests]
+		a.PrefillTokens += p.c[cPrefill]
+		a.RecentRequests += p.c[cRecentDecisions]
+		a.RecentLocalPrefill += p.c[cRecentLocal]
+	}
+	return a
 }
 
 // Registration returns the worker's latest registration (the last one

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"strings"
+
+	"github.com/pdrouter/pdrouter/events"
 )
 
 // notifyApplied wakes WaitApplied's waiters: readers now see a new chunk.
@@ -29,7 +31,7 @@ func (s *Store) notifyApplied() {
 func (s *Store) WaitApplied(ctx context.Context, want Offsets) error {
 	for {
 		s.mu.RLock()
-		missing := s.st.missing(want, s.opts.Source)
+		missing := s.st.missing(want, s.reads)
 		ch := s.applied
 		s.mu.RUnlock()
 		if len(missing) == 0 {
@@ -43,14 +45,30 @@ func (s *Store) WaitApplied(ctx context.Context, want Offsets) error {
 	}
 }
 
+// reads reports whether the store reads the partition of o: every
+// partition of the topics its Source applies, but for a store of load
+// shares, whose materializer reads of load-deltas its writer's partition
+// only (Materializer.consumes); until the materializer has found it, every
+// one, so that a wait is never cut short.
+func (s *Store) reads(o PartitionOffset) bool {
+	if !s.opts.Source.Applies(o.Topic) {
+		return false
+	}
+	if o.Topic == events.TopicLoadDeltas && s.opts.Source == SourceLoadShares {
+		p := s.writerPartition.Load()
+		return p < 0 || int64(o.Partition) == p
+	}
+	return true
+}
+
 // missing lists the partitions of want not reached, as
 // "topic/partition applied A < want W".
-func (st *state) missing(want Offsets, src Source) []string {
+func (st *state) missing(want Offsets, reads func(PartitionOffset) bool) []string {
 	var out []string
 	for _, w := range want {
-		if !src.Applies(w.Topic) {
-			// The other source's topic: this store never reads it. The
-			// append that gave those offsets also gave its delta's.
+		if !reads(w) {
+			// A topic (or partition) this store never reads. The append
+			// that gave those offsets also gave the ones it reads.
 			continue
 		}
 		if got := st.offsets[topicPartition{w.Topic, w.Partition}]; got < w.Next {

@@ -68,6 +68,13 @@ type slotState struct {
 	activeExtra    int64 // active blocks without a hash (trailing partial blocks)
 	prefillTokens  int64
 	localPending   int // this replica's decisions not yet read back from the log
+
+	// With SourceLoadShares: the other writers' counting rows of this
+	// (worker, rank) (sharerows.go; nil: none), and this replica's own
+	// share as it last sent it (shares.go).
+	peer       *peerSum
+	shareDirty bool
+	sent       sentShare
 }
 
 type dupKey struct {
@@ -97,6 +104,9 @@ func (st *state) slotOf(id string, rank uint32) int32 {
 	}
 	st.slots[wr] = s
 	st.byID[id] = append(st.byID[id], s)
+	if st.shares != nil {
+		ws.peer = st.shares.sums[wr] // rows that waited for the slot (sharerows.go)
+	}
 	if st.regs[id] == nil {
 		st.unregSlots++
 	}
@@ -148,7 +158,8 @@ func (st *state) freeQueued() {
 	for _, slot := range st.toFree {
 		ws := st.workers[slot]
 		if ws.freed || referenced[slot] || st.slots[ws.wr] != slot || ws.blocks.len() > 0 || ws.hasLoad || len(ws.pred) > 0 ||
-			ws.activeDistinct != 0 || ws.activeExtra != 0 || ws.prefillTokens != 0 || ws.localPending != 0 || ws.healthDirty || !ws.healthEmpty() {
+			ws.activeDistinct != 0 || ws.activeExtra != 0 || ws.prefillTokens != 0 || ws.localPending != 0 || ws.healthDirty || !ws.healthEmpty() ||
+			ws.shareDirty || ws.sent.c != (shareCounts{}) {
 			continue
 		}
 		delete(st.slots, ws.wr)
