@@ -40,6 +40,10 @@ type replica struct {
 	cmd  *exec.Cmd
 	url  string
 	logs *syncBuffer
+	// private is a topic whose offsets are the replica's own, not compared
+	// with its peers' (load-deltas with --load-deltas snapshots: each reads
+	// its own partition); empty: none.
+	private string
 }
 
 // syncBuffer is a bytes.Buffer the subprocess's output goroutine writes

@@ -10,6 +10,7 @@ import (
 	"maps"
 	"net/http"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -30,13 +31,17 @@ import (
 // the log. Concurrent decisions on one decode worker show up as races.
 //
 // Each --load-deltas mode that shapes the state runs it: write (peers
-// apply whole decisions and outcomes) and apply (peers apply load deltas,
+// apply whole decisions and outcomes), apply (peers apply load deltas,
 // and decisions stay on the log for audit), the latter with each
 // --peer-requests layout (memory: open requests checkpointed, so C's
 // SIGKILL reads the load deltas since the checkpoint again; pebble: a
-// fact per request).
+// fact per request), and snapshots (peers keep rows of each other's load
+// shares; a replica's own requests, from its own partition of
+// load-deltas, are its own: the replicas compare the offsets and digest
+// of what they share, and agree once each one's latest snapshot is
+// applied everywhere).
 func TestReplicasAgree(t *testing.T) {
-	for _, mode := range []string{"write", "apply", "apply-pebble"} {
+	for _, mode := range []string{"write", "apply", "apply-pebble", "snapshots"} {
 		t.Run(mode, func(t *testing.T) { testReplicasAgree(t, mode) })
 	}
 }
@@ -49,7 +54,7 @@ func testReplicasAgree(t *testing.T, mode string) {
 	brokers := kafkatest.Brokers(t)
 	prefix := kafkatest.Prefix(t)
 	kafkatest.Migrate(t, brokers, prefix)
-	start := time.Now()
+	begin := time.Now()
 	dirs := []string{t.TempDir(), t.TempDir(), t.TempDir()}
 	// Fetches answered at once (the default batches up to 10 ms): part 1's
 	// barrier must reach each replica alone, not in one fetch with the
@@ -57,13 +62,31 @@ func testReplicasAgree(t *testing.T, mode string) {
 	// different watermarks and there is nothing to compare.
 	unbatched := []string{"--fetch-min-bytes", "1", "--load-deltas", mode, "--peer-requests", layout}
 	peerTopic := events.TopicDecisions // where a peer learns a decision from
-	if mode == "apply" {
+	switch mode {
+	case "apply":
 		peerTopic = events.TopicLoadDeltas
+	case "snapshots":
+		peerTopic = events.TopicLoadShares
 	}
-	a := startReplica(t, brokers, prefix, dirs[0], unbatched...)
-	b := startReplica(t, brokers, prefix, dirs[1], unbatched...)
-	c := startReplica(t, brokers, prefix, dirs[2], unbatched...)
-	t.Logf("three replicas ready in %s", time.Since(start).Round(time.Millisecond))
+	snapshots := mode == "snapshots"
+	// start starts a replica; with snapshots it keeps its id across
+	// restarts (its own requests are read back from its own partition),
+	// and its own partition of load-deltas is not compared with its peers'.
+	start := func(dir, id string, extra ...string) *replica {
+		args := slices.Concat(unbatched, extra)
+		if snapshots {
+			args = append(args, "--replica-id", id)
+		}
+		r := startReplica(t, brokers, prefix, dir, args...)
+		if snapshots {
+			r.private = string(events.TopicLoadDeltas)
+		}
+		return r
+	}
+	a := start(dirs[0], "ra")
+	b := start(dirs[1], "rb")
+	c := start(dirs[2], "rc")
+	t.Logf("three replicas ready in %s", time.Since(begin).Round(time.Millisecond))
 
 	registerFleet(t, a.url)
 	all := []*replica{a, b, c}
@@ -92,6 +115,9 @@ func testReplicasAgree(t *testing.T, mode string) {
 	for k := 0; k < 3*len(prompts) && compared < len(prompts); k++ {
 		toks := prompts[k%len(prompts)]
 		applied := waitSynced(t, all...)
+		if snapshots {
+			waitSameActive(t, all...)
+		}
 		after := lastWritten(applied)
 		if after[loadTopic] == nil {
 			after[loadTopic] = map[string]int64{}
@@ -114,9 +140,9 @@ func testReplicasAgree(t *testing.T, mode string) {
 		wg.Wait()
 		ids := map[any]bool{}
 		marks := map[string]bool{}
-		for _, r := range resps {
+		for i, r := range resps {
 			ids[r["decision_id"]] = true
-			marks[indented(r["watermark"])] = true
+			marks[indented(all[i].shared(r)["watermark"])] = true
 		}
 		if len(ids) < len(all) {
 			t.Fatalf("request %s: %d distinct decisions of %d: a replica replayed a peer's decision despite the barrier", id, len(ids), len(all))
@@ -131,9 +157,9 @@ func testReplicasAgree(t *testing.T, mode string) {
 		if cands, _ := resps[0]["candidates"].([]any); len(cands) < 3 {
 			t.Fatalf("request %s: ?explain=true returned %d candidates, want the full table (d1, d2, p1)", id, len(cands))
 		}
-		want := withoutLocal(resps[0])
+		want := all[0].shared(withoutLocal(resps[0]))
 		for i := 1; i < len(all); i++ {
-			if got := withoutLocal(resps[i]); !reflect.DeepEqual(want, got) {
+			if got := all[i].shared(withoutLocal(resps[i])); !reflect.DeepEqual(want, got) {
 				t.Errorf("request %s at the same watermark: replica %d decided\n%s\nreplica 0 decided\n%s", id, i, indented(got), indented(want))
 			}
 		}
@@ -149,17 +175,37 @@ func testReplicasAgree(t *testing.T, mode string) {
 	beforeB := activeBlocks(t, b.url)
 	resp := routeOn(t, a.url, "accounting-1", append(tokenSeq(1, 512), tokenSeq(40001, 64)...), after, false)
 	dw := resp["decode_worker"].(string)
-	ends := topicEnds(t, brokers, prefix, peerTopic)
-	waitApplied(t, b, peerTopic, ends)
-	afterB := activeBlocks(t, b.url)
+	var afterB map[string]int64
+	if snapshots {
+		// A's snapshot follows its decision's append: wait for it.
+		afterB = waitActive(t, b, dw, func(n int64) bool { return n > beforeB[dw] })
+	} else {
+		ends := topicEnds(t, brokers, prefix, peerTopic)
+		waitApplied(t, b, peerTopic, ends)
+		afterB = activeBlocks(t, b.url)
+	}
 	if afterB[dw] <= beforeB[dw] {
-		t.Errorf("B's active decode blocks on %s stayed %d → %d after applying A's decision up to %v", dw, beforeB[dw], afterB[dw], ends)
+		t.Errorf("B's active decode blocks on %s stayed %d → %d after applying A's decision from %s", dw, beforeB[dw], afterB[dw], peerTopic)
 	}
 	waitSynced(t, all...)
+	if snapshots {
+		waitSameActive(t, all...)
+	}
 	if fromA := activeBlocks(t, a.url); !reflect.DeepEqual(fromA, activeBlocks(t, b.url)) {
 		t.Errorf("at equal offsets A and B count different active blocks: %v vs %v", fromA, activeBlocks(t, b.url))
 	}
 	t.Logf("A's decision on %s: B's active decode blocks %d → %d", dw, beforeB[dw], afterB[dw])
+	if snapshots {
+		checkSnapshotsShare(t, a, b, resp)
+		// The request ends on A: A's next snapshot lowers its share, and B
+		// counts what it counted before A decided.
+		if code, raw, err := post(a.url+"/v1/requests/accounting-1/events", map[string]any{"event": "completed"}); err != nil || code != http.StatusAccepted {
+			t.Fatalf("completing accounting-1 on A: %d %s %v", code, raw, err)
+		}
+		if ended := waitActive(t, b, dw, func(n int64) bool { return n == beforeB[dw] }); ended[dw] != beforeB[dw] {
+			t.Errorf("after A's request ended, B counts %d active blocks on %s, want %d as before it", ended[dw], dw, beforeB[dw])
+		}
+	}
 	if mode == "apply" {
 		var st replicaState
 		getJSONInto(t, b.url+"/v1/state", &st)
@@ -221,15 +267,22 @@ func testReplicasAgree(t *testing.T, mode string) {
 	}
 	postKVBlocks(t, a.url, "d2", tokenSeq(20001, 256))
 	restart := time.Now()
-	c = startReplica(t, brokers, prefix, dirs[2], unbatched...)
+	c = start(dirs[2], "rc")
 	t.Logf("C restarted on its store and was ready in %s", time.Since(restart).Round(time.Millisecond))
 	all = []*replica{a, b, c}
 	waitSynced(t, all...)
 	sameDigest(t, all...)
 
 	// 4. D joins from A's snapshot: it applies only what came after it.
+	// With snapshots a peer's store holds that peer's own requests, so D
+	// reads the log instead (serve refuses --bootstrap-from there).
 	join := time.Now()
-	d := startReplica(t, brokers, prefix, t.TempDir(), "--bootstrap-from", a.url+"/v1/state/snapshot", "--load-deltas", mode, "--peer-requests", layout)
+	var d *replica
+	if snapshots {
+		d = start(t.TempDir(), "rd")
+	} else {
+		d = startReplica(t, brokers, prefix, t.TempDir(), "--bootstrap-from", a.url+"/v1/state/snapshot", "--load-deltas", mode, "--peer-requests", layout)
+	}
 	joinTook := time.Since(join)
 	if joinTook > 30*time.Second {
 		t.Errorf("D took %s to join from a snapshot", joinTook)
@@ -238,10 +291,14 @@ func testReplicasAgree(t *testing.T, mode string) {
 	waitSynced(t, all...)
 	sameDigest(t, all...)
 	appliedA, appliedD := metricSum(t, a.url, "pdrouter_statestore_applied_records_total"), metricSum(t, d.url, "pdrouter_statestore_applied_records_total")
-	if appliedA == 0 || appliedD*2 > appliedA {
+	if !snapshots && (appliedA == 0 || appliedD*2 > appliedA) {
 		t.Errorf("D applied %v records, A %v: D replayed the log instead of starting from the snapshot", appliedD, appliedA)
 	}
-	t.Logf("D joined from a snapshot in %s (process start to /readyz 200); it applied %v records, A %v", joinTook.Round(time.Millisecond), appliedD, appliedA)
+	how := "from a snapshot"
+	if snapshots {
+		how = "by reading the log"
+	}
+	t.Logf("D joined %s in %s (process start to /readyz 200); it applied %v records, A %v", how, joinTook.Round(time.Millisecond), appliedD, appliedA)
 
 	// 5. Concurrent decisions on A and B for the same decode worker are
 	// counted as races.
@@ -262,18 +319,22 @@ func testReplicasAgree(t *testing.T, mode string) {
 	wg.Wait()
 	waitSynced(t, all...)
 	races := metricSum(t, a.url, "pdrouter_active_decision_races_total") + metricSum(t, b.url, "pdrouter_active_decision_races_total") - racesBefore
-	if races <= 0 {
+	if snapshots {
+		// Rows carry no decisions to race with; the replicas still agree
+		// once the snapshots are through.
+		waitSameActive(t, all...)
+	} else if races <= 0 {
 		t.Errorf("90 concurrent decisions on A and B for the same decode worker: no race counted in pdrouter_active_decision_races_total")
 	}
 	sameDigest(t, all...)
-	t.Logf("concurrent decisions on A and B: %v races counted; total %s", races, time.Since(start).Round(time.Millisecond))
+	t.Logf("concurrent decisions on A and B: %v races counted; total %s", races, time.Since(begin).Round(time.Millisecond))
 
 	// D's log is readable once the process is gone (SIGTERM: a clean stop).
 	_ = d.cmd.Process.Signal(syscall.SIGTERM)
 	if err := d.cmd.Wait(); err != nil {
 		t.Errorf("D on SIGTERM: %v", err)
 	}
-	if !strings.Contains(d.logs.String(), "bootstrapped from a peer snapshot") {
+	if !snapshots && !strings.Contains(d.logs.String(), "bootstrapped from a peer snapshot") {
 		t.Errorf("D did not log a bootstrap from the peer's snapshot")
 	}
 }
@@ -397,11 +458,12 @@ func waitSynced(t *testing.T, rs ...*replica) map[string]map[string]int64 {
 		for i, r := range rs {
 			var st replicaState
 			getJSONInto(t, r.url+"/v1/state", &st)
-			if st.TotalLag != 0 || (i > 0 && !reflect.DeepEqual(first, st.Applied)) {
+			applied := r.sharedOffsets(st.Applied)
+			if st.TotalLag != 0 || (i > 0 && !reflect.DeepEqual(first, applied)) {
 				ok = false
 			}
 			if i == 0 {
-				first = st.Applied
+				first = applied
 			}
 		}
 		if ok {
@@ -440,6 +502,7 @@ func sameDigest(t *testing.T, rs ...*replica) {
 	for i, r := range rs {
 		var st replicaState
 		getJSONInto(t, r.url+"/v1/state", &st)
+		st.Applied = r.sharedOffsets(st.Applied)
 		if i == 0 {
 			want = st
 			continue
@@ -544,4 +607,92 @@ func metricSum(t *testing.T, url, name string) float64 {
 		sum += v
 	}
 	return sum
+}
+
+// sharedOffsets is applied without the replica's private topic.
+func (r *replica) sharedOffsets(applied map[string]map[string]int64) map[string]map[string]int64 {
+	if r.private == "" || applied[r.private] == nil {
+		return applied
+	}
+	out := maps.Clone(applied)
+	delete(out, r.private)
+	return out
+}
+
+// shared is a decision response without the private topic's part of its
+// watermark: what two replicas that decided alike have in common.
+func (r *replica) shared(resp map[string]any) map[string]any {
+	wm, ok := resp["watermark"].(map[string]any)
+	if r.private == "" || !ok {
+		return resp
+	}
+	out := maps.Clone(resp)
+	wm = maps.Clone(wm)
+	delete(wm, r.private)
+	out["watermark"] = wm
+	return out
+}
+
+// waitSameActive waits until every replica counts the same active decode
+// blocks on every worker: with snapshots, once each replica's latest
+// snapshot, appended after its latest decision, is applied by the others.
+func waitSameActive(t *testing.T, rs ...*replica) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		want := activeBlocks(t, rs[0].url)
+		same := true
+		for _, r := range rs[1:] {
+			if !reflect.DeepEqual(want, activeBlocks(t, r.url)) {
+				same = false
+			}
+		}
+		if same {
+			return
+		}
+		if time.Now().After(deadline) {
+			for _, r := range rs {
+				t.Logf("%s counts %v", r.url, activeBlocks(t, r.url))
+			}
+			t.Fatalf("the replicas did not count the same active blocks within 10s")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// waitActive waits (10 s at most) until r's active decode blocks on worker
+// meet ok, and returns its counts.
+func waitActive(t *testing.T, r *replica, worker string, ok func(int64) bool) map[string]int64 {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		got := activeBlocks(t, r.url)
+		if ok(got[worker]) || time.Now().After(deadline) {
+			return got
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// checkSnapshotsShare checks what a replica of a group that shares load as
+// snapshots reads: load-shares, its own partition of load-deltas only, and
+// never decisions or outcomes; a peer's decision, which it does not hold,
+// is still found on the decisions topic whole.
+func checkSnapshotsShare(t *testing.T, a, b *replica, resp map[string]any) {
+	t.Helper()
+	var st replicaState
+	getJSONInto(t, b.url+"/v1/state", &st)
+	own := strconv.Itoa(int(events.WriterPartition("rb", 16)))
+	if st.Applied[string(events.TopicDecisions)] != nil || st.Applied[string(events.TopicOutcomes)] != nil ||
+		st.Applied[string(events.TopicLoadShares)] == nil || len(st.Applied[string(events.TopicLoadDeltas)]) != 1 {
+		t.Errorf("with --load-deltas snapshots, B applied %v", st.Applied)
+	} else if _, ok := st.Applied[string(events.TopicLoadDeltas)][own]; !ok {
+		t.Errorf("B applied load-deltas partitions %v, want only its own, %s", st.Applied[string(events.TopicLoadDeltas)], own)
+	}
+	var rec, found map[string]any
+	getJSONInto(t, a.url+"/v1/decisions/"+resp["decision_id"].(string), &rec)
+	getJSONInto(t, b.url+"/v1/decisions/"+resp["decision_id"].(string), &found)
+	if rec["decision_id"] != resp["decision_id"] || !reflect.DeepEqual(found, rec) {
+		t.Errorf("B found A's decision on the log as\n%s\nA serves it as\n%s", indented(found), indented(rec))
+	}
 }
