@@ -132,7 +132,10 @@ type shareRow struct {
 	sum *peerSum
 	// on and recent: what the row adds to sum now.
 	on, recent bool
-	ver        uint32 // the due item that is current
+	// queued: the row has an item in the due heap, the one of version
+	// ver. At most one: see countShareRow.
+	queued bool
+	ver    uint32
 }
 
 // peerSum is what the other writers' counting rows add to one (worker,
@@ -255,18 +258,29 @@ func (st *state) dropShareRow(k shareKey, row *shareRow, w *shareWriter) {
 
 // countShareRow sets what a row counts at sharesNow and schedules its next
 // change.
+//
+// A row keeps at most one item in the due heap. A row's clock only moves
+// forward, and its next change with it, so an item queued for an earlier
+// update falls due at or before the row's next change: popped, it
+// recounts the row (nothing changes if nothing is due) and queues the
+// row's next change then. A busy worker, sent with most of its writer's
+// snapshots, thus costs the heap one item per window, not one per update,
+// which would pile up for an active expiry before falling due.
 func (st *state) countShareRow(row *shareRow) {
 	r := st.shares
 	on := row.clock+r.expiry > r.now
 	recent := on && row.clock+recentWindow > r.now
 	st.setShareRow(row, on, recent)
-	row.ver++
-	switch {
-	case recent:
-		heap.Push(&r.due, shareDue{at: row.clock + recentWindow, key: row.key, ver: row.ver})
-	case on:
-		heap.Push(&r.due, shareDue{at: row.clock + r.expiry, key: row.key, ver: row.ver})
+	if row.queued || !on {
+		return
 	}
+	at := row.clock + r.expiry
+	if recent {
+		at = row.clock + recentWindow
+	}
+	row.ver++
+	row.queued = true
+	heap.Push(&r.due, shareDue{at: at, key: row.key, ver: row.ver})
 }
 
 // setShareRow adds or removes a row's counts from its sum.
@@ -307,7 +321,8 @@ func (st *state) sweepShares() {
 	r := st.shares
 	for r.due.Len() > 0 && r.due[0].at <= r.now {
 		it := heap.Pop(&r.due).(shareDue)
-		if row := r.rows[it.key]; row != nil && row.ver == it.ver {
+		if row := r.rows[it.key]; row != nil && row.queued && row.ver == it.ver {
+			row.queued = false
 			st.countShareRow(row)
 		}
 	}

@@ -149,6 +149,32 @@ func TestShareRowsExpire(t *testing.T) {
 	h.wantActive("w3", load(0, 0, 0, 0, 0))
 }
 
+// TestShareRowsDueBounded: a row updated by every record of its writer
+// keeps at most one item in the due heap, whatever its updates: a writer
+// sends a busy worker with most of its snapshots, and items pushed per
+// update would pile up for an active expiry (minutes) before they fall
+// due. The rows still leave the window and expire on time.
+func TestShareRowsDueBounded(t *testing.T) {
+	h := sharesHarness(t, Options{ActiveExpiry: 60 * time.Second})
+	for i := range 200 {
+		h.put("b", sharesOf("b", uint64(i+1), shareT0+int64(i)*sec/10, shr("w1", uint64(i+1), 1, 0, 1, 0), shr("w2", 1, 1, 0, 0, 0)))
+	}
+	var due int
+	h.s.mu.Lock()
+	due = h.s.st.shares.due.Len()
+	h.s.mu.Unlock()
+	if due > 2 {
+		t.Fatalf("%d items in the due heap for 2 rows after 200 updates", due)
+	}
+	last := shareT0 + 199*sec/10
+	h.wantActive("w1", load(200, 1, 0, 1, 0))
+	h.put("c", sharesOf("c", 1, last+30*sec, shr("w3", 1, 1, 0, 0, 0)))
+	h.wantActive("w1", load(200, 1, 0, 0, 0))
+	h.put("c", sharesOf("c", 2, last+60*sec, shr("w3", 1, 1, 0, 0, 0)))
+	h.wantActive("w1", load(0, 0, 0, 0, 0))
+	h.wantActive("w2", load(0, 0, 0, 0, 0))
+}
+
 // TestShareRowsOwnNotCounted: the replica applies its own snapshots (its
 // rows are held like any) but never counts them: its own requests are in
 // its slots already.
