@@ -162,8 +162,15 @@ func rebuildAt(ctx context.Context, conn []kgo.Opt, opts statestore.Options, w *
 	// source.
 	if _, ok := want[events.TopicLoadDeltas]; ok {
 		opts.Source = statestore.SourceLoadDeltas
-		r.opts.Source = opts.Source
 	}
+	// A replica of --load-deltas snapshots named load-shares, and of
+	// load-deltas only its own partition: the store is rebuilt as that
+	// writer's (opts.ReplicaID, the decision's replica), its own requests
+	// from its partition and its peers' load as rows.
+	if _, ok := want[events.TopicLoadShares]; ok && opts.ReplicaID != "" {
+		opts.Source = statestore.SourceLoadShares
+	}
+	r.opts.Source = opts.Source
 	snap, skipped := pickSnapshot(snapDir, want)
 	r.info.SnapshotsSkipped = skipped
 	storeDir := filepath.Join(dir, "store")

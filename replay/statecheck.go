@@ -75,7 +75,11 @@ func (k *KafkaStateChecker) CheckState(ctx context.Context, rec *pb.DecisionReco
 		sc.Error = err.Error()
 		return sc
 	}
-	r, err := rebuildAt(ctx, k.Client, storeOptions(k.Names, cfg), rec.GetWatermark(), k.SnapshotDir, k.TempDir, k.Logger)
+	opts := storeOptions(k.Names, cfg)
+	// The writer whose own requests the state holds, when the decision's
+	// replica shared its load as snapshots (rebuildAt).
+	opts.ReplicaID = rec.GetReplicaId()
+	r, err := rebuildAt(ctx, k.Client, opts, rec.GetWatermark(), k.SnapshotDir, k.TempDir, k.Logger)
 	if err != nil {
 		sc.Error = fmt.Sprintf("rebuilding the state at the watermark: %v", err)
 		return sc
