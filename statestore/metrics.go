@@ -49,7 +49,10 @@ type Metrics struct {
 	diskSlow        prometheus.Counter
 	cell, cells     prometheus.Gauge
 	// Load shares (sharerows.go), with SourceLoadShares.
-	shareRecords                 *prometheus.CounterVec
+	shareRecords *prometheus.CounterVec
+	// shareRecordsBy: shareRecords' series by result index, looked up
+	// once: a peer adds to one with every batch it applies.
+	shareRecordsBy               [numShareResults]prometheus.Counter
 	shareRowsHeld, shareCounting prometheus.Gauge
 	// Worker health (workerhealth.go).
 	healthTransitions *prometheus.CounterVec
@@ -207,8 +210,8 @@ func newMetrics(reg prometheus.Registerer, dm *events.DecodeMetrics) *Metrics {
 		Name: "pdrouter_statestore_share_rows_counting",
 		Help: "Rows of other writers' load shares that count in the workers' active load now (not expired).",
 	})
-	for _, r := range shareResults {
-		m.shareRecords.WithLabelValues(r)
+	for i, r := range shareResults {
+		m.shareRecordsBy[i] = m.shareRecords.WithLabelValues(r)
 	}
 	m.healthTransitions = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "pdrouter_worker_health_transitions_total",
@@ -324,7 +327,7 @@ func (m *Metrics) addStats(s *applyStats) {
 	m.latency.droppedBy[latDropNoRowIdx].Add(float64(s.latNoRow))
 	for i, n := range s.shareResults {
 		if n > 0 {
-			m.shareRecords.WithLabelValues(shareResults[i]).Add(float64(n))
+			m.shareRecordsBy[i].Add(float64(n))
 		}
 	}
 	for _, t := range s.healthTransitions {
