@@ -13,8 +13,7 @@ import (
 	pb "github.com/pdrouter/pdrouter/events/eventspb"
 )
 
-// A writer's load as snapshots (docs/scaling.md, "Next: a writer's load as
-// snapshots"): with a SharesSource attached, each group commit carries, with
+// A writer's load as snapshots (docs/scaling.md, "Load shares"): with a SharesSource attached, each group commit carries, with
 // its appends, one LoadShares record keyed by the writer on load-shares, the
 // writer's absolute share of each worker whose share changed. Peers then
 // fetch one record a group commit instead of one a decision.

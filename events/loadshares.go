@@ -7,12 +7,11 @@ import (
 	pb "github.com/pdrouter/pdrouter/events/eventspb"
 )
 
-// Load shares (docs/scaling.md, "Next: a writer's load as snapshots, fewer
-// records than decisions"): the planned record of the topic load-shares, a
-// writer's absolute shares of the workers' load, one record per group
-// commit. This file holds the record's bounds, its validation and its
-// codec; the topic is declared (events.AllTopics, migrations), and its
-// writer and readers are behind serve --load-deltas snapshots.
+// Load shares (docs/scaling.md, "Load shares"): the record of the topic
+// load-shares, a writer's absolute shares of the workers' load, one record
+// per group commit, written and read by replicas of serve --load-deltas
+// snapshots. This file holds the record's bounds, its validation and its
+// codec.
 //
 // As for load deltas, every rule is a function of the record, its key and
 // its Kafka timestamp alone, so every replica refuses the same records, and

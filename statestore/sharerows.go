@@ -11,8 +11,8 @@ import (
 	pb "github.com/pdrouter/pdrouter/events/eventspb"
 )
 
-// Peers' load as the rows of their snapshots (docs/scaling.md, "Next: a
-// writer's load as snapshots"), with Options.Source == SourceLoadShares.
+// Peers' load as the rows of their snapshots (docs/scaling.md, "Load
+// shares"), with Options.Source == SourceLoadShares.
 // Every writer appends, per group commit, one LoadShares record keyed by
 // its replica id: its own share of each worker whose share changed. A
 // store keeps one row per (writer, worker, dp rank) and adds the rows of

@@ -10,8 +10,7 @@ import (
 	pb "github.com/pdrouter/pdrouter/events/eventspb"
 )
 
-// A writer's snapshots (docs/scaling.md, "Next: a writer's load as
-// snapshots"). With SourceLoadShares a replica's store holds its own
+// A writer's snapshots (docs/scaling.md, "Load shares"). With SourceLoadShares a replica's store holds its own
 // requests exactly (its own partition of load-deltas and the decisions it
 // recorded locally) and its peers' load as rows of their snapshots
 // (sharerows.go). The group commit asks it, once per commit, for the
