@@ -549,13 +549,18 @@ func TestReadRecreatedTopic(t *testing.T) {
 		deleteTopic(t, brokers, topic)
 		createTopic(t, brokers, topic, 1, nil)
 		cl.PurgeTopicsFromClient(topic)
-		produce(t, cl, &kgo.Record{Topic: topic, Value: []byte("new")})
 		// A real broker applies a deletion and the creation after it
 		// asynchronously, and for a moment after the new topic exists may
-		// still serve the old one's log, so the record may even have gone
-		// to the log being deleted: it is produced again every 2 s until
-		// a Reader with no cache reads it. What is tested is rd's stale
-		// cache, once the cluster has settled.
+		// still serve the old one's log, or refuse the new one's ID
+		// (UNKNOWN_TOPIC_ID), so this first produce may fail or even land
+		// in the log being deleted: the record is produced again every 2 s
+		// until a Reader with no cache reads it. What is tested is rd's
+		// stale cache, once the cluster has settled.
+		pctx, pcancel := context.WithTimeout(context.Background(), 10*time.Second)
+		if err := cl.ProduceSync(pctx, &kgo.Record{Topic: topic, Value: []byte("new")}).FirstErr(); err != nil {
+			t.Logf("producing the record right after recreating the topic: %v", err)
+		}
+		pcancel()
 		settled := logread.New(kafkatest.Client(t, brokers))
 		wait, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
