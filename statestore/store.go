@@ -1,6 +1,7 @@
 package statestore
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -525,32 +526,48 @@ const diskSlowAfter = 5 * time.Second
 // readSchema reads the version key of an existing store without keeping
 // it open. exists is false when there is no store in dir.
 func readSchema(fs vfs.FS, dir string) (uint32, bool, error) {
+	v, exists, err := readKey(fs, dir, keySchema)
+	if err != nil || !exists || len(v) != 4 {
+		return 0, exists, err
+	}
+	return binary.LittleEndian.Uint32(v), true, nil
+}
+
+// readKey reads one key of an existing store without keeping it open.
+// exists is false when there is no store in dir; v is nil when the key is
+// absent or the directory is something Pebble cannot open (not a store,
+// another format, corrupt: rebuilt over).
+func readKey(fs vfs.FS, dir string, key []byte) (v []byte, exists bool, err error) {
 	entries, err := fs.List(dir)
 	if os.IsNotExist(err) || (err == nil && len(entries) == 0) {
-		return 0, false, nil
+		return nil, false, nil
 	}
 	if err != nil {
-		return 0, false, err
+		return nil, false, err
 	}
 	db, err := pebble.Open(dir, &pebble.Options{ReadOnly: true, ErrorIfNotExists: true, FormatMajorVersion: migrations.PebbleFormat, Logger: quietLogger{nil}, FS: fs})
 	if err != nil {
-		// Something that Pebble cannot open (not a store, another format,
-		// corrupt): rebuild over it.
-		return 0, true, nil
+		return nil, true, nil
 	}
 	defer db.Close()
-	v, closer, err := db.Get(keySchema)
+	val, closer, err := db.Get(key)
 	if errors.Is(err, pebble.ErrNotFound) {
-		return 0, true, nil
+		return nil, true, nil
 	}
 	if err != nil {
-		return 0, false, err
+		return nil, false, err
 	}
 	defer closer.Close()
-	if len(v) != 4 {
-		return 0, true, nil
-	}
-	return binary.LittleEndian.Uint32(v), true, nil
+	return bytes.Clone(val), true, nil
+}
+
+// WriterOf returns the writer a store of SourceLoadShares in dir was built
+// for (Options.ReplicaID), and false for a store of another source or no
+// store: tools that open a stopped replica's store learn from it how to
+// open it. The store must not be open.
+func WriterOf(dir string) (string, bool, error) {
+	v, _, err := readKey(vfs.Default, dir, keySharesWriter)
+	return string(v), v != nil, err
 }
 
 func (s *Store) activeConfig() activeConfig {

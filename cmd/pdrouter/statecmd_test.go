@@ -17,7 +17,7 @@ import (
 // TestStateDigestReadsEveryLayout: `state digest` prints the digest of a
 // replica's stopped store whatever it was built as: the whole records,
 // load deltas with the group's requests as facts, or in memory (the
-// default of serve).
+// default of serve), and a writer's store of load shares.
 func TestStateDigestReadsEveryLayout(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -30,6 +30,8 @@ func TestStateDigestReadsEveryLayout(t *testing.T) {
 		{name: "load-deltas/pebble", o: statestore.Options{Source: statestore.SourceLoadDeltas}},
 		{name: "load-deltas/pebble/no facts", o: statestore.Options{Source: statestore.SourceLoadDeltas}, noFacts: true},
 		{name: "load-deltas/memory", o: statestore.Options{Source: statestore.SourceLoadDeltas, PeerSums: true}},
+		{name: "load-shares/memory", o: statestore.Options{Source: statestore.SourceLoadShares, PeerSums: true, ReplicaID: "test"}},
+		{name: "load-shares/pebble", o: statestore.Options{Source: statestore.SourceLoadShares, ReplicaID: "test"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dataDir := t.TempDir()
@@ -81,7 +83,7 @@ func TestStateDigestReadsEveryLayout(t *testing.T) {
 
 // decisionOrDelta is d as a store of o's source reads it.
 func decisionOrDelta(o statestore.Options, d *pb.DecisionRecord) proto.Message {
-	if o.Source == statestore.SourceLoadDeltas {
+	if o.Source == statestore.SourceLoadDeltas || o.Source == statestore.SourceLoadShares {
 		return &pb.LoadDelta{WriterId: "test", Decisions: []*pb.DecisionDelta{statestore.DecisionDeltaOf(d)}}
 	}
 	return d
