@@ -200,7 +200,7 @@ func newMetrics(reg prometheus.Registerer, dm *events.DecodeMetrics) *Metrics {
 
 	m.shareRecords = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "pdrouter_statestore_share_records_total",
-		Help: "Load-shares records applied (--load-deltas snapshots), by result: applied; stale_seq (a seq at or below the writer's latest, ignored); expired (already past the active expiry when read, counts nothing); too_many_writers (refused whole); too_many_workers (a share of a new worker past the per-writer bound refused, the others applied).",
+		Help: "Load-shares records applied (--load-deltas snapshots), by result: applied; stale_seq (a seq at or below the writer's latest, ignored); expired (already past the active expiry when read, counts nothing); too_many_writers (refused whole); too_many_workers (a share of a new worker past the per-writer or the total bound of rows refused, the others applied).",
 	}, []string{"result"})
 	m.shareRowsHeld = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "pdrouter_statestore_share_rows",

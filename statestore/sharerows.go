@@ -47,7 +47,8 @@ import (
 //   - Hostile input is bounded: at most maxShareWriters writers (a record
 //     of one more is refused whole, too_many_writers) and at most
 //     MaxWorkers rows per writer (a share of a new worker beyond it is
-//     refused, too_many_workers; the record's other shares apply). The
+//     refused, too_many_workers; the record's other shares apply), and at
+//     most maxShareRows rows in all (refused the same way). The
 //     per-writer bound is a function of the writer's partition; which
 //     writers of a flood beyond maxShareWriters get in depends on the
 //     interleaving of partitions, as for unregistered workers (skip.go).
@@ -63,6 +64,12 @@ import (
 
 // maxShareWriters bounds the writers whose rows a store holds.
 const maxShareWriters = 1024
+
+// maxShareRows bounds the rows a store holds, all writers together: 64
+// replicas with 16,384 workers each, far past a group's, where the
+// writers' and the workers' bounds alone would let forged records hold 4
+// million rows (~1 GB).
+const maxShareRows = 1 << 20
 
 // Results of applying a load-shares record, indexes of shareResults, the
 // "result" labels of pdrouter_statestore_share_records_total.
@@ -95,6 +102,8 @@ type shareRows struct {
 	replica string
 	expiry  int64
 	maxRows int
+	// maxTotal: maxShareRows (tests lower it).
+	maxTotal int
 	// now is sharesNow: the largest clock of any record applied.
 	now     int64
 	writers map[string]*shareWriter
@@ -146,7 +155,7 @@ type peerSum struct {
 }
 
 func newShareRows(replica string, expiry int64, maxRows int) *shareRows {
-	return &shareRows{replica: replica, expiry: expiry, maxRows: maxRows,
+	return &shareRows{replica: replica, expiry: expiry, maxRows: maxRows, maxTotal: maxShareRows,
 		writers: map[string]*shareWriter{}, rows: map[shareKey]*shareRow{}, sums: map[workerRank]*peerSum{}}
 }
 
@@ -189,7 +198,7 @@ func (st *state) applyLoadShares(s *pb.LoadShares) {
 			continue
 		}
 		if row == nil {
-			if w.rows >= r.maxRows {
+			if w.rows >= r.maxRows || len(r.rows) >= r.maxTotal {
 				refused = true
 				continue
 			}

@@ -175,6 +175,24 @@ func TestShareRowsDueBounded(t *testing.T) {
 	h.wantActive("w2", load(0, 0, 0, 0, 0))
 }
 
+// TestShareRowsTotalBound: past the rows a store holds in all, a share of
+// a new row is refused (too_many_workers) whatever its writer, the
+// record's other shares apply, and rows already held are still replaced.
+func TestShareRowsTotalBound(t *testing.T) {
+	h := sharesHarness(t, Options{})
+	h.s.mu.Lock()
+	h.s.st.shares.maxTotal = 3
+	h.s.mu.Unlock()
+	h.put("b", sharesOf("b", 1, shareT0, shr("w1", 1, 1, 0, 0, 0), shr("w2", 1, 1, 0, 0, 0)))
+	h.put("c", sharesOf("c", 1, shareT0, shr("w1", 2, 1, 0, 0, 0), shr("w3", 5, 1, 0, 0, 0)))
+	h.wantCount("pdrouter_statestore_share_rows", nil, 3)
+	h.wantCount("pdrouter_statestore_share_records_total", map[string]string{"result": "too_many_workers"}, 1)
+	h.wantActive("w1", load(3, 2, 0, 0, 0))
+	h.wantActive("w3", load(0, 0, 0, 0, 0))
+	h.put("c", sharesOf("c", 2, shareT0, shr("w1", 4, 1, 0, 0, 0)))
+	h.wantActive("w1", load(5, 2, 0, 0, 0))
+}
+
 // TestShareRowsOwnNotCounted: the replica applies its own snapshots (its
 // rows are held like any) but never counts them: its own requests are in
 // its slots already.
