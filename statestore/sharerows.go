@@ -183,7 +183,8 @@ func (st *state) applyLoadShares(s *pb.LoadShares) {
 	w.clock = max(w.clock, s.GetClockUnixNano())
 	r.now = max(r.now, s.GetClockUnixNano())
 	if id == r.replica && st.own != nil && s.GetSeq() >= st.own.next {
-		st.own.next = s.GetSeq() + 1
+		st.own.next = s.GetSeq()
+		st.own.advance()
 	}
 	refused := false
 	for _, e := range s.GetShares() {

@@ -81,6 +81,15 @@ func (st *state) shareChanged(slot int32) {
 	}
 }
 
+// advance moves the next seq on by one, but never past the largest: a seq
+// wrapped to 0 is refused by every reader, where one repeated at the
+// largest is only stale.
+func (o *ownShares) advance() {
+	if o.next < math.MaxUint64 {
+		o.next++
+	}
+}
+
 func (o *ownShares) signal() {
 	select {
 	case o.changed <- struct{}{}:
@@ -192,7 +201,7 @@ func (st *state) takeShares(writer string) *pb.LoadShares {
 		return nil
 	}
 	out := &pb.LoadShares{WriterId: writer, Seq: o.next, ClockUnixNano: clock, Shares: make([]*pb.WorkerShare, len(take))}
-	o.next++
+	o.advance()
 	for i, it := range take {
 		var c shareCounts
 		if it.slot >= 0 {

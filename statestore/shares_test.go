@@ -3,6 +3,7 @@ package statestore
 import (
 	"errors"
 	"fmt"
+	"math"
 	"testing"
 	"time"
 
@@ -281,6 +282,23 @@ func TestOwnSeqFromLog(t *testing.T) {
 	h.put("w1", ownDecision(shareReplica, "d1", "w1", "", shareT0, 16))
 	if s := h.take(); s.GetSeq() != 5001 {
 		t.Fatalf("seq %d after 5000 on the log", s.GetSeq())
+	}
+}
+
+// TestOwnSeqAtTheEnd: a snapshot of this writer at the largest seq (forged,
+// or a writer's clock far ahead) leaves the next seq at the largest, never
+// wrapped to 0, which no reader accepts: the writer keeps writing valid
+// snapshots, which peers ignore as stale, instead of none at all.
+func TestOwnSeqAtTheEnd(t *testing.T) {
+	h := sharesHarness(t, Options{})
+	h.put(shareReplica, sharesOf(shareReplica, math.MaxUint64, shareT0, shr("w2", 0, 1, 0, 0, 0)))
+	h.put("w1", ownDecision(shareReplica, "d1", "w1", "", shareT0, 16))
+	s := h.take()
+	if s.GetSeq() != math.MaxUint64 {
+		t.Fatalf("seq %d after %d on the log", s.GetSeq(), uint64(math.MaxUint64))
+	}
+	if err := events.ValidateLoadShares(s, shareReplica, time.Time{}); err != nil {
+		t.Fatalf("the snapshot after the largest seq: %v", err)
 	}
 }
 
