@@ -1,7 +1,9 @@
 package events
 
 import (
+	"cmp"
 	"fmt"
+	"strings"
 	"time"
 
 	pb "github.com/pdrouter/pdrouter/events/eventspb"
@@ -123,23 +125,43 @@ func ValidateLoadShares(s *pb.LoadShares, key string, logTime time.Time) error {
 		return invalid(ReasonSharesTooManyWorkers, "shares", "load shares: %d shares, at most %d are allowed", n, MaxShareWorkers)
 	}
 	// A worker twice would make its row depend on which entry a peer
-	// applied last.
-	seen := make(map[workerKey]int, n)
+	// applied last. A writer sends its shares in worker order (TakeShares),
+	// where a worker twice would sit side by side: an ordered record is
+	// checked against its neighbours alone, any other against a map.
+	ordered := true
 	for i, e := range s.GetShares() {
 		w := e.GetWorker()
 		if err := validateRef(w, "worker"); err != nil {
 			return invalid(ReasonSharesBadWorker, "worker", "load shares: share %d: %v", i, err)
 		}
-		k := workerKey{w.GetWorkerId(), w.GetDpRank()}
-		if j, dup := seen[k]; dup {
-			return invalid(ReasonSharesDuplicateWorker, "worker", "load shares: shares %d and %d are both for worker %q rank %d", j, i, k.id, k.rank)
+		if i > 0 && ordered {
+			ordered = compareWorkers(s.Shares[i-1].GetWorker(), w) < 0
 		}
-		seen[k] = i
 		if err := validateShare(i, e); err != nil {
 			return err
 		}
 	}
+	if ordered {
+		return nil
+	}
+	seen := make(map[workerKey]int, n)
+	for i, e := range s.GetShares() {
+		k := workerKey{e.GetWorker().GetWorkerId(), e.GetWorker().GetDpRank()}
+		if j, dup := seen[k]; dup {
+			return invalid(ReasonSharesDuplicateWorker, "worker", "load shares: shares %d and %d are both for worker %q rank %d", j, i, k.id, k.rank)
+		}
+		seen[k] = i
+	}
 	return nil
+}
+
+// compareWorkers orders worker refs by id, then rank: the order in which a
+// writer sends its shares.
+func compareWorkers(a, b *pb.WorkerRef) int {
+	if c := strings.Compare(a.GetWorkerId(), b.GetWorkerId()); c != 0 {
+		return c
+	}
+	return cmp.Compare(a.GetDpRank(), b.GetDpRank())
 }
 
 type workerKey struct {

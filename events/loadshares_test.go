@@ -56,6 +56,14 @@ func TestLoadSharesBounds(t *testing.T) {
 	checkRoundTrip(t, s, s.WriterId, sharesLogTime, events.MarshalLoadShares, events.DecodeLoadShares)
 }
 
+// TestLoadSharesAnyOrder: a writer sends its shares in worker order, but a
+// record of distinct workers in another order is as valid.
+func TestLoadSharesAnyOrder(t *testing.T) {
+	s := validShares()
+	slices.Reverse(s.Shares)
+	checkRoundTrip(t, s, sharesKey, sharesLogTime, events.MarshalLoadShares, events.DecodeLoadShares)
+}
+
 // TestLoadSharesRefused: each rule refuses the whole record with its own
 // reason, and every reason of LoadSharesReasons has a case.
 func TestLoadSharesRefused(t *testing.T) {
@@ -79,6 +87,7 @@ func TestLoadSharesRefused(t *testing.T) {
 		{name: "bad worker id", edit: func(s *pb.LoadShares) { s.Shares[2].Worker.WorkerId = "a b" }, reason: events.ReasonSharesBadWorker},
 		{name: "bad dp rank", edit: func(s *pb.LoadShares) { s.Shares[1].Worker.DpRank = events.MaxDPSize }, reason: events.ReasonSharesBadWorker},
 		{name: "a worker twice", edit: func(s *pb.LoadShares) { s.Shares[2].Worker = &pb.WorkerRef{WorkerId: "decode-1", DpRank: 1} }, reason: events.ReasonSharesDuplicateWorker},
+		{name: "a worker twice, apart", edit: func(s *pb.LoadShares) { s.Shares[2].Worker = &pb.WorkerRef{WorkerId: "decode-1"} }, reason: events.ReasonSharesDuplicateWorker},
 		{name: "decode blocks past the bound", edit: func(s *pb.LoadShares) { s.Shares[0].DecodeBlocks = over }, reason: events.ReasonSharesBadCount},
 		{name: "prefill tokens past the bound", edit: func(s *pb.LoadShares) { s.Shares[2].PrefillTokens = over }, reason: events.ReasonSharesBadCount},
 		{name: "recent tokens past the bound", edit: func(s *pb.LoadShares) { s.Shares[0].RecentLocalTokens = over }, reason: events.ReasonSharesBadCount},

@@ -210,6 +210,9 @@ func ValidateWorkerID(id string) error {
 	if id == "." || id == ".." {
 		return invalid(ReasonWorkerID, "worker_id", "worker_id %q is reserved", id)
 	}
+	if printableASCII(id) {
+		return nil
+	}
 	for i, r := range id {
 		if r == unicode.ReplacementChar || !unicode.IsPrint(r) || unicode.IsSpace(r) {
 			return invalid(ReasonWorkerID, "worker_id", "worker_id %q has a non-printable or space character at byte %d", id, i)
@@ -220,6 +223,19 @@ func ValidateWorkerID(id string) error {
 		}
 	}
 	return nil
+}
+
+// printableASCII reports whether id is printable ASCII without a space or
+// '/': the ids of every fleet seen, checked a byte at a time. Any other id
+// takes the rune loop of ValidateWorkerID, which accepts the same ASCII ids
+// and finds the byte of a refused one.
+func printableASCII(id string) bool {
+	for i := 0; i < len(id); i++ {
+		if c := id[i]; c <= ' ' || c >= 0x7f || c == '/' {
+			return false
+		}
+	}
+	return true
 }
 
 // ValidateDPRank rejects a rank no worker can have (rank ≥ MaxDPSize).

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 	"google.golang.org/protobuf/proto"
@@ -160,6 +162,20 @@ func TestSamplesStayValid(t *testing.T) {
 		}
 		if err != nil {
 			t.Errorf("%s: %v", s.Name, err)
+		}
+	}
+}
+
+// TestWorkerIDEveryASCIIByte: each ASCII byte inside an id is accepted
+// exactly when it is a printable rune, not a space and not '/', the rule
+// for any rune, whichever path of ValidateWorkerID checks it.
+func TestWorkerIDEveryASCIIByte(t *testing.T) {
+	for c := rune(0); c < utf8.RuneSelf; c++ {
+		want := unicode.IsPrint(c) && !unicode.IsSpace(c) && c != '/'
+		for _, id := range []string{"a" + string(c) + "b", "é" + string(c)} {
+			if got := events.ValidateWorkerID(id) == nil; got != want {
+				t.Errorf("worker id %q: accepted %v, want %v", id, got, want)
+			}
 		}
 	}
 }

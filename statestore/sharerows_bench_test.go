@@ -1,0 +1,51 @@
+package statestore
+
+import (
+	"cmp"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"testing"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	pb "github.com/pdrouter/pdrouter/events/eventspb"
+)
+
+// BenchmarkApplyLoadShares: what a peer of --load-deltas snapshots spends
+// on a writer's snapshot, decoding, validation and the rows together: 7
+// writers, 1 ms of clock apart, each record of `shares` decode workers of
+// the 128 registered (a group commit's snapshot holds about 10 in bench
+// scale). cpu-ns/op is per record; ns/share divides it by its shares.
+//
+//	go test ./statestore -run '^$' -bench ApplyLoadShares -benchtime 20000x -count 6
+func BenchmarkApplyLoadShares(b *testing.B) {
+	for _, shares := range []int{3, 10, 40} {
+		b.Run(fmt.Sprintf("shares=%d", shares), func(b *testing.B) {
+			h := perfHarnessWith(b, Options{Source: SourceLoadShares, ReplicaID: shareReplica})
+			recs := shareRecords(h, b.N, shares)
+			benchApply(b, h, recs)
+			b.ReportMetric(b.Elapsed().Seconds()*1e9/float64(b.N*shares), "ns/share")
+		})
+	}
+}
+
+// shareRecords builds n snapshots of shares distinct decode workers each,
+// from 7 writers in turn, in worker order as a writer sends them.
+func shareRecords(h *harness, n, shares int) []*kgo.Record {
+	rng := rand.New(rand.NewPCG(uint64(shares), 5))
+	const writers = 7
+	recs := make([]*kgo.Record, 0, n)
+	for i := range n {
+		w := fmt.Sprintf("replica-%d", i%writers)
+		ss := make([]*pb.WorkerShare, 0, shares)
+		for _, k := range rng.Perm(perfDecode)[:shares] {
+			reqs := uint32(rng.IntN(4))
+			ss = append(ss, shr(fmt.Sprintf("decode-%03d", k), uint64(reqs)*uint64(rng.IntN(400)), reqs,
+				uint64(rng.IntN(2))*4096, 1+uint32(rng.IntN(8)), uint64(rng.IntN(2048))))
+		}
+		slices.SortFunc(ss, func(a, b *pb.WorkerShare) int { return cmp.Compare(a.Worker.WorkerId, b.Worker.WorkerId) })
+		recs = append(recs, h.record(w, sharesOf(w, uint64(1+i/writers), shareT0+int64(i)*1e6, ss...)))
+	}
+	return recs
+}
