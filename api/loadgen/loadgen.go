@@ -52,6 +52,10 @@ type Config struct {
 	// is not a steady state. 0 sends none.
 	InFlight int
 	Seed     uint64
+	// Rate, when above 0, bounds the route requests a second, all clients
+	// together, spaced evenly; 0 lets each client send as soon as its
+	// last answer arrives.
+	Rate float64
 	// RunID names this run in its request ids (bench-<RunID>-<n>); empty,
 	// a random one. Ids must not repeat across runs on one router: a
 	// repeated id is answered from the idempotency index, a replay that
@@ -215,6 +219,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	}
 	cfg.Log.Info("bench api: request ids", "pattern", "bench-"+cfg.RunID+"-<n>")
 	stop := make(chan struct{})
+	pace := newPacer(cfg.Rate)
 	var wg sync.WaitGroup
 	for c := 0; c < cfg.Clients; c++ {
 		wg.Add(1)
@@ -245,6 +250,9 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 					mu.Unlock()
 					return
 				default:
+				}
+				if pace != nil && !pace.wait(stop) {
+					continue // stopped: the select above returns
 				}
 				id := seq.Add(1)
 				start := time.Now()

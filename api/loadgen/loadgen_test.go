@@ -126,6 +126,24 @@ func TestRunReportsWindows(t *testing.T) {
 	}
 }
 
+// TestRunPaced: a paced run sends no more route requests than its rate
+// allows over the run (the stub alone answers thousands a second), and,
+// unless the machine stalls its clients, not far fewer.
+func TestRunPaced(t *testing.T) {
+	srv := replayingRouter(t)
+	cfg := Config{URL: srv.URL, DecodeWorkers: 2, PrefillWorkers: 1, BlockSize: 16, MinTokens: 32, MaxTokens: 64,
+		SharedPrefixes: 1, Clients: 4, Duration: 500 * time.Millisecond, Warmup: 50 * time.Millisecond, InFlight: 2, Seed: 1,
+		Rate: 200}
+	res, err := Run(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	allowed := cfg.Rate * res.Elapsed.Seconds()
+	if float64(res.Requests) > allowed+float64(cfg.Clients) || float64(res.Requests) < allowed/4 {
+		t.Fatalf("%d decisions in %s at %.0f/s; want about %.0f", res.Requests, res.Elapsed, cfg.Rate, allowed)
+	}
+}
+
 // Without cells the fleet is prefix000 … in order; with cells, every cell
 // gets its share, each id in the cell it is counted for, none twice.
 func TestWorkerIDs(t *testing.T) {

@@ -40,6 +40,10 @@ type scaleBench struct {
 	json     bool
 	validate bool
 	floor    bool // also measure floor replicas (benchfloor.go)
+	// floorPace paces the floor's load at floorRate, the decisions a second
+	// the replicas' group reached (set once it ran).
+	floorPace bool
+	floorRate float64
 	binary   string
 	profiles string // directory for the replicas' CPU profiles, or ""
 	memory   string // the replicas' --memory-limit
@@ -109,9 +113,12 @@ group commit of the workers its appends touched), fetch back every record
 of the topics the mode reads (with snapshots: every load-shares partition,
 only their own of load-deltas), and answer. Their a and p are
 the floor that HTTP and Kafka set on this machine; what the replicas spend
-above it is pdrouter's own work. --json then adds "floor":
-{"cpu_us_per_answered", "cpu_us_per_applied"} and "applied_over_floor"
-(p over the floor's p).`,
+above it is pdrouter's own work. The floor's load is paced at the decisions
+a second the replicas reached (--floor-pace), since part of a peer's cost
+is per second (its process's own work, idle or not) and a faster floor
+would spread its part over more decisions. --json then adds "floor":
+{"cpu_us_per_answered", "cpu_us_per_applied", "decisions_per_s"} and
+"applied_over_floor" (p over the floor's p).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return b.run(cmd.Context()) },
 	}
@@ -120,6 +127,7 @@ above it is pdrouter's own work. --json then adds "floor":
 	f.BoolVar(&b.json, "json", false, "print the model as one JSON object")
 	f.BoolVar(&b.validate, "validate", false, "also run groups of 2 and 3 replicas, and 2 and 4 replicas in 2 cells, and compare their CPU with the model's")
 	f.BoolVar(&b.floor, "floor", false, "also measure floor replicas, which do a replica's I/O (HTTP, appends, fetches) and none of its work, so that a and p split into that floor and pdrouter's own part")
+	f.BoolVar(&b.floorPace, "floor-pace", true, "pace the floor's load at the decisions a second the replicas reached, so that both p are per decision at one rate; false lets the floor's clients go as fast as it answers")
 	f.StringVar(&b.binary, "replica-binary", "", "pdrouter binary the replicas run (default: this one)")
 	f.StringVar(&b.memory, "replica-memory-limit", replicaMemoryLimit, "the replicas' --memory-limit (default: what auto sets under the shipped Deployment's 4Gi limit, so they collect at --gc-percent as deployed); none for Go's defaults")
 	f.StringVar(&b.loadDeltas, "load-deltas", "apply", "the replicas' and floor replicas' --load-deltas: apply (peers apply load deltas), snapshots (peers keep rows of each writer's load-share snapshots), write or off (peers apply whole decisions and outcomes)")
@@ -192,6 +200,9 @@ func (b *scaleBench) run(ctx context.Context) error {
 	var floor *scalemodel.Model
 	var fg groupRun
 	if b.floor {
+		if b.floorPace {
+			b.floorRate = g.res.Throughput
+		}
 		if fg, err = b.runGroup(ctx, 2, 1, false, true); err != nil {
 			return err
 		}
@@ -203,12 +214,12 @@ func (b *scaleBench) run(ctx context.Context) error {
 		if floor != nil {
 			// The object's keys stay those of the model; the floor is one
 			// more, set only by --floor.
-			s = fmt.Sprintf(`%s, "floor": {"cpu_us_per_answered": %.1f, "cpu_us_per_applied": %.1f}, "applied_over_floor": %.2f}`,
-				s[:len(s)-1], floor.AnsweredUS, floor.AppliedUS, m.AppliedUS/floor.AppliedUS)
+			s = fmt.Sprintf(`%s, "floor": {"cpu_us_per_answered": %.1f, "cpu_us_per_applied": %.1f, "decisions_per_s": %.0f}, "applied_over_floor": %.2f}`,
+				s[:len(s)-1], floor.AnsweredUS, floor.AppliedUS, fg.res.Throughput, m.AppliedUS/floor.AppliedUS)
 		}
 		byPart, _ := json.Marshal(roundedTenths(g.appliedByPart))
-		s = fmt.Sprintf(`%s, "load_deltas": %q, "appends_per_group": %.2f, "delta_entries_per_record": %.2f, "applied_us_by_part": %s, "applied_pebble_bytes_per_decision": %.0f}`,
-			s[:len(s)-1], b.loadDeltas, g.shape.appendsPerGroup, g.shape.entriesPerRecord, byPart, g.peerPebbleBytes)
+		s = fmt.Sprintf(`%s, "decisions_per_s": %.0f, "load_deltas": %q, "appends_per_group": %.2f, "delta_entries_per_record": %.2f, "applied_us_by_part": %s, "applied_pebble_bytes_per_decision": %.0f}`,
+			s[:len(s)-1], g.res.Throughput, b.loadDeltas, g.shape.appendsPerGroup, g.shape.entriesPerRecord, byPart, g.peerPebbleBytes)
 		fmt.Fprintln(b.a.stdout, s)
 	} else {
 		b.printModel(g, m)
@@ -348,6 +359,9 @@ func (b *scaleBench) runGroup(ctx context.Context, n, cells int, spread, floor b
 	}
 	cfg := b.cfg
 	cfg.URL, cfg.Cells = reps[0].url, cells
+	if floor {
+		cfg.Rate = b.floorRate
+	}
 	// Each cell gets the model's fleet, so its decisions cost what the
 	// model's do and the run checks the model's structure: a replica
 	// applies its own cell's decisions only. Splitting one fleet into
@@ -598,8 +612,12 @@ func peersApply(mode string) string {
 // printFloor prints the floor replicas' a and p beside the model's: what
 // is left is the part of each that pdrouter's own work costs.
 func (b *scaleBench) printFloor(fg groupRun, m, floor scalemodel.Model) {
-	fmt.Fprintf(b.a.stdout, "\nfloor: 2 floor replicas (a replica's HTTP, appends and fetches, none of its work), --load-deltas %s; %d decisions in %s (%.0f/s), load average %s\n",
-		b.loadDeltas, fg.decisions, fg.res.Elapsed.Round(time.Millisecond), fg.res.Throughput, loadAverage())
+	paced := "unpaced"
+	if b.floorRate > 0 {
+		paced = fmt.Sprintf("paced at the replicas' %.0f/s", b.floorRate)
+	}
+	fmt.Fprintf(b.a.stdout, "\nfloor: 2 floor replicas (a replica's HTTP, appends and fetches, none of its work), --load-deltas %s; %d decisions in %s (%.0f/s, %s), load average %s\n",
+		b.loadDeltas, fg.decisions, fg.res.Elapsed.Round(time.Millisecond), fg.res.Throughput, paced, loadAverage())
 	w := tabwriter.NewWriter(b.a.stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintf(w, "cpu µs per decision\treplicas\tfloor\tabove the floor\t\n")
 	for _, r := range []struct {

@@ -59,9 +59,11 @@ func checkBenchScale(t *testing.T, brokers []string, validate bool) {
 		P          float64            `json:"cpu_us_per_applied"`
 		Capacity   map[string]float64 `json:"capacity"`
 		Efficiency map[string]float64 `json:"efficiency"`
+		Rate       float64            `json:"decisions_per_s"`
 		Floor      *struct {
-			A float64 `json:"cpu_us_per_answered"`
-			P float64 `json:"cpu_us_per_applied"`
+			A    float64 `json:"cpu_us_per_answered"`
+			P    float64 `json:"cpu_us_per_applied"`
+			Rate float64 `json:"decisions_per_s"`
 		} `json:"floor"`
 		AppendsPerGroup  float64   `json:"appends_per_group"`
 		EntriesPerRecord float64   `json:"delta_entries_per_record"`
@@ -95,8 +97,13 @@ func checkBenchScale(t *testing.T, brokers []string, validate bool) {
 	}
 	// The floor replicas answered, appended and fetched (bench scale
 	// checks that each fetched every record its group appended).
-	if m.Floor == nil || m.Floor.A <= 0 || m.Floor.P <= 0 {
+	if m.Floor == nil || m.Floor.A <= 0 || m.Floor.P <= 0 || m.Rate <= 0 {
 		t.Fatalf("--floor: no plausible floor in the JSON object: %s", out)
+	}
+	// The floor's load was paced at the replicas' rate (--floor-pace): a
+	// floor replica does less per decision, and unpaced it answers faster.
+	if allowed := m.Rate*1.1 + 5; m.Floor.Rate > allowed {
+		t.Fatalf("--floor: the floor ran at %.0f decisions/s, the replicas at %.0f: not paced", m.Floor.Rate, m.Rate)
 	}
 	if !validate {
 		// Each replica of the model's group, and each floor replica,
