@@ -44,9 +44,9 @@ type scaleBench struct {
 	// the replicas' group reached (set once it ran).
 	floorPace bool
 	floorRate float64
-	binary   string
-	profiles string // directory for the replicas' CPU profiles, or ""
-	memory   string // the replicas' --memory-limit
+	binary    string
+	profiles  string // directory for the replicas' CPU profiles, or ""
+	memory    string // the replicas' --memory-limit
 	// loadDeltas is the replicas' (and floor replicas') --load-deltas.
 	loadDeltas string
 	brokers    []string
