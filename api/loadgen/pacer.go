@@ -8,14 +8,18 @@ import (
 // pacer spaces the clients' route requests evenly at a rate, all clients
 // together: a run paced at another run's rate compares the two per
 // decision at one rate, which matters once part of a process's cost is per
-// second rather than per decision. A client that falls behind is not owed
-// a burst: a slot never lies before the moment it is taken.
+// second rather than per decision. Slots missed while every client waited
+// for an answer are made up, but only those of the last maxPaceDebt: the
+// rate holds over a run without a burst of more than that.
 type pacer struct {
 	every time.Duration
 
 	mu   sync.Mutex
 	next time.Time // the next slot free
 }
+
+// maxPaceDebt bounds the slots a pacer makes up.
+const maxPaceDebt = 50 * time.Millisecond
 
 // newPacer is a pacer of rate requests a second; nil (no pacing) for a
 // rate ≤ 0.
@@ -32,8 +36,8 @@ func (p *pacer) wait(stop <-chan struct{}) bool {
 	p.mu.Lock()
 	now := time.Now()
 	slot := p.next
-	if slot.Before(now) {
-		slot = now
+	if oldest := now.Add(-maxPaceDebt); slot.Before(oldest) {
+		slot = oldest
 	}
 	p.next = slot.Add(p.every)
 	p.mu.Unlock()
