@@ -181,7 +181,10 @@ func BenchmarkApplyForeignDecisions(b *testing.B) {
 // benchApply applies recs in batches of 64 and flushes, reporting the
 // process's CPU time per record (cpu-ns/op; b.N must be len(recs)) and
 // the mean value size (B/record).
-func benchApply(b *testing.B, h *harness, recs []*kgo.Record) {
+func benchApply(b *testing.B, h *harness, recs []*kgo.Record) { benchApplyBy(b, h, recs, 64) }
+
+// benchApplyBy is benchApply applying poll records a call.
+func benchApplyBy(b *testing.B, h *harness, recs []*kgo.Record, poll int) {
 	bytes := 0
 	for _, r := range recs {
 		bytes += len(r.Value)
@@ -191,8 +194,8 @@ func benchApply(b *testing.B, h *harness, recs []*kgo.Record) {
 	runtime.GC()
 	cpu0 := processCPU()
 	b.ResetTimer()
-	for lo := 0; lo < len(recs); lo += 64 {
-		if err := h.s.Apply(recs[lo:min(lo+64, len(recs))]); err != nil {
+	for lo := 0; lo < len(recs); lo += poll {
+		if err := h.s.Apply(recs[lo:min(lo+poll, len(recs))]); err != nil {
 			b.Fatal(err)
 		}
 	}

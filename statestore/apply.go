@@ -50,6 +50,7 @@ func (s *Store) Apply(recs []*kgo.Record) error {
 	}
 	b := s.db.NewBatchWithSize(min(size, 256<<20))
 	defer b.Close()
+	rows := s.rowsOnly(recs)
 	touched := map[topicPartition]struct{}{}
 	counts := make([]int64, len(events.AllTopics))
 	// prep[k] is recs[lo+k] prepared; a chunk cut short keeps the rest.
@@ -132,7 +133,9 @@ func (s *Store) Apply(recs []*kgo.Record) error {
 		if st.viewDirty {
 			st.rebuildView()
 		}
-		s.checkSlotFlags(false)
+		if !rows {
+			s.checkSlotFlags(false)
+		}
 		s.logHealth(st.stats.healthTransitions)
 		s.met.addStats(&st.stats)
 		st.wm.Store(nil) // offsets moved
@@ -149,15 +152,30 @@ func (s *Store) Apply(recs []*kgo.Record) error {
 		}
 		_ = b.Set(offsetKey(tp.topic, tp.partition), i64Value(s.st.offsets[tp]), nil)
 	}
-	_ = b.Set(keyNow, i64Value(s.st.now), nil)
-	_ = b.Set(keyReqNow, i64Value(s.st.reqNow), nil)
+	if !rows {
+		_ = b.Set(keyNow, i64Value(s.st.now), nil)
+		_ = b.Set(keyReqNow, i64Value(s.st.reqNow), nil)
+	}
 	s.st.writeOpenCheckpoint(b, false)
-	offs := s.st.committedOffsets()
-	s.met.observeState(s.st)
+	// Nothing stored changed for a batch of rows alone (rowsOnly): its
+	// commit would write nothing and cost a pass over the offsets, the
+	// gauges and the commit pipeline, per fetch of every peer.
+	commit := !rows || !b.Empty()
+	offs := s.committed
+	if commit {
+		offs = s.st.committedOffsets()
+		s.met.observeState(s.st)
+	} else {
+		// The rows and the offsets of the batch are all it moved.
+		s.met.observeRows(s.st)
+		for tp := range touched {
+			s.met.observeOffset(tp, s.st.offsets[tp])
+		}
+	}
 	s.met.addStats(&s.st.stats)
 	s.mu.Unlock()
 
-	if testHookBeforeCommit != nil {
+	if testHookBeforeCommit != nil && commit {
 		testHookBeforeCommit()
 	}
 	s.commitMu.Lock()
@@ -165,7 +183,10 @@ func (s *Store) Apply(recs []*kgo.Record) error {
 		s.commitMu.Unlock()
 		return fmt.Errorf("statestore: apply on a closed store")
 	}
-	err := b.Commit(pebble.NoSync)
+	var err error
+	if commit {
+		err = b.Commit(pebble.NoSync)
+	}
 	if err == nil {
 		s.committed = offs
 	}
@@ -187,6 +208,24 @@ func (s *Store) Apply(recs []*kgo.Record) error {
 	}
 	s.met.applySeconds.Observe(time.Since(start).Seconds())
 	return nil
+}
+
+// rowsOnly reports whether recs are all load-shares records of a store
+// that keeps rows. They change the rows and nothing else: no stored offset
+// (topicNotStored), no clock (applyEnvelope observes no time of theirs),
+// and none of what the slot flags read (registrations, KV events, load
+// samples, the clock), so Apply leaves the flags, the stored keys and the
+// commit out.
+func (s *Store) rowsOnly(recs []*kgo.Record) bool {
+	if s.opts.Source != SourceLoadShares || len(recs) == 0 {
+		return false
+	}
+	for _, r := range recs {
+		if t, ok := s.opts.Names.Logical(r.Topic); !ok || t != events.TopicLoadShares {
+			return false
+		}
+	}
+	return true
 }
 
 // prefixWritesPool keeps the buffers of prefixWrites between Apply calls.

@@ -381,19 +381,29 @@ func (m *Metrics) observeState(st *state) {
 	if st.act.open != nil {
 		m.openRequests.Set(float64(len(st.act.entries)))
 	}
+	m.latency.observe(st)
+	m.observeRows(st)
+	for tp, n := range st.offsets {
+		m.observeOffset(tp, n)
+	}
+}
+
+// observeRows sets the gauges of the load-share rows.
+func (m *Metrics) observeRows(st *state) {
 	if r := st.shares; r != nil {
 		m.shareRowsHeld.Set(float64(len(r.rows)))
 		m.shareCounting.Set(float64(r.counting))
 	}
-	m.latency.observe(st)
-	for tp, n := range st.offsets {
-		g := m.offsets[tp]
-		if g == nil {
-			g = m.offset.WithLabelValues(string(tp.topic), strconv.Itoa(int(tp.partition)))
-			m.offsets[tp] = g
-		}
-		g.Set(float64(n))
+}
+
+// observeOffset sets the offset gauge of tp.
+func (m *Metrics) observeOffset(tp topicPartition, n int64) {
+	g := m.offsets[tp]
+	if g == nil {
+		g = m.offset.WithLabelValues(string(tp.topic), strconv.Itoa(int(tp.partition)))
+		m.offsets[tp] = g
 	}
+	g.Set(float64(n))
 }
 
 // workerSeriesIndex is the index of (pool, state) in workerSeries, or -1.

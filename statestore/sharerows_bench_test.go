@@ -16,17 +16,21 @@ import (
 // on a writer's snapshot, decoding, validation and the rows together: 7
 // writers, 1 ms of clock apart, each record of `shares` decode workers of
 // the 128 registered (a group commit's snapshot holds about 10 in bench
-// scale). cpu-ns/op is per record; ns/share divides it by its shares.
+// scale), applied `poll` records a call: a peer's fetches bring one or two
+// snapshots each at a writer's pace, so what a call costs apart from its
+// records counts. cpu-ns/op is per record; ns/share divides it by its
+// shares.
 //
 //	go test ./statestore -run '^$' -bench ApplyLoadShares -benchtime 20000x -count 6
 func BenchmarkApplyLoadShares(b *testing.B) {
-	for _, shares := range []int{3, 10, 40} {
-		b.Run(fmt.Sprintf("shares=%d", shares), func(b *testing.B) {
-			h := perfHarnessWith(b, Options{Source: SourceLoadShares, ReplicaID: shareReplica})
-			recs := shareRecords(h, b.N, shares)
-			benchApply(b, h, recs)
-			b.ReportMetric(b.Elapsed().Seconds()*1e9/float64(b.N*shares), "ns/share")
-		})
+	for _, poll := range []int{1, 64} {
+		for _, shares := range []int{3, 10, 40} {
+			b.Run(fmt.Sprintf("poll=%d/shares=%d", poll, shares), func(b *testing.B) {
+				h := perfHarnessWith(b, Options{Source: SourceLoadShares, ReplicaID: shareReplica})
+				benchApplyBy(b, h, shareRecords(h, b.N, shares), poll)
+				b.ReportMetric(b.Elapsed().Seconds()*1e9/float64(b.N*shares), "ns/share")
+			})
+		}
 	}
 }
 

@@ -115,6 +115,30 @@ func TestShareRowsReplaceBySeq(t *testing.T) {
 	h.wantCount("pdrouter_statestore_share_records_total", map[string]string{"result": "applied"}, 4)
 }
 
+// TestShareRowsCommitNothing: a batch of load-shares records alone moves
+// the rows and what readers see, and commits nothing: their offsets are
+// not stored and they move no clock, so a peer's fetch of a snapshot costs
+// no write.
+func TestShareRowsCommitNothing(t *testing.T) {
+	h := sharesHarness(t, Options{})
+	commits := 0
+	testHookBeforeCommit = func() { commits++ }
+	defer func() { testHookBeforeCommit = nil }()
+	h.apply(h.record("b", sharesOf("b", 1, shareT0, shr("w1", 10, 1, 0, 0, 0))))
+	h.apply(h.record("c", sharesOf("c", 1, shareT0, shr("w2", 4, 1, 0, 0, 0))), h.record("b", sharesOf("b", 2, shareT0+sec, shr("w1", 20, 2, 0, 0, 0))))
+	if commits != 0 {
+		t.Fatalf("batches of load shares alone committed %d times; they store nothing", commits)
+	}
+	// What a reader sees moved all the same.
+	h.wantActive("w1", load(20, 2, 0, 0, 0))
+	h.wantCount("pdrouter_statestore_share_rows", nil, 2)
+	h.apply(h.record("w1", registration("w1", pb.Pool_POOL_DECODE, 16, 0)), h.record("b", sharesOf("b", 3, shareT0+sec, shr("w1", 30, 3, 0, 0, 0))))
+	if commits != 1 {
+		t.Fatalf("a batch with a registration committed %d times, want 1", commits)
+	}
+	h.wantActive("w1", load(30, 3, 0, 0, 0))
+}
+
 // TestShareRowsExpire: a row counts while its writer's clock plus the
 // active expiry is ahead of sharesNow, its recent counts while the recent
 // window is; a record already expired when read counts nothing; a writer
