@@ -224,7 +224,7 @@ func (b *scaleBench) run(ctx context.Context) error {
 	} else {
 		b.printModel(g, m)
 		if floor != nil {
-			b.printFloor(fg, m, *floor)
+			b.printFloor(g, fg, m, *floor)
 		}
 	}
 	if !b.validate {
@@ -294,6 +294,8 @@ const pRising = 0.2
 // records to fetch and apply), so the bench prints them beside a and p.
 type commitShape struct {
 	appendsPerGroup, entriesPerRecord float64
+	// sharesPerSnapshot: workers a load-share snapshot held (snapshots).
+	sharesPerSnapshot float64
 }
 
 // shapeOf reads r's commit shape from its histograms' sums and counts;
@@ -311,6 +313,9 @@ func shapeOf(ctx context.Context, r *scaleReplica) commitShape {
 	}
 	if v, err := r.metrics(ctx, "pdrouter_load_delta_record_entries_sum", "pdrouter_load_delta_record_entries_count"); err == nil {
 		sh.entriesPerRecord = mean(v[0], v[1])
+	}
+	if v, err := r.metrics(ctx, "pdrouter_load_share_record_workers_sum", "pdrouter_load_share_record_workers_count"); err == nil {
+		sh.sharesPerSnapshot = mean(v[0], v[1])
 	}
 	return sh
 }
@@ -611,7 +616,7 @@ func peersApply(mode string) string {
 
 // printFloor prints the floor replicas' a and p beside the model's: what
 // is left is the part of each that pdrouter's own work costs.
-func (b *scaleBench) printFloor(fg groupRun, m, floor scalemodel.Model) {
+func (b *scaleBench) printFloor(g, fg groupRun, m, floor scalemodel.Model) {
 	paced := "unpaced"
 	if b.floorRate > 0 {
 		paced = fmt.Sprintf("paced at the replicas' %.0f/s", b.floorRate)
@@ -627,6 +632,17 @@ func (b *scaleBench) printFloor(fg groupRun, m, floor scalemodel.Model) {
 		fmt.Fprintf(w, "%s\t%.1f\t%.1f\t%.1f (%.0f%%)\t\n", r.name, r.got, r.base, r.got-r.base, 100*(r.got-r.base)/r.got)
 	}
 	_ = w.Flush()
+	// Pacing spaces requests evenly, where closed-loop clients send again
+	// together when one commit answers them: what each group commit holds
+	// shows whether the two runs batched alike.
+	shape := func(sh commitShape) string {
+		out := fmt.Sprintf("%.1f appends a group commit", sh.appendsPerGroup)
+		if b.loadDeltas == "snapshots" {
+			out += fmt.Sprintf(", %.1f workers a snapshot", sh.sharesPerSnapshot)
+		}
+		return out
+	}
+	fmt.Fprintf(b.a.stdout, "answering replica: %s; floor's: %s\n", shape(g.shape), shape(fg.shape))
 	fmt.Fprintf(b.a.stdout, "p / floor's p: %.2f; efficiency at 8 replicas: %.3f (the floor's own: %.3f)\n",
 		m.AppliedUS/floor.AppliedUS, m.Efficiency(8), floor.Efficiency(8))
 }
