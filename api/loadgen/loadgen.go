@@ -52,9 +52,10 @@ type Config struct {
 	// is not a steady state. 0 sends none.
 	InFlight int
 	Seed     uint64
-	// Rate, when above 0, bounds the route requests a second, all clients
-	// together, spaced evenly; 0 lets each client send as soon as its
-	// last answer arrives.
+	// Rate, when above 0, holds the route requests a second of all
+	// clients together near it by a think time each client waits once
+	// answered (pacer.go); 0 lets each client send as soon as its last
+	// answer arrives.
 	Rate float64
 	// RunID names this run in its request ids (bench-<RunID>-<n>); empty,
 	// a random one. Ids must not repeat across runs on one router: a
@@ -219,7 +220,10 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	}
 	cfg.Log.Info("bench api: request ids", "pattern", "bench-"+cfg.RunID+"-<n>")
 	stop := make(chan struct{})
-	pace := newPacer(cfg.Rate)
+	pace := newPacer(cfg.Clients, cfg.Rate)
+	if pace != nil {
+		go pace.control(&seq, stop)
+	}
 	var wg sync.WaitGroup
 	for c := 0; c < cfg.Clients; c++ {
 		wg.Add(1)
@@ -251,7 +255,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 					return
 				default:
 				}
-				if pace != nil && !pace.wait(stop) {
+				if pace != nil && i != c && !pace.wait(stop) {
 					continue // stopped: the select above returns
 				}
 				id := seq.Add(1)

@@ -126,9 +126,9 @@ func TestRunReportsWindows(t *testing.T) {
 	}
 }
 
-// TestRunPaced: a paced run sends no more route requests than its rate
-// allows over the run (the stub alone answers thousands a second), and,
-// unless the machine stalls its clients, not far fewer.
+// TestRunPaced: a paced run sends about its rate (the stub alone answers
+// thousands a second): not much more, and, unless the machine stalls its
+// clients, not far fewer.
 func TestRunPaced(t *testing.T) {
 	srv := replayingRouter(t)
 	cfg := Config{URL: srv.URL, DecodeWorkers: 2, PrefillWorkers: 1, BlockSize: 16, MinTokens: 32, MaxTokens: 64,
@@ -139,7 +139,7 @@ func TestRunPaced(t *testing.T) {
 		t.Fatal(err)
 	}
 	allowed := cfg.Rate * res.Elapsed.Seconds()
-	if float64(res.Requests) > allowed+float64(cfg.Clients)+cfg.Rate*maxPaceDebt.Seconds() || float64(res.Requests) < allowed/4 {
+	if float64(res.Requests) > allowed*1.25+float64(cfg.Clients) || float64(res.Requests) < allowed/4 {
 		t.Fatalf("%d decisions in %s at %.0f/s; want about %.0f", res.Requests, res.Elapsed, cfg.Rate, allowed)
 	}
 }

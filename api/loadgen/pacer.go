@@ -1,47 +1,46 @@
 package loadgen
 
 import (
-	"sync"
+	"sync/atomic"
 	"time"
 )
 
-// pacer spaces the clients' route requests evenly at a rate, all clients
-// together: a run paced at another run's rate compares the two per
-// decision at one rate, which matters once part of a process's cost is per
-// second rather than per decision. Slots missed while every client waited
-// for an answer are made up, but only those of the last maxPaceDebt: the
-// rate holds over a run without a burst of more than that.
+// pacer holds a closed-loop run at a rate by a think time: each client,
+// once answered, waits the same think time before it sends again, and a
+// controller moves the think time until the clients together send rate
+// requests a second.
+//
+// A run paced at another run's rate compares the two per decision at one
+// rate, which matters once part of a process's cost is per second rather
+// than per decision. Spacing the requests evenly would do that too, but in
+// another regime: closed-loop clients answered by one group commit send
+// again together, so their next requests share a commit, where evenly
+// spaced ones batch less. With a think time the clients stay a closed
+// loop, and answered together they wait together and send together.
 type pacer struct {
-	every time.Duration
-
-	mu   sync.Mutex
-	next time.Time // the next slot free
+	clients float64
+	cycle   time.Duration // the cycle of a client at the rate: clients / rate
+	think   atomic.Int64  // ns
 }
 
-// maxPaceDebt bounds the slots a pacer makes up.
-const maxPaceDebt = 50 * time.Millisecond
+// paceEvery is how often the controller compares the rate with its aim.
+const paceEvery = 250 * time.Millisecond
 
-// newPacer is a pacer of rate requests a second; nil (no pacing) for a
-// rate ≤ 0.
-func newPacer(rate float64) *pacer {
-	if rate <= 0 {
+// newPacer is a pacer of clients at rate requests a second; nil (no
+// pacing) for a rate ≤ 0. The think time starts at a whole cycle, as if
+// answers took no time, so the rate starts below its aim, never above.
+func newPacer(clients int, rate float64) *pacer {
+	if rate <= 0 || clients <= 0 {
 		return nil
 	}
-	return &pacer{every: time.Duration(float64(time.Second) / rate)}
+	p := &pacer{clients: float64(clients), cycle: time.Duration(float64(clients) / rate * float64(time.Second))}
+	p.think.Store(int64(p.cycle))
+	return p
 }
 
-// wait takes the next slot and sleeps until it; false if stop closed
-// first.
+// wait sleeps the think time; false if stop closed first.
 func (p *pacer) wait(stop <-chan struct{}) bool {
-	p.mu.Lock()
-	now := time.Now()
-	slot := p.next
-	if oldest := now.Add(-maxPaceDebt); slot.Before(oldest) {
-		slot = oldest
-	}
-	p.next = slot.Add(p.every)
-	p.mu.Unlock()
-	d := time.Until(slot)
+	d := time.Duration(p.think.Load())
 	if d <= 0 {
 		return true
 	}
@@ -52,5 +51,28 @@ func (p *pacer) wait(stop <-chan struct{}) bool {
 		return true
 	case <-stop:
 		return false
+	}
+}
+
+// control moves the think time every paceEvery by half the difference
+// between the cycle at the aim and the cycle measured (sent counts the
+// requests sent so far), within [0, cycle], until stop closes.
+func (p *pacer) control(sent *atomic.Int64, stop <-chan struct{}) {
+	tick := time.NewTicker(paceEvery)
+	defer tick.Stop()
+	last, at := sent.Load(), time.Now()
+	for {
+		select {
+		case <-stop:
+			return
+		case now := <-tick.C:
+			n := sent.Load()
+			if n > last {
+				measured := time.Duration(p.clients * float64(now.Sub(at)) / float64(n-last))
+				think := time.Duration(p.think.Load()) + (p.cycle-measured)/2
+				p.think.Store(int64(min(max(think, 0), p.cycle)))
+			}
+			last, at = n, now
+		}
 	}
 }
