@@ -116,7 +116,10 @@ the floor that HTTP and Kafka set on this machine; what the replicas spend
 above it is pdrouter's own work. The floor's load is paced at the decisions
 a second the replicas reached (--floor-pace), since part of a peer's cost
 is per second (its process's own work, idle or not) and a faster floor
-would spread its part over more decisions. --json then adds "floor":
+would spread its part over more decisions; its clients stay a closed loop,
+held at that rate by a think time after each answer, and what a group
+commit held in each run is printed, so that the two can be seen to batch
+alike. --json then adds "floor":
 {"cpu_us_per_answered", "cpu_us_per_applied", "decisions_per_s"} and
 "applied_over_floor" (p over the floor's p).`,
 		Args: cobra.NoArgs,
