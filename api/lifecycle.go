@@ -38,12 +38,12 @@ func (s *Server) requestEvent(c *gin.Context) {
 		return
 	}
 	for name, v := range map[string]*float64{"ttft_ms": body.TTFTMs, "itl_ms_mean": body.ITLMsMean} {
-		if v != nil && (math.IsNaN(*v) || *v < 0 || *v > 1e9) {
+		if v != nil && (math.IsNaN(*v) || *v < 0 || *v > events.MaxLifecycleMs) {
 			fail(c, unprocessable("invalid_value", name, "must be a number of milliseconds in [0, 1e9]"))
 			return
 		}
 	}
-	if body.OutputTokens != nil && (*body.OutputTokens < 0 || *body.OutputTokens > 1<<40) {
+	if body.OutputTokens != nil && (*body.OutputTokens < 0 || *body.OutputTokens > events.MaxOutputTokens) {
 		fail(c, unprocessable("invalid_value", "output_tokens", "must be ≥ 0"))
 		return
 	}
