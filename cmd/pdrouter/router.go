@@ -323,7 +323,7 @@ func (r *routerRun) run(ctx context.Context) error {
 	defer mat.Close()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	errc := make(chan error, 4)
+	errc := make(chan error, 8)
 	goRun := func(what string, fn func() error) {
 		go func() {
 			if err := wrap(what, fn()); err != nil {
@@ -371,6 +371,7 @@ func (r *routerRun) run(ctx context.Context) error {
 	}
 	apiOpts := []api.Option{
 		api.WithLogger(a.log), api.WithMetrics(reg, registry), api.WithReplicaID(f.replicaID), api.WithLoadDeltas(f.writeDeltas),
+		api.WithForwardEvents(f.source == statestore.SourceLoadShares),
 		api.WithAuthToken(f.authToken), api.WithReadyLag(f.readyLag), api.WithAfterTimeout(f.afterTimeout),
 		api.WithAuditTimeout(f.auditTimeout), api.WithBodyLimit(f.bodyLimit), api.WithMaxTokens(f.maxTokens), api.WithMaxWorkers(f.maxWorkers),
 		api.WithReadTimeout(f.httpReadTimeout), api.WithMaxHeaderBytes(f.httpMaxHeaderBytes), api.WithMaxAfterPartitions(f.maxAfterPartitions),
@@ -403,6 +404,16 @@ func (r *routerRun) run(ctx context.Context) error {
 	}, apiOpts...)
 	if err != nil {
 		return err
+	}
+	if f.source == statestore.SourceLoadShares {
+		// Lifecycle events posted to a peer for this replica's requests
+		// come through forwards (api/forwards.go).
+		fwd, err := kgo.NewClient(append(slices.Clone(r.connOpts), append(api.ForwardReaderOpts(a.names(), f.replicaID), kafkaconn.Metrics(reg, "forwards"))...)...)
+		if err != nil {
+			return err
+		}
+		defer fwd.Close()
+		goRun("forwards", func() error { return srv.RunForwards(ctx, fwd) })
 	}
 	ln, err := net.Listen("tcp", a.httpAddr)
 	if err != nil {
@@ -600,7 +611,7 @@ func requiredTopics(writeDeltas bool, src statestore.Source) []events.Topic {
 		out = append(out, events.TopicLoadDeltas)
 	}
 	if src == statestore.SourceLoadShares {
-		out = append(out, events.TopicLoadShares)
+		out = append(out, events.TopicLoadShares, events.TopicForwards)
 	}
 	return out
 }
