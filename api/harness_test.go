@@ -40,6 +40,7 @@ type harness struct {
 	names   events.Names
 	store   *statestore.Store
 	srv     *httptest.Server
+	api     *api.Server
 	client  *http.Client
 	reg     *prometheus.Registry
 }
@@ -134,6 +135,7 @@ func newHarness(t *testing.T, brokers []string, o harnessOpt) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
+	h.api = srv
 	h.srv = httptest.NewUnstartedServer(srv.Handler())
 	if o.listener != nil {
 		h.srv.Listener = o.listener(h.srv.Listener)
