@@ -72,25 +72,6 @@ func (l *flakyLog) Append(ctx context.Context, recs ...*kgo.Record) ([]api.Posit
 	return l.next.Append(ctx, recs...)
 }
 
-// activeOn is the active decode blocks h counts on worker.
-func activeOn(t *testing.T, h *harness, worker string) int64 {
-	t.Helper()
-	var ws struct {
-		Workers []struct {
-			WorkerID           string `json:"worker_id"`
-			ActiveDecodeBlocks int64  `json:"active_decode_blocks"`
-		} `json:"workers"`
-	}
-	h.mustDo(http.StatusOK, "GET", "/v1/workers", nil, &ws)
-	for _, w := range ws.Workers {
-		if w.WorkerID == worker {
-			return w.ActiveDecodeBlocks
-		}
-	}
-	t.Fatalf("worker %s not listed", worker)
-	return 0
-}
-
 // A replica that forwards answers 202 with forwarded and the record's
 // offset on forwards, where the event is as posted, keyed by the request
 // id, dated by the replica's clock and signed with its id; a forward the

@@ -311,3 +311,22 @@ func decodeJSON(t *testing.T, resp *http.Response, out any) {
 		t.Fatalf("status %d: body is not JSON: %v", resp.StatusCode, err)
 	}
 }
+
+// activeOn is the active decode blocks h counts on worker.
+func activeOn(t *testing.T, h *harness, worker string) int64 {
+	t.Helper()
+	var ws struct {
+		Workers []struct {
+			WorkerID           string `json:"worker_id"`
+			ActiveDecodeBlocks int64  `json:"active_decode_blocks"`
+		} `json:"workers"`
+	}
+	h.mustDo(http.StatusOK, "GET", "/v1/workers", nil, &ws)
+	for _, w := range ws.Workers {
+		if w.WorkerID == worker {
+			return w.ActiveDecodeBlocks
+		}
+	}
+	t.Fatalf("worker %s not listed", worker)
+	return 0
+}
