@@ -137,9 +137,21 @@ func (s *Server) RunForwards(ctx context.Context, cl *kgo.Client) error {
 		if ctx.Err() != nil {
 			return nil
 		}
+		failed := false
 		fs.EachError(func(topic string, p int32, err error) {
+			failed = true
 			warn.warn("reading forwarded lifecycle events", "topic", topic, "partition", p, "err", err)
 		})
+		if failed && fs.Empty() {
+			// A poll that brought errors alone (the group cannot join,
+			// the topic is gone) is not retried at once.
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(forwardRetryMax):
+			}
+			continue
+		}
 		var handled []*kgo.Record
 		stopped := false
 		for it := fs.RecordIter(); !it.Done() && !stopped; {
