@@ -181,7 +181,9 @@ func TestForwardReader(t *testing.T) {
 	log.failN.Store(2) // the first two attempts to append mine's outcome fail
 
 	read := func() (stop func()) {
-		cl := kafkatest.Client(t, brokers, api.ForwardReaderOpts(h.names, "router-a")...)
+		// A short fetch wait: kfake held the second reader's first fetch
+		// for the whole default wait (5 s) though the record was there.
+		cl := kafkatest.Client(t, brokers, append(api.ForwardReaderOpts(h.names, "router-a"), kgo.FetchMaxWait(100*time.Millisecond))...)
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
 		go func() { done <- h.api.RunForwards(ctx, cl) }()
