@@ -179,22 +179,7 @@ func TestLifecycleFreesActiveAccounting(t *testing.T) {
 	after := fleet(h)
 	var r routeResp
 	h.mustDo(http.StatusOK, "POST", "/v1/route", map[string]any{"request_id": "r1", "token_ids": tokens(160, 0), "after": after}, &r)
-	active := func() int64 {
-		var ws struct {
-			Workers []struct {
-				WorkerID           string `json:"worker_id"`
-				ActiveDecodeBlocks int64  `json:"active_decode_blocks"`
-			} `json:"workers"`
-		}
-		h.mustDo(http.StatusOK, "GET", "/v1/workers", nil, &ws)
-		for _, w := range ws.Workers {
-			if w.WorkerID == r.DecodeWorker {
-				return w.ActiveDecodeBlocks
-			}
-		}
-		t.Fatalf("worker %s not listed", r.DecodeWorker)
-		return 0
-	}
+	active := func() int64 { return activeOn(t, h, r.DecodeWorker) }
 	if a := active(); a != 10 {
 		t.Fatalf("active decode blocks after routing 160 tokens = %d, want 10", a)
 	}

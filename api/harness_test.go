@@ -40,6 +40,7 @@ type harness struct {
 	names   events.Names
 	store   *statestore.Store
 	srv     *httptest.Server
+	api     *api.Server
 	client  *http.Client
 	reg     *prometheus.Registry
 }
@@ -134,6 +135,7 @@ func newHarness(t *testing.T, brokers []string, o harnessOpt) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
+	h.api = srv
 	h.srv = httptest.NewUnstartedServer(srv.Handler())
 	if o.listener != nil {
 		h.srv.Listener = o.listener(h.srv.Listener)
@@ -308,4 +310,23 @@ func decodeJSON(t *testing.T, resp *http.Response, out any) {
 	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
 		t.Fatalf("status %d: body is not JSON: %v", resp.StatusCode, err)
 	}
+}
+
+// activeOn is the active decode blocks h counts on worker.
+func activeOn(t *testing.T, h *harness, worker string) int64 {
+	t.Helper()
+	var ws struct {
+		Workers []struct {
+			WorkerID           string `json:"worker_id"`
+			ActiveDecodeBlocks int64  `json:"active_decode_blocks"`
+		} `json:"workers"`
+	}
+	h.mustDo(http.StatusOK, "GET", "/v1/workers", nil, &ws)
+	for _, w := range ws.Workers {
+		if w.WorkerID == worker {
+			return w.ActiveDecodeBlocks
+		}
+	}
+	t.Fatalf("worker %s not listed", worker)
+	return 0
 }

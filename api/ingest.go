@@ -388,20 +388,36 @@ func (s *Server) appendRecords(c *gin.Context, r ...*kgoRecord) {
 	// Nothing this replica writes lands in another cell's partitions.
 	// Handlers check the cell earlier only where another refusal (an
 	// unknown worker, the worker cap) would otherwise answer first.
+	pos, err := s.appendInCell(c.Request.Context(), r...)
+	if err != nil {
+		fail(c, err)
+		return
+	}
+	c.JSON(http.StatusAccepted, gin.H{"offsets": offsetsBody(pos)})
+}
+
+// appendInCell is appendLog for records keyed by a worker, refused (421
+// wrong_cell) when a key is in another cell than the replica's.
+func (s *Server) appendInCell(ctx context.Context, r ...*kgoRecord) ([]Position, error) {
 	for _, rec := range r {
 		if err := s.checkKeyCell(rec.Key); err != nil {
-			fail(c, err)
-			return
+			return nil, err
 		}
 	}
-	ctx, cancel := context.WithTimeout(c.Request.Context(), s.cfg.auditTimeout)
+	return s.appendLog(ctx, r...)
+}
+
+// appendLog makes r durable within the audit timeout and notes where it
+// landed among this replica's own writes; a failure is 503
+// log_unavailable, and none of r is then reported as written.
+func (s *Server) appendLog(ctx context.Context, r ...*kgoRecord) ([]Position, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.auditTimeout)
 	defer cancel()
 	pos, err := s.deps.Log.Append(ctx, r...)
 	if err != nil {
 		s.cfg.log.Error("ingest append failed", "err", err)
-		fail(c, unavailable("log_unavailable", "the event log did not take the record; retry", 1))
-		return
+		return nil, unavailable("log_unavailable", "the event log did not take the record; retry", 1)
 	}
 	s.own.note(pos)
-	c.JSON(http.StatusAccepted, gin.H{"offsets": offsetsBody(pos)})
+	return pos, nil
 }

@@ -42,6 +42,9 @@ type config struct {
 	// loadDeltas: append a load delta with every decision and lifecycle
 	// event (loaddeltas.go).
 	loadDeltas bool
+	// forwardEvents: forward lifecycle events for requests this replica
+	// holds no decision for (forwards.go).
+	forwardEvents bool
 	// door, when set, serves the OpenAI front door with these options
 	// (WithDoor).
 	door []door.Option
@@ -97,6 +100,13 @@ func WithAuthToken(token string) Option { return func(c *config) { c.authToken =
 // for peers that learn load from deltas (statestore.SourceLoadDeltas).
 // Default off.
 func WithLoadDeltas(on bool) Option { return func(c *config) { c.loadDeltas = on } }
+
+// WithForwardEvents makes a lifecycle event for a request this replica
+// holds no decision for go to the forwards topic (202, forwarded) instead
+// of 404 unknown_request, for the replica that decided it to apply
+// (forwards.go): what a replica of --load-deltas snapshots, which holds
+// only its own requests, needs behind a balancer. Default off.
+func WithForwardEvents(on bool) Option { return func(c *config) { c.forwardEvents = on } }
 
 // WithReplicaID names this replica in the decisions it records.
 func WithReplicaID(id string) Option { return func(c *config) { c.replicaID = id } }

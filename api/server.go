@@ -55,7 +55,9 @@ type Server struct {
 	deltaMet deltaMetrics
 	// rejects counts refused requests (refusals.go).
 	rejects *rejects.Counter
-	engine  *gin.Engine
+	// forwards counts forwarded lifecycle events by result (forwards.go).
+	forwards *prometheus.CounterVec
+	engine   *gin.Engine
 	// decisions reuses decider.Decision values (and their scratch memory)
 	// across requests, so the hot path does not allocate per worker.
 	decisions sync.Pool
@@ -109,7 +111,8 @@ func New(deps Deps, opts ...Option) (*Server, error) {
 		r := prometheus.NewRegistry()
 		cfg.registerer, cfg.gatherer = r, r
 	}
-	s := &Server{deps: deps, cfg: cfg, metrics: newMetrics(cfg.registerer), deltaMet: newDeltaMetrics(cfg.registerer), rejects: rejects.For(cfg.registerer)}
+	s := &Server{deps: deps, cfg: cfg, metrics: newMetrics(cfg.registerer), deltaMet: newDeltaMetrics(cfg.registerer), rejects: rejects.For(cfg.registerer),
+		forwards: newForwardMetrics(cfg.registerer)}
 	s.metrics.initDecisions(deps.Decider.Config().Disagg.Policy)
 	s.rejects.Init(rejects.HTTP, httpRefusals...)
 	s.expecter, _ = deps.State.(DecisionExpecter)

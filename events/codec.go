@@ -33,6 +33,7 @@ var schemas = map[Topic][]protoreflect.FullName{
 	TopicOutcomes:   {(&pb.OutcomeEvent{}).ProtoReflect().Descriptor().FullName()},
 	TopicLoadDeltas: {loadDeltaName},
 	TopicLoadShares: {loadSharesName},
+	TopicForwards:   {(&pb.ForwardedEvent{}).ProtoReflect().Descriptor().FullName()},
 }
 
 // sideSchemas lists, per topic, the other messages a topic carries next to
@@ -68,6 +69,8 @@ func newMessage(name protoreflect.FullName) proto.Message {
 		return &pb.LoadShares{}
 	case "pdrouter.events.v1.WorkerHealth":
 		return &pb.WorkerHealth{}
+	case "pdrouter.events.v1.ForwardedEvent":
+		return &pb.ForwardedEvent{}
 	}
 	return nil
 }

@@ -1,6 +1,7 @@
 package events_test
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -44,6 +45,16 @@ func FuzzDecode(f *testing.F) {
 			f.Fatal(err)
 		}
 		f.Add(uint8(1), string(s.Msg.ProtoReflect().Descriptor().FullName()), v)
+	}
+	// Forwarded lifecycle events on their own topic: hostile kinds,
+	// numbers and ids are refused, never applied.
+	fwd := uint8(slices.Index(events.AllTopics, events.TopicForwards))
+	for _, v := range [][]byte{
+		{0x0a, 0x01, 'r', 0x10, 0x02, 0x19, 0, 0, 0, 0, 0, 0, 0xf8, 0x7f, 0x3a, 0x01, 'f'}, // ttft NaN
+		{0x0a, 0x01, 'r', 0x10, 0x63, 0x3a, 0x01, 'f'},                                     // kind 99
+		{0x0a, 0x01, 'r', 0x10, 0x01, 0x20, 0xff, 0xff, 0xff, 0xff, 0x0f, 0x3a, 0x01, 'f'}, // tokens
+	} {
+		f.Add(fwd, events.SchemaOf(events.TopicForwards), v)
 	}
 	f.Add(uint8(2), "", []byte(nil))
 	f.Add(uint8(1), "pdrouter.events.v2.LoadSample", []byte{0x0a, 0x00})

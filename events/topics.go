@@ -28,11 +28,16 @@ const (
 	// replica. Peers of source load-shares keep one row per (replica,
 	// worker) from it instead of a fact per request (docs/scaling.md).
 	TopicLoadShares Topic = "load-shares"
+	// TopicForwards carries lifecycle events posted to a replica of
+	// snapshots that holds no decision for the request (ForwardedEvent),
+	// keyed by the request id. Every such replica reads it whole, and the
+	// one that decided the request applies the event (docs/scaling.md).
+	TopicForwards Topic = "forwards"
 )
 
 // AllTopics lists every topic in a fixed order. Code that walks topics uses
 // this slice, never a map, so its output does not depend on map order.
-var AllTopics = []Topic{TopicKvEvents, TopicLoad, TopicWorkers, TopicDecisions, TopicOutcomes, TopicLoadDeltas, TopicLoadShares}
+var AllTopics = []Topic{TopicKvEvents, TopicLoad, TopicWorkers, TopicDecisions, TopicOutcomes, TopicLoadDeltas, TopicLoadShares, TopicForwards}
 
 // ParseTopic accepts a logical topic name.
 func ParseTopic(s string) (Topic, error) {

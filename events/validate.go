@@ -66,6 +66,7 @@ const (
 	ReasonHealth       = "invalid_health"
 	ReasonNegativeTime = "negative_timestamp"
 	ReasonFutureTime   = "future_timestamp"
+	ReasonNumber       = "invalid_number"
 	reasonNoRule       = "no_rule"
 )
 
@@ -126,6 +127,8 @@ func Validate(m proto.Message) error {
 		return nil
 	case *pb.WorkerHealth:
 		return validateHealth(v)
+	case *pb.ForwardedEvent:
+		return validateForward(v)
 	}
 	return invalid(reasonNoRule, "", "events: no validation rule for %T", m)
 }
@@ -183,6 +186,8 @@ func EventTime(m proto.Message) int64 {
 		return v.GetEventTimeUnixNano()
 	case *pb.WorkerHealth:
 		return v.GetObservedAtUnixNano()
+	case *pb.ForwardedEvent:
+		return v.GetEventTimeUnixNano()
 	}
 	return 0
 }
@@ -362,6 +367,52 @@ func validateKv(v *pb.KvEventRecord) error {
 		default:
 			return invalid(ReasonKvEvent, "events", "events[%d]: no event set", i)
 		}
+	}
+	return nil
+}
+
+// The bounds of a lifecycle event's measurements, as POST
+// /v1/requests/{id}/events takes them and a forwarded event carries them:
+// times in milliseconds in [0, MaxLifecycleMs], output tokens in [0,
+// MaxOutputTokens].
+const (
+	MaxLifecycleMs  = 1e9
+	MaxOutputTokens = 1 << 40
+)
+
+// validateForward checks a forwarded lifecycle event: the ids bounded as in
+// every record, one of the three kinds a client may post, and the
+// measurements within the HTTP body's bounds, so that what a replica
+// applies from the topic is what it would have taken from a client.
+func validateForward(v *pb.ForwardedEvent) error {
+	if v.GetRequestId() == "" {
+		return invalid(ReasonMissingID, "request_id", "forwarded event: request_id is required")
+	}
+	if v.GetForwardedBy() == "" {
+		return invalid(ReasonMissingID, "forwarded_by", "forwarded event for %s: forwarded_by is required", v.GetRequestId())
+	}
+	if err := maxLen(v.GetRequestId(), "request_id", MaxIDLen); err != nil {
+		return err
+	}
+	if err := maxLen(v.GetForwardedBy(), "forwarded_by", MaxNameLen); err != nil {
+		return err
+	}
+	switch v.GetKind() {
+	case pb.OutcomeEvent_KIND_PREFILL_DONE, pb.OutcomeEvent_KIND_COMPLETED, pb.OutcomeEvent_KIND_CANCELLED:
+	default:
+		return invalid(ReasonKind, "kind", "forwarded event for %s: kind %d is not prefill_done, completed or cancelled", v.GetRequestId(), v.GetKind())
+	}
+	for _, f := range []struct {
+		name string
+		v    *float64
+	}{{"ttft_ms", v.TtftMs}, {"itl_ms_mean", v.ItlMsMean}} {
+		// NaN fails both comparisons' negation: !(x >= 0) holds for it.
+		if f.v != nil && !(*f.v >= 0 && *f.v <= MaxLifecycleMs) {
+			return invalid(ReasonNumber, f.name, "forwarded event for %s: %s %v is not in [0, %g]", v.GetRequestId(), f.name, *f.v, float64(MaxLifecycleMs))
+		}
+	}
+	if v.OutputTokens != nil && *v.OutputTokens > MaxOutputTokens {
+		return invalid(ReasonNumber, "output_tokens", "forwarded event for %s: output_tokens %d is over %d", v.GetRequestId(), *v.OutputTokens, uint64(MaxOutputTokens))
 	}
 	return nil
 }

@@ -83,6 +83,12 @@ var defaults = []struct {
 	// hour holds every live row: replicas read the topic from its start at
 	// every open instead of storing the rows.
 	{events.TopicLoadShares, 4, "delete", time.Hour},
+	// Forwarded lifecycle events are keyed by request id and read whole
+	// by every replica of snapshots, which resumes from its committed
+	// offsets: an hour outlasts any restart that still finds the request
+	// open (--router-active-request-expiry, 300 s by default), and bounds
+	// what a replica with new offsets reads from the start.
+	{events.TopicForwards, 4, "delete", time.Hour},
 }
 
 // Declarations returns the declared topics in a fixed order.

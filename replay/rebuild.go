@@ -195,7 +195,7 @@ func rebuildAt(ctx context.Context, conn []kgo.Opt, opts statestore.Options, w *
 	if err != nil {
 		return nil, err
 	}
-	bounds, err := listBounds(ctx, kadm.NewClient(cl), opts.Names, events.AllTopics...)
+	bounds, err := listBounds(ctx, kadm.NewClient(cl), opts.Names, watermarkTopics(want)...)
 	cl.Close()
 	if err != nil {
 		return nil, err
@@ -310,4 +310,18 @@ func openSnapshotCopy(snap, storeDir string, opts statestore.Options) (*statesto
 		return nil, fmt.Errorf("opened at %s, not at the manifest's %s", got, man.Offsets)
 	}
 	return s, nil
+}
+
+// watermarkTopics are the topics want names, in events.AllTopics order:
+// those whose bounds a rebuild reads. A topic no store applies (forwards)
+// is in no watermark, and a deployment that never created it still
+// explains its decisions.
+func watermarkTopics(want target) []events.Topic {
+	var out []events.Topic
+	for _, t := range events.AllTopics {
+		if len(want[t]) > 0 {
+			out = append(out, t)
+		}
+	}
+	return out
 }

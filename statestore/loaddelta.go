@@ -72,6 +72,11 @@ func (s Source) Applies(t events.Topic) bool {
 		return s == SourceLoadDeltas || s == SourceLoadShares
 	case events.TopicLoadShares:
 		return s == SourceLoadShares
+	case events.TopicForwards:
+		// Forwarded lifecycle events are read by the API's forward reader,
+		// which appends what they mean to the deciding replica's own
+		// partitions; a store applies that, never the forward.
+		return false
 	}
 	return true
 }

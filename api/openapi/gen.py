@@ -65,6 +65,9 @@ schemas = {
         "message": STR, "field": STR}, ["code", "message"])}, ["error"]),
     "Offsets": OFFSETS,
     "IngestAccepted": obj({"offsets": OFFSETS}, ["offsets"]),
+    "LifecycleAccepted": obj({"offsets": OFFSETS, "forwarded": {
+        "type": "boolean", "description": "true: this replica (of --load-deltas snapshots) holds no decision for the request and "
+        "appended the event to the forwards topic, whose offset `offsets` names, for the replica that decided it to apply"}}, ["offsets"]),
     "RouteRequest": obj({
         "request_id": {"type": "string", "maxLength": 256, "description": "optional; the same id again returns the stored decision"},
         "model": {"type": "string", "description": "may be left out when one model is served"},
@@ -235,7 +238,8 @@ doc = {
             "200": {**resp("the explanation", ref("Explanation")), "headers": DECISION_SOURCE}, **DECISION_ERRS},
             params=[DECISION_ID])},
         "/v1/requests/{request_id}/events": {"post": op("A request lifecycle event (frees accounting)", {
-            "202": resp("written; the offsets it was written at", ref("IngestAccepted")), **errors("400", "401", "404", "413", "415", "421", "422", "503", body=True)},
+            "202": resp("written, or forwarded to the replica that decided; the offsets it was written at", ref("LifecycleAccepted")),
+            **errors("400", "401", "404", "413", "415", "421", "422", "503", body=True)},
             body=ref("RequestEvent"), params=[ID("request_id", "the request id of a routed request")])},
         "/v1/workers": {
             "post": op("Register a worker (the last registration wins)", {"202": resp("written", ref("IngestAccepted")), **INGEST_ERRS},

@@ -38,18 +38,18 @@ func TestMigrateCommandTwiceThenDrift(t *testing.T) {
 		env := map[string]string{"PDR_BROKERS": strings.Join(brokers, ","), "PDR_TOPIC_PREFIX": prefix}
 		args := []string{"migrate", "--replication-factor", "1", "--min-insync-replicas", "1"}
 		out, _, err := run(t, env, args...)
-		if err != nil || !strings.Contains(out, "7 created, 0 unchanged, 0 drifted") {
+		if err != nil || !strings.Contains(out, "8 created, 0 unchanged, 0 drifted") {
 			t.Fatalf("first migrate: %v\n%s", err, out)
 		}
 		var second string
 		for i := 0; i < 50; i++ { // until the new topics show in metadata
 			second, _, err = run(t, env, args...)
-			if err == nil && strings.Contains(second, "0 created, 7 unchanged, 0 drifted") {
+			if err == nil && strings.Contains(second, "0 created, 8 unchanged, 0 drifted") {
 				break
 			}
 			time.Sleep(200 * time.Millisecond)
 		}
-		if err != nil || !strings.Contains(second, "0 created, 7 unchanged, 0 drifted") {
+		if err != nil || !strings.Contains(second, "0 created, 8 unchanged, 0 drifted") {
 			t.Fatalf("second migrate changed something: %v\n%s", err, second)
 		}
 		// Planted drift: exit status 3, the difference printed, --allow-drift exits 0.
@@ -168,13 +168,13 @@ func TestDevStartsMigratesAndRestarts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"DEVELOPMENT BROKER", "not for production", "kafka      127.0.0.1:", "7 created, 0 already there", "api        http://127.0.0.1:"} {
+	for _, want := range []string{"DEVELOPMENT BROKER", "not for production", "kafka      127.0.0.1:", "8 created, 0 already there", "api        http://127.0.0.1:"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("dev output lacks %q:\n%s", want, out)
 		}
 	}
 	out, _, err = run(t, nil, args...)
-	if err != nil || !strings.Contains(out, "0 created, 7 already there") {
+	if err != nil || !strings.Contains(out, "0 created, 8 already there") {
 		t.Fatalf("restart on the same data dir: %v\n%s", err, out)
 	}
 }

@@ -130,7 +130,7 @@ func (f *routerFlags) bindFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&f.latencyWindow, "latency-model-window", latmodel.DefaultBuckets*latmodel.DefaultBucketWidth, "event time of outcomes the slo policy's latency model learns from (a multiple of 30s). Give every replica the same value: it shapes the state they compare")
 	fs.IntVar(&f.latencyMaxEntries, "latency-model-max-entries", latmodel.DefaultMaxEntries, "most decisions and outcomes the latency model holds while it joins them. Past it, each bucket of the window keeps the decisions of the smallest id hashes, the same on every replica (pdrouter_latency_model_dropped_total{reason=\"sampled\"}); ids that are not ULIDs are dropped first-come (reason=\"max_entries\")")
 	fs.StringVar(&f.cell, "cell", "0/1", "the cell of the log this replica applies and answers for, i/n: partitions p with p mod n = i of every topic, and so the workers whose ids hash there (docs/scaling.md, Cells). n must divide every topic's partition count; every replica of a cell gives the same value. 0/1 is the whole log")
-	fs.StringVar(&f.loadDeltas, "load-deltas", "apply", "how the replicas of a group share load (docs/scaling.md, Load deltas): off (apply peers' whole decisions and outcomes, write no deltas), write (the same, and append a load delta with every decision and lifecycle event: the first step of a migration), apply (append deltas and apply peers' deltas instead of their decisions and outcomes, which stay on the log for audit; the group then scales), snapshots (append deltas to this replica's own partition of load-deltas, which it alone reads back, and with every group commit one load-shares record of its share of each worker's load; peers keep a row per replica and worker; needs a distinct --replica-id per replica and no --bootstrap-from). Every replica of a group gives the same value but for write beside apply; a store built in the other mode is refused: delete it to rebuild by replay")
+	fs.StringVar(&f.loadDeltas, "load-deltas", "apply", "how the replicas of a group share load (docs/scaling.md, Load deltas): off (apply peers' whole decisions and outcomes, write no deltas), write (the same, and append a load delta with every decision and lifecycle event: the first step of a migration), apply (append deltas and apply peers' deltas instead of their decisions and outcomes, which stay on the log for audit; the group then scales), snapshots (append deltas to this replica's own partition of load-deltas, which it alone reads back, and with every group commit one load-shares record of its share of each worker's load; peers keep a row per replica and worker; a lifecycle event for a peer's request goes to the forwards topic for that peer to apply; needs a distinct --replica-id per replica and no --bootstrap-from). Every replica of a group gives the same value but for write beside apply; a store built in the other mode is refused: delete it to rebuild by replay")
 	fs.StringVar(&f.peerRequests, "peer-requests", "memory", "with --load-deltas apply, where a replica keeps the requests the group decided, for their load: memory (open requests, ended in their partition's order and checkpointed every 5s of the log's clock; a restart reads the load deltas since the last checkpoint again; lookups by request id, for idempotent retries and lifecycle events, find a decision while its request is open and --idempotency-window after it was decided, and by decision id past that the decisions topic is searched) or pebble (a fact per request written to the store, the earlier layout). Give every replica the same value: it shapes the state they compare; a store built with the other is rebuilt by replay")
 	fs.DurationVar(&f.idempotencyWindow, "idempotency-window", decider.RecentLocalWindow, "with --peer-requests memory, how long after its decision a request stays held, ended or not, so that a retry under its request_id is answered with its decision and a lifecycle event finds it (--decision-retention otherwise). From 30s to --decision-retention; longer costs memory, ~0.7 KB of heap a decision held, and a checkpoint write per decision held past a minute. Give every replica the same value: it shapes the state they compare")
 	fs.IntVar(&f.maxWorkers, "max-workers", statestore.DefaultMaxWorkers, "most registered worker ids: a registration of a new id beyond it is answered 422 too_many_workers and skipped by every replica that applies it. Give every replica the same value: it shapes the state they compare")
@@ -323,7 +323,7 @@ func (r *routerRun) run(ctx context.Context) error {
 	defer mat.Close()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	errc := make(chan error, 4)
+	errc := make(chan error, 8)
 	goRun := func(what string, fn func() error) {
 		go func() {
 			if err := wrap(what, fn()); err != nil {
@@ -371,6 +371,7 @@ func (r *routerRun) run(ctx context.Context) error {
 	}
 	apiOpts := []api.Option{
 		api.WithLogger(a.log), api.WithMetrics(reg, registry), api.WithReplicaID(f.replicaID), api.WithLoadDeltas(f.writeDeltas),
+		api.WithForwardEvents(f.source == statestore.SourceLoadShares),
 		api.WithAuthToken(f.authToken), api.WithReadyLag(f.readyLag), api.WithAfterTimeout(f.afterTimeout),
 		api.WithAuditTimeout(f.auditTimeout), api.WithBodyLimit(f.bodyLimit), api.WithMaxTokens(f.maxTokens), api.WithMaxWorkers(f.maxWorkers),
 		api.WithReadTimeout(f.httpReadTimeout), api.WithMaxHeaderBytes(f.httpMaxHeaderBytes), api.WithMaxAfterPartitions(f.maxAfterPartitions),
@@ -403,6 +404,16 @@ func (r *routerRun) run(ctx context.Context) error {
 	}, apiOpts...)
 	if err != nil {
 		return err
+	}
+	if f.source == statestore.SourceLoadShares {
+		// Lifecycle events posted to a peer for this replica's requests
+		// come through forwards (api/forwards.go).
+		fwd, err := kgo.NewClient(append(slices.Clone(r.connOpts), append(api.ForwardReaderOpts(a.names(), f.replicaID), kafkaconn.Metrics(reg, "forwards"))...)...)
+		if err != nil {
+			return err
+		}
+		defer fwd.Close()
+		goRun("forwards", func() error { return srv.RunForwards(ctx, fwd) })
 	}
 	ln, err := net.Listen("tcp", a.httpAddr)
 	if err != nil {
@@ -600,7 +611,7 @@ func requiredTopics(writeDeltas bool, src statestore.Source) []events.Topic {
 		out = append(out, events.TopicLoadDeltas)
 	}
 	if src == statestore.SourceLoadShares {
-		out = append(out, events.TopicLoadShares)
+		out = append(out, events.TopicLoadShares, events.TopicForwards)
 	}
 	return out
 }

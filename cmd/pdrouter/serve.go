@@ -24,8 +24,11 @@ under --data-dir (or bootstraps from a peer's snapshot with
 --bootstrap-from), and answers POST /v1/route and the rest of the API on
 --http-addr. Every decision is durable on the decisions topic, with its
 load delta, before it is answered. /readyz answers 200
-once the state is within --ready-lag records of the log. With --ingest it
-also runs ingest in the same process.`,
+once the state is within --ready-lag records of the log. With snapshots, a
+lifecycle event for a request this replica did not decide goes to the
+forwards topic (202, forwarded), which every replica reads in a consumer
+group of its own, and the replica that decided it applies it. With --ingest
+it also runs ingest in the same process.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if a.kafka.Embedded() {

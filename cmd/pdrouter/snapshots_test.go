@@ -40,8 +40,8 @@ func TestLoadDeltasSnapshotsReachTheStore(t *testing.T) {
 		t.Fatalf("snapshots: write deltas %v, source %s, replica %q, epoch %d; want true, load-shares, router-7 and an epoch in [%d, %d]",
 			rf.writeDeltas, o.Source, o.ReplicaID, o.SharesEpoch, before, after)
 	}
-	if got := requiredTopics(rf.writeDeltas, rf.source); !slices.Equal(got, []events.Topic{events.TopicLoadDeltas, events.TopicLoadShares}) {
-		t.Fatalf("snapshots requires %v; want load-deltas and load-shares", got)
+	if got := requiredTopics(rf.writeDeltas, rf.source); !slices.Equal(got, []events.Topic{events.TopicLoadDeltas, events.TopicLoadShares, events.TopicForwards}) {
+		t.Fatalf("snapshots requires %v; want load-deltas, load-shares and forwards", got)
 	}
 	rf, o = options("--load-deltas", "apply", "--replica-id", "router-7")
 	if o.ReplicaID != "" || o.SharesEpoch != 0 {

@@ -145,6 +145,9 @@ func All() []Sample {
 			ClockUnixNano: 1764400009000000000, Shares: []*pb.WorkerShare{
 				{Worker: &pb.WorkerRef{WorkerId: "decode-1", DpRank: 1}, DecodeBlocks: 257, Requests: 1, RecentDecisions: 1},
 				{Worker: &pb.WorkerRef{WorkerId: "prefill-2"}, PrefillTokens: 3076, RecentDecisions: 1}}}},
+		{"forwards", []byte("r-123"), &pb.ForwardedEvent{RequestId: "r-123", Kind: pb.OutcomeEvent_KIND_COMPLETED,
+			TtftMs: f64(182.5), OutputTokens: u64(311), ItlMsMean: f64(21.4), EventTimeUnixNano: 1764400009000000000,
+			ForwardedBy: "router-1"}},
 	}
 }
 

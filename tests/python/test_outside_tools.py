@@ -27,6 +27,7 @@ MESSAGE = {
     "outcomes": "OutcomeEvent",
     "load-deltas": "LoadDelta",
     "load-shares": "LoadShares",
+    "forwards": "ForwardedEvent",
 }
 
 
@@ -42,7 +43,7 @@ def pb(tmp_path_factory):
     import importlib
 
     mods = {}
-    for name in ["common", "kv_events", "load", "workers", "decisions", "outcomes", "health", "load_deltas", "load_shares"]:
+    for name in ["common", "kv_events", "load", "workers", "decisions", "outcomes", "health", "load_deltas", "load_shares", "forwards"]:
         mods[name] = importlib.import_module(f"pdrouter.events.v1.{name}_pb2")
     return mods
 
