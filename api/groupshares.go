@@ -27,6 +27,8 @@ type SharesSource interface {
 	// SharesNotSent hands back a snapshot that was not written, so that
 	// its workers go again with the next one.
 	SharesNotSent(*pb.LoadShares)
+	// SharesSent says that a snapshot is on the log.
+	SharesSent(*pb.LoadShares)
 	// SharesChanged is signalled when a share changes; nil never fires.
 	SharesChanged() <-chan struct{}
 }
@@ -152,6 +154,7 @@ func (l *GroupLog) sharesProduced(snap *pb.LoadShares, err error) {
 		l.shares.src.SharesNotSent(snap)
 		return
 	}
+	l.shares.src.SharesSent(snap)
 	l.shareRecords.Add(1)
 	l.met.shares.records.WithLabelValues(shareWritten).Inc()
 	l.met.shares.workers.Observe(float64(len(snap.GetShares())))

@@ -28,6 +28,7 @@ type scriptedShares struct {
 	seq     uint64
 	taken   int // TakeShares calls
 	notSent []*pb.LoadShares
+	sent    int // SharesSent calls
 	mangle  func(*pb.LoadShares) // when set, applied to each snapshot given
 }
 
@@ -61,12 +62,24 @@ func (s *scriptedShares) SharesNotSent(snap *pb.LoadShares) {
 	s.notSent = append(s.notSent, snap)
 }
 
+func (s *scriptedShares) SharesSent(*pb.LoadShares) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.sent++
+}
+
 func (s *scriptedShares) SharesChanged() <-chan struct{} { return s.changed }
 
 func (s *scriptedShares) counts() (taken int, notSent []*pb.LoadShares) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.taken, append([]*pb.LoadShares(nil), s.notSent...)
+}
+
+func (s *scriptedShares) sentCount() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.sent
 }
 
 // sharingSetup migrates a fake broker and returns it, its names, a
@@ -145,6 +158,10 @@ func TestGroupLogSharesRideWithTheGroup(t *testing.T) {
 	if _, notSent := src.counts(); len(notSent) != 0 {
 		t.Fatalf("%d snapshots handed back, none failed", len(notSent))
 	}
+	// Each written snapshot was reported to its source as on the log.
+	if n := src.sentCount(); n != appends {
+		t.Fatalf("SharesSent called %d times for %d snapshots written", n, appends)
+	}
 }
 
 // A snapshot whose produce fails goes back to its source, is counted as
@@ -161,8 +178,8 @@ func TestGroupLogHandsBackAFailedSnapshot(t *testing.T) {
 		t.Fatalf("the append failed with its snapshot: %v", err)
 	}
 	taken, notSent := src.counts()
-	if taken != 1 || len(notSent) != 1 || notSent[0].GetSeq() != 1 {
-		t.Fatalf("%d snapshots taken, %v handed back; want the one taken handed back", taken, notSent)
+	if taken != 1 || len(notSent) != 1 || notSent[0].GetSeq() != 1 || src.sentCount() != 0 {
+		t.Fatalf("%d snapshots taken, %v handed back, %d reported on the log; want the one taken handed back", taken, notSent, src.sentCount())
 	}
 	if w, f, u := shareResults(l); w != 0 || f != 1 || u != 0 {
 		t.Fatalf("written %v failed %v unencodable %v; want 0 1 0", w, f, u)

@@ -46,6 +46,9 @@ type ownShares struct {
 	// their zero share goes again.
 	resend []workerRank
 	next   uint64
+	// inflight: the shares of the snapshots taken and neither
+	// acknowledged (SharesSent) nor handed back (SharesNotSent) yet.
+	inflight int
 	// keepAt: the earliest store clock a nonzero share sent is due again
 	// (0: none sent).
 	keepAt  int64
@@ -220,6 +223,7 @@ func (st *state) takeShares(writer string) *pb.LoadShares {
 		}
 		out.Shares[i] = shareOf(it.wr, c)
 	}
+	o.inflight += len(out.Shares)
 	return out
 }
 
@@ -246,6 +250,31 @@ func (st *state) keepalive(clock int64) {
 	}
 }
 
+// SharesSent says that a snapshot TakeShares returned is on the log.
+func (s *Store) SharesSent(ls *pb.LoadShares) {
+	if s.opts.Source != SourceLoadShares || ls == nil {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.st.own.landed(ls)
+}
+
+// landed takes a snapshot's shares out of the ones in flight.
+func (o *ownShares) landed(ls *pb.LoadShares) {
+	o.inflight = max(o.inflight-len(ls.GetShares()), 0)
+}
+
+// unsentShares is pdrouter_statestore_share_unsent_workers: the workers
+// whose share changed since the last snapshot taken, and those of the
+// snapshots in flight.
+func (s *Store) unsentShares() float64 {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	o := s.st.own
+	return float64(len(o.dirty) + len(o.resend) + o.inflight)
+}
+
 // SharesNotSent hands back a snapshot TakeShares returned that was not
 // written: its workers are sent again, with their share as it is then, in
 // the next snapshot (with a new seq: seqs are never reused).
@@ -257,6 +286,7 @@ func (s *Store) SharesNotSent(ls *pb.LoadShares) {
 	defer s.mu.Unlock()
 	st := s.st
 	o := st.own
+	o.landed(ls)
 	wasEmpty := len(o.dirty) == 0 && len(o.resend) == 0
 	for _, e := range ls.GetShares() {
 		wr := workerRank{e.GetWorker().GetWorkerId(), e.GetWorker().GetDpRank()}

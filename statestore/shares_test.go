@@ -133,6 +133,26 @@ func testTakeShares(t *testing.T, open bool) {
 	}
 }
 
+// TestSharesUnsent: pdrouter_statestore_share_unsent_workers counts the
+// workers changed since the last snapshot taken, then those of the
+// snapshot in flight, until the log acknowledges it (SharesSent) or it
+// comes back (SharesNotSent): it is 0 only once peers can read every
+// share this writer changed.
+func TestSharesUnsent(t *testing.T) {
+	h := sharesHarness(t, Options{SharesEpoch: 1000})
+	const unsent = "pdrouter_statestore_share_unsent_workers"
+	h.wantCount(unsent, nil, 0)
+	h.put("w1", ownDecision(shareReplica, "d1", "w1", "p1", shareT0, 100))
+	h.wantCount(unsent, nil, 2) // w1 and p1
+	s := h.take()
+	h.wantCount(unsent, nil, 2) // in flight
+	h.s.SharesNotSent(s)
+	h.wantCount(unsent, nil, 2) // back, waiting
+	s = h.take()
+	h.s.SharesSent(s)
+	h.wantCount(unsent, nil, 0)
+}
+
 // TestSharesOfUnregisteredWorker: the slot of a worker nobody registered
 // stays while its share is to be sent, even when the request that made it
 // is dropped in the same chunk as its share changes (an open request

@@ -302,6 +302,12 @@ func Open(dir string, o Options) (*Store, error) {
 	s.met = newMetrics(o.Registerer, o.DecodeMetrics)
 	s.met.cell.Set(float64(o.Cell.Index))
 	s.met.cells.Set(float64(max(o.Cell.Count, 1)))
+	if o.Source == SourceLoadShares && o.Registerer != nil {
+		o.Registerer.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "pdrouter_statestore_share_unsent_workers",
+			Help: "Workers whose share this replica changed and the log has not acknowledged in a snapshot yet (--load-deltas snapshots): waiting for the next group commit, or in flight. Peers count this replica's latest share of every worker once it is 0 and they have read the log's end.",
+		}, s.unsentShares))
+	}
 	if o.Source == SourceLoadShares {
 		// Its refusals exist at 0 from the start: the records the decoder
 		// refuses, and the other writers' deltas on its partition.

@@ -74,6 +74,9 @@ func (s *floorShares) SharesNotSent(snap *pb.LoadShares) {
 	}
 }
 
+// SharesSent implements api.SharesSource: a floor keeps nothing in flight.
+func (s *floorShares) SharesSent(*pb.LoadShares) {}
+
 // SharesChanged implements api.SharesSource: never, since every change
 // comes with an append, whose commit takes the snapshot.
 func (s *floorShares) SharesChanged() <-chan struct{} { return nil }

@@ -114,6 +114,9 @@ func testReplicasAgree(t *testing.T, mode string) {
 	compared := 0
 	for k := 0; k < 3*len(prompts) && compared < len(prompts); k++ {
 		toks := prompts[k%len(prompts)]
+		if snapshots {
+			waitSharesSent(t, all...)
+		}
 		applied := waitSynced(t, all...)
 		if snapshots {
 			waitSameActive(t, all...)
@@ -186,6 +189,9 @@ func testReplicasAgree(t *testing.T, mode string) {
 	}
 	if afterB[dw] <= beforeB[dw] {
 		t.Errorf("B's active decode blocks on %s stayed %d → %d after applying A's decision from %s", dw, beforeB[dw], afterB[dw], peerTopic)
+	}
+	if snapshots {
+		waitSharesSent(t, all...)
 	}
 	waitSynced(t, all...)
 	if snapshots {
@@ -320,6 +326,9 @@ func testReplicasAgree(t *testing.T, mode string) {
 		}
 	}
 	wg.Wait()
+	if snapshots {
+		waitSharesSent(t, all...)
+	}
 	waitSynced(t, all...)
 	races := metricSum(t, a.url, "pdrouter_active_decision_races_total") + metricSum(t, b.url, "pdrouter_active_decision_races_total") - racesBefore
 	if snapshots {
@@ -636,9 +645,35 @@ func (r *replica) shared(resp map[string]any) map[string]any {
 	return out
 }
 
+// waitSharesSent waits until no replica of --load-deltas snapshots has a
+// share it changed that the log has not acknowledged: a replica counts its
+// own requests from the moment it decides, its peers only from its
+// snapshot, so views agree at equal offsets only once every snapshot is
+// on the log (then waitSynced) and applied. Equal views alone are no
+// sign of it: right after each replica decided one request of its own,
+// each counts that one alone, and all agree until the snapshots land.
+func waitSharesSent(t *testing.T, rs ...*replica) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		unsent := 0.0
+		for _, r := range rs {
+			unsent += metricSum(t, r.url, "pdrouter_statestore_share_unsent_workers")
+		}
+		if unsent == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the replicas still had %v shares unsent after 10s", unsent)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 // waitSameActive waits until every replica counts the same active decode
 // blocks on every worker: with snapshots, once each replica's latest
-// snapshot, appended after its latest decision, is applied by the others.
+// snapshot, appended after its latest decision, is applied by the others
+// (waitSharesSent, then waitSynced, comes first).
 func waitSameActive(t *testing.T, rs ...*replica) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
