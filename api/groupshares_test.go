@@ -28,7 +28,7 @@ type scriptedShares struct {
 	seq     uint64
 	taken   int // TakeShares calls
 	notSent []*pb.LoadShares
-	sent    int // SharesSent calls
+	sent    int                  // SharesSent calls
 	mangle  func(*pb.LoadShares) // when set, applied to each snapshot given
 }
 
