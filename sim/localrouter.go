@@ -37,7 +37,10 @@ type LocalRouter struct {
 	// lat is the online latency model, fed as the product's state feeds it: each
 	// decision's features, then its outcomes' TTFT and ITL, stamped with simulated
 	// time (docs/slo-policy.md). The slo policy reads its fit.
-	lat   *latmodel.Model
+	lat *latmodel.Model
+	// lats, with Replicas.OwnModels, is each replica's model instead of lat.
+	lats  []*latmodel.Model
+	turn  int // the next replica with lats and one shared view
 	fleet *Fleet
 	// reps is the replicas' accounting; nil: one router, whose accounting is
 	// view.active.
@@ -61,6 +64,11 @@ func NewLocalRouter(cfg decider.Config, hidePrefill bool, opts ...LocalRouterOpt
 	}
 	if err := lr.replicas.Validate(); err != nil {
 		return nil, err
+	}
+	if lr.replicas.OwnModels {
+		for range lr.replicas.N {
+			lr.lats = append(lr.lats, latmodel.New(latmodel.Config{}))
+		}
 	}
 	return lr, nil
 }
@@ -118,6 +126,14 @@ func (lr *LocalRouter) Route(_ context.Context, r *Request, tokens []uint32) (De
 			v.peers = lr.reps.rows[replica]
 		}
 	}
+	if lr.lats != nil {
+		if lr.reps == nil {
+			// One shared view: the replicas still take turns, each with its model.
+			replica = lr.turn
+			lr.turn = (lr.turn + 1) % len(lr.lats)
+		}
+		v.lat = lr.lats[replica]
+	}
 	if err := lr.dc.DecideInto(&lr.dec, v, req); err != nil {
 		return Decision{}, err
 	}
@@ -152,7 +168,7 @@ func (lr *LocalRouter) Route(_ context.Context, r *Request, tokens []uint32) (De
 		act[prefillAt].prefillTok += prefillTok
 	})
 	lr.inflight[r.ID] = ent
-	lr.learnDecision(r.ID, d)
+	lr.learnDecision(r.ID, replica, d)
 	return out, nil
 }
 
@@ -163,7 +179,7 @@ func (lr *LocalRouter) eventTime() int64 {
 
 // learnDecision gives the model the decision's features, read from its rows as the
 // state reads them from the record.
-func (lr *LocalRouter) learnDecision(id string, d *decider.Decision) {
+func (lr *LocalRouter) learnDecision(id string, replica int, d *decider.Decision) {
 	var drow, prow *decider.Candidate
 	for i := range d.Candidates {
 		c := &d.Candidates[i]
@@ -180,8 +196,18 @@ func (lr *LocalRouter) learnDecision(id string, d *decider.Decision) {
 	}
 	in := decider.PathInputs(path, d.PromptTokens, d.EffectiveISL, drow, prow)
 	now := lr.eventTime()
-	lr.lat.Advance(now)
-	lr.lat.Decision(id, now, path, &in)
+	m := lr.model(replica)
+	m.Advance(now)
+	m.Decision(id, now, path, &in)
+}
+
+// model is the latency model replica learns with: its own with
+// Replicas.OwnModels, else the one of every decision.
+func (lr *LocalRouter) model(replica int) *latmodel.Model {
+	if lr.lats != nil {
+		return lr.lats[replica]
+	}
+	return lr.lat
 }
 
 // PrefillDone implements Router: the prefilling worker stops carrying the prompt.
@@ -211,10 +237,20 @@ func (lr *LocalRouter) Completed(ctx context.Context, r *Request, outputTokens i
 	delete(lr.inflight, r.ID)
 }
 
+// learnOutcome gives an outcome to the model of the replica that decided
+// the request (with own models, none once the request is gone).
 func (lr *LocalRouter) learnOutcome(id string, ttftMs, itlMs float64) {
+	m := lr.lat
+	if lr.lats != nil {
+		ent := lr.inflight[id]
+		if ent == nil {
+			return
+		}
+		m = lr.lats[ent.replica]
+	}
 	now := lr.eventTime()
-	lr.lat.Advance(now)
-	lr.lat.Outcome(id, now, ttftMs, itlMs)
+	m.Advance(now)
+	m.Outcome(id, now, ttftMs, itlMs)
 }
 
 // fleetView is the decider.View of the fleet.

@@ -18,8 +18,9 @@ import (
 //
 // Only the router-side active accounting lags (active blocks, prefill tokens,
 // requests, recent local prefills and decisions). The engines' prefix caches and load
-// samples stay exact, and the latency model is one for all replicas, fed at once:
-// they have pipelines of their own, which this does not measure.
+// samples stay exact, and the latency model is one for all replicas, fed at once
+// (they have pipelines of their own, which this does not measure), unless
+// Replicas.OwnModels gives each the model of its own decisions alone.
 
 // Replicas is a set of virtual router replicas that each see their own decisions and
 // lifecycle events at once and their peers' Lag of simulated time later. Requests
@@ -38,6 +39,10 @@ type Replicas struct {
 	// counted as that peer counts them, blocks deduplicated by hash within the peer's
 	// requests but not across peers, and no peer's hashes for active-prefix matching.
 	PeerShares bool
+	// OwnModels gives each replica a latency model of its own, fed with the
+	// decisions it made and their outcomes only, as a replica of serve
+	// --load-deltas snapshots learns; otherwise one model learns every decision.
+	OwnModels bool
 }
 
 // MaxReplicas bounds Replicas.N: each replica keeps its own view of every worker.
@@ -66,6 +71,9 @@ func (r Replicas) Validate() error {
 	if r.PeerShares && r.shared() {
 		return errors.New("--replica-shares: needs --replicas above 1 and a --replica-lag above 0, or no replica sees a peer's load")
 	}
+	if r.OwnModels && r.N <= 1 {
+		return errors.New("--replica-models: needs --replicas above 1, or the one replica's model is every decision's")
+	}
 	if r.PeerHashes > 0 && r.shared() {
 		// One shared view has no peers: the cut would change nothing, silently.
 		return fmt.Errorf("--replica-hashes %d: needs --replicas above 1 and a --replica-lag above 0, or no replica sees a peer's chain", r.PeerHashes)
@@ -87,15 +95,19 @@ func (r Replicas) String() string {
 }
 
 // cutNote is ", peers' chains cut to K hashes" when they are, ", peers' load as
-// shares" when it is, else "".
+// shares" when it is, else "", then ", a latency model each" when they have.
 func (r Replicas) cutNote() string {
-	if r.PeerShares {
-		return ", peers' load as shares"
+	note := ""
+	switch {
+	case r.PeerShares:
+		note = ", peers' load as shares"
+	case r.PeerHashes > 0:
+		note = fmt.Sprintf(", peers' chains cut to %d hashes", r.PeerHashes)
 	}
-	if r.PeerHashes == 0 {
-		return ""
+	if r.OwnModels {
+		note += ", a latency model each"
 	}
-	return fmt.Sprintf(", peers' chains cut to %d hashes", r.PeerHashes)
+	return note
 }
 
 // peerShare is the chain and the blocks without a hash that a replica counts for a

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/pdrouter/pdrouter/decider"
+	"github.com/pdrouter/pdrouter/latmodel"
 )
 
 // twoApart is two requests with nothing in common, the second gap after the first.
@@ -334,5 +335,38 @@ func TestReplicasPeerShares(t *testing.T) {
 				t.Errorf("active match of its own prefix: %d blocks, want 4", match[0])
 			}
 		})
+	}
+}
+
+// TestReplicasOwnModels: with Replicas.OwnModels each replica's latency model
+// learns the decisions it made and their outcomes only: two requests that reach
+// two replicas give each model half of what the one model of every decision
+// learns.
+func TestReplicasOwnModels(t *testing.T) {
+	samples := func(r Replicas) []int64 {
+		p, _ := PolicyByName("cond-slo")
+		lr, err := NewLocalRouter(p.Config, false, WithReplicas(r))
+		if err != nil {
+			t.Fatal(err)
+		}
+		f, err := NewFleet(FleetConfig{Prefill: 1, Decode: 2, Seed: 1}, lr, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rep, err := f.Run(context.Background(), twoApart(time.Second), "two"); err != nil || rep.Completed != 2 {
+			t.Fatalf("%v: %v", rep, err)
+		}
+		var out []int64
+		for _, m := range append([]*latmodel.Model{lr.lat}, lr.lats...) {
+			out = append(out, m.Stats().Samples)
+		}
+		return out
+	}
+	for _, lag := range []time.Duration{0, 10 * time.Millisecond} {
+		one := samples(Replicas{N: 2, Lag: lag})
+		own := samples(Replicas{N: 2, Lag: lag, OwnModels: true})
+		if one[0] == 0 || own[0] != 0 || len(own) != 3 || own[1] != one[0]/2 || own[2] != one[0]/2 {
+			t.Fatalf("lag %s: samples learned: one model %v, own models (the unused shared one first) %v; want half each", lag, one, own)
+		}
 	}
 }

@@ -57,6 +57,8 @@ type simFlags struct {
 	// replicaShares is --replica-shares: peers' load as the rows of their
 	// snapshots (serve --load-deltas snapshots).
 	replicaShares bool
+	// replicaModels is --replica-models: a latency model per replica.
+	replicaModels bool
 	flags         *pflag.FlagSet
 	prefix        string
 }
@@ -105,15 +107,16 @@ func (s *simFlags) bindReplicas(f *pflag.FlagSet) {
 	f.IntVar(&s.replicas, s.prefix+"replicas", 1, fmt.Sprintf("offline runs: router replicas, requests reaching them round-robin; each sees its own decisions at once and the others' after --replica-lag; 1 to %d", sim.MaxReplicas))
 	f.DurationVar(&s.replicaLag, s.prefix+"replica-lag", 0, fmt.Sprintf("offline runs: simulated time before a replica sees a peer's decisions, prefill_done and completions (the log's group commit, fetch and apply); 0 to %s", sim.MaxReplicaLag))
 	f.IntVar(&s.replicaHashes, s.prefix+"replica-hashes", 0, fmt.Sprintf("offline runs with --replicas above 1 and --replica-lag above 0: how many leading hashes of a peer's chain a replica sees, as a load delta cut to that many carries it (the rest of the prompt's blocks count without a hash); 0: the whole chain; at most %d", events.MaxDeltaHashes))
+	f.BoolVar(&s.replicaModels, s.prefix+"replica-models", false, "offline runs with --replicas above 1: each replica's latency model learns from its own decisions and their outcomes only, as a replica of serve --load-deltas snapshots does; default: one model learns every decision")
 	f.BoolVar(&s.replicaShares, s.prefix+"replica-shares", false, "offline runs with --replicas above 1 and --replica-lag above 0: a replica sees its peers' load as serve --load-deltas snapshots shares it, per peer and worker counts (blocks deduplicated within a peer's requests, not across peers) and no peer's hashes for active-prefix matching")
 }
 
 // replicaSet is --replicas and --replica-lag, validated. Given with a live router
 // (router not empty) they are an error: they would change nothing there.
 func (s *simFlags) replicaSet(router string) (sim.Replicas, error) {
-	r := sim.Replicas{N: s.replicas, Lag: s.replicaLag, PeerHashes: s.replicaHashes, PeerShares: s.replicaShares}
-	if router != "" && slices.ContainsFunc([]string{"replicas", "replica-lag", "replica-hashes", "replica-shares"}, func(n string) bool { return s.flags.Changed(s.prefix + n) }) {
-		return r, errors.New("--replicas, --replica-lag, --replica-hashes and --replica-shares: offline runs only; with --router the router's replicas are real")
+	r := sim.Replicas{N: s.replicas, Lag: s.replicaLag, PeerHashes: s.replicaHashes, PeerShares: s.replicaShares, OwnModels: s.replicaModels}
+	if router != "" && slices.ContainsFunc([]string{"replicas", "replica-lag", "replica-hashes", "replica-shares", "replica-models"}, func(n string) bool { return s.flags.Changed(s.prefix + n) }) {
+		return r, errors.New("--replicas, --replica-lag, --replica-hashes, --replica-shares and --replica-models: offline runs only; with --router the router's replicas are real")
 	}
 	return r, r.Validate()
 }
