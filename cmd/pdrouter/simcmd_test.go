@@ -191,6 +191,7 @@ func TestSimReplicaFlags(t *testing.T) {
 			{[]string{"--replicas", "2", "--replica-hashes", "32"}, "--replica-hashes 32: needs --replicas above 1 and a --replica-lag above 0"},
 			{[]string{"--replicas", "2", "--replica-shares"}, "--replica-shares: needs --replicas above 1 and a --replica-lag above 0"},
 			{[]string{"--replicas", "2", "--replica-lag", "5ms", "--replica-shares", "--replica-hashes", "8"}, "--replica-shares with --replica-hashes 8: a snapshot carries no hashes to cut"},
+			{[]string{"--replica-models"}, "--replica-models: needs --replicas above 1"},
 			{[]string{"--arrival-spread", "-1s"}, "--arrival-spread -1s: must be in [0, 1m0s]"},
 			{[]string{"--arrival-spread", "61s"}, "--arrival-spread 1m1s: must be in [0, 1m0s]"},
 		} {
@@ -201,7 +202,7 @@ func TestSimReplicaFlags(t *testing.T) {
 		}
 	}
 	_, _, err := run(t, nil, "sim", "--router", "http://127.0.0.1:1", "--replicas", "2")
-	if err == nil || !strings.Contains(err.Error(), "--replicas, --replica-lag, --replica-hashes and --replica-shares: offline runs only") {
+	if err == nil || !strings.Contains(err.Error(), "--replicas, --replica-lag, --replica-hashes, --replica-shares and --replica-models: offline runs only") {
 		t.Errorf("--router with --replicas: err %v", err)
 	}
 
