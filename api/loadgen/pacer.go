@@ -1,6 +1,7 @@
 package loadgen
 
 import (
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -17,14 +18,26 @@ import (
 // again together, so their next requests share a commit, where evenly
 // spaced ones batch less. With a think time the clients stay a closed
 // loop, and answered together they wait together and send together.
+//
+// The controller needs a few of its periods to settle, and answers that
+// speed up overshoot it for a period: a token bucket of paceBurst caps the
+// rate whatever the think time, so that a short run or a jittery one is
+// never paced above its rate for longer than the burst.
 type pacer struct {
 	clients float64
 	cycle   time.Duration // the cycle of a client at the rate: clients / rate
 	think   atomic.Int64  // ns
+	every   time.Duration // 1 / rate
+
+	mu   sync.Mutex
+	next time.Time // when the bucket holds its next token
 }
 
 // paceEvery is how often the controller compares the rate with its aim.
 const paceEvery = 250 * time.Millisecond
+
+// paceBurst is the token bucket's depth, in time at the rate.
+const paceBurst = 100 * time.Millisecond
 
 // newPacer is a pacer of clients at rate requests a second; nil (no
 // pacing) for a rate ≤ 0. The think time starts at a whole cycle, as if
@@ -33,14 +46,31 @@ func newPacer(clients int, rate float64) *pacer {
 	if rate <= 0 || clients <= 0 {
 		return nil
 	}
-	p := &pacer{clients: float64(clients), cycle: time.Duration(float64(clients) / rate * float64(time.Second))}
+	p := &pacer{clients: float64(clients), cycle: time.Duration(float64(clients) / rate * float64(time.Second)),
+		every: time.Duration(float64(time.Second) / rate)}
 	p.think.Store(int64(p.cycle))
 	return p
 }
 
-// wait sleeps the think time; false if stop closed first.
+// wait sleeps the think time, then until the bucket has a token; false if
+// stop closed first.
 func (p *pacer) wait(stop <-chan struct{}) bool {
-	d := time.Duration(p.think.Load())
+	if !sleep(time.Duration(p.think.Load()), stop) {
+		return false
+	}
+	p.mu.Lock()
+	now := time.Now()
+	if oldest := now.Add(-paceBurst); p.next.Before(oldest) {
+		p.next = oldest
+	}
+	token := p.next
+	p.next = token.Add(p.every)
+	p.mu.Unlock()
+	return sleep(token.Sub(now), stop)
+}
+
+// sleep sleeps d; false if stop closed first.
+func sleep(d time.Duration, stop <-chan struct{}) bool {
 	if d <= 0 {
 		return true
 	}

@@ -102,7 +102,8 @@ func checkBenchScale(t *testing.T, brokers []string, validate bool) {
 	}
 	// The floor's load was paced at the replicas' rate (--floor-pace): a
 	// floor replica does less per decision, and unpaced it answers faster.
-	if allowed := m.Rate*1.1 + 5; m.Floor.Rate > allowed {
+	t.Logf("the replicas at %.0f decisions/s, the floor at %.0f", m.Rate, m.Floor.Rate)
+	if allowed := m.Rate*1.2 + 5; m.Floor.Rate > allowed {
 		t.Fatalf("--floor: the floor ran at %.0f decisions/s, the replicas at %.0f: not paced", m.Floor.Rate, m.Rate)
 	}
 	if !validate {
