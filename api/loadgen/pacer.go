@@ -22,10 +22,13 @@ import (
 // The controller needs a few of its periods to settle, and answers that
 // speed up overshoot it for a period: a token bucket of paceBurst caps the
 // rate whatever the think time, so that a short run or a jittery one is
-// never paced above its rate for longer than the burst.
+// never paced above its rate for longer than the burst. The controller
+// aims paceAim under the rate, so that in a steady run the think time
+// holds the rate and the bucket, which spaces requests evenly when it
+// binds, seldom does.
 type pacer struct {
 	clients float64
-	cycle   time.Duration // the cycle of a client at the rate: clients / rate
+	cycle   time.Duration // the cycle of a client at the aim: clients / (paceAim·rate)
 	think   atomic.Int64  // ns
 	every   time.Duration // 1 / rate
 
@@ -37,7 +40,10 @@ type pacer struct {
 const paceEvery = 250 * time.Millisecond
 
 // paceBurst is the token bucket's depth, in time at the rate.
-const paceBurst = 100 * time.Millisecond
+const paceBurst = 250 * time.Millisecond
+
+// paceAim is the share of the rate the think time aims at.
+const paceAim = 0.97
 
 // newPacer is a pacer of clients at rate requests a second; nil (no
 // pacing) for a rate ≤ 0. The think time starts at a whole cycle, as if
@@ -46,7 +52,7 @@ func newPacer(clients int, rate float64) *pacer {
 	if rate <= 0 || clients <= 0 {
 		return nil
 	}
-	p := &pacer{clients: float64(clients), cycle: time.Duration(float64(clients) / rate * float64(time.Second)),
+	p := &pacer{clients: float64(clients), cycle: time.Duration(float64(clients) / (paceAim * rate) * float64(time.Second)),
 		every: time.Duration(float64(time.Second) / rate)}
 	p.think.Store(int64(p.cycle))
 	return p
