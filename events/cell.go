@@ -167,8 +167,19 @@ func murmur2(b []byte) uint32 {
 }
 
 // WriterPartition is the partition, of n, of load-deltas that a replica of
-// a group sharing load shares (statestore.SourceLoadShares) writes its own
-// load deltas to, and the only one it reads back: the partition Kafka's
-// default partitioner gives a record keyed by the writer's replica id. The
-// records keep their decode worker's key, which their rules read.
-func WriterPartition(writer string, n int32) int32 { return KeyPartition([]byte(writer), n) }
+// cell c in a group sharing load shares (statestore.SourceLoadShares)
+// writes its own load deltas to, and the only one it reads back, and the
+// partition of load-shares its snapshots go to. On the whole log it is the
+// partition Kafka's default partitioner gives a record keyed by the
+// writer's replica id. In a cell it is one of the cell's partitions,
+// chosen by the same hash among them, since a replica reads its cell's
+// partitions alone: its own deltas, and its cell's writers' snapshots,
+// must be there. It needs c.Count to divide n (CheckPartitionCounts). The
+// records keep their keys (a delta its decode worker's, a snapshot the
+// writer's), which their rules read.
+func WriterPartition(writer string, n int32, c Cell) int32 {
+	if c.Whole() {
+		return KeyPartition([]byte(writer), n)
+	}
+	return KeyPartition([]byte(writer), n/c.Count)*c.Count + c.Index
+}

@@ -180,7 +180,7 @@ func (m *Materializer) discover(ctx context.Context) (map[string]map[int32]kgo.O
 func (m *Materializer) consumes(topic string, p int32, n int) bool {
 	t, _ := m.names.Logical(topic)
 	if m.s.opts.Source == SourceLoadShares && t == events.TopicLoadDeltas {
-		own := events.WriterPartition(m.s.opts.ReplicaID, int32(n))
+		own := events.WriterPartition(m.s.opts.ReplicaID, int32(n), m.s.opts.Cell)
 		m.s.writerPartition.Store(int64(own)) // WaitApplied waits for it alone
 		return p == own
 	}

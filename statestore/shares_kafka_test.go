@@ -44,10 +44,10 @@ func producePlaced(t *testing.T, cl *kgo.Client, prefix string, key string, part
 // partitions (of n) and a third on the first one's.
 func writersOnPartitions(n int32) (a, b, z string) {
 	a = "replica-a"
-	pa := events.WriterPartition(a, n)
+	pa := events.WriterPartition(a, n, events.Cell{})
 	for i := 0; b == "" || z == ""; i++ {
 		id := fmt.Sprintf("replica-%d", i)
-		switch p := events.WriterPartition(id, n); {
+		switch p := events.WriterPartition(id, n, events.Cell{}); {
 		case p == pa && z == "":
 			z = id
 		case p != pa && b == "":
@@ -79,7 +79,7 @@ func TestSharesMaterializer(t *testing.T) {
 		}
 		nd, ns := parts(events.TopicLoadDeltas), parts(events.TopicLoadShares)
 		a, b, z := writersOnPartitions(nd)
-		pa, pb_ := events.WriterPartition(a, nd), events.WriterPartition(b, nd)
+		pa, pb_ := events.WriterPartition(a, nd, events.Cell{}), events.WriterPartition(b, nd, events.Cell{})
 		for _, id := range []string{"w1", "w2"} {
 			producePlaced(t, cl, prefix, id, events.KeyPartition([]byte(id), parts(events.TopicWorkers)), registration(id, pb.Pool_POOL_DECODE, 16, 0))
 		}
@@ -127,5 +127,48 @@ func TestSharesMaterializer(t *testing.T) {
 		}
 		x = &harness{t: t, s: r.s}
 		x.wantActive("w1", load(4, 2, 16, 2, 32))
+	})
+}
+
+// TestSharesMaterializerInCell: a store of load shares in cell 0 of 2
+// reads its own deltas and its cell's writers' snapshots, both on the
+// cell's partitions (events.WriterPartition of the cell), for a writer and
+// a worker whose ids hash to the other cell's partitions of the whole log.
+func TestSharesMaterializerInCell(t *testing.T) {
+	kafkatest.Both(t, func(t *testing.T, brokers []string) {
+		prefix := kafkatest.Prefix(t)
+		kafkatest.Migrate(t, brokers, prefix)
+		cl := kafkatest.Client(t, brokers, kgo.RecordPartitioner(kgo.ManualPartitioner()))
+		names := events.Names{Prefix: prefix}
+		cell := events.Cell{Index: 0, Count: 2}
+		const nd, ns, nw = 16, 4, 4 // the declared partitions of load-deltas, load-shares, workers
+		// An id of the other cell's partitions on the whole log, of each kind.
+		odd := func(kind string, n int32) string {
+			for i := 0; ; i++ {
+				if id := fmt.Sprintf("%s-%d", kind, i); !cell.OwnsPartition(events.KeyPartition([]byte(id), n)) {
+					return id
+				}
+			}
+		}
+		a, b := odd("replica", nd), odd("peer", ns)
+		// The worker is the cell's: its registration's partition is.
+		w := "w0"
+		for i := 0; !cell.OwnsKey(events.WorkerKey(w)); i++ {
+			w = fmt.Sprintf("w%d", i)
+		}
+		producePlaced(t, cl, prefix, w, events.KeyPartition([]byte(w), nw), registration(w, pb.Pool_POOL_DECODE, 16, 0))
+		now := time.Now().Add(-time.Hour).UnixNano()
+		pa := events.WriterPartition(a, nd, cell)
+		producePlaced(t, cl, prefix, w, pa, ownDecision(a, "a1", w, "", now, 32))
+		producePlaced(t, cl, prefix, b, events.WriterPartition(b, ns, cell), sharesOf(b, 1, now, shr(w, 2, 1, 0, 1, 16)))
+
+		r := openReplicaWith(t, filepath.Join(t.TempDir(), "store"), brokers,
+			Options{Names: names, Source: SourceLoadShares, ReplicaID: a, Cell: cell})
+		r.catchUp(t)
+		if next, _ := r.s.Offsets().Get(events.TopicLoadDeltas, pa); next != 1 {
+			t.Fatalf("own partition %d at %d, want 1: %s", pa, next, r.s.Offsets())
+		}
+		// Its own decision and b's row.
+		(&harness{t: t, s: r.s}).wantActive(w, load(4, 2, 16, 2, 32))
 	})
 }

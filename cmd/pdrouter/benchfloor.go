@@ -211,7 +211,7 @@ func runFloorReplica(ctx context.Context, cfg floorConfig) error {
 	snapshots := cfg.source == statestore.SourceLoadShares
 	prodOpts := append(append([]kgo.Opt{}, cfg.connOpts...), api.GroupLogClientOpts()...)
 	if snapshots {
-		prodOpts = append(prodOpts, kgo.RecordPartitioner(api.WriterPartitioner(cfg.names, cfg.replicaID)))
+		prodOpts = append(prodOpts, kgo.RecordPartitioner(api.WriterPartitioner(cfg.names, cfg.replicaID, events.Cell{})))
 	}
 	prod, err := kgo.NewClient(prodOpts...)
 	if err != nil {
@@ -419,5 +419,5 @@ func floorOwnPartition(ctx context.Context, cl *kgo.Client, topic, writer string
 	if !ok || d.Err != nil || len(d.Partitions) == 0 {
 		return 0, fmt.Errorf("bench floor-replica: the topic %s is not there (%v): run pdrouter migrate", topic, d.Err)
 	}
-	return events.WriterPartition(writer, int32(len(d.Partitions))), nil
+	return events.WriterPartition(writer, int32(len(d.Partitions)), events.Cell{}), nil
 }

@@ -48,7 +48,7 @@ func TestFloorReplicaSnapshots(t *testing.T) {
 	// the whole topic would fetch the other's deltas too.
 	ids := []string{"floor-a"}
 	for i := 0; len(ids) < 2; i++ {
-		if id := fmt.Sprintf("floor-%d", i); events.WriterPartition(id, n) != events.WriterPartition(ids[0], n) {
+		if id := fmt.Sprintf("floor-%d", i); events.WriterPartition(id, n, events.Cell{}) != events.WriterPartition(ids[0], n, events.Cell{}) {
 			ids = append(ids, id)
 		}
 	}
@@ -110,8 +110,8 @@ func TestFloorReplicaSnapshots(t *testing.T) {
 			t.Fatal(err)
 		}
 		w := env.Message.(*pb.LoadDelta).GetWriterId()
-		if rec.Partition != events.WriterPartition(w, n) {
-			t.Fatalf("a delta of %s in partition %d; want its writer's %d", w, rec.Partition, events.WriterPartition(w, n))
+		if rec.Partition != events.WriterPartition(w, n, events.Cell{}) {
+			t.Fatalf("a delta of %s in partition %d; want its writer's %d", w, rec.Partition, events.WriterPartition(w, n, events.Cell{}))
 		}
 	}
 	seq, sent := map[string]uint64{}, map[string]map[string]bool{}

@@ -720,7 +720,7 @@ func checkSnapshotsShare(t *testing.T, a, b *replica, resp map[string]any) {
 	t.Helper()
 	var st replicaState
 	getJSONInto(t, b.url+"/v1/state", &st)
-	own := strconv.Itoa(int(events.WriterPartition("rb", 16)))
+	own := strconv.Itoa(int(events.WriterPartition("rb", 16, events.Cell{})))
 	if st.Applied[string(events.TopicDecisions)] != nil || st.Applied[string(events.TopicOutcomes)] != nil ||
 		st.Applied[string(events.TopicLoadShares)] == nil || len(st.Applied[string(events.TopicLoadDeltas)]) != 1 {
 		t.Errorf("with --load-deltas snapshots, B applied %v", st.Applied)

@@ -343,8 +343,9 @@ func (r *routerRun) run(ctx context.Context) error {
 	// acks=all and idempotence stay franz-go's defaults.
 	prodOpts := append(api.GroupLogClientOpts(), kafkaconn.Metrics(reg, "decisions"))
 	if f.source == statestore.SourceLoadShares {
-		// Its own load deltas go to the one partition its store reads back.
-		prodOpts = append(prodOpts, kgo.RecordPartitioner(api.WriterPartitioner(a.names(), f.replicaID)))
+		// Its own load deltas go to the one partition its store reads back,
+		// and its snapshots to its partition of load-shares, in its cell.
+		prodOpts = append(prodOpts, kgo.RecordPartitioner(api.WriterPartitioner(a.names(), f.replicaID, f.cellOf)))
 	}
 	prod, err := kgo.NewClient(append(slices.Clone(r.connOpts), prodOpts...)...)
 	if err != nil {

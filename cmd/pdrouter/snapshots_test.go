@@ -91,7 +91,7 @@ func TestServeSnapshotsWritesItsOwnPartition(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	own := events.WriterPartition(id, int32(len(td[deltas].Partitions)))
+	own := events.WriterPartition(id, int32(len(td[deltas].Partitions)), events.Cell{})
 	recs := kafkatest.ReadAll(t, brokers, deltas)
 	if len(recs) == 0 {
 		t.Fatal("no load deltas written")
