@@ -40,7 +40,7 @@ type LocalRouter struct {
 	lat *latmodel.Model
 	// lats, with Replicas.OwnModels, is each replica's model instead of lat.
 	lats  []*latmodel.Model
-	turn  int // the next replica with lats and one shared view
+	turn  int // the replica the next request reaches
 	fleet *Fleet
 	// reps is the replicas' accounting; nil: one router, whose accounting is
 	// view.active.
@@ -117,21 +117,17 @@ func (lr *LocalRouter) Route(_ context.Context, r *Request, tokens []uint32) (De
 		}
 	}
 	req := &decider.Request{ID: r.ID, Model: v.workers[0].Model, PromptTokens: int64(len(tokens)), Chains: chains}
-	replica := 0
+	// Requests reach the replicas round-robin; the decider reads the
+	// accounting and the model of the one this request reached.
+	replica := lr.turn
+	lr.turn = (lr.turn + 1) % max(lr.replicas.N, 1)
 	if lr.reps != nil {
-		// The decider reads the accounting of the replica this request reached.
-		replica = lr.reps.next()
 		v.active = lr.reps.views[replica]
 		if lr.reps.rows != nil {
 			v.peers = lr.reps.rows[replica]
 		}
 	}
 	if lr.lats != nil {
-		if lr.reps == nil {
-			// One shared view: the replicas still take turns, each with its model.
-			replica = lr.turn
-			lr.turn = (lr.turn + 1) % len(lr.lats)
-		}
 		v.lat = lr.lats[replica]
 	}
 	if err := lr.dc.DecideInto(&lr.dec, v, req); err != nil {

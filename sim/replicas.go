@@ -155,7 +155,6 @@ type replicaSet struct {
 	// blind[replica][worker] counts the peers' decisions naming worker as decode
 	// worker that the replica does not see yet.
 	blind [][]int
-	turn  int
 	races int64
 }
 
@@ -190,13 +189,6 @@ func (rs *replicaSet) peerView(i, owner int) []workerActive {
 		return rs.rows[i][owner]
 	}
 	return rs.views[i]
-}
-
-// next is the replica the next request reaches, round-robin.
-func (rs *replicaSet) next() int {
-	r := rs.turn
-	rs.turn = (rs.turn + 1) % len(rs.views)
-	return r
 }
 
 // publish applies an effect of ent's decision to the accounting: at once to the
