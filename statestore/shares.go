@@ -266,8 +266,9 @@ func (o *ownShares) landed(ls *pb.LoadShares) {
 }
 
 // unsentShares is pdrouter_statestore_share_unsent_workers: the workers
-// whose share changed since the last snapshot taken, and those of the
-// snapshots in flight.
+// whose share changed since the last snapshot taken, and the shares of the
+// snapshots in flight. A worker in both counts twice: what matters is
+// whether it is 0, when every share this writer changed is on the log.
 func (s *Store) unsentShares() float64 {
 	s.mu.RLock()
 	defer s.mu.RUnlock()

@@ -305,7 +305,7 @@ func Open(dir string, o Options) (*Store, error) {
 	if o.Source == SourceLoadShares && o.Registerer != nil {
 		o.Registerer.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "pdrouter_statestore_share_unsent_workers",
-			Help: "Workers whose share this replica changed and the log has not acknowledged in a snapshot yet (--load-deltas snapshots): waiting for the next group commit, or in flight. Peers count this replica's latest share of every worker once it is 0 and they have read the log's end.",
+			Help: "Shares this replica changed that the log has not acknowledged in a snapshot yet (--load-deltas snapshots): workers waiting for the next group commit, and the shares of the snapshots in flight (a worker changed again while its snapshot is in flight counts twice). Peers count this replica's latest share of every worker once it is 0 and they have read the log's end.",
 		}, s.unsentShares))
 	}
 	if o.Source == SourceLoadShares {
