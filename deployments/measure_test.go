@@ -7,9 +7,9 @@ package deployments
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"io/fs"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/pdrouter/pdrouter/events"
+	"github.com/pdrouter/pdrouter/internal/addrfile"
 	"github.com/pdrouter/pdrouter/internal/kafkatest"
 	"github.com/pdrouter/pdrouter/statestore/storebench"
 )
@@ -86,14 +87,21 @@ func TestMeasureDecisionCost(t *testing.T) {
 	prefix := kafkatest.Prefix(t)
 	kafkatest.Migrate(t, brokers, prefix)
 	start := func() (string, *exec.Cmd) {
-		addr := freeAddr(t)
+		addrFile := filepath.Join(t.TempDir(), "addr.json")
 		cmd := exec.Command(pdrouterBinary(t), "serve", "--brokers", strings.Join(brokers, ","), "--topic-prefix", prefix,
-			"--data-dir", t.TempDir(), "--http-addr", addr, "--router-conditional-disagg", "--log-level", "warn")
+			"--data-dir", t.TempDir(), "--http-addr", "127.0.0.1:0", "--addr-file", addrFile, "--router-conditional-disagg", "--log-level", "warn")
 		cmd.Env = cleanEnv()
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		a, err := addrfile.Wait(ctx, addrFile, 20*time.Millisecond, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := a.HTTP
 		if err := waitReady("http://"+addr, 60*time.Second); err != nil {
 			t.Fatal(err)
 		}
@@ -184,14 +192,4 @@ func cpuSeconds(t *testing.T, api string) float64 {
 	}
 	t.Fatalf("%s/metrics has no process_cpu_seconds_total", api)
 	return 0
-}
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
 }

@@ -2,12 +2,15 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -19,6 +22,7 @@ import (
 
 	"github.com/pdrouter/pdrouter/events"
 	pb "github.com/pdrouter/pdrouter/events/eventspb"
+	"github.com/pdrouter/pdrouter/internal/addrfile"
 	"github.com/pdrouter/pdrouter/internal/kafkatest"
 )
 
@@ -37,9 +41,10 @@ func TestMain(m *testing.M) {
 
 // replica is a `pdrouter serve` subprocess.
 type replica struct {
-	cmd  *exec.Cmd
-	url  string
-	logs *syncBuffer
+	cmd      *exec.Cmd
+	url      string
+	addrFile string // its --addr-file
+	logs     *syncBuffer
 	// private is a topic whose offsets are the replica's own, not compared
 	// with its peers' (load-deltas with --load-deltas snapshots: each reads
 	// its own partition); empty: none.
@@ -65,20 +70,50 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
+// freeAddr is a loopback address with a port free at the time of the call,
+// for what a test wants nobody to bind. A process the test starts binds
+// port 0 and writes what it got to an --addr-file instead (listenAddrs):
+// a port freed here may be taken by another process before the child binds
+// it, and the test would then talk to that stranger.
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	addr, err := loopbackAddr()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	return addr
+	defer l.Close()
+	return l.Addr().String()
 }
+
+// listenArgs are the flags that have a serve process bind any free port and
+// write its addresses to a new file, which listenAddrs reads.
+func listenArgs(t *testing.T) (args []string, file string) {
+	file = filepath.Join(t.TempDir(), "addr.json")
+	return []string{"--http-addr", "127.0.0.1:0", "--addr-file", file}, file
+}
+
+// listenAddrs waits up to a minute for the addresses a process wrote to
+// file.
+func listenAddrs(t *testing.T, file string) addrfile.Addrs {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	a, err := addrfile.Wait(ctx, file, 20*time.Millisecond, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+// replicaSeq numbers the replicas a test process starts, for their ids.
+var replicaSeq atomic.Int64
 
 func startReplica(t *testing.T, brokers []string, prefix, dataDir string, extra ...string) *replica {
 	t.Helper()
-	addr := freeAddr(t)
+	listen, addrFile := listenArgs(t)
 	args := append([]string{"serve", "--brokers", strings.Join(brokers, ","), "--topic-prefix", prefix,
-		"--data-dir", dataDir, "--http-addr", addr, "--router-conditional-disagg", "--replica-id", "r-" + addr}, extra...)
+		"--data-dir", dataDir, "--router-conditional-disagg", "--replica-id", fmt.Sprintf("r-%d", replicaSeq.Add(1))}, listen...)
+	args = append(args, extra...)
 	cmd := exec.Command(os.Args[0], args...)
 	cmd.Env = append(os.Environ(), "PDR_TEST_RUN_MAIN=1")
 	logs := &syncBuffer{}
@@ -86,7 +121,7 @@ func startReplica(t *testing.T, brokers []string, prefix, dataDir string, extra 
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	r := &replica{cmd: cmd, url: "http://" + addr, logs: logs}
+	r := &replica{cmd: cmd, addrFile: addrFile, logs: logs}
 	t.Cleanup(func() {
 		if cmd.ProcessState == nil {
 			_ = cmd.Process.Kill()
@@ -96,6 +131,7 @@ func startReplica(t *testing.T, brokers []string, prefix, dataDir string, extra 
 			t.Logf("replica log:\n%s", logs.String())
 		}
 	})
+	r.url = "http://" + listenAddrs(t, addrFile).HTTP
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		resp, err := http.Get(r.url + "/readyz")

@@ -26,6 +26,7 @@ import (
 	"github.com/pdrouter/pdrouter/events"
 	pb "github.com/pdrouter/pdrouter/events/eventspb"
 	"github.com/pdrouter/pdrouter/events/eventstest"
+	"github.com/pdrouter/pdrouter/internal/addrfile"
 	"github.com/pdrouter/pdrouter/statestore"
 )
 
@@ -66,7 +67,7 @@ const (
 )
 
 func newBenchFloorReplicaCmd(a *app) *cobra.Command {
-	var httpAddr, debugAddr, replicaID string
+	var httpAddr, debugAddr, addrFile, replicaID string
 	var maxTokens, blockSize, decode, prefill int
 	var loadDeltas string
 	cmd := &cobra.Command{
@@ -91,13 +92,14 @@ func newBenchFloorReplicaCmd(a *app) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return runFloorReplica(cmd.Context(), floorConfig{names: a.names(), connOpts: opts, httpAddr: httpAddr, debugAddr: debugAddr,
+			return runFloorReplica(cmd.Context(), floorConfig{names: a.names(), connOpts: opts, httpAddr: httpAddr, debugAddr: debugAddr, addrFile: addrFile,
 				maxBlocks: maxTokens / blockSize, decode: decode, prefill: prefill, writeDeltas: write, source: src, replicaID: replicaID})
 		},
 	}
 	f := cmd.Flags()
 	f.StringVar(&httpAddr, "http-addr", "127.0.0.1:0", "address of the API the load generator calls")
 	f.StringVar(&debugAddr, "debug-addr", "", "serve Go's /debug/pprof profiles on this address")
+	f.StringVar(&addrFile, "addr-file", "", "as serve's: write the bound addresses to this file once the API accepts requests")
 	f.IntVar(&maxTokens, "max-tokens", 32768, "longest prompt, in tokens: sizes the largest decision record")
 	f.IntVar(&blockSize, "block-size", 16, "tokens per block of the prompts' hash chains")
 	f.IntVar(&decode, "decode-workers", 128, "decode workers: the candidate rows of a decision record, and the keys records go under")
@@ -111,6 +113,7 @@ type floorConfig struct {
 	names               events.Names
 	connOpts            []kgo.Opt
 	httpAddr, debugAddr string
+	addrFile            string
 	maxBlocks           int
 	decode, prefill     int
 	writeDeltas         bool
@@ -265,16 +268,24 @@ func runFloorReplica(ctx context.Context, cfg floorConfig) error {
 		return err
 	}
 	hs := &http.Server{Handler: e, ReadHeaderTimeout: 10 * time.Second}
+	bound := addrfile.Addrs{HTTP: ln.Addr().String()}
 	if cfg.debugAddr != "" {
 		dl, err := net.Listen("tcp", cfg.debugAddr)
 		if err != nil {
 			return err
 		}
+		bound.Debug = dl.Addr().String()
 		mux := http.NewServeMux()
 		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 		ds := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 		go func() { _ = ds.Serve(dl) }()
 		defer ds.Close()
+	}
+	if cfg.addrFile != "" {
+		if err := addrfile.Write(cfg.addrFile, bound); err != nil {
+			_ = ln.Close()
+			return err
+		}
 	}
 	go func() {
 		<-ctx.Done()

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"net/http"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -146,13 +147,12 @@ func startFloorReplica(t *testing.T, cfg floorConfig) (*scaleReplica, []kgo.Opt)
 // its connOpts name, until the test ends, and waits until it is ready.
 func startFloorReplicaOn(t *testing.T, cfg floorConfig) *scaleReplica {
 	t.Helper()
-	addr := freeAddr(t)
-	cfg.httpAddr = addr
+	cfg.httpAddr, cfg.addrFile = "127.0.0.1:0", filepath.Join(t.TempDir(), "addr.json")
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- runFloorReplica(ctx, cfg) }()
 	t.Cleanup(func() { cancel(); <-done })
-	r := &scaleReplica{url: "http://" + addr}
+	r := &scaleReplica{name: "floor", addrFile: cfg.addrFile}
 	if err := r.waitReady(context.Background(), 10*time.Second); err != nil {
 		t.Fatal(err)
 	}

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -25,6 +24,7 @@ import (
 
 	"github.com/pdrouter/pdrouter/api/loadgen"
 	"github.com/pdrouter/pdrouter/events"
+	"github.com/pdrouter/pdrouter/internal/addrfile"
 	"github.com/pdrouter/pdrouter/internal/memlimit"
 	"github.com/pdrouter/pdrouter/internal/scalemodel"
 	"github.com/pdrouter/pdrouter/migrations"
@@ -354,7 +354,7 @@ func (b *scaleBench) runGroup(ctx context.Context, n, cells int, spread, floor b
 		}
 	}()
 	for i := range n {
-		r, err := b.startReplica(ctx, prefix, filepath.Join(dir, strconv.Itoa(i)), events.Cell{Index: int32(i % cells), Count: int32(cells)}, floor)
+		r, err := b.startReplica(ctx, prefix, filepath.Join(dir, strconv.Itoa(i)), i, events.Cell{Index: int32(i % cells), Count: int32(cells)}, floor)
 		if err != nil {
 			return groupRun{}, err
 		}
@@ -695,20 +695,12 @@ func loadAverage() string {
 // scaleReplica is one `pdrouter serve` process of a bench group.
 type scaleReplica struct {
 	cmd      *exec.Cmd
-	url      string
+	name     string // its --replica-id, until url is known
+	addrFile string // where it writes its addresses (its --addr-file)
+	url      string // set by waitReady, from addrFile
 	debugURL string // its --debug-addr, when --profile-dir gave it one
 	done     chan error
 	out      *tailBuffer // its stdout and stderr, for the error when it fails
-}
-
-// loopbackAddr is a loopback address with a port free at the time of the call.
-func loopbackAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer l.Close()
-	return l.Addr().String(), nil
 }
 
 // profile writes the replica's CPU profile over the next secs seconds.
@@ -761,27 +753,29 @@ func (t *tailBuffer) String() string {
 	return string(t.b)
 }
 
-func (b *scaleBench) startReplica(ctx context.Context, prefix, dir string, cell events.Cell, floor bool) (*scaleReplica, error) {
-	addr, err := loopbackAddr()
-	if err != nil {
+func (b *scaleBench) startReplica(ctx context.Context, prefix, dir string, index int, cell events.Cell, floor bool) (*scaleReplica, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
 	// Every flag that shapes the run is given, so no PDR_ variable of this
 	// environment changes it; Kafka's TLS and SASL settings reach the
-	// replicas through the environment. Each listen address is the child's
-	// own: an inherited PDR_DEBUG_ADDR would be bound by the first replica
-	// and refused to the rest.
+	// replicas through the environment. Each replica binds ports of its
+	// own choosing and writes them to --addr-file: an inherited
+	// PDR_DEBUG_ADDR would be bound by the first replica and refused to
+	// the rest, and a port picked here and passed on could be taken by
+	// another process before the replica binds it.
 	debugAddr := ""
 	if b.profiles != "" {
-		if debugAddr, err = loopbackAddr(); err != nil {
-			return nil, err
-		}
+		debugAddr = "127.0.0.1:0"
 	}
 	// Each replica its own --replica-id (serve's default, the host name, is
 	// one for all): with snapshots it keys the replica's snapshots.
-	common := []string{"--brokers", strings.Join(b.brokers, ","), "--topic-prefix", prefix, "--http-addr", addr, "--debug-addr", debugAddr,
-		"--memory-limit", b.memory, "--log-level", "warn", "--log-format", b.a.logFormat, "--load-deltas", b.loadDeltas, "--replica-id", "bench-" + addr}
+	name := fmt.Sprintf("bench-%d", index)
+	addrFile := filepath.Join(dir, "addr.json")
+	common := []string{"--brokers", strings.Join(b.brokers, ","), "--topic-prefix", prefix, "--http-addr", "127.0.0.1:0", "--debug-addr", debugAddr,
+		"--addr-file", addrFile, "--memory-limit", b.memory, "--log-level", "warn", "--log-format", b.a.logFormat, "--load-deltas", b.loadDeltas, "--replica-id", name}
 	binary, args := b.binary, append([]string{"serve", "--data-dir", dir, "--router-conditional-disagg", "--cell", cell.String()}, common...)
+	var err error
 	if floor {
 		// This binary's floor, whatever --replica-binary runs: the floor
 		// is I/O, not the code under test.
@@ -799,7 +793,7 @@ func (b *scaleBench) startReplica(ctx context.Context, prefix, dir string, cell 
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("bench scale: starting a replica (%s): %w", binary, err)
 	}
-	r := &scaleReplica{cmd: cmd, url: "http://" + addr, debugURL: "http://" + debugAddr, done: make(chan error, 1), out: out}
+	r := &scaleReplica{cmd: cmd, name: name, addrFile: addrFile, done: make(chan error, 1), out: out}
 	go func() { r.done <- cmd.Wait() }()
 	return r, nil
 }
@@ -828,26 +822,47 @@ func exitedDuring(reps []*scaleReplica, err error) error {
 	return err
 }
 
+// waitReady waits until the replica has written its addresses and its
+// /readyz answers 200.
 func (r *scaleReplica) waitReady(ctx context.Context, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
-	for time.Now().Before(deadline) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	exited := func() error {
 		if ok, exit := r.exited(); ok {
-			return fmt.Errorf("bench scale: replica %s exited before it was ready: %v; its output ends with:\n%s", r.url, exit, r.out)
+			return fmt.Errorf("bench scale: replica %s exited before it was ready: %v; its output ends with:\n%s", r.name, exit, r.out)
 		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(100 * time.Millisecond):
+		return nil
+	}
+	if r.url == "" {
+		a, err := addrfile.Wait(ctx, r.addrFile, 50*time.Millisecond, exited)
+		if err != nil {
+			return fmt.Errorf("bench scale: replica %s did not listen: %w; its output ends with:\n%s", r.name, err, r.out)
 		}
-		resp, err := http.Get(r.url + "/readyz")
-		if err == nil {
+		r.url = "http://" + a.HTTP
+		if a.Debug != "" {
+			r.debugURL = "http://" + a.Debug
+		}
+	}
+	for {
+		if err := exited(); err != nil {
+			return err
+		}
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, r.url+"/readyz", nil)
+		if err != nil {
+			return err
+		}
+		if resp, err := http.DefaultClient.Do(req); err == nil {
 			_ = resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
 				return nil
 			}
 		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("bench scale: replica %s (%s) not ready after %s; its output ends with:\n%s", r.name, r.url, timeout, r.out)
+		case <-time.After(100 * time.Millisecond):
+		}
 	}
-	return fmt.Errorf("bench scale: replica %s not ready after %s; its output ends with:\n%s", r.url, timeout, r.out)
 }
 
 // cpuSeconds reads the replica's process_cpu_seconds_total.

@@ -44,8 +44,9 @@ func TestFleetRegisteringDoesNotStopTheRouter(t *testing.T) {
 		t.Fatalf("/readyz %d while the fleet registers", resp.StatusCode)
 	}
 
-	cmd := exec.Command(os.Args[0], "serve", "--brokers", strings.Join(brokers, ","), "--topic-prefix", prefix,
-		"--data-dir", t.TempDir(), "--http-addr", freeAddr(t), "--router-conditional-disagg")
+	listen, _ := listenArgs(t)
+	cmd := exec.Command(os.Args[0], append([]string{"serve", "--brokers", strings.Join(brokers, ","), "--topic-prefix", prefix,
+		"--data-dir", t.TempDir(), "--router-conditional-disagg"}, listen...)...)
 	cmd.Env = append(os.Environ(), "PDR_TEST_RUN_MAIN=1")
 	logs := &syncBuffer{}
 	cmd.Stdout, cmd.Stderr = logs, logs

@@ -27,6 +27,7 @@ import (
 	"github.com/pdrouter/pdrouter/events"
 	"github.com/pdrouter/pdrouter/events/logread"
 	"github.com/pdrouter/pdrouter/ingest"
+	"github.com/pdrouter/pdrouter/internal/addrfile"
 	"github.com/pdrouter/pdrouter/kafkaconn"
 	"github.com/pdrouter/pdrouter/latmodel"
 	"github.com/pdrouter/pdrouter/statestore"
@@ -47,6 +48,8 @@ type routerFlags struct {
 	bootstrapFrom  string
 	shutdownTimout time.Duration
 	debugAddr      string
+	// addrFile, when set, receives the bound addresses (internal/addrfile).
+	addrFile string
 	// decisionRetention is statestore.Options.DecisionRetention.
 	decisionRetention time.Duration
 	// fetchMinBytes and fetchMaxWait are the materializer's fetch batch
@@ -120,6 +123,7 @@ func (f *routerFlags) bindFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&f.bootstrapFrom, "bootstrap-from", "", "when the store is empty, start from a snapshot of this peer (http://peer:8080/v1/state/snapshot) instead of replaying the whole log; sends --auth-token; falls back to replaying when the peer has none")
 	fs.DurationVar(&f.shutdownTimout, "shutdown-timeout", 15*time.Second, "how long in-flight requests may take on SIGTERM")
 	fs.StringVar(&f.debugAddr, "debug-addr", "", "serve Go's /debug/pprof profiles on this address (keep it private: it exposes internals)")
+	fs.StringVar(&f.addrFile, "addr-file", "", "once the API accepts requests, write the addresses it and --debug-addr are bound to, as JSON {\"http_addr\",\"debug_addr\"}, to this file: a supervisor that gives --http-addr 127.0.0.1:0 learns the port the kernel chose")
 	fs.Int32Var(&f.fetchMinBytes, "fetch-min-bytes", defaultFetchMinBytes, "the broker answers the state's log fetches once it holds this many bytes, or after --fetch-max-wait: fewer, larger fetches cost this replica and the broker less CPU per record under load")
 	fs.DurationVar(&f.fetchMaxWait, "fetch-max-wait", defaultFetchMaxWait, "longest a log fetch waits for --fetch-min-bytes (≥ 10ms); also the most it adds to apply lag, and so to `after` waits, when the log is quiet")
 	fs.DurationVar(&f.httpReadTimeout, "http-read-timeout", 30*time.Second, "longest a request's body may take to arrive, from the end of its headers (408 past it, or the connection is closed)")
@@ -434,11 +438,13 @@ func (r *routerRun) run(ctx context.Context) error {
 		}
 		return err
 	})
+	bound := addrfile.Addrs{HTTP: ln.Addr().String()}
 	if f.debugAddr != "" {
 		dl, err := net.Listen("tcp", f.debugAddr)
 		if err != nil {
 			return fmt.Errorf("--debug-addr %s: %w", f.debugAddr, err)
 		}
+		bound.Debug = dl.Addr().String()
 		mux := http.NewServeMux()
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
 		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
@@ -450,6 +456,11 @@ func (r *routerRun) run(ctx context.Context) error {
 	}
 	a.log.Info("router serving", "http_addr", ln.Addr().String(), "replica_id", f.replicaID, "cell", f.cellOf.String(), "policy", cfg.Disagg.Policy,
 		"conditional_disagg", cfg.ConditionalDisagg, "approximate", cfg.Approximate(), "config_hash", dec.ConfigHash())
+	if f.addrFile != "" {
+		if err := addrfile.Write(f.addrFile, bound); err != nil {
+			return fmt.Errorf("--addr-file: %w", err)
+		}
+	}
 	if r.registered != nil {
 		r.registered(reg)
 	}

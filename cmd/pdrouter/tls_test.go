@@ -54,14 +54,15 @@ func TestServeTLSAndAuth(t *testing.T) {
 	kafkatest.Migrate(t, brokers, prefix)
 	dir := t.TempDir()
 	certFile, keyFile, pool := selfSigned(t, dir)
-	addr := freeAddr(t)
-	cmd := exec.Command(os.Args[0], "serve", "--brokers", strings.Join(brokers, ","), "--topic-prefix", prefix,
-		"--data-dir", filepath.Join(dir, "data"), "--http-addr", addr, "--tls-cert", certFile, "--tls-key", keyFile)
+	listen, addrFile := listenArgs(t)
+	cmd := exec.Command(os.Args[0], append([]string{"serve", "--brokers", strings.Join(brokers, ","), "--topic-prefix", prefix,
+		"--data-dir", filepath.Join(dir, "data"), "--tls-cert", certFile, "--tls-key", keyFile}, listen...)...)
 	cmd.Env = append(os.Environ(), "PDR_TEST_RUN_MAIN=1", "PDR_AUTH_TOKEN=s3cret")
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	addr := listenAddrs(t, addrFile).HTTP
 	cl := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
 	deadline := time.Now().Add(30 * time.Second)
 	for {
