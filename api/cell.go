@@ -31,14 +31,21 @@ func (s *Server) checkKeyCell(key []byte) error {
 }
 
 // checkAfterCell refuses an `after` vector naming another cell's
-// partitions. It reports the smallest such partition, so the answer does
-// not depend on map order.
+// partitions of a topic the state applies. It reports the smallest such
+// partition, so the answer does not depend on map order. A topic the state
+// does not apply is skipped in every partition, as WaitApplied skips it:
+// forwards, whose offsets a forwarded lifecycle event answers, is read by
+// the forward reader alone, and a client may pass on offsets a replica of
+// another --load-deltas mode gave it.
 func (s *Server) checkAfterCell(after Offsets) error {
 	cell := s.deps.State.Cell()
 	if cell.Whole() {
 		return nil
 	}
 	for _, t := range events.AllTopics {
+		if !s.deps.State.Applies(t) {
+			continue
+		}
 		var foreign []int32
 		for p := range after[t] {
 			if !cell.OwnsPartition(p) {

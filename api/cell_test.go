@@ -141,3 +141,49 @@ func gaugeValue(t *testing.T, reg prometheus.Gatherer, name string) float64 {
 	t.Fatalf("no gauge %s", name)
 	return 0
 }
+
+// TestCellAfterSkipsTopicsItDoesNotRead: a replica of a cell waits on its
+// cell's partitions of the topics it applies and refuses another cell's
+// (above), but skips a topic it never applies, in any partition, as a
+// replica of the whole log does: the offsets of a forwarded lifecycle event
+// (forwards, read by the forward reader, never applied) and of topics of
+// another --load-deltas mode come back from other calls and are passed on.
+func TestCellAfterSkipsTopicsItDoesNotRead(t *testing.T) {
+	brokers := kafkatest.Fake(t)
+	mine := events.Cell{Index: 1, Count: 2}
+	h := newHarness(t, brokers, harnessOpt{store: statestore.Options{Cell: mine}, apiOpts: []api.Option{api.WithForwardEvents(true), api.WithReplicaID("router-a")}})
+	var o offsets
+	own := workerIn("decode-", mine)
+	h.mustDo(http.StatusAccepted, "POST", "/v1/workers", `{"worker_id":"`+own+`","pool":"decode","model":"m","block_size":16,"total_kv_blocks":1000}`, &o)
+	waitWorkers(t, h, 1)
+
+	// A lifecycle event of a request this replica did not decide is
+	// forwarded; find one whose forward lands in the other cell's
+	// partitions.
+	var fwd map[string]map[string]int64
+	for i := 0; fwd == nil; i++ {
+		if i == 64 {
+			t.Fatal("64 forwards, none in a partition of cell 0/2")
+		}
+		var body struct {
+			Forwarded bool                        `json:"forwarded"`
+			Offsets   map[string]map[string]int64 `json:"offsets"`
+		}
+		h.mustDo(http.StatusAccepted, "POST", "/v1/requests/peer-"+strconv.Itoa(i)+"/events", map[string]any{"event": "completed"}, &body)
+		for p := range body.Offsets[string(events.TopicForwards)] {
+			if n, _ := strconv.Atoi(p); !mine.OwnsPartition(int32(n)) {
+				fwd = body.Offsets
+			}
+		}
+	}
+	for what, after := range map[string]map[string]map[string]int64{
+		"a forward's offsets":               fwd,
+		"load-shares, which it never reads": {"load-shares": {"0": 7, "2": 1}},
+	} {
+		after["workers"] = o.Offsets["workers"]
+		code, _, body := h.do("POST", "/v1/route", map[string]any{"token_ids": tokens(64, 0), "after": after}, nil)
+		if code != http.StatusOK {
+			t.Errorf("after %s in cell 0/2's partitions: %d %s, want 200", what, code, body)
+		}
+	}
+}

@@ -51,6 +51,10 @@ type State interface {
 	// zero value is the whole log). The API refuses what it would write
 	// into, or wait for on, another cell's partitions (cell.go).
 	Cell() events.Cell
+	// Applies reports whether the state applies records of topic t: a
+	// wait skips the topics it does not, and so does the cell's check of
+	// an `after` vector.
+	Applies(t events.Topic) bool
 	// TotalLag is the records the state is behind the log, for /readyz.
 	TotalLag(ctx context.Context) (int64, error)
 }

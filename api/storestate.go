@@ -153,6 +153,9 @@ func workerHealthOf(h statestore.HealthInfo) WorkerHealth {
 // Cell implements State.
 func (s *StoreState) Cell() events.Cell { return s.Store.Cell() }
 
+// Applies implements State.
+func (s *StoreState) Applies(t events.Topic) bool { return s.Store.Source().Applies(t) }
+
 // Status implements State.
 func (s *StoreState) Status(ctx context.Context) (StateStatus, error) {
 	st := StateStatus{Cell: s.Cell().String(), Applied: map[string]map[string]int64{}, Lag: map[string]map[string]int64{}}
