@@ -277,6 +277,42 @@ func TestKustomizeBootstrapComponent(t *testing.T) {
 	}
 }
 
+// The load-shares component, applied over the example overlay: the router
+// replicas run --load-deltas snapshots, each under its own replica id (its
+// pod's name), and nothing else is patched.
+func TestKustomizeLoadSharesComponent(t *testing.T) {
+	plain := build(t, path("k8s", "overlays", "example"))
+	r := buildWith(t, path("k8s", "overlays", "example"), "pdrouter", path("k8s", "components", "load-shares"))
+	checkRendered(t, r)
+	for _, pod := range podsOf(r) {
+		env, before := containerEnv(t, r, pod.where, pod.c), map[string]string{}
+		for _, p := range podsOf(plain) {
+			if strings.TrimPrefix(p.where, plain.name) == strings.TrimPrefix(pod.where, r.name) {
+				before = containerEnv(t, plain, p.where, p.c)
+			}
+		}
+		router := strings.HasSuffix(pod.where, "Deployment pdrouter")
+		if router {
+			if env["PDR_LOAD_DELTAS"] != "snapshots" {
+				t.Errorf("%s: PDR_LOAD_DELTAS %q, want snapshots", pod.where, env["PDR_LOAD_DELTAS"])
+			}
+			var id *corev1.EnvVar
+			for i := range pod.c.Env {
+				if pod.c.Env[i].Name == "PDR_REPLICA_ID" {
+					id = &pod.c.Env[i]
+				}
+			}
+			if id == nil || id.ValueFrom == nil || id.ValueFrom.FieldRef == nil || id.ValueFrom.FieldRef.FieldPath != "metadata.name" {
+				t.Errorf("%s: PDR_REPLICA_ID must be the pod's name, distinct in the group; got %+v", pod.where, id)
+			}
+			delete(env, "PDR_LOAD_DELTAS")
+		}
+		if fmt.Sprint(env) != fmt.Sprint(before) {
+			t.Errorf("%s: the component changed more than the router's PDR_LOAD_DELTAS:\n got %v\nwant %v", pod.where, env, before)
+		}
+	}
+}
+
 // buildWith builds a kustomization of the resources base with the
 // components in namespace ns, as listing the components in base's own
 // kustomization (which sets ns) does.
