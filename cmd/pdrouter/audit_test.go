@@ -44,6 +44,7 @@ type replica struct {
 	cmd      *exec.Cmd
 	url      string
 	addrFile string // its --addr-file
+	id       string // its --replica-id
 	logs     *syncBuffer
 	// private is a topic whose offsets are the replica's own, not compared
 	// with its peers' (load-deltas with --load-deltas snapshots: each reads
@@ -111,8 +112,9 @@ var replicaSeq atomic.Int64
 func startReplica(t *testing.T, brokers []string, prefix, dataDir string, extra ...string) *replica {
 	t.Helper()
 	listen, addrFile := listenArgs(t)
+	id := fmt.Sprintf("r-%d", replicaSeq.Add(1))
 	args := append([]string{"serve", "--brokers", strings.Join(brokers, ","), "--topic-prefix", prefix,
-		"--data-dir", dataDir, "--router-conditional-disagg", "--replica-id", fmt.Sprintf("r-%d", replicaSeq.Add(1))}, listen...)
+		"--data-dir", dataDir, "--router-conditional-disagg", "--replica-id", id}, listen...)
 	args = append(args, extra...)
 	cmd := exec.Command(os.Args[0], args...)
 	cmd.Env = append(os.Environ(), "PDR_TEST_RUN_MAIN=1")
@@ -121,7 +123,7 @@ func startReplica(t *testing.T, brokers []string, prefix, dataDir string, extra 
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	r := &replica{cmd: cmd, addrFile: addrFile, logs: logs}
+	r := &replica{cmd: cmd, addrFile: addrFile, id: id, logs: logs}
 	t.Cleanup(func() {
 		if cmd.ProcessState == nil {
 			_ = cmd.Process.Kill()

@@ -81,7 +81,7 @@ func TestServeSnapshotsWritesItsOwnPartition(t *testing.T) {
 	kafkatest.Migrate(t, brokers, prefix)
 	names := events.Names{Prefix: prefix}
 	r := startReplica(t, brokers, prefix, t.TempDir(), "--load-deltas", "snapshots")
-	id := "r-" + strings.TrimPrefix(r.url, "http://") // startReplica's --replica-id
+	id := r.id
 	after := registerFleet(t, r.url)
 	for i := range 4 {
 		routeOn(t, r.url, fmt.Sprintf("snap-%d", i), tokenSeq(uint32(1000*i+1), 300), after, false)
