@@ -83,7 +83,11 @@ func TestSharesMaterializer(t *testing.T) {
 		for _, id := range []string{"w1", "w2"} {
 			producePlaced(t, cl, prefix, id, events.KeyPartition([]byte(id), parts(events.TopicWorkers)), registration(id, pb.Pool_POOL_DECODE, 16, 0))
 		}
-		now := time.Now().Add(-time.Hour).UnixNano()
+		// Event times from the clock that stamps the records: one more than
+		// MaxEventSkew past its record's log time is refused (future_time),
+		// and time.Now() runs ahead of produceClock by as long as this
+		// package's tests have been running.
+		now := time.UnixMilli(produceClock.Load()).UnixNano()
 		producePlaced(t, cl, prefix, "w1", pa, ownDecision(a, "a1", "w1", "", now, 32))
 		producePlaced(t, cl, prefix, "w1", pb_, ownDecision(b, "b1", "w1", "", now, 32))
 		producePlaced(t, cl, prefix, "w1", pa, ownDecision(z, "z1", "w1", "", now, 32))
@@ -157,7 +161,11 @@ func TestSharesMaterializerInCell(t *testing.T) {
 			w = fmt.Sprintf("w%d", i)
 		}
 		producePlaced(t, cl, prefix, w, events.KeyPartition([]byte(w), nw), registration(w, pb.Pool_POOL_DECODE, 16, 0))
-		now := time.Now().Add(-time.Hour).UnixNano()
+		// Event times from the clock that stamps the records: one more than
+		// MaxEventSkew past its record's log time is refused (future_time),
+		// and time.Now() runs ahead of produceClock by as long as this
+		// package's tests have been running.
+		now := time.UnixMilli(produceClock.Load()).UnixNano()
 		pa := events.WriterPartition(a, nd, cell)
 		producePlaced(t, cl, prefix, w, pa, ownDecision(a, "a1", w, "", now, 32))
 		producePlaced(t, cl, prefix, b, events.WriterPartition(b, ns, cell), sharesOf(b, 1, now, shr(w, 2, 1, 0, 1, 16)))
