@@ -137,6 +137,7 @@ func (s *Store) Apply(recs []*kgo.Record) error {
 			s.checkSlotFlags(false)
 		}
 		s.logHealth(st.stats.healthTransitions)
+		s.logReplicaIDConflicts(st.stats.replicaIDConflicts)
 		s.met.addStats(&st.stats)
 		st.wm.Store(nil) // offsets moved
 		st.pw = nil

@@ -53,6 +53,7 @@ type Metrics struct {
 	// shareRecordsBy: shareRecords' series by result index, looked up
 	// once: a peer adds to one with every batch it applies.
 	shareRecordsBy               [numShareResults]prometheus.Counter
+	replicaIDConflicts           prometheus.Counter
 	shareRowsHeld, shareCounting prometheus.Gauge
 	// Worker health (workerhealth.go).
 	healthTransitions *prometheus.CounterVec
@@ -213,6 +214,10 @@ func newMetrics(reg prometheus.Registerer, dm *events.DecodeMetrics) *Metrics {
 	for i, r := range shareResults {
 		m.shareRecordsBy[i] = m.shareRecords.WithLabelValues(r)
 	}
+	m.replicaIDConflicts = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "pdrouter_statestore_replica_id_conflicts_total",
+		Help: "Load-shares records under this replica's --replica-id that it did not write (--load-deltas snapshots): another replica of the group runs with the same id. Their snapshots then replace each other's rows on every peer, and each misses the other's load. Give every replica its own id.",
+	})
 	m.healthTransitions = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "pdrouter_worker_health_transitions_total",
 		Help: "Worker health changes applied from the log (WorkerHealth records on the load topic), by the health they lead to (healthy, unhealthy) and the record's reason.",
@@ -260,7 +265,7 @@ func newMetrics(reg prometheus.Registerer, dm *events.DecodeMetrics) *Metrics {
 		reg.MustRegister(m.applied, m.applySeconds, m.offset, m.lag, m.topicLag, m.blocks, m.workers, m.removeUnknown, m.storeUnknown,
 			m.orphans, m.resets, m.staleLoads, m.afterTomb, m.active, m.races, m.copies, m.indexBytes, m.kvMissing, m.bsMismatch, m.predicted, m.walk, m.diskSlow,
 			m.chainBytes, m.chainsRead, m.cell, m.cells, m.healthTransitions, m.unhealthy, m.openRequests, m.openCheckpoints, m.openReplayed,
-			m.shareRecords, m.shareRowsHeld, m.shareCounting)
+			m.shareRecords, m.shareRowsHeld, m.shareCounting, m.replicaIDConflicts)
 		reg.MustRegister(m.latency.collectors()...)
 	}
 	return m
@@ -330,6 +335,7 @@ func (m *Metrics) addStats(s *applyStats) {
 			m.shareRecordsBy[i].Add(float64(n))
 		}
 	}
+	m.replicaIDConflicts.Add(float64(s.replicaIDConflicts))
 	for _, t := range s.healthTransitions {
 		to := healthUnhealthy
 		if t.rec.GetHealthy() {

@@ -175,6 +175,9 @@ func (st *state) applyLoadShares(s *pb.LoadShares) {
 		r.writers[w.id] = w
 	}
 	id := w.id
+	if id == r.replica && st.own != nil && st.own.readOwn(s.GetSeq()) {
+		st.stats.replicaIDConflicts++
+	}
 	if s.GetSeq() <= w.maxSeq {
 		st.stats.shareResults[shareStaleSeq]++
 		return

@@ -5,6 +5,7 @@ import (
 	"math"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/pdrouter/pdrouter/events"
 	pb "github.com/pdrouter/pdrouter/events/eventspb"
@@ -36,6 +37,13 @@ import (
 //   - Seqs are never reused: each snapshot taken gets the next, written or
 //     not, and a snapshot of this writer read from the log moves the next
 //     seq past its own (a store rebuilt with an old epoch).
+//   - Another process under this replica's id is told from this one by the
+//     seqs (readOwn): this writer's snapshots come back in the order it
+//     took them (one partition, one producer), so once one has come back,
+//     a record under its id that is not the next one it took is another
+//     writer's. Before that, such records are an earlier run of this
+//     replica, read again at open. It only counts (a process-local fact,
+//     never state): two writers of one id still apply like one.
 
 // ownShares is the writer side of a store of SourceLoadShares.
 type ownShares struct {
@@ -53,6 +61,46 @@ type ownShares struct {
 	// (0: none sent).
 	keepAt  int64
 	changed chan struct{}
+	// issued: the seqs of the snapshots taken and not read back yet, in
+	// the order they were taken (at most maxIssued; lostBelow: every seq
+	// dropped past that bound is at or below it). readBack: one has come
+	// back. Kept by readOwn.
+	issued    []uint64
+	lostBelow uint64
+	readBack  bool
+	lastBack  uint64 // the seq that came back last: a copy of it is no other writer's
+}
+
+// maxIssued bounds ownShares.issued: a store that took this many snapshots
+// and read none back (its materializer stalled) forgets the oldest half.
+const maxIssued = 1 << 16
+
+// took records that a snapshot of seq was taken.
+func (o *ownShares) took(seq uint64) {
+	if len(o.issued) >= maxIssued {
+		half := len(o.issued) / 2
+		o.lostBelow = o.issued[half-1]
+		o.issued = append(o.issued[:0], o.issued[half:]...)
+	}
+	o.issued = append(o.issued, seq)
+}
+
+// readOwn is called with the seq of each record under this replica's id
+// read from the log, and reports whether another writer wrote it: a seq
+// this store did not take, read after one it did take came back. Seqs
+// taken before seq and not read back were never written.
+func (o *ownShares) readOwn(seq uint64) (foreign bool) {
+	i := 0
+	for i < len(o.issued) && o.issued[i] < seq {
+		i++
+	}
+	if i < len(o.issued) && o.issued[i] == seq {
+		o.issued = o.issued[i+1:]
+		o.readBack, o.lastBack = true, seq
+		return false
+	}
+	o.issued = o.issued[i:]
+	return o.readBack && seq != o.lastBack && seq > o.lostBelow
 }
 
 func newOwnShares(epoch uint64) *ownShares {
@@ -204,6 +252,7 @@ func (st *state) takeShares(writer string) *pb.LoadShares {
 		return nil
 	}
 	out := &pb.LoadShares{WriterId: writer, Seq: o.next, ClockUnixNano: clock, Shares: make([]*pb.WorkerShare, len(take))}
+	o.took(o.next)
 	o.advance()
 	for i, it := range take {
 		var c shareCounts
@@ -320,3 +369,21 @@ func (s *Store) SharesChanged() <-chan struct{} {
 	defer s.mu.RUnlock()
 	return s.st.own.changed
 }
+
+// logReplicaIDConflicts logs records of another writer under this
+// replica's id (readOwn), at most once every conflictLogEvery: they come
+// with every snapshot of the other writer. The metric counts each.
+func (s *Store) logReplicaIDConflicts(n int64) {
+	if n == 0 {
+		return
+	}
+	s.conflicts += n
+	if now := time.Now(); now.Sub(s.conflictLogged) >= conflictLogEvery {
+		s.log.Error("statestore: another replica writes load shares under this replica's --replica-id: give every replica of the group its own id (peers see the two replicas' shares replace each other, and each misses the other's load)",
+			"replica_id", s.opts.ReplicaID, "records", s.conflicts)
+		s.conflictLogged, s.conflicts = now, 0
+	}
+}
+
+// conflictLogEvery spaces logReplicaIDConflicts' lines.
+const conflictLogEvery = time.Minute

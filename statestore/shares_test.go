@@ -3,7 +3,9 @@ package statestore
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
+	"strings"
 	"testing"
 	"time"
 
@@ -320,6 +322,48 @@ func TestOwnSeqAtTheEnd(t *testing.T) {
 	if err := events.ValidateLoadShares(s, shareReplica, time.Time{}); err != nil {
 		t.Fatalf("the snapshot after the largest seq: %v", err)
 	}
+}
+
+// TestReplicaIDConflict: a snapshot under this replica's id that it did not
+// take, read after one of its own came back, is another writer's, counted
+// and logged; before that (an earlier run of this replica, read again at
+// open), after a snapshot that was taken but never written, and for a copy
+// of its own, nothing is counted. Either way the record applies as any.
+func TestReplicaIDConflict(t *testing.T) {
+	var logs strings.Builder
+	h := sharesHarness(t, Options{SharesEpoch: 1000, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	conflicts := func(want float64) {
+		t.Helper()
+		h.wantCount("pdrouter_statestore_replica_id_conflicts_total", nil, want)
+	}
+	conflicts(0)
+	// An earlier run's snapshots, read at open: not counted.
+	h.put(shareReplica, sharesOf(shareReplica, 400, shareT0, shr("w2", 2, 1, 0, 0, 0)))
+	h.put(shareReplica, sharesOf(shareReplica, 2000, shareT0, shr("w2", 0, 0, 0, 0, 0)))
+	h.put("w1", ownDecision(shareReplica, "d1", "w1", "", shareT0, 16))
+	own := h.take()
+	h.put(shareReplica, own)
+	conflicts(0)
+	// A twin started later (a larger epoch), and one started earlier.
+	h.put(shareReplica, sharesOf(shareReplica, own.GetSeq()+5_000_000, shareT0+sec, shr("w3", 1, 1, 0, 0, 0)))
+	conflicts(1)
+	h.put(shareReplica, sharesOf(shareReplica, 700, shareT0+sec, shr("w3", 1, 1, 0, 0, 0)))
+	conflicts(2)
+	if !strings.Contains(logs.String(), "another replica writes load shares under this replica's --replica-id") {
+		t.Fatalf("no error logged:\n%s", logs.String())
+	}
+	// A snapshot taken and never written, then one written: its own. A
+	// second copy of it: its own too.
+	h.put("w1", ownDecision(shareReplica, "d2", "w1", "", shareT0+2*sec, 16))
+	lost := h.take()
+	h.put("w1", ownDecision(shareReplica, "d3", "w1", "", shareT0+3*sec, 16))
+	next := h.take()
+	if lost.GetSeq() >= next.GetSeq() {
+		t.Fatalf("seqs %d then %d", lost.GetSeq(), next.GetSeq())
+	}
+	h.put(shareReplica, next)
+	h.put(shareReplica, next)
+	conflicts(2)
 }
 
 // TestOtherWriterDeltaSkipped: a load delta of another writer on the

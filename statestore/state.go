@@ -124,6 +124,9 @@ type applyStats struct {
 	afterTombstone int64
 	// shareResults: load-shares records by result (sharerows.go).
 	shareResults [numShareResults]int64
+	// replicaIDConflicts: load-shares records under this replica's id
+	// that another writer wrote (ownShares.readOwn).
+	replicaIDConflicts int64
 	// healthTransitions are the health changes applied (workerhealth.go).
 	healthTransitions []healthTransition
 }

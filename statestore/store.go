@@ -244,6 +244,10 @@ type Store struct {
 	dir  string
 	opts Options
 	log  *slog.Logger
+	// conflicts and conflictLogged space the log of replica id conflicts
+	// (logReplicaIDConflicts); under mu.
+	conflicts      int64
+	conflictLogged time.Time
 	db   *pebble.DB
 	met  *Metrics
 

@@ -106,4 +106,68 @@ func TestServeSnapshotsWritesItsOwnPartition(t *testing.T) {
 			t.Fatalf("a decision keyed %q in partition %d; want its key's %d", rec.Key, rec.Partition, want)
 		}
 	}
+	// Its own snapshots come back to it, and are no conflict: one more
+	// route after the first came back makes a second.
+	deadline := time.Now().Add(30 * time.Second)
+	for i := 0; ; i++ {
+		fams := scrapeFamilies(t, r.url)
+		var applied float64
+		for _, m := range fams["pdrouter_statestore_share_records_total"].GetMetric() {
+			applied += m.GetCounter().GetValue()
+		}
+		if n := fams["pdrouter_statestore_replica_id_conflicts_total"].GetMetric()[0].GetCounter().GetValue(); n != 0 {
+			t.Fatalf("%v replica id conflicts in a replica alone", n)
+		}
+		if applied >= 2 {
+			break
+		}
+		if applied == 1 {
+			routeOn(t, r.url, fmt.Sprintf("snap-more-%d", i), tokenSeq(uint32(9000+i), 300), after, false)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%v of its snapshots read back after 30s", applied)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestServeSnapshotsReplicaIDConflict: two replicas started with one
+// --replica-id both see, once each has written a snapshot, that another
+// process writes under their id: they count it and log it.
+func TestServeSnapshotsReplicaIDConflict(t *testing.T) {
+	brokers := kafkatest.Brokers(t)
+	prefix := kafkatest.Prefix(t)
+	kafkatest.Migrate(t, brokers, prefix)
+	var reps []*replica
+	for range 2 {
+		reps = append(reps, startReplica(t, brokers, prefix, t.TempDir(), "--load-deltas", "snapshots", "--replica-id", "twin", "--fetch-min-bytes", "1"))
+	}
+	after := registerFleet(t, reps[0].url)
+	conflicts := func(r *replica) float64 {
+		m := scrapeFamilies(t, r.url)["pdrouter_statestore_replica_id_conflicts_total"]
+		if m == nil || len(m.GetMetric()) != 1 {
+			t.Fatalf("%s: no series pdrouter_statestore_replica_id_conflicts_total", r.url)
+		}
+		return m.GetMetric()[0].GetCounter().GetValue()
+	}
+	for _, r := range reps {
+		if n := conflicts(r); n != 0 {
+			t.Fatalf("%s: %v conflicts before anyone routed", r.url, n)
+		}
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for i := 0; conflicts(reps[0]) == 0 || conflicts(reps[1]) == 0; i++ {
+		if time.Now().After(deadline) {
+			t.Fatalf("conflicts after 30s: %v and %v", conflicts(reps[0]), conflicts(reps[1]))
+		}
+		for j, r := range reps {
+			routeOn(t, r.url, fmt.Sprintf("twin-%d-%d", j, i), tokenSeq(uint32(1000*i+j), 64), after, false)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	for _, r := range reps {
+		if !strings.Contains(r.logs.String(), "another replica writes load shares under this replica's --replica-id") {
+			t.Errorf("%s logged no conflict:\n%s", r.url, r.logs.String())
+		}
+	}
 }
