@@ -248,8 +248,8 @@ type Store struct {
 	// (logReplicaIDConflicts); under mu.
 	conflicts      int64
 	conflictLogged time.Time
-	db   *pebble.DB
-	met  *Metrics
+	db             *pebble.DB
+	met            *Metrics
 
 	mu sync.RWMutex // guards st and applied
 	st *state
