@@ -26,6 +26,7 @@ type scriptedShares struct {
 	mu      sync.Mutex
 	give    bool
 	seq     uint64
+	entered int // TakeShares calls begun, blocked or not
 	taken   int // TakeShares calls
 	notSent []*pb.LoadShares
 	sent    int                  // SharesSent calls
@@ -37,6 +38,9 @@ func newScriptedShares(writer string, give bool) *scriptedShares {
 }
 
 func (s *scriptedShares) TakeShares() *pb.LoadShares {
+	s.mu.Lock()
+	s.entered++
+	s.mu.Unlock()
 	if s.block != nil {
 		<-s.block
 	}
@@ -219,6 +223,9 @@ func TestGroupLogSignalAloneCommitsTheSnapshot(t *testing.T) {
 
 	src.block = make(chan struct{})
 	src.changed <- struct{}{} // its commit waits in TakeShares
+	// Until the commit is in TakeShares, the signals below could all be
+	// taken before it starts, and it would answer them all.
+	waitFor(t, func() bool { src.mu.Lock(); defer src.mu.Unlock(); return src.entered == 2 })
 	for range 3 {
 		src.changed <- struct{}{} // each is received by the signal loop, during that commit
 	}
