@@ -56,7 +56,7 @@ type Metrics struct {
 	replicaIDConflicts prometheus.Counter
 	// latencySamples: pdrouter_statestore_latency_samples_total by result
 	// (sent, learned, dropped).
-	latencySamples               [3]prometheus.Counter
+	latencySamples               [len(latencySampleResults)]prometheus.Counter
 	latencySamplesVec            *prometheus.CounterVec
 	shareRowsHeld, shareCounting prometheus.Gauge
 	// Worker health (workerhealth.go).
@@ -220,9 +220,9 @@ func newMetrics(reg prometheus.Registerer, dm *events.DecodeMetrics) *Metrics {
 	}
 	m.latencySamplesVec = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "pdrouter_statestore_latency_samples_total",
-		Help: "Latency samples of --load-deltas snapshots, what a replica's latency model joined of one of its requests that ended, by result: sent (with this replica's snapshots), learned (from a peer's snapshots), dropped (more ended requests waiting than a replica keeps; its model learned them all the same).",
+		Help: "Latency samples of --load-deltas snapshots, what a replica's latency model joined of one of its requests that ended, by result: sent (with this replica's snapshots), learned (from a peer's snapshots), dropped (more ended requests waiting than a replica keeps), thinned (past --latency-samples-per-second). The replica's own model learned the dropped and thinned ones all the same.",
 	}, []string{"result"})
-	for i, r := range []string{"sent", "learned", "dropped"} {
+	for i, r := range latencySampleResults {
 		m.latencySamples[i] = m.latencySamplesVec.WithLabelValues(r)
 	}
 	m.replicaIDConflicts = prometheus.NewCounter(prometheus.CounterOpts{
@@ -308,6 +308,11 @@ const (
 
 type workerSeriesKey struct{ pool, state string }
 
+// latencySampleResults are the "result" labels of
+// pdrouter_statestore_latency_samples_total, in the order addStats adds
+// applyStats' counts.
+var latencySampleResults = [...]string{"sent", "learned", "dropped", "thinned"}
+
 // workerSeries are the (pool, state) series of pdrouter_workers: only a
 // decode worker can miss KV events (a prefill worker's cache is not read).
 var workerSeries = [...]workerSeriesKey{
@@ -347,7 +352,7 @@ func (m *Metrics) addStats(s *applyStats) {
 		}
 	}
 	m.replicaIDConflicts.Add(float64(s.replicaIDConflicts))
-	for i, n := range [...]int64{s.samplesSent, s.samplesLearned, s.samplesDropped} {
+	for i, n := range [...]int64{s.samplesSent, s.samplesLearned, s.samplesDropped, s.samplesThinned} {
 		m.latencySamples[i].Add(float64(n))
 	}
 	for _, t := range s.healthTransitions {

@@ -63,7 +63,8 @@ type ownShares struct {
 	changed chan struct{}
 	// ended: the decision ids of this writer's requests that ended, whose
 	// latency samples go with the next snapshots (sharesamples.go).
-	ended []string
+	ended   []string
+	samples sampleBudget
 	// issued: the seqs of the snapshots taken and not read back yet, in
 	// the order they were taken (at most maxIssued; lostBelow: every seq
 	// dropped past that bound is at or below it). readBack: one has come

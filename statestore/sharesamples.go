@@ -3,6 +3,7 @@ package statestore
 import (
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/pdrouter/pdrouter/decider"
 	"github.com/pdrouter/pdrouter/events"
@@ -31,10 +32,54 @@ import (
 //   - A writer learns nothing from its own samples: it holds their facts.
 //   - The ids waiting to be sent are bounded (maxEnded): past it the
 //     oldest are dropped and counted, never the model's state.
+//   - A writer sends at most Options.LatencySamplesPerSecond samples a
+//     second of its requests' event time (sampleBudget): a peer's apply of
+//     a sample costs about what its apply of a whole snapshot does, and a
+//     fit of the model's ten features needs far fewer samples than a busy
+//     group's requests. The budget reads event times alone, so which
+//     samples a writer sends is a function of its own partition.
 
 // maxEnded bounds the decision ids waiting to be sent: a minute of a
 // replica's requests at 1,000 a second beyond what its snapshots carry.
 const maxEnded = 1 << 16
+
+// DefaultLatencySamplesPerSecond is Options.LatencySamplesPerSecond's
+// default: 100 a writer, 30,000 over the model's 10-minute window, where
+// a path's fit needs 50 (slo_min_samples); a group of 8 then costs a peer
+// 700 samples a second however fast it decides.
+const DefaultLatencySamplesPerSecond = 100
+
+// sampleBudget lets through at most perSec samples a second of event
+// time, with a burst of one second's worth, in integer nanoseconds of
+// credit so that every replica computes it alike.
+type sampleBudget struct {
+	cost   int64 // credit a sample takes: 1e9/perSec; 0: none let through
+	credit int64 // at most 1e9
+	at     int64 // event time of the last refill
+}
+
+func newSampleBudget(perSec int) sampleBudget {
+	if perSec <= 0 {
+		return sampleBudget{}
+	}
+	return sampleBudget{cost: max(int64(time.Second)/int64(perSec), 1), credit: int64(time.Second)}
+}
+
+// take reports whether a sample of a request that ended at t goes.
+func (b *sampleBudget) take(t int64) bool {
+	if b.cost == 0 {
+		return false
+	}
+	if t > b.at {
+		b.credit = min(b.credit+(t-b.at), int64(time.Second))
+		b.at = t
+	}
+	if b.credit < b.cost {
+		return false
+	}
+	b.credit -= b.cost
+	return true
+}
 
 // requestEnded queues the latency sample of a request of this writer that
 // ended (a completed or cancelled lifecycle event), for the next snapshot.
@@ -44,6 +89,10 @@ func (st *state) requestEnded(o *pb.OutcomeEvent) {
 		return
 	}
 	if k := o.GetKind(); k != pb.OutcomeEvent_KIND_COMPLETED && k != pb.OutcomeEvent_KIND_CANCELLED {
+		return
+	}
+	if !own.samples.take(o.GetEventTimeUnixNano()) {
+		st.stats.samplesThinned++
 		return
 	}
 	if len(own.ended) >= maxEnded {

@@ -91,7 +91,7 @@ func TestLatencySamplesShared(t *testing.T) {
 // dropped and counted, and a snapshot carries at most MaxSamplesSent, the
 // rest going with the next ones.
 func TestLatencySamplesBounded(t *testing.T) {
-	w := sharesHarness(t, Options{})
+	w := sharesHarness(t, Options{LatencySamplesPerSecond: 1e9})
 	n := 300
 	for i := range n {
 		id := fmt.Sprintf("d%03d", i)
@@ -113,4 +113,43 @@ func TestLatencySamplesBounded(t *testing.T) {
 		t.Fatalf("%d ids waiting, want %d", got, maxEnded)
 	}
 	w.wantCount("pdrouter_statestore_latency_samples_total", map[string]string{"result": "dropped"}, 5)
+}
+
+// TestLatencySamplesBudget: a writer sends at most
+// LatencySamplesPerSecond samples a second of its requests' event time,
+// after a burst of one second's worth, and counts the rest thinned; a
+// negative rate sends none.
+func TestLatencySamplesBudget(t *testing.T) {
+	end := func(h *harness, i int, at int64) {
+		id := fmt.Sprintf("d%03d", i)
+		h.put("w1", sampledDecision(shareReplica, id, "w1", at-sec, 64))
+		h.put("w1", ended(shareReplica, id, "w1", at, pb.OutcomeEvent_KIND_COMPLETED, 50, 10))
+	}
+	sent := func(h *harness) int {
+		n := 0
+		for s := h.take(); s != nil; s = h.take() {
+			n += len(s.GetSamples())
+		}
+		return n
+	}
+	w := sharesHarness(t, Options{LatencySamplesPerSecond: 10})
+	for i := range 30 { // 30 ends in 30 ms: the burst's 10 go
+		end(w, i, shareT0+int64(i)*1e6)
+	}
+	if n := sent(w); n != 10 {
+		t.Fatalf("%d samples of a burst of 30, want 10", n)
+	}
+	for i := range 30 { // 30 ends over the next 3 s: one each 100 ms
+		end(w, 100+i, shareT0+30e6+int64(i+1)*100e6)
+	}
+	if n := sent(w); n != 30 {
+		t.Fatalf("%d samples of 30 ends 100 ms apart, want 30", n)
+	}
+	w.wantCount("pdrouter_statestore_latency_samples_total", map[string]string{"result": "thinned"}, 20)
+
+	none := sharesHarness(t, Options{LatencySamplesPerSecond: -1})
+	end(none, 1, shareT0)
+	if n := sent(none); n != 0 {
+		t.Fatalf("%d samples with none allowed", n)
+	}
 }

@@ -132,7 +132,7 @@ type applyStats struct {
 	replicaIDConflicts int64
 	// Latency samples (sharesamples.go): sent with this writer's
 	// snapshots, learned from peers', dropped past maxEnded.
-	samplesSent, samplesLearned, samplesDropped int64
+	samplesSent, samplesLearned, samplesDropped, samplesThinned int64
 	// healthTransitions are the health changes applied (workerhealth.go).
 	healthTransitions []healthTransition
 }
@@ -158,6 +158,7 @@ func newState(cfg activeConfig) *state {
 	if cfg.replica != "" {
 		st.shares = newShareRows(cfg.replica, cfg.expiry, cfg.maxWorkers)
 		st.own = newOwnShares(cfg.sharesEpoch)
+		st.own.samples = newSampleBudget(cfg.samplesPerSecond)
 	}
 	return st
 }

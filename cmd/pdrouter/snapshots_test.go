@@ -44,6 +44,19 @@ func TestLoadDeltasSnapshotsReachTheStore(t *testing.T) {
 	if got := requiredTopics(rf.writeDeltas, rf.source); !slices.Equal(got, []events.Topic{events.TopicLoadDeltas, events.TopicLoadShares, events.TopicForwards}) {
 		t.Fatalf("snapshots requires %v; want load-deltas, load-shares and forwards", got)
 	}
+	// Latency samples: the default, a rate, and none.
+	for flag, want := range map[string]int{"": statestore.DefaultLatencySamplesPerSecond, "25": 25, "0": -1} {
+		args := []string{"--load-deltas", "snapshots", "--replica-id", "router-7"}
+		if flag != "" {
+			args = append(args, "--latency-samples-per-second", flag)
+		}
+		if _, o := options(args...); o.LatencySamplesPerSecond != want {
+			t.Errorf("--latency-samples-per-second %q: option %d, want %d", flag, o.LatencySamplesPerSecond, want)
+		}
+	}
+	if err := parseRouterFlags(t, nil, "--latency-samples-per-second", "-1").validate(); err == nil || !strings.Contains(err.Error(), "--latency-samples-per-second") {
+		t.Errorf("--latency-samples-per-second -1: %v", err)
+	}
 	rf, o = options("--load-deltas", "apply", "--replica-id", "router-7")
 	if o.ReplicaID != "" || o.SharesEpoch != 0 {
 		t.Fatalf("apply: replica %q, epoch %d; want no snapshot writer", o.ReplicaID, o.SharesEpoch)
