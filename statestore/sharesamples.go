@@ -82,7 +82,8 @@ func (b *sampleBudget) take(t int64) bool {
 }
 
 // requestEnded queues the latency sample of a request of this writer that
-// ended (a completed or cancelled lifecycle event), for the next snapshot.
+// ended (a completed or cancelled lifecycle event), for the next snapshot,
+// when its model joined the request and the budget lets it through.
 func (st *state) requestEnded(o *pb.OutcomeEvent) {
 	own := st.own
 	if own == nil || o.GetDecisionId() == "" {
@@ -90,6 +91,9 @@ func (st *state) requestEnded(o *pb.OutcomeEvent) {
 	}
 	if k := o.GetKind(); k != pb.OutcomeEvent_KIND_COMPLETED && k != pb.OutcomeEvent_KIND_CANCELLED {
 		return
+	}
+	if _, ok := st.lat.Joined(o.GetDecisionId()); !ok {
+		return // nothing joined to send: no budget spent on it
 	}
 	if !own.samples.take(o.GetEventTimeUnixNano()) {
 		st.stats.samplesThinned++

@@ -102,17 +102,21 @@ func TestLatencySamplesBounded(t *testing.T) {
 	if len(first.GetSamples()) != 256 || len(second.GetSamples()) != n-256 || second.GetSamples()[0].GetDecisionId() != "d256" {
 		t.Fatalf("snapshots of %d and %d samples, want 256 and %d from d256", len(first.GetSamples()), len(second.GetSamples()), n-256)
 	}
+	// maxEnded waiting, then one more: the oldest goes.
 	w.s.mu.Lock()
-	for i := range maxEnded + 5 {
-		w.s.st.requestEnded(&pb.OutcomeEvent{DecisionId: fmt.Sprintf("x%d", i), Kind: pb.OutcomeEvent_KIND_COMPLETED})
+	for i := range maxEnded {
+		w.s.st.own.ended = append(w.s.st.own.ended, fmt.Sprintf("x%d", i))
 	}
-	got := len(w.s.st.own.ended)
 	w.s.mu.Unlock()
-	w.put("w1", ended(shareReplica, "d000", "w1", shareT0+2*sec, pb.OutcomeEvent_KIND_PREFILL_DONE, 1, -1)) // a chunk: the stats flush
-	if got != maxEnded {
-		t.Fatalf("%d ids waiting, want %d", got, maxEnded)
+	w.put("w1", sampledDecision(shareReplica, "last", "w1", shareT0+2*sec, 64))
+	w.put("w1", ended(shareReplica, "last", "w1", shareT0+3*sec, pb.OutcomeEvent_KIND_COMPLETED, 50, 10))
+	w.s.mu.Lock()
+	n, oldest, newest := len(w.s.st.own.ended), w.s.st.own.ended[0], w.s.st.own.ended[len(w.s.st.own.ended)-1]
+	w.s.mu.Unlock()
+	if n != maxEnded || oldest != "x1" || newest != "last" {
+		t.Fatalf("%d ids waiting, from %s to %s; want %d, from x1 to last", n, oldest, newest, maxEnded)
 	}
-	w.wantCount("pdrouter_statestore_latency_samples_total", map[string]string{"result": "dropped"}, 5)
+	w.wantCount("pdrouter_statestore_latency_samples_total", map[string]string{"result": "dropped"}, 1)
 }
 
 // TestLatencySamplesBudget: a writer sends at most
