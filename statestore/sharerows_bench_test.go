@@ -43,7 +43,9 @@ func BenchmarkApplyLoadShares(b *testing.B) {
 func BenchmarkApplyLoadSharesSamples(b *testing.B) {
 	for _, samples := range []int{0, 1, 4} {
 		b.Run(fmt.Sprintf("samples=%d", samples), func(b *testing.B) {
-			h := perfHarnessWith(b, Options{Source: SourceLoadShares, ReplicaID: shareReplica})
+			// As serve's default (--peer-requests memory): the model in
+			// memory, checkpointed with the open requests.
+			h := perfHarnessWith(b, Options{Source: SourceLoadShares, ReplicaID: shareReplica, PeerSums: true})
 			benchApplyBy(b, h, shareRecords(h, b.N, 10, samples), 1)
 		})
 	}
