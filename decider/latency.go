@@ -88,6 +88,13 @@ func (in *LatencyInputs) Vector(x *[LatencyK]int64) {
 
 func clampFeature(v int64) int64 { return min(max(v, 0), MaxLatencyFeature) }
 
+// LatencyInputsOf is the inputs whose Vector is 1 then v: the inverse of
+// Vector for features within their clamp, as records carry them.
+func LatencyInputsOf(v *[LatencyK - 1]int64) LatencyInputs {
+	return LatencyInputs{Uncached: v[0], Tier: v[1], Queued: v[2], DecodeRequests: v[3], DecodeBlocks: v[4],
+		DecodePrefill: v[5], Transfer: v[6], DecodeFill: v[7], DecodeRecentLocal: v[8]}
+}
+
 // LatencyFit is a fitted model: per path and target, the coefficients of a linear
 // predictor over the feature vector (ms), the residual standard deviation (ms) and the
 // number of samples it was fitted on. A zero Samples means no fit.

@@ -34,6 +34,10 @@ func decodeBounded[M any](value []byte, b *recordBounds, unmarshal func([]byte, 
 	if errors.Is(err, b.errEntries) {
 		return none, &ValidationError{Reason: b.tooMany, Field: b.entries, Err: b.errTooMany}
 	}
+	// A refusal the decoder made itself (another bound) stands as it is.
+	if ve := (*ValidationError)(nil); errors.As(err, &ve) {
+		return none, ve
+	}
 	if err != nil {
 		return none, invalid(b.malformed, "", "%s: %v", b.what, err)
 	}

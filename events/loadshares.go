@@ -42,6 +42,14 @@ const (
 	// 2^22 writers, so no sum overflows and every value converts to int64
 	// as it is.
 	MaxShareCount = 1 << 40
+	// MaxShareSamples bounds the latency samples of a record, counted
+	// before they are allocated. A writer sends at most MaxSamplesSent a
+	// snapshot; the rest wait for the next.
+	MaxShareSamples = 1024
+	// MaxSamplesSent is what a writer puts in one snapshot: the requests
+	// that ended in one group commit, a handful, or a backlog after a
+	// snapshot the log refused.
+	MaxSamplesSent = 256
 )
 
 // Reasons a LoadShares is refused: the fixed "reason" labels of
@@ -59,6 +67,8 @@ const (
 	ReasonSharesBadWorker       = "shares_bad_worker"
 	ReasonSharesDuplicateWorker = "shares_duplicate_worker"
 	ReasonSharesBadCount        = "shares_bad_count"
+	ReasonSharesTooManySamples  = "shares_too_many_samples"
+	ReasonSharesBadSample       = "shares_bad_sample"
 )
 
 // LoadSharesReasons lists every reason, for metrics whose series exist
@@ -67,7 +77,13 @@ var LoadSharesReasons = []string{
 	ReasonSharesTooLarge, ReasonSharesMalformed, ReasonSharesEmpty, ReasonSharesTooManyWorkers,
 	ReasonSharesBadWriter, ReasonSharesKeyMismatch, ReasonSharesBadSeq, ReasonSharesClock,
 	ReasonSharesBadWorker, ReasonSharesDuplicateWorker, ReasonSharesBadCount,
+	ReasonSharesTooManySamples, ReasonSharesBadSample,
 }
+
+// errTooManySamples is unmarshalLoadShares' refusal of a value with more
+// than MaxShareSamples samples, built once.
+var errTooManySamples = &ValidationError{Reason: ReasonSharesTooManySamples, Field: "samples",
+	Err: fmt.Errorf("load shares: more than %d latency samples", MaxShareSamples)}
 
 // sharesBounds are MaxSharesBytes and MaxShareWorkers for decodeBounded.
 var sharesBounds = recordBounds{
@@ -118,8 +134,14 @@ func ValidateLoadShares(s *pb.LoadShares, key string, logTime time.Time) error {
 		return invalid(ReasonSharesClock, "clock_unix_nano", "load shares: clock: %v", err)
 	}
 	n := len(s.GetShares())
-	if n == 0 {
-		return invalid(ReasonSharesEmpty, "shares", "load shares: no shares")
+	if n == 0 && len(s.GetSamples()) == 0 {
+		return invalid(ReasonSharesEmpty, "shares", "load shares: no shares and no samples")
+	}
+	if len(s.GetSamples()) > MaxShareSamples {
+		return errTooManySamples
+	}
+	if err := validateSamples(s.GetSamples(), logTime); err != nil {
+		return err
 	}
 	if n > MaxShareWorkers {
 		return invalid(ReasonSharesTooManyWorkers, "shares", "load shares: %d shares, at most %d are allowed", n, MaxShareWorkers)
@@ -187,6 +209,71 @@ func validateShare(i int, e *pb.WorkerShare) error {
 	}
 	if e.GetRecentLocalTokens() > 0 && e.GetRecentDecisions() == 0 {
 		return invalid(ReasonSharesBadCount, "recent_local_tokens", "load shares: share %d: %d recent local tokens without decisions", i, e.GetRecentLocalTokens())
+	}
+	return nil
+}
+
+// validateSamples checks the latency samples: each a decision id, a path
+// and its nine features within the model's bounds, at least one target,
+// event times as any record's, and no decision id twice (a peer would
+// learn the later one's facts over the earlier's).
+func validateSamples(ss []*pb.LatencySample, logTime time.Time) error {
+	bad := func(i int, field, format string, args ...any) error {
+		return invalid(ReasonSharesBadSample, field, "load shares: sample %d: %s", i, fmt.Sprintf(format, args...))
+	}
+	var seen map[string]int
+	if len(ss) > 1 {
+		seen = make(map[string]int, len(ss))
+	}
+	for i, e := range ss {
+		switch id := e.GetDecisionId(); {
+		case id == "":
+			return bad(i, "decision_id", "decision_id is required")
+		case len(id) > MaxIDLen:
+			return bad(i, "decision_id", "decision_id is %d bytes, at most %d are allowed", len(id), MaxIDLen)
+		}
+		if j, dup := seen[e.GetDecisionId()]; dup {
+			return bad(i, "decision_id", "decision %q is also sample %d", e.GetDecisionId(), j)
+		}
+		if seen != nil {
+			seen[e.GetDecisionId()] = i
+		}
+		if e.GetLatencyPath() >= loadDeltaLatencyPaths {
+			return bad(i, "latency_path", "latency_path %d, want below %d", e.GetLatencyPath(), loadDeltaLatencyPaths)
+		}
+		if len(e.GetLatencyInputs()) != LoadDeltaLatencyInputs {
+			return bad(i, "latency_inputs", "%d latency inputs, want %d", len(e.GetLatencyInputs()), LoadDeltaLatencyInputs)
+		}
+		for k, x := range e.GetLatencyInputs() {
+			if x > maxLatencyInput {
+				return bad(i, "latency_inputs", "latency input %d is %d, at most %d", k, x, maxLatencyInput)
+			}
+		}
+		if e.TtftUnits == nil && e.ItlUnits == nil {
+			return bad(i, "ttft_units", "neither ttft_units nor itl_units")
+		}
+		times := []struct {
+			name string
+			t    int64
+			set  bool
+		}{{"decided_at_unix_nano", e.GetDecidedAtUnixNano(), true}, {"ttft_at_unix_nano", e.GetTtftAtUnixNano(), e.TtftUnits != nil},
+			{"itl_at_unix_nano", e.GetItlAtUnixNano(), e.ItlUnits != nil}}
+		for _, f := range times {
+			if !f.set {
+				continue
+			}
+			if err := checkEventTime(f.t, logTime); err != nil {
+				return bad(i, f.name, "%v", err)
+			}
+		}
+		for _, f := range []struct {
+			name string
+			v    *uint32
+		}{{"ttft_units", e.TtftUnits}, {"itl_units", e.ItlUnits}} {
+			if f.v != nil && *f.v > maxLatencyInput {
+				return bad(i, f.name, "%s is %d, at most %d", f.name, *f.v, maxLatencyInput)
+			}
+		}
 	}
 	return nil
 }

@@ -36,10 +36,34 @@ func validShares() *pb.LoadShares {
 	}
 }
 
+// validSample is a latency sample of a remote prefill that completed,
+// stamped in the record's second.
+func validSample(id string) *pb.LatencySample {
+	at := sharesClockSecond * int64(time.Second)
+	ttft, itl := uint32(1_825), uint32(231)
+	return &pb.LatencySample{DecisionId: id, DecidedAtUnixNano: at, LatencyPath: 1,
+		LatencyInputs: []uint32{4_000, 0, 512, 3, 900, 0, 4_000, 1 << 20, 0},
+		TtftUnits:     &ttft, TtftAtUnixNano: at + 180_000_000, ItlUnits: &itl, ItlAtUnixNano: at + 200_000_000}
+}
+
+// withSamples is validShares with two latency samples, one without its
+// ITL.
+func withSamples() *pb.LoadShares {
+	s := validShares()
+	s.Samples = []*pb.LatencySample{validSample("01JD0000000000000000000001"), validSample("01JD0000000000000000000002")}
+	s.Samples[1].ItlUnits, s.Samples[1].ItlAtUnixNano = nil, 0
+	return s
+}
+
 // TestLoadSharesRoundTrip: a valid record encodes, decodes to the same
-// message, and re-encodes to the same bytes.
+// message, and re-encodes to the same bytes; with samples too, and with
+// samples alone.
 func TestLoadSharesRoundTrip(t *testing.T) {
 	checkRoundTrip(t, validShares(), sharesKey, sharesLogTime, events.MarshalLoadShares, events.DecodeLoadShares)
+	checkRoundTrip(t, withSamples(), sharesKey, sharesLogTime, events.MarshalLoadShares, events.DecodeLoadShares)
+	only := withSamples()
+	only.Shares = nil
+	checkRoundTrip(t, only, sharesKey, sharesLogTime, events.MarshalLoadShares, events.DecodeLoadShares)
 }
 
 // TestLoadSharesBounds: a record at every bound is written and read; the
@@ -93,7 +117,30 @@ func TestLoadSharesRefused(t *testing.T) {
 		{name: "recent tokens past the bound", edit: func(s *pb.LoadShares) { s.Shares[0].RecentLocalTokens = over }, reason: events.ReasonSharesBadCount},
 		{name: "blocks without requests", edit: func(s *pb.LoadShares) { s.Shares[1].Requests = 0 }, reason: events.ReasonSharesBadCount},
 		{name: "local tokens without decisions", edit: func(s *pb.LoadShares) { s.Shares[0].RecentDecisions = 0 }, reason: events.ReasonSharesBadCount},
+		{name: "too many samples", value: slices.Repeat([]byte{5<<3 | 2, 0}, events.MaxShareSamples+1), reason: events.ReasonSharesTooManySamples},
+		{name: "malformed sample", value: []byte{5<<3 | 2, 2, 4<<3 | 2, 5}, reason: events.ReasonSharesMalformed},
 	}
+	badSample := func(name string, edit func(*pb.LatencySample)) refusal[*pb.LoadShares] {
+		return refusal[*pb.LoadShares]{name: name, reason: events.ReasonSharesBadSample, edit: func(s *pb.LoadShares) {
+			s.Samples = withSamples().Samples
+			edit(s.Samples[1])
+		}}
+	}
+	big := uint32(1<<20 + 1)
+	cases = append(cases,
+		badSample("a sample without a decision id", func(e *pb.LatencySample) { e.DecisionId = "" }),
+		badSample("a sample's decision id too long", func(e *pb.LatencySample) { e.DecisionId = strings.Repeat("d", events.MaxIDLen+1) }),
+		badSample("a decision sampled twice", func(e *pb.LatencySample) { e.DecisionId = "01JD0000000000000000000001" }),
+		badSample("an unknown path", func(e *pb.LatencySample) { e.LatencyPath = 2 }),
+		badSample("eight features", func(e *pb.LatencySample) { e.LatencyInputs = e.LatencyInputs[:8] }),
+		badSample("a feature past 2^20", func(e *pb.LatencySample) { e.LatencyInputs[3] = big }),
+		badSample("no target", func(e *pb.LatencySample) { e.TtftUnits = nil }),
+		badSample("a TTFT past 2^20", func(e *pb.LatencySample) { e.TtftUnits = &big }),
+		badSample("a negative decision time", func(e *pb.LatencySample) { e.DecidedAtUnixNano = -1 }),
+		badSample("a TTFT past the log time", func(e *pb.LatencySample) {
+			e.TtftAtUnixNano = sharesLogTime.Add(events.MaxEventSkew + time.Nanosecond).UnixNano()
+		}),
+	)
 	checkRefusals(t, cases, validShares, sharesKey, func(key, v []byte) error {
 		_, err := events.DecodeLoadShares(key, v, sharesLogTime)
 		return err

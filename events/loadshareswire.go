@@ -26,8 +26,20 @@ type shareSlot struct {
 	ref pb.WorkerRef
 }
 
-// shareTextHint is the bytes of a share's strings (a worker id), usually.
-const shareTextHint = 16
+// sampleSlot is a LatencySample with its latency inputs and optional
+// targets, allocated together.
+type sampleSlot struct {
+	s         pb.LatencySample
+	lat       [LoadDeltaLatencyInputs]uint32
+	ttft, itl uint32
+}
+
+// shareTextHint is the bytes of a share's strings (a worker id), usually;
+// sampleTextHint a sample's (a decision id, a ULID).
+const (
+	shareTextHint  = 16
+	sampleTextHint = 26
+)
 
 // errShareWorkers: a value with more shares than the caller allows.
 var errShareWorkers = errors.New("load shares: too many shares")
@@ -35,12 +47,18 @@ var errShareWorkers = errors.New("load shares: too many shares")
 // unmarshalLoadShares decodes a LoadShares value as proto.Unmarshal does,
 // without its unknown fields. Past maxShares shares it returns
 // errShareWorkers having checked the top level only and allocated nothing.
+//
+// Past MaxShareSamples samples it returns the refusal, also before it
+// allocates any.
 func unmarshalLoadShares(v []byte, maxShares int) (*pb.LoadShares, error) {
-	n := 0
+	n, k := 0, 0
 	top := fieldReader{b: v}
 	for top.next() {
-		if top.tag == 4<<3|wBytes {
+		switch top.tag {
+		case 4<<3 | wBytes:
 			n++
+		case 5<<3 | wBytes:
+			k++
 		}
 	}
 	if top.err != nil {
@@ -49,13 +67,21 @@ func unmarshalLoadShares(v []byte, maxShares int) (*pb.LoadShares, error) {
 	if n > maxShares {
 		return nil, errShareWorkers
 	}
+	if k > MaxShareSamples {
+		return nil, errTooManySamples
+	}
 	s := &pb.LoadShares{}
-	dec := deltaDecoder{textHint: min(len(v), 16+shareTextHint*n)}
+	dec := deltaDecoder{textHint: min(len(v), 16+shareTextHint*n+sampleTextHint*k)}
 	var slots []shareSlot
 	slots, s.Shares = newSlots(n, func(s *shareSlot) *pb.WorkerShare { return &s.s })
+	var samples []sampleSlot
+	samples, s.Samples = newSlots(k, func(s *sampleSlot) *pb.LatencySample { return &s.s })
 	top = fieldReader{b: v}
-	for i := 0; top.next(); {
+	for i, j := 0, 0; top.next(); {
 		switch top.tag {
+		case 5<<3 | wBytes:
+			top.fail(dec.sample(&samples[j], top.val()))
+			j++
 		case 1<<3 | wBytes:
 			top.fail(dec.str(&s.WriterId, top.val()))
 		case 2<<3 | wVarint:
@@ -92,6 +118,37 @@ func (dec *deltaDecoder) share(slot *shareSlot, b []byte) error {
 		case 6<<3 | wVarint:
 			e.RecentLocalTokens = r.x
 		}
+	}
+	return r.err
+}
+
+func (dec *deltaDecoder) sample(slot *sampleSlot, b []byte) error {
+	e := &slot.s
+	r := fieldReader{b: b}
+	for r.next() {
+		var err error
+		switch r.tag {
+		case 1<<3 | wBytes:
+			err = dec.str(&e.DecisionId, r.val())
+		case 2<<3 | wVarint:
+			e.DecidedAtUnixNano = int64(r.x)
+		case 3<<3 | wVarint:
+			e.LatencyPath = uint32(r.x)
+		case 4<<3 | wVarint, 4<<3 | wBytes:
+			if e.LatencyInputs == nil {
+				e.LatencyInputs = slot.lat[:0:len(slot.lat)]
+			}
+			e.LatencyInputs, err = appendUint32s(e.LatencyInputs, &r)
+		case 5<<3 | wVarint:
+			slot.ttft, e.TtftUnits = uint32(r.x), &slot.ttft
+		case 6<<3 | wVarint:
+			e.TtftAtUnixNano = int64(r.x)
+		case 7<<3 | wVarint:
+			slot.itl, e.ItlUnits = uint32(r.x), &slot.itl
+		case 8<<3 | wVarint:
+			e.ItlAtUnixNano = int64(r.x)
+		}
+		r.fail(err)
 	}
 	return r.err
 }

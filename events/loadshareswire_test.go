@@ -15,6 +15,9 @@ import (
 // shareOf is a share (field 4 of LoadShares) of the fields given.
 func shareOf(fields ...[]byte) []byte { return fBytes(4, fields...) }
 
+// sampleOf is a LatencySample field of a LoadShares value, of fields.
+func sampleOf(fields ...[]byte) []byte { return fBytes(5, fields...) }
+
 // sharesWireCases covers the wire rules the decoder must follow as
 // proto.Unmarshal does, for LoadShares' own fields (want nil: it fails);
 // wireCases covers the reader they share.
@@ -40,6 +43,16 @@ func sharesWireCases() []wireCaseOf[*pb.LoadShares] {
 			&pb.LoadShares{Shares: []*pb.WorkerShare{{}}}},
 		{"unknown fields", slices.Concat(fVarint(99, 1), fString(100, "\xff"), shareOf(fVarint(20, 1), fBytes(1, fVarint(9, 9)))),
 			one(&pb.WorkerShare{Worker: &pb.WorkerRef{}})},
+		{"every sample field", sampleOf(fString(1, "d1"), fVarint(2, 11), fVarint(3, 1), fBytes(4, []byte{0, 5, 0x80, 0x80, 0x40}),
+			fVarint(4, 9), fVarint(5, 1825), fVarint(6, 12), fVarint(7, 231), fVarint(8, 13)),
+			&pb.LoadShares{Samples: []*pb.LatencySample{{DecisionId: "d1", DecidedAtUnixNano: 11, LatencyPath: 1,
+				LatencyInputs: []uint32{0, 5, 1 << 20, 9}, TtftUnits: proto.Uint32(1825), TtftAtUnixNano: 12, ItlUnits: proto.Uint32(231), ItlAtUnixNano: 13}}}},
+		{"a zero target is present", sampleOf(fVarint(7, 0)), &pb.LoadShares{Samples: []*pb.LatencySample{{ItlUnits: proto.Uint32(0)}}}},
+		{"sample targets keep the low 32 bits", sampleOf(fVarint(5, 1<<32|7)), &pb.LoadShares{Samples: []*pb.LatencySample{{TtftUnits: proto.Uint32(7)}}}},
+		{"samples do not merge, and sit beside shares", slices.Concat(sampleOf(fVarint(3, 1)), shareOf(fVarint(3, 4)), sampleOf(fString(1, "x"))),
+			&pb.LoadShares{Shares: []*pb.WorkerShare{{Requests: 4}}, Samples: []*pb.LatencySample{{LatencyPath: 1}, {DecisionId: "x"}}}},
+		{"invalid UTF-8 in a sample's decision id", sampleOf(fString(1, "\xff")), nil},
+		{"truncated packed inputs", sampleOf(fBytes(4, []byte{0x80})), nil},
 		{"invalid UTF-8 in writer_id", fString(1, "ok\xc3"), nil},
 		{"invalid UTF-8 in a worker id", shareOf(fBytes(1, fString(1, "\xed\xa0\x80"))), nil},
 		{"truncated varint in a share", shareOf([]byte{3 << 3, 0x80}), nil},
@@ -138,7 +151,27 @@ func FuzzLoadSharesWireMatchesProto(f *testing.F) {
 	for _, c := range sharesWireCases() {
 		f.Add(c.v)
 	}
+	withSamples := wireShares(2)
+	for i := range 3 {
+		ttft := uint32(100 * i)
+		withSamples.Samples = append(withSamples.Samples, &pb.LatencySample{DecisionId: fmt.Sprintf("d%d", i), DecidedAtUnixNano: 1_700_000_000_000_000_000,
+			LatencyPath: uint32(i % 2), LatencyInputs: []uint32{1, 2, 3, 4, 5, 6, 7, 8, 9}, TtftUnits: &ttft, TtftAtUnixNano: 1_700_000_000_100_000_000})
+	}
+	v, err := MarshalLoadShares(withSamples, "replica-3")
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(v)
 	f.Fuzz(func(t *testing.T, v []byte) {
+		// Past MaxShareSamples the hand-written decoder refuses what
+		// proto.Unmarshal takes: that bound is checked here, the rest by
+		// checkMatchesProto.
+		if want, err := sharesProtoDecode(v); err == nil && len(want.Samples) > MaxShareSamples {
+			if _, err := unmarshalLoadShares(v, math.MaxInt); err != errTooManySamples {
+				t.Fatalf("%d samples: %v", len(want.Samples), err)
+			}
+			return
+		}
 		checkMatchesProto(t, v, sharesProtoDecode, unmarshalLoadShares, errShareWorkers,
 			func(s *pb.LoadShares) int { return len(s.Shares) })
 	})

@@ -74,7 +74,9 @@ type activeConfig struct {
 	replica string
 	// sharesEpoch: Options.SharesEpoch.
 	sharesEpoch uint64
-	openHold    int64 // ns, how long an open request is held at least (Options.IdempotencyWindow)
+	// samplesPerSecond: Options.LatencySamplesPerSecond, defaulted.
+	samplesPerSecond int
+	openHold         int64 // ns, how long an open request is held at least (Options.IdempotencyWindow)
 }
 
 const (

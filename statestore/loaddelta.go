@@ -186,6 +186,7 @@ func (st *state) applyLoadDelta(b *pebble.Batch, d *pb.LoadDelta, partition int3
 		st.observe(o.GetEventTimeUnixNano(), true)
 		st.applyOutcome(b, o)
 		st.learnOutcome(o)
+		st.requestEnded(o)
 	}
 }
 
@@ -198,10 +199,10 @@ func (st *state) learnDelta(e *pb.DecisionDelta) {
 		st.stats.latNoRow++
 		return
 	}
-	in := decider.LatencyInputs{
-		Uncached: int64(x[0]), Tier: int64(x[1]), Queued: int64(x[2]), DecodeRequests: int64(x[3]),
-		DecodeBlocks: int64(x[4]), DecodePrefill: int64(x[5]), Transfer: int64(x[6]), DecodeFill: int64(x[7]),
-		DecodeRecentLocal: int64(x[8]),
+	var v [decider.LatencyK - 1]int64
+	for i := range v {
+		v[i] = int64(x[i])
 	}
+	in := decider.LatencyInputsOf(&v)
 	st.lat.Decision(e.GetDecisionId(), e.GetDecidedAtUnixNano(), decider.LatencyPath(e.GetLatencyPath()), &in)
 }

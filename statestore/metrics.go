@@ -52,8 +52,12 @@ type Metrics struct {
 	shareRecords *prometheus.CounterVec
 	// shareRecordsBy: shareRecords' series by result index, looked up
 	// once: a peer adds to one with every batch it applies.
-	shareRecordsBy               [numShareResults]prometheus.Counter
-	replicaIDConflicts           prometheus.Counter
+	shareRecordsBy     [numShareResults]prometheus.Counter
+	replicaIDConflicts prometheus.Counter
+	// latencySamples: pdrouter_statestore_latency_samples_total by result
+	// (sent, learned, dropped).
+	latencySamples               [len(latencySampleResults)]prometheus.Counter
+	latencySamplesVec            *prometheus.CounterVec
 	shareRowsHeld, shareCounting prometheus.Gauge
 	// Worker health (workerhealth.go).
 	healthTransitions *prometheus.CounterVec
@@ -214,6 +218,13 @@ func newMetrics(reg prometheus.Registerer, dm *events.DecodeMetrics) *Metrics {
 	for i, r := range shareResults {
 		m.shareRecordsBy[i] = m.shareRecords.WithLabelValues(r)
 	}
+	m.latencySamplesVec = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "pdrouter_statestore_latency_samples_total",
+		Help: "Latency samples of --load-deltas snapshots, what a replica's latency model joined of one of its requests that ended, by result: sent (with this replica's snapshots), learned (from a peer's snapshots), dropped (more ended requests waiting than a replica keeps), thinned (past --latency-samples-per-second). The replica's own model learned the dropped and thinned ones all the same.",
+	}, []string{"result"})
+	for i, r := range latencySampleResults {
+		m.latencySamples[i] = m.latencySamplesVec.WithLabelValues(r)
+	}
 	m.replicaIDConflicts = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "pdrouter_statestore_replica_id_conflicts_total",
 		Help: "Load-shares records under this replica's --replica-id that it did not write (--load-deltas snapshots): another replica of the group runs with the same id. Their snapshots then replace each other's rows on every peer, and each misses the other's load. Give every replica its own id.",
@@ -265,7 +276,7 @@ func newMetrics(reg prometheus.Registerer, dm *events.DecodeMetrics) *Metrics {
 		reg.MustRegister(m.applied, m.applySeconds, m.offset, m.lag, m.topicLag, m.blocks, m.workers, m.removeUnknown, m.storeUnknown,
 			m.orphans, m.resets, m.staleLoads, m.afterTomb, m.active, m.races, m.copies, m.indexBytes, m.kvMissing, m.bsMismatch, m.predicted, m.walk, m.diskSlow,
 			m.chainBytes, m.chainsRead, m.cell, m.cells, m.healthTransitions, m.unhealthy, m.openRequests, m.openCheckpoints, m.openReplayed,
-			m.shareRecords, m.shareRowsHeld, m.shareCounting, m.replicaIDConflicts)
+			m.shareRecords, m.shareRowsHeld, m.shareCounting, m.replicaIDConflicts, m.latencySamplesVec)
 		reg.MustRegister(m.latency.collectors()...)
 	}
 	return m
@@ -296,6 +307,11 @@ const (
 )
 
 type workerSeriesKey struct{ pool, state string }
+
+// latencySampleResults are the "result" labels of
+// pdrouter_statestore_latency_samples_total, in the order addStats adds
+// applyStats' counts.
+var latencySampleResults = [...]string{"sent", "learned", "dropped", "thinned"}
 
 // workerSeries are the (pool, state) series of pdrouter_workers: only a
 // decode worker can miss KV events (a prefill worker's cache is not read).
@@ -336,6 +352,9 @@ func (m *Metrics) addStats(s *applyStats) {
 		}
 	}
 	m.replicaIDConflicts.Add(float64(s.replicaIDConflicts))
+	for i, n := range [...]int64{s.samplesSent, s.samplesLearned, s.samplesDropped, s.samplesThinned} {
+		m.latencySamples[i].Add(float64(n))
+	}
 	for _, t := range s.healthTransitions {
 		to := healthUnhealthy
 		if t.rec.GetHealthy() {
@@ -399,6 +418,11 @@ func (m *Metrics) observeRows(st *state) {
 	if r := st.shares; r != nil {
 		m.shareRowsHeld.Set(float64(len(r.rows)))
 		m.shareCounting.Set(float64(r.counting))
+	}
+	if st.learnedSamples {
+		// Peers' latency samples moved the model (sharesamples.go).
+		m.latency.observe(st)
+		st.learnedSamples = false
 	}
 }
 

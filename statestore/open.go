@@ -140,6 +140,9 @@ func (st *state) applyOpenDelta(d *pb.LoadDelta, partition int32, offset int64, 
 		st.openClock(partition, o.GetEventTimeUnixNano())
 		st.openLifecycle(o, partition)
 		st.learnOutcome(o)
+		if !replay { // sent before the restart, or lost with it
+			st.requestEnded(o)
+		}
 	}
 }
 

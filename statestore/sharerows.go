@@ -183,6 +183,9 @@ func (st *state) applyLoadShares(s *pb.LoadShares) {
 		return
 	}
 	w.maxSeq = s.GetSeq()
+	if id != r.replica {
+		st.learnSamples(s.GetSamples())
+	}
 	w.clock = max(w.clock, s.GetClockUnixNano())
 	r.now = max(r.now, s.GetClockUnixNano())
 	if id == r.replica && st.own != nil && s.GetSeq() >= st.own.next {

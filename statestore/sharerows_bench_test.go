@@ -27,16 +27,35 @@ func BenchmarkApplyLoadShares(b *testing.B) {
 		for _, shares := range []int{3, 10, 40} {
 			b.Run(fmt.Sprintf("poll=%d/shares=%d", poll, shares), func(b *testing.B) {
 				h := perfHarnessWith(b, Options{Source: SourceLoadShares, ReplicaID: shareReplica})
-				benchApplyBy(b, h, shareRecords(h, b.N, shares), poll)
+				benchApplyBy(b, h, shareRecords(h, b.N, shares, 0), poll)
 				b.ReportMetric(b.Elapsed().Seconds()*1e9/float64(b.N*shares), "ns/share")
 			})
 		}
 	}
 }
 
+// BenchmarkApplyLoadSharesSamples: BenchmarkApplyLoadShares' snapshots of
+// 10 shares with `samples` latency samples each (the requests of the
+// writer that ended since its last snapshot), applied one a call: what a
+// peer's latency model learning from its peers costs it, per record.
+//
+//	go test ./statestore -run '^$' -bench ApplyLoadSharesSamples -benchtime 20000x -count 6
+func BenchmarkApplyLoadSharesSamples(b *testing.B) {
+	for _, samples := range []int{0, 1, 4} {
+		b.Run(fmt.Sprintf("samples=%d", samples), func(b *testing.B) {
+			// As serve's default (--peer-requests memory): the model in
+			// memory, checkpointed with the open requests.
+			h := perfHarnessWith(b, Options{Source: SourceLoadShares, ReplicaID: shareReplica, PeerSums: true})
+			benchApplyBy(b, h, shareRecords(h, b.N, 10, samples), 1)
+		})
+	}
+}
+
 // shareRecords builds n snapshots of shares distinct decode workers each,
-// from 7 writers in turn, in worker order as a writer sends them.
-func shareRecords(h *harness, n, shares int) []*kgo.Record {
+// from 7 writers in turn, in worker order as a writer sends them, and
+// samples latency samples of requests decided 2 s before the record's
+// clock.
+func shareRecords(h *harness, n, shares, samples int) []*kgo.Record {
 	rng := rand.New(rand.NewPCG(uint64(shares), 5))
 	const writers = 7
 	recs := make([]*kgo.Record, 0, n)
@@ -49,7 +68,18 @@ func shareRecords(h *harness, n, shares int) []*kgo.Record {
 				uint64(rng.IntN(2))*4096, 1+uint32(rng.IntN(8)), uint64(rng.IntN(2048))))
 		}
 		slices.SortFunc(ss, func(a, b *pb.WorkerShare) int { return cmp.Compare(a.Worker.WorkerId, b.Worker.WorkerId) })
-		recs = append(recs, h.record(w, sharesOf(w, uint64(1+i/writers), shareT0+int64(i)*1e6, ss...)))
+		clock := shareT0 + int64(i)*1e6
+		rec := sharesOf(w, uint64(1+i/writers), clock, ss...)
+		for j := range samples {
+			ttft, itl := uint32(1000+rng.IntN(2000)), uint32(100+rng.IntN(200))
+			in := make([]uint32, 9)
+			for k := range in {
+				in[k] = uint32(rng.IntN(5000))
+			}
+			rec.Samples = append(rec.Samples, &pb.LatencySample{DecisionId: fmt.Sprintf("d%07d-%d", i, j), DecidedAtUnixNano: clock - 2*sec,
+				LatencyPath: uint32(rng.IntN(2)), LatencyInputs: in, TtftUnits: &ttft, TtftAtUnixNano: clock - sec, ItlUnits: &itl, ItlAtUnixNano: clock})
+		}
+		recs = append(recs, h.record(w, rec))
 	}
 	return recs
 }

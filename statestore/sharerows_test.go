@@ -385,6 +385,12 @@ func TestShareRowsHostile(t *testing.T) {
 		}
 		return v
 	}
+	tooMany := sharesOf("b", 1, shareT0, ok)
+	for range events.MaxShareSamples + 1 {
+		tooMany.Samples = append(tooMany.Samples, &pb.LatencySample{})
+	}
+	noTarget := sharesOf("b", 1, shareT0, ok)
+	noTarget.Samples = []*pb.LatencySample{{DecisionId: "d1", LatencyInputs: make([]uint32, events.LoadDeltaLatencyInputs)}}
 	cases := map[string]*kgo.Record{
 		events.ReasonSharesTooLarge:        h.rawValue("b", make([]byte, events.MaxSharesBytes+1)),
 		events.ReasonSharesMalformed:       h.rawValue("b", []byte{0x0a, 0xff}),
@@ -397,6 +403,10 @@ func TestShareRowsHostile(t *testing.T) {
 		events.ReasonSharesBadWorker:       h.raw("b", sharesOf("b", 1, shareT0, shr("", 1, 1, 0, 0, 0))),
 		events.ReasonSharesDuplicateWorker: h.raw("b", sharesOf("b", 1, shareT0, ok, ok)),
 		events.ReasonSharesBadCount:        h.raw("b", sharesOf("b", 1, shareT0, shr("w1", events.MaxShareCount+1, 1, 0, 0, 0))),
+		// In the order of LoadSharesReasons: each record's offset follows
+		// the one before.
+		events.ReasonSharesTooManySamples: h.rawValue("b", marshal(tooMany)),
+		events.ReasonSharesBadSample:      h.raw("b", noTarget),
 	}
 	for _, r := range events.LoadSharesReasons {
 		rec := cases[r]

@@ -61,6 +61,10 @@ type ownShares struct {
 	// (0: none sent).
 	keepAt  int64
 	changed chan struct{}
+	// ended: the decision ids of this writer's requests that ended, whose
+	// latency samples go with the next snapshots (sharesamples.go).
+	ended   []string
+	samples sampleBudget
 	// issued: the seqs of the snapshots taken and not read back yet, in
 	// the order they were taken (at most maxIssued; lostBelow: every seq
 	// dropped past that bound is at or below it). readBack: one has come
@@ -187,7 +191,9 @@ func (s *Store) TakeShares() *pb.LoadShares {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.st.takeShares(s.opts.ReplicaID)
+	out := s.st.takeShares(s.opts.ReplicaID)
+	s.met.addStats(&s.st.stats) // the samples sent; apply flushed its own before it let go of mu
+	return out
 }
 
 // takeShares is TakeShares under the write lock.
@@ -198,7 +204,7 @@ func (st *state) takeShares(writer string) *pb.LoadShares {
 		return nil
 	}
 	st.keepalive(clock)
-	if len(o.dirty) == 0 && len(o.resend) == 0 {
+	if len(o.dirty) == 0 && len(o.resend) == 0 && len(o.ended) == 0 {
 		return nil
 	}
 	type item struct {
@@ -248,10 +254,14 @@ func (st *state) takeShares(writer string) *pb.LoadShares {
 	if len(rest) > 0 {
 		o.signal() // the writer comes back for them
 	}
-	if len(take) == 0 {
+	samples := st.takeSamples()
+	if len(take) == 0 && len(samples) == 0 {
 		return nil
 	}
-	out := &pb.LoadShares{WriterId: writer, Seq: o.next, ClockUnixNano: clock, Shares: make([]*pb.WorkerShare, len(take))}
+	out := &pb.LoadShares{WriterId: writer, Seq: o.next, ClockUnixNano: clock, Samples: samples}
+	if len(take) > 0 {
+		out.Shares = make([]*pb.WorkerShare, len(take))
+	}
 	o.took(o.next)
 	o.advance()
 	for i, it := range take {
@@ -337,7 +347,8 @@ func (s *Store) SharesNotSent(ls *pb.LoadShares) {
 	st := s.st
 	o := st.own
 	o.landed(ls)
-	wasEmpty := len(o.dirty) == 0 && len(o.resend) == 0
+	wasEmpty := len(o.dirty) == 0 && len(o.resend) == 0 && len(o.ended) == 0
+	st.samplesNotSent(ls.GetSamples())
 	for _, e := range ls.GetShares() {
 		wr := workerRank{e.GetWorker().GetWorkerId(), e.GetWorker().GetDpRank()}
 		slot, ok := st.lookupSlot(wr.id, wr.rank)
@@ -353,7 +364,7 @@ func (s *Store) SharesNotSent(ls *pb.LoadShares) {
 			o.dirty = append(o.dirty, slot)
 		}
 	}
-	if wasEmpty && (len(o.dirty) > 0 || len(o.resend) > 0) {
+	if wasEmpty && (len(o.dirty) > 0 || len(o.resend) > 0 || len(o.ended) > 0) {
 		o.signal()
 	}
 }

@@ -31,8 +31,11 @@ type state struct {
 	// registration.
 	health      map[string]*workerHealth
 	unregHealth int
-	act         *activeTable
-	offsets     map[topicPartition]int64
+	// learnedSamples: peers' latency samples moved the model since its
+	// gauges were last set (Metrics.observeRows).
+	learnedSamples bool
+	act            *activeTable
+	offsets        map[topicPartition]int64
 	// wm caches offsets as a decision record's watermark: every decision
 	// until the next chunk is applied records the same one, and building it
 	// (sort, allocate) was 2% of a decision. Readers fill it under the read
@@ -127,6 +130,9 @@ type applyStats struct {
 	// replicaIDConflicts: load-shares records under this replica's id
 	// that another writer wrote (ownShares.readOwn).
 	replicaIDConflicts int64
+	// Latency samples (sharesamples.go): sent with this writer's
+	// snapshots, learned from peers', dropped past maxEnded.
+	samplesSent, samplesLearned, samplesDropped, samplesThinned int64
 	// healthTransitions are the health changes applied (workerhealth.go).
 	healthTransitions []healthTransition
 }
@@ -152,6 +158,7 @@ func newState(cfg activeConfig) *state {
 	if cfg.replica != "" {
 		st.shares = newShareRows(cfg.replica, cfg.expiry, cfg.maxWorkers)
 		st.own = newOwnShares(cfg.sharesEpoch)
+		st.own.samples = newSampleBudget(cfg.samplesPerSecond)
 	}
 	return st
 }

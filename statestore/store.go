@@ -140,6 +140,12 @@ type Options struct {
 	// start, so a restarted writer's seqs exceed the ones it wrote before;
 	// the store itself never reads the clock.
 	SharesEpoch uint64
+	// LatencySamplesPerSecond: with SourceLoadShares, how many latency
+	// samples of its ended requests a writer sends its peers a second of
+	// its requests' event time, at most (sharesamples.go); a burst of one
+	// second's worth is let through. 0: DefaultLatencySamplesPerSecond;
+	// negative: none.
+	LatencySamplesPerSecond int
 
 	// MaxWorkers caps the registered worker ids (--max-workers); default
 	// DefaultMaxWorkers. A registration of a new id beyond it is skipped
@@ -596,6 +602,10 @@ func (s *Store) activeConfig() activeConfig {
 	}
 	if s.opts.Source == SourceLoadShares {
 		c.replica, c.sharesEpoch = s.opts.ReplicaID, s.opts.SharesEpoch
+		c.samplesPerSecond = s.opts.LatencySamplesPerSecond
+		if c.samplesPerSecond == 0 {
+			c.samplesPerSecond = DefaultLatencySamplesPerSecond
+		}
 	}
 	if s.opts.Approximate {
 		c.approxTTL = int64(s.opts.ApproximateTTL)

@@ -81,6 +81,9 @@ type routerFlags struct {
 	// (statestore.Options.LatencyModel, docs/slo-policy.md).
 	latencyWindow     time.Duration
 	latencyMaxEntries int
+	// latencySamplesPerSecond is statestore.Options.LatencySamplesPerSecond
+	// (0: none).
+	latencySamplesPerSecond int
 	// The bounds of a decision record (api.WithDecisionMaxCandidates,
 	// api.WithDecisionRecordMaxBytes).
 	decisionMaxCandidates  int
@@ -132,6 +135,7 @@ func (f *routerFlags) bindFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&f.httpMaxHeaderBytes, "http-max-header-bytes", 64<<10, "largest request line and headers, in bytes (431 above)")
 	fs.IntVar(&f.maxAfterPartitions, "max-after-partitions", 1024, "most entries, topics and partitions together, in the \"after\" vector of /v1/route (422 above)")
 	fs.DurationVar(&f.latencyWindow, "latency-model-window", latmodel.DefaultBuckets*latmodel.DefaultBucketWidth, "event time of outcomes the slo policy's latency model learns from (a multiple of 30s). Give every replica the same value: it shapes the state they compare")
+	fs.IntVar(&f.latencySamplesPerSecond, "latency-samples-per-second", statestore.DefaultLatencySamplesPerSecond, "with --load-deltas snapshots, at most this many of its ended requests a second a replica sends its peers' latency models with its snapshots (each costs a peer about what a snapshot does; 0: none, and each replica's model learns from its own requests alone)")
 	fs.IntVar(&f.latencyMaxEntries, "latency-model-max-entries", latmodel.DefaultMaxEntries, "most decisions and outcomes the latency model holds while it joins them. Past it, each bucket of the window keeps the decisions of the smallest id hashes, the same on every replica (pdrouter_latency_model_dropped_total{reason=\"sampled\"}); ids that are not ULIDs are dropped first-come (reason=\"max_entries\")")
 	fs.StringVar(&f.cell, "cell", "0/1", "the cell of the log this replica applies and answers for, i/n: partitions p with p mod n = i of every topic, and so the workers whose ids hash there (docs/scaling.md, Cells). n must divide every topic's partition count; every replica of a cell gives the same value. 0/1 is the whole log")
 	fs.StringVar(&f.loadDeltas, "load-deltas", "apply", "how the replicas of a group share load (docs/scaling.md, Load deltas): off (apply peers' whole decisions and outcomes, write no deltas), write (the same, and append a load delta with every decision and lifecycle event: the first step of a migration), apply (append deltas and apply peers' deltas instead of their decisions and outcomes, which stay on the log for audit; the group then scales), snapshots (append deltas to this replica's own partition of load-deltas, which it alone reads back, and with every group commit one load-shares record of its share of each worker's load; peers keep a row per replica and worker; a lifecycle event for a peer's request goes to the forwards topic for that peer to apply; needs a distinct --replica-id per replica and no --bootstrap-from). Every replica of a group gives the same value but for write beside apply; a store built in the other mode is refused: delete it to rebuild by replay")
@@ -160,6 +164,9 @@ func (f *routerFlags) validate() error {
 	}
 	if f.latencyWindow < latmodel.DefaultBucketWidth || f.latencyWindow > 24*time.Hour || f.latencyWindow%latmodel.DefaultBucketWidth != 0 {
 		return fmt.Errorf("--latency-model-window %s: want a multiple of %s in [%s, 24h]", f.latencyWindow, latmodel.DefaultBucketWidth, latmodel.DefaultBucketWidth)
+	}
+	if f.latencySamplesPerSecond < 0 || f.latencySamplesPerSecond > 1_000_000 {
+		return fmt.Errorf("--latency-samples-per-second %d: want 0 to 1000000", f.latencySamplesPerSecond)
 	}
 	if f.latencyMaxEntries < 1 || f.latencyMaxEntries > 50_000_000 {
 		return fmt.Errorf("--latency-model-max-entries %d: want 1 to 50000000", f.latencyMaxEntries)
@@ -250,6 +257,10 @@ func (r *routerRun) storeOptions(cfg decider.Config, reg prometheus.Registerer) 
 	}
 	if r.f.source == statestore.SourceLoadShares {
 		setShareWriter(&o, r.f.replicaID, sharesEpoch(time.Now()))
+		o.LatencySamplesPerSecond = r.f.latencySamplesPerSecond
+		if o.LatencySamplesPerSecond == 0 {
+			o.LatencySamplesPerSecond = -1 // the flag's 0 is none, the option's the default
+		}
 	}
 	return o
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"slices"
 	"strings"
 	"testing"
@@ -42,6 +43,19 @@ func TestLoadDeltasSnapshotsReachTheStore(t *testing.T) {
 	}
 	if got := requiredTopics(rf.writeDeltas, rf.source); !slices.Equal(got, []events.Topic{events.TopicLoadDeltas, events.TopicLoadShares, events.TopicForwards}) {
 		t.Fatalf("snapshots requires %v; want load-deltas, load-shares and forwards", got)
+	}
+	// Latency samples: the default, a rate, and none.
+	for flag, want := range map[string]int{"": statestore.DefaultLatencySamplesPerSecond, "25": 25, "0": -1} {
+		args := []string{"--load-deltas", "snapshots", "--replica-id", "router-7"}
+		if flag != "" {
+			args = append(args, "--latency-samples-per-second", flag)
+		}
+		if _, o := options(args...); o.LatencySamplesPerSecond != want {
+			t.Errorf("--latency-samples-per-second %q: option %d, want %d", flag, o.LatencySamplesPerSecond, want)
+		}
+	}
+	if err := parseRouterFlags(t, nil, "--latency-samples-per-second", "-1").validate(); err == nil || !strings.Contains(err.Error(), "--latency-samples-per-second") {
+		t.Errorf("--latency-samples-per-second -1: %v", err)
 	}
 	rf, o = options("--load-deltas", "apply", "--replica-id", "router-7")
 	if o.ReplicaID != "" || o.SharesEpoch != 0 {
@@ -169,5 +183,58 @@ func TestServeSnapshotsReplicaIDConflict(t *testing.T) {
 		if !strings.Contains(r.logs.String(), "another replica writes load shares under this replica's --replica-id") {
 			t.Errorf("%s logged no conflict:\n%s", r.url, r.logs.String())
 		}
+	}
+}
+
+// TestServeSnapshotsShareLatencySamples: requests routed and ended on one
+// replica of --load-deltas snapshots teach the other replica's latency
+// model too: what the first joined goes with its snapshots.
+func TestServeSnapshotsShareLatencySamples(t *testing.T) {
+	brokers := kafkatest.Brokers(t)
+	prefix := kafkatest.Prefix(t)
+	kafkatest.Migrate(t, brokers, prefix)
+	a := startReplica(t, brokers, prefix, t.TempDir(), "--load-deltas", "snapshots", "--fetch-min-bytes", "1")
+	b := startReplica(t, brokers, prefix, t.TempDir(), "--load-deltas", "snapshots", "--fetch-min-bytes", "1")
+	after := registerFleet(t, a.url)
+	const n = 6
+	for i := range n {
+		id := fmt.Sprintf("lat-%d", i)
+		routeOn(t, a.url, id, tokenSeq(uint32(500*i+1), 200), after, false)
+		for _, ev := range []map[string]any{{"event": "prefill_done", "ttft_ms": 100 + 10*i}, {"event": "completed", "output_tokens": 20, "itl_ms_mean": 12.5}} {
+			if code, raw, err := post(a.url+"/v1/requests/"+id+"/events", ev); err != nil || code != http.StatusAccepted {
+				t.Fatalf("%s %v: %d %s %v", id, ev["event"], code, raw, err)
+			}
+		}
+	}
+	samples := func(r *replica, result string) float64 {
+		for _, m := range scrapeFamilies(t, r.url)["pdrouter_statestore_latency_samples_total"].GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "result" && l.GetValue() == result {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+		t.Fatalf("%s: no series pdrouter_statestore_latency_samples_total{result=%q}", r.url, result)
+		return 0
+	}
+	entries := func(r *replica) float64 {
+		return scrapeFamilies(t, r.url)["pdrouter_latency_model_entries"].GetMetric()[0].GetGauge().GetValue()
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for samples(a, "sent") < n || samples(b, "learned") < n || entries(b) < n {
+		if time.Now().After(deadline) {
+			var dropped []string
+			for _, r := range []*replica{a, b} {
+				for _, m := range scrapeFamilies(t, r.url)["pdrouter_latency_model_dropped_total"].GetMetric() {
+					dropped = append(dropped, fmt.Sprintf("%s %v=%v", r.url, m.GetLabel(), m.GetCounter().GetValue()))
+				}
+			}
+			t.Fatalf("after 30s: a sent %v (holds %v model entries), b learned %v and holds %v; want %d each; dropped %v",
+				samples(a, "sent"), entries(a), samples(b, "learned"), entries(b), n, dropped)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if got := samples(a, "learned") + samples(b, "sent"); got != 0 {
+		t.Fatalf("a learned or b sent %v samples; only a's requests ended", got)
 	}
 }

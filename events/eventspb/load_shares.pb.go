@@ -46,7 +46,13 @@ type LoadShares struct {
 	ClockUnixNano int64 `protobuf:"varint,3,opt,name=clock_unix_nano,json=clockUnixNano,proto3" json:"clock_unix_nano,omitempty"`
 	// The workers whose share changed since the writer's last snapshot (or
 	// all of them, when it repeats itself), each at most once.
-	Shares        []*WorkerShare `protobuf:"bytes,4,rep,name=shares,proto3" json:"shares,omitempty"`
+	Shares []*WorkerShare `protobuf:"bytes,4,rep,name=shares,proto3" json:"shares,omitempty"`
+	// Requests of the writer that ended since its last snapshot, as its
+	// latency model learned them: peers learn them too, so every replica's
+	// model learns from the group's requests, not its own alone. Only those
+	// the writer's model holds (its sample, latmodel); each decision id at
+	// most once.
+	Samples       []*LatencySample `protobuf:"bytes,5,rep,name=samples,proto3" json:"samples,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -109,6 +115,123 @@ func (x *LoadShares) GetShares() []*WorkerShare {
 	return nil
 }
 
+func (x *LoadShares) GetSamples() []*LatencySample {
+	if x != nil {
+		return x.Samples
+	}
+	return nil
+}
+
+// LatencySample is what the latency model (latmodel) joined of one request:
+// its decision's path and features, and the TTFT and ITL its outcomes
+// measured, each with its event time. A peer applies them as the facts
+// they were, so the model it fits is the one it would fit from the
+// decision and its outcomes.
+type LatencySample struct {
+	state             protoimpl.MessageState `protogen:"open.v1"`
+	DecisionId        string                 `protobuf:"bytes,1,opt,name=decision_id,json=decisionId,proto3" json:"decision_id,omitempty"`
+	DecidedAtUnixNano int64                  `protobuf:"varint,2,opt,name=decided_at_unix_nano,json=decidedAtUnixNano,proto3" json:"decided_at_unix_nano,omitempty"`
+	// decider.LatencyPath, and decider.LatencyInputs in the order of its
+	// Vector (without the constant): exactly 9 values, each at most 2^20.
+	LatencyPath   uint32   `protobuf:"varint,3,opt,name=latency_path,json=latencyPath,proto3" json:"latency_path,omitempty"`
+	LatencyInputs []uint32 `protobuf:"varint,4,rep,packed,name=latency_inputs,json=latencyInputs,proto3" json:"latency_inputs,omitempty"`
+	// The targets in the model's fixed point, tenths of a millisecond, at
+	// most 2^20, each with the event time of the outcome that measured it.
+	// At least one is present.
+	TtftUnits      *uint32 `protobuf:"varint,5,opt,name=ttft_units,json=ttftUnits,proto3,oneof" json:"ttft_units,omitempty"`
+	TtftAtUnixNano int64   `protobuf:"varint,6,opt,name=ttft_at_unix_nano,json=ttftAtUnixNano,proto3" json:"ttft_at_unix_nano,omitempty"`
+	ItlUnits       *uint32 `protobuf:"varint,7,opt,name=itl_units,json=itlUnits,proto3,oneof" json:"itl_units,omitempty"`
+	ItlAtUnixNano  int64   `protobuf:"varint,8,opt,name=itl_at_unix_nano,json=itlAtUnixNano,proto3" json:"itl_at_unix_nano,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *LatencySample) Reset() {
+	*x = LatencySample{}
+	mi := &file_pdrouter_events_v1_load_shares_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LatencySample) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LatencySample) ProtoMessage() {}
+
+func (x *LatencySample) ProtoReflect() protoreflect.Message {
+	mi := &file_pdrouter_events_v1_load_shares_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LatencySample.ProtoReflect.Descriptor instead.
+func (*LatencySample) Descriptor() ([]byte, []int) {
+	return file_pdrouter_events_v1_load_shares_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *LatencySample) GetDecisionId() string {
+	if x != nil {
+		return x.DecisionId
+	}
+	return ""
+}
+
+func (x *LatencySample) GetDecidedAtUnixNano() int64 {
+	if x != nil {
+		return x.DecidedAtUnixNano
+	}
+	return 0
+}
+
+func (x *LatencySample) GetLatencyPath() uint32 {
+	if x != nil {
+		return x.LatencyPath
+	}
+	return 0
+}
+
+func (x *LatencySample) GetLatencyInputs() []uint32 {
+	if x != nil {
+		return x.LatencyInputs
+	}
+	return nil
+}
+
+func (x *LatencySample) GetTtftUnits() uint32 {
+	if x != nil && x.TtftUnits != nil {
+		return *x.TtftUnits
+	}
+	return 0
+}
+
+func (x *LatencySample) GetTtftAtUnixNano() int64 {
+	if x != nil {
+		return x.TtftAtUnixNano
+	}
+	return 0
+}
+
+func (x *LatencySample) GetItlUnits() uint32 {
+	if x != nil && x.ItlUnits != nil {
+		return *x.ItlUnits
+	}
+	return 0
+}
+
+func (x *LatencySample) GetItlAtUnixNano() int64 {
+	if x != nil {
+		return x.ItlAtUnixNano
+	}
+	return 0
+}
+
 // WorkerShare is the absolute load of the writer's own live requests on one
 // worker, not a change: a share of zeros says the writer has none there.
 type WorkerShare struct {
@@ -138,7 +261,7 @@ type WorkerShare struct {
 
 func (x *WorkerShare) Reset() {
 	*x = WorkerShare{}
-	mi := &file_pdrouter_events_v1_load_shares_proto_msgTypes[1]
+	mi := &file_pdrouter_events_v1_load_shares_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -150,7 +273,7 @@ func (x *WorkerShare) String() string {
 func (*WorkerShare) ProtoMessage() {}
 
 func (x *WorkerShare) ProtoReflect() protoreflect.Message {
-	mi := &file_pdrouter_events_v1_load_shares_proto_msgTypes[1]
+	mi := &file_pdrouter_events_v1_load_shares_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -163,7 +286,7 @@ func (x *WorkerShare) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerShare.ProtoReflect.Descriptor instead.
 func (*WorkerShare) Descriptor() ([]byte, []int) {
-	return file_pdrouter_events_v1_load_shares_proto_rawDescGZIP(), []int{1}
+	return file_pdrouter_events_v1_load_shares_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *WorkerShare) GetWorker() *WorkerRef {
@@ -212,13 +335,28 @@ var File_pdrouter_events_v1_load_shares_proto protoreflect.FileDescriptor
 
 const file_pdrouter_events_v1_load_shares_proto_rawDesc = "" +
 	"\n" +
-	"$pdrouter/events/v1/load_shares.proto\x12\x12pdrouter.events.v1\x1a\x1fpdrouter/events/v1/common.proto\"\x9c\x01\n" +
+	"$pdrouter/events/v1/load_shares.proto\x12\x12pdrouter.events.v1\x1a\x1fpdrouter/events/v1/common.proto\"\xd9\x01\n" +
 	"\n" +
 	"LoadShares\x12\x1b\n" +
 	"\twriter_id\x18\x01 \x01(\tR\bwriterId\x12\x10\n" +
 	"\x03seq\x18\x02 \x01(\x04R\x03seq\x12&\n" +
 	"\x0fclock_unix_nano\x18\x03 \x01(\x03R\rclockUnixNano\x127\n" +
-	"\x06shares\x18\x04 \x03(\v2\x1f.pdrouter.events.v1.WorkerShareR\x06shares\"\x87\x02\n" +
+	"\x06shares\x18\x04 \x03(\v2\x1f.pdrouter.events.v1.WorkerShareR\x06shares\x12;\n" +
+	"\asamples\x18\x05 \x03(\v2!.pdrouter.events.v1.LatencySampleR\asamples\"\xe2\x02\n" +
+	"\rLatencySample\x12\x1f\n" +
+	"\vdecision_id\x18\x01 \x01(\tR\n" +
+	"decisionId\x12/\n" +
+	"\x14decided_at_unix_nano\x18\x02 \x01(\x03R\x11decidedAtUnixNano\x12!\n" +
+	"\flatency_path\x18\x03 \x01(\rR\vlatencyPath\x12%\n" +
+	"\x0elatency_inputs\x18\x04 \x03(\rR\rlatencyInputs\x12\"\n" +
+	"\n" +
+	"ttft_units\x18\x05 \x01(\rH\x00R\tttftUnits\x88\x01\x01\x12)\n" +
+	"\x11ttft_at_unix_nano\x18\x06 \x01(\x03R\x0ettftAtUnixNano\x12 \n" +
+	"\titl_units\x18\a \x01(\rH\x01R\bitlUnits\x88\x01\x01\x12'\n" +
+	"\x10itl_at_unix_nano\x18\b \x01(\x03R\ritlAtUnixNanoB\r\n" +
+	"\v_ttft_unitsB\f\n" +
+	"\n" +
+	"_itl_units\"\x87\x02\n" +
 	"\vWorkerShare\x125\n" +
 	"\x06worker\x18\x01 \x01(\v2\x1d.pdrouter.events.v1.WorkerRefR\x06worker\x12#\n" +
 	"\rdecode_blocks\x18\x02 \x01(\x04R\fdecodeBlocks\x12\x1a\n" +
@@ -239,20 +377,22 @@ func file_pdrouter_events_v1_load_shares_proto_rawDescGZIP() []byte {
 	return file_pdrouter_events_v1_load_shares_proto_rawDescData
 }
 
-var file_pdrouter_events_v1_load_shares_proto_msgTypes = make([]protoimpl.MessageInfo, 2)
+var file_pdrouter_events_v1_load_shares_proto_msgTypes = make([]protoimpl.MessageInfo, 3)
 var file_pdrouter_events_v1_load_shares_proto_goTypes = []any{
-	(*LoadShares)(nil),  // 0: pdrouter.events.v1.LoadShares
-	(*WorkerShare)(nil), // 1: pdrouter.events.v1.WorkerShare
-	(*WorkerRef)(nil),   // 2: pdrouter.events.v1.WorkerRef
+	(*LoadShares)(nil),    // 0: pdrouter.events.v1.LoadShares
+	(*LatencySample)(nil), // 1: pdrouter.events.v1.LatencySample
+	(*WorkerShare)(nil),   // 2: pdrouter.events.v1.WorkerShare
+	(*WorkerRef)(nil),     // 3: pdrouter.events.v1.WorkerRef
 }
 var file_pdrouter_events_v1_load_shares_proto_depIdxs = []int32{
-	1, // 0: pdrouter.events.v1.LoadShares.shares:type_name -> pdrouter.events.v1.WorkerShare
-	2, // 1: pdrouter.events.v1.WorkerShare.worker:type_name -> pdrouter.events.v1.WorkerRef
-	2, // [2:2] is the sub-list for method output_type
-	2, // [2:2] is the sub-list for method input_type
-	2, // [2:2] is the sub-list for extension type_name
-	2, // [2:2] is the sub-list for extension extendee
-	0, // [0:2] is the sub-list for field type_name
+	2, // 0: pdrouter.events.v1.LoadShares.shares:type_name -> pdrouter.events.v1.WorkerShare
+	1, // 1: pdrouter.events.v1.LoadShares.samples:type_name -> pdrouter.events.v1.LatencySample
+	3, // 2: pdrouter.events.v1.WorkerShare.worker:type_name -> pdrouter.events.v1.WorkerRef
+	3, // [3:3] is the sub-list for method output_type
+	3, // [3:3] is the sub-list for method input_type
+	3, // [3:3] is the sub-list for extension type_name
+	3, // [3:3] is the sub-list for extension extendee
+	0, // [0:3] is the sub-list for field type_name
 }
 
 func init() { file_pdrouter_events_v1_load_shares_proto_init() }
@@ -261,13 +401,14 @@ func file_pdrouter_events_v1_load_shares_proto_init() {
 		return
 	}
 	file_pdrouter_events_v1_common_proto_init()
+	file_pdrouter_events_v1_load_shares_proto_msgTypes[1].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_pdrouter_events_v1_load_shares_proto_rawDesc), len(file_pdrouter_events_v1_load_shares_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   2,
+			NumMessages:   3,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
