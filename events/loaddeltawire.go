@@ -293,10 +293,7 @@ func (dec *deltaDecoder) decision(s *decisionSlot, b []byte) error {
 		case 14<<3 | wVarint:
 			e.LatencyPath = uint32(r.x)
 		case 15<<3 | wVarint, 15<<3 | wBytes:
-			if e.LatencyInputs == nil {
-				e.LatencyInputs = s.lat[:0:len(s.lat)]
-			}
-			e.LatencyInputs, err = appendUint32s(e.LatencyInputs, &r)
+			e.LatencyInputs, err = appendLatencyInputs(e.LatencyInputs, &s.lat, &r)
 		}
 		r.fail(err)
 	}
@@ -376,6 +373,15 @@ func (dec *deltaDecoder) str(dst *string, val []byte) error {
 	dec.used += copy(dec.text[at:], val)
 	*dst = unsafe.String(&dec.text[at], len(val))
 	return nil
+}
+
+// appendLatencyInputs appends a latency_inputs field's values to in, which
+// starts in lat, the room its entry has for them.
+func appendLatencyInputs(in []uint32, lat *[LoadDeltaLatencyInputs]uint32, r *fieldReader) ([]uint32, error) {
+	if in == nil {
+		in = lat[:0:len(lat)]
+	}
+	return appendUint32s(in, r)
 }
 
 // appendFixed64s appends a repeated fixed64 field's values: one, or a

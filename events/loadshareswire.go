@@ -135,10 +135,7 @@ func (dec *deltaDecoder) sample(slot *sampleSlot, b []byte) error {
 		case 3<<3 | wVarint:
 			e.LatencyPath = uint32(r.x)
 		case 4<<3 | wVarint, 4<<3 | wBytes:
-			if e.LatencyInputs == nil {
-				e.LatencyInputs = slot.lat[:0:len(slot.lat)]
-			}
-			e.LatencyInputs, err = appendUint32s(e.LatencyInputs, &r)
+			e.LatencyInputs, err = appendLatencyInputs(e.LatencyInputs, &slot.lat, &r)
 		case 5<<3 | wVarint:
 			slot.ttft, e.TtftUnits = uint32(r.x), &slot.ttft
 		case 6<<3 | wVarint:

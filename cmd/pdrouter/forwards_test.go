@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/pdrouter/pdrouter/events"
-	"github.com/pdrouter/pdrouter/internal/kafkatest"
 )
 
 // Two replicas of --load-deltas snapshots behind a balancer: a request
@@ -16,12 +15,7 @@ import (
 // again releases nothing more; an id no replica holds is forwarded too,
 // and each replica counts it not_mine.
 func TestSnapshotsForwardLifecycleEvents(t *testing.T) {
-	brokers := kafkatest.Brokers(t)
-	prefix := kafkatest.Prefix(t)
-	kafkatest.Migrate(t, brokers, prefix)
-	a := startReplica(t, brokers, prefix, t.TempDir(), "--load-deltas", "snapshots", "--fetch-min-bytes", "1")
-	b := startReplica(t, brokers, prefix, t.TempDir(), "--load-deltas", "snapshots", "--fetch-min-bytes", "1")
-	after := registerFleet(t, a.url)
+	a, b, after := snapshotPair(t)
 
 	// Another request on A keeps its fleet busy, so a second release of
 	// the forwarded one would show as a count below it.

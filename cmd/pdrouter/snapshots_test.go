@@ -190,12 +190,7 @@ func TestServeSnapshotsReplicaIDConflict(t *testing.T) {
 // replica of --load-deltas snapshots teach the other replica's latency
 // model too: what the first joined goes with its snapshots.
 func TestServeSnapshotsShareLatencySamples(t *testing.T) {
-	brokers := kafkatest.Brokers(t)
-	prefix := kafkatest.Prefix(t)
-	kafkatest.Migrate(t, brokers, prefix)
-	a := startReplica(t, brokers, prefix, t.TempDir(), "--load-deltas", "snapshots", "--fetch-min-bytes", "1")
-	b := startReplica(t, brokers, prefix, t.TempDir(), "--load-deltas", "snapshots", "--fetch-min-bytes", "1")
-	after := registerFleet(t, a.url)
+	a, b, after := snapshotPair(t)
 	const n = 6
 	for i := range n {
 		id := fmt.Sprintf("lat-%d", i)
@@ -237,4 +232,17 @@ func TestServeSnapshotsShareLatencySamples(t *testing.T) {
 	if got := samples(a, "learned") + samples(b, "sent"); got != 0 {
 		t.Fatalf("a learned or b sent %v samples; only a's requests ended", got)
 	}
+}
+
+// snapshotPair starts two replicas of --load-deltas snapshots on new topics
+// of the real broker, fetching as soon as a record is there, and registers
+// the fleet of registerFleet through the first.
+func snapshotPair(t *testing.T) (a, b *replica, after map[string]map[string]int64) {
+	t.Helper()
+	brokers := kafkatest.Brokers(t)
+	prefix := kafkatest.Prefix(t)
+	kafkatest.Migrate(t, brokers, prefix)
+	a = startReplica(t, brokers, prefix, t.TempDir(), "--load-deltas", "snapshots", "--fetch-min-bytes", "1")
+	b = startReplica(t, brokers, prefix, t.TempDir(), "--load-deltas", "snapshots", "--fetch-min-bytes", "1")
+	return a, b, registerFleet(t, a.url)
 }
