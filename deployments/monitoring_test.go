@@ -87,20 +87,31 @@ var (
 func exposedMetrics(t *testing.T) map[string]bool {
 	t.Helper()
 	bin := pdrouterBinary(t)
-	liveOnce.Do(func() { liveMetrics, liveErr = scrapeDev(bin) })
+	// A replica of each --load-deltas mode the dashboard shows: some
+	// series exist in one mode only (snapshots' unsent shares).
+	liveOnce.Do(func() {
+		liveMetrics, liveErr = scrapeDev(bin)
+		if liveErr != nil {
+			return
+		}
+		var snapshots map[string]bool
+		if snapshots, liveErr = scrapeDev(bin, "--load-deltas", "snapshots", "--replica-id", "dev-snapshots"); liveErr == nil {
+			maps.Copy(liveMetrics, snapshots)
+		}
+	})
 	if liveErr != nil {
 		t.Fatal(liveErr)
 	}
 	return liveMetrics
 }
 
-func scrapeDev(bin string) (names map[string]bool, err error) {
+func scrapeDev(bin string, extra ...string) (names map[string]bool, err error) {
 	dir, err := os.MkdirTemp(tmpRoot, "dev-")
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(bin, "dev", "--kafka-port", "0", "--http-addr", "127.0.0.1:0", "--data-dir", dir,
-		"--router-conditional-disagg", "--log-level", "warn")
+	cmd := exec.Command(bin, append([]string{"dev", "--kafka-port", "0", "--http-addr", "127.0.0.1:0", "--data-dir", dir,
+		"--router-conditional-disagg", "--log-level", "warn"}, extra...)...)
 	cmd.Env = cleanEnv()
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
@@ -549,6 +560,8 @@ func TestDashboard(t *testing.T) {
 	need("apply rate", queried["pdrouter_statestore_applied_records_total"])
 	need("workers and their load", queried["pdrouter_workers"] && queried["pdrouter_active_requests"] && queried["pdrouter_kv_events_missing_workers"])
 	need("workers whose KV events have another block size", queried["pdrouter_kv_block_size_mismatch_workers"])
+	need("load shares", queried["pdrouter_load_share_records_total"] && queried["pdrouter_statestore_share_unsent_workers"] &&
+		queried["pdrouter_statestore_latency_samples_total"] && queried["pdrouter_statestore_replica_id_conflicts_total"] && queried["pdrouter_forwarded_events_total"])
 	need("audit health", queried["pdrouter_audit_append_duration_seconds_bucket"] && queried["pdrouter_audit_append_failures_total"] && queried["pdrouter_audit_appends_in_flight"])
 	t.Logf("%d panels query %d metrics", len(ids), len(queried))
 }
