@@ -58,6 +58,10 @@ OPTIONAL_FLAGS = {
 }
 
 
+class PortTaken(RuntimeError):
+    """A target could not bind a port picked for it: another process took it."""
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -114,6 +118,17 @@ class Target:
         return flag in self.flags
 
     def start(self):
+        # The ports are picked here, closed, and passed on: another process
+        # may take one before the target binds it. A start that fails so
+        # is tried again on other ports; any other failure stands.
+        for attempt in range(3):
+            try:
+                return self._start()
+            except PortTaken:
+                if attempt == 2:
+                    raise
+
+    def _start(self):
         self.generation += 1
         self.http_port, self.bind_port = free_port(), free_port()
         self.dir = self.workdir / f"{self.kind}-{self.generation}"
@@ -149,7 +164,11 @@ class Target:
         deadline = time.monotonic() + 90
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"{self.kind} exited with {self.proc.returncode} at start:\n{self.log_tail()}")
+                self.log.close()
+                tail = self.log_tail()
+                if "address already in use" in tail:
+                    raise PortTaken(tail)
+                raise RuntimeError(f"{self.kind} exited with {self.proc.returncode} at start:\n{tail}")
             try:
                 if self.call("GET", "/readyz", timeout=2).status == 200:
                     break
@@ -158,6 +177,15 @@ class Target:
             time.sleep(0.2)
         else:
             raise RuntimeError(f"{self.kind} not ready within 90 s:\n{self.log_tail()}")
+        # Ingest binds its port after the API answers: a port taken by then
+        # stops the process a moment later.
+        time.sleep(0.5)
+        if self.proc.poll() is not None:
+            self.log.close()
+            tail = self.log_tail()
+            if "address already in use" in tail:
+                raise PortTaken(tail)
+            raise RuntimeError(f"{self.kind} exited with {self.proc.returncode} after it was ready:\n{tail}")
         for w in GOOD_WORKERS:
             r = self.call("POST", "/v1/workers", w)
             assert r.status == 202, f"registering good worker {w['worker_id']}: {r}"

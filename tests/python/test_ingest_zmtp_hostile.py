@@ -76,24 +76,34 @@ def free_port():
 def dev(tmp_path_factory, pdrouter_bin):
     tmp = tmp_path_factory.mktemp("zmtp")
     binary = pdrouter_bin
-    bind = f"tcp://127.0.0.1:{free_port()}"
-    proc = subprocess.Popen(
-        [str(binary), "dev", "--data-dir", str(tmp / "data"), "--kafka-port", "0", "--http-addr", "127.0.0.1:0",
-         "--bind", bind, "--zmq-handshake-timeout", "1s", "--zmq-max-conns", "4", "--scrape-interval", "0"],
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env={**os.environ, "PDR_LOG_LEVEL": "warn"})
-    api = None
-    deadline = time.time() + 120
-    while api is None and time.time() < deadline:
-        line = proc.stdout.readline()
-        if not line:
-            break
-        m = re.search(r"api\s+(http://\S+)", line)
-        if m:
-            api = m.group(1)
-    if api is None:
+    # The bind port is picked here, closed and passed on, so another process
+    # may take it first: dev then exits once ingest fails to bind it (after
+    # it printed its API address), and is started again on another port.
+    for attempt in range(3):
+        bind = f"tcp://127.0.0.1:{free_port()}"
+        proc = subprocess.Popen(
+            [str(binary), "dev", "--data-dir", str(tmp / f"data-{attempt}"), "--kafka-port", "0", "--http-addr", "127.0.0.1:0",
+             "--bind", bind, "--zmq-handshake-timeout", "1s", "--zmq-max-conns", "4", "--scrape-interval", "0"],
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env={**os.environ, "PDR_LOG_LEVEL": "warn"})
+        api = None
+        deadline = time.time() + 120
+        while api is None and time.time() < deadline:
+            line = proc.stdout.readline()
+            if not line:
+                break
+            m = re.search(r"api\s+(http://\S+)", line)
+            if m:
+                api = m.group(1)
+        if api is not None:
+            wait_for(lambda: proc.poll() is not None or "pdrouter_rejected_total" in metrics_text(api), 30, "ingest's metrics")
+            time.sleep(0.5)  # a bind that failed stops dev a moment later
+            if proc.poll() is None:
+                break
+            api = None
         proc.kill()
-        pytest.fail("pdrouter dev did not print its API address")
-    wait_for(lambda: "pdrouter_rejected_total" in metrics_text(api), 30, "ingest's metrics")
+        proc.wait()
+    if api is None:
+        pytest.fail("pdrouter dev did not start, three times")
     yield proc, api, bind
     proc.terminate()
     try:
