@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -71,8 +72,14 @@ type Materializer struct {
 	names events.Names
 	admin *kgo.Client
 	adm   *kadm.Client
-	cl    *kgo.Client
-	known map[topicPartition]bool
+	// cl is the consumer. Run's goroutine alone sets it, under mu, and
+	// reads it without; Close reads it under mu and sets closed, after
+	// which Run sets no consumer and returns: Close may come while Run is
+	// still starting (a replica that stops at once).
+	mu     sync.Mutex
+	cl     *kgo.Client
+	closed bool
+	known  map[topicPartition]bool
 	// oorRetries counts transient OFFSET_OUT_OF_RANGE recoveries per partition.
 	oorRetries map[topicPartition]int
 	// incomplete is set when the last discovery skipped a partition that
@@ -108,12 +115,37 @@ func NewMaterializer(s *Store, o MaterializerOptions) (*Materializer, error) {
 	return &Materializer{s: s, o: o, log: o.Logger, names: s.opts.Names, admin: admin, adm: kadm.NewClient(admin), known: map[topicPartition]bool{}}, nil
 }
 
-// Close releases the Kafka clients.
+// Close releases the Kafka clients. A Run in progress returns nil.
 func (m *Materializer) Close() {
-	if m.cl != nil {
-		m.cl.Close()
+	m.mu.Lock()
+	m.closed = true
+	cl := m.cl
+	m.mu.Unlock()
+	if cl != nil {
+		cl.Close()
 	}
 	m.admin.Close()
+}
+
+// setConsumer makes cl the consumer, or closes it and reports false when
+// the materializer was closed.
+func (m *Materializer) setConsumer(cl *kgo.Client) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		if cl != nil {
+			cl.Close()
+		}
+		return false
+	}
+	m.cl = cl
+	return true
+}
+
+func (m *Materializer) isClosed() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.closed
 }
 
 func (m *Materializer) physicalTopics() []string {
@@ -266,6 +298,9 @@ func (m *Materializer) run(ctx context.Context, done func() bool) error {
 			if errors.Is(err, events.ErrCellPartitions) {
 				return err
 			}
+			if m.isClosed() {
+				return nil
+			}
 			if err != nil && ctx.Err() == nil {
 				m.log.Warn("statestore: listing partitions failed; retrying", "err", err)
 			} else if err == nil {
@@ -293,7 +328,9 @@ func (m *Materializer) run(ctx context.Context, done func() bool) error {
 		if err != nil {
 			return fmt.Errorf("statestore: kafka consumer: %w", err)
 		}
-		m.cl = cl
+		if !m.setConsumer(cl) {
+			return nil
+		}
 	}
 	p := newProgress(m.log, m.o.ProgressEvery)
 	lastDiscover := time.Now()
@@ -334,7 +371,8 @@ func (m *Materializer) run(ctx context.Context, done func() bool) error {
 			// start a new consumer from the stored offsets (records of this
 			// poll are not applied, so nothing is skipped or applied twice).
 			m.cl.Close()
-			m.cl, m.known = nil, map[topicPartition]bool{}
+			m.setConsumer(nil)
+			m.known = map[topicPartition]bool{}
 			return m.run(ctx, done)
 		}
 		recs := fs.Records()

@@ -284,3 +284,39 @@ func TestLagErrorRetriable(t *testing.T) {
 		}
 	}
 }
+
+// TestMaterializerCloseWhileRunning: Close while Run is still starting (a
+// replica that stops at once, as serve does on a missing topic) is safe
+// under the race detector, and Run then returns without a consumer left
+// open.
+func TestMaterializerCloseWhileRunning(t *testing.T) {
+	brokers := kafkatest.Fake(t)
+	prefix := kafkatest.Prefix(t)
+	kafkatest.Migrate(t, brokers, prefix)
+	for range 5 {
+		s, err := Open(t.TempDir(), Options{Names: events.Names{Prefix: prefix}, Registerer: prometheus.NewRegistry()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := NewMaterializer(s, MaterializerOptions{Client: []kgo.Opt{kgo.SeedBrokers(brokers...)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- m.Run(ctx) }()
+		m.Close()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("Run after Close: %v", err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatal("Run still runs 30s after Close")
+		}
+		cancel()
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
