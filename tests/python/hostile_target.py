@@ -163,12 +163,7 @@ class Target:
         threading.Thread(target=self._watch_rss, args=(self.proc,), daemon=True).start()
         deadline = time.monotonic() + 90
         while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                self.log.close()
-                tail = self.log_tail()
-                if "address already in use" in tail:
-                    raise PortTaken(tail)
-                raise RuntimeError(f"{self.kind} exited with {self.proc.returncode} at start:\n{tail}")
+            self._check_alive("at start")
             try:
                 if self.call("GET", "/readyz", timeout=2).status == 200:
                     break
@@ -180,16 +175,22 @@ class Target:
         # Ingest binds its port after the API answers: a port taken by then
         # stops the process a moment later.
         time.sleep(0.5)
-        if self.proc.poll() is not None:
-            self.log.close()
-            tail = self.log_tail()
-            if "address already in use" in tail:
-                raise PortTaken(tail)
-            raise RuntimeError(f"{self.kind} exited with {self.proc.returncode} after it was ready:\n{tail}")
+        self._check_alive("after it was ready")
         for w in GOOD_WORKERS:
             r = self.call("POST", "/v1/workers", w)
             assert r.status == 202, f"registering good worker {w['worker_id']}: {r}"
         self.wait_workers([w["worker_id"] for w in GOOD_WORKERS])
+
+    def _check_alive(self, when):
+        """Raises if the process exited: PortTaken when a port given to it
+        was taken, RuntimeError with its log otherwise."""
+        if self.proc.poll() is None:
+            return
+        self.log.close()
+        tail = self.log_tail()
+        if "address already in use" in tail:
+            raise PortTaken(tail)
+        raise RuntimeError(f"{self.kind} exited with {self.proc.returncode} {when}:\n{tail}")
 
     def stop(self):
         if self.proc is None:
