@@ -311,7 +311,10 @@ type workerSeriesKey struct{ pool, state string }
 // latencySampleResults are the "result" labels of
 // pdrouter_statestore_latency_samples_total, in the order addStats adds
 // applyStats' counts.
-var latencySampleResults = [...]string{"sent", "learned", "dropped", "thinned"}
+var latencySampleResults = [...]string{samplesSentIdx: "sent", "learned", "dropped", "thinned"}
+
+// samplesSentIdx indexes "sent" in latencySampleResults.
+const samplesSentIdx = 0
 
 // workerSeries are the (pool, state) series of pdrouter_workers: only a
 // decode worker can miss KV events (a prefill worker's cache is not read).

@@ -192,7 +192,12 @@ func (s *Store) TakeShares() *pb.LoadShares {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	out := s.st.takeShares(s.opts.ReplicaID)
-	s.met.addStats(&s.st.stats) // the samples sent; apply flushed its own before it let go of mu
+	// The samples it took: the one count takeShares moves, which apply
+	// would otherwise add only with its next chunk.
+	if n := s.st.stats.samplesSent; n > 0 {
+		s.met.latencySamples[samplesSentIdx].Add(float64(n))
+		s.st.stats.samplesSent = 0
+	}
 	return out
 }
 

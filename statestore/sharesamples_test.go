@@ -72,6 +72,7 @@ func TestLatencySamplesShared(t *testing.T) {
 	// The writer reads its own snapshot back: it holds those facts.
 	w.put(shareReplica, s)
 	w.wantCount("pdrouter_statestore_latency_samples_total", map[string]string{"result": "learned"}, 0)
+	w.wantCount("pdrouter_statestore_latency_samples_total", map[string]string{"result": "sent"}, 1) // counted once, whoever flushes
 
 	// A snapshot the log refused: its sample goes again, once.
 	w.put("w1", sampledDecision(shareReplica, "d3", "w1", shareT0+4*sec, 64))
