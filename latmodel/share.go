@@ -14,7 +14,7 @@ import "github.com/pdrouter/pdrouter/decider"
 
 // Joined is what the model joined of one decision: its path and features,
 // and the targets its outcomes measured, each with its event time, in the
-// model's fixed point (TargetScale units a millisecond, at most
+// model's fixed point (targetScale units a millisecond, tenths, at most
 // decider.MaxLatencyFeature).
 type Joined struct {
 	DecidedAt int64
@@ -25,9 +25,6 @@ type Joined struct {
 	TTFTAt, TTFT    int64
 	ITLAt, ITL      int64
 }
-
-// TargetScale is the targets' fixed point: units a millisecond.
-const TargetScale = targetScale
 
 // Joined returns what the model holds of decision id: ok when it holds
 // the decision and at least one of its targets.

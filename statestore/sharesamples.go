@@ -22,8 +22,9 @@ import (
 // Invariants, kept here:
 //
 //   - A writer sends only what its model holds, so only the ids of its
-//     model's sample (latmodel, sample.go): the union of what the writers
-//     send holds every id of the group's sample a model would keep.
+//     model's sample (latmodel, sample.go), and of those at most its
+//     budget (below): a peer learns a subset of the group's requests, all
+//     of its own.
 //   - A peer applies a sample as the facts it stands for, each with the
 //     model's clock moved to its time first, so what it learns is a
 //     function of the samples' content, never of when it reads them; a
